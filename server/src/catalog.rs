@@ -1,0 +1,106 @@
+//! What the server serves: the manifest's tools, each with its compiled program, in the
+//! manifest's order. Built once at start; any problem stops the server before it answers.
+
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+
+use crate::env::Env;
+use crate::manifest::{Manifest, ToolConfig};
+use crate::program::Program;
+
+pub struct Tool {
+    pub config: ToolConfig,
+    pub program: Program,
+}
+
+pub struct Catalog {
+    pub manifest: Manifest,
+    pub tools: Vec<Tool>,
+}
+
+/// Reads, parses and validates the manifest.
+pub async fn read_manifest(env: &Env, path: &Path) -> Result<Manifest, String> {
+    let text = env
+        .disk
+        .read(path)
+        .await
+        .map_err(|e| format!("{}: cannot read the manifest: {e}", path.display()))?;
+    Manifest::parse(path, &text).map_err(|e| e.to_string())
+}
+
+impl Catalog {
+    /// Loads every tool's program. Reports every broken tool, not just the first.
+    pub async fn load(env: &Env, manifest: Manifest) -> Result<Catalog, String> {
+        let mut tools = Vec::new();
+        let mut problems = Vec::new();
+        for (index, config) in manifest.tools.iter().enumerate() {
+            if !config.grants.is_empty() {
+                problems.push(format!(
+                    "{}: tools[{index}].grants: capability grants are validated but not yet performed by this \
+                     version of Warden; remove them or upgrade",
+                    manifest.path.display()
+                ));
+                continue;
+            }
+            match load_program(env, config).await {
+                Ok(program) => tools.push(Tool { config: config.clone(), program }),
+                Err(problem) => problems.push(problem),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("\n"));
+        }
+        Ok(Catalog { manifest, tools })
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|tool| tool.config.name == name)
+    }
+
+    /// The `tools` array of `tools/list`, in manifest order. Era-neutral: both eras'
+    /// `Tool` shapes accept it (object-rooted schemas, no `execution`).
+    pub fn list(&self) -> Vec<Value> {
+        self.tools.iter().map(Tool::describe).collect()
+    }
+}
+
+impl Tool {
+    pub fn description(&self) -> &str {
+        self.config.description.as_deref().unwrap_or(&self.program.description)
+    }
+
+    pub fn describe(&self) -> Value {
+        let mut tool = Map::new();
+        tool.insert("name".into(), json!(self.config.name));
+        if let Some(title) = &self.config.title {
+            tool.insert("title".into(), json!(title));
+        }
+        tool.insert("description".into(), json!(self.description()));
+        tool.insert("inputSchema".into(), self.program.input_schema());
+        if let Some(output) = self.program.output_schema() {
+            tool.insert("outputSchema".into(), output);
+        }
+        tool.insert("annotations".into(), self.annotations());
+        Value::Object(tool)
+    }
+
+    /// Hints derived from the grants, never claiming more than the broker enforces. A tool
+    /// without grants can only compute: it reads nothing and changes nothing outside.
+    fn annotations(&self) -> Value {
+        assert!(self.config.grants.is_empty(), "tools with grants are refused at load");
+        json!({"readOnlyHint": true, "openWorldHint": false})
+    }
+}
+
+async fn load_program(env: &Env, config: &ToolConfig) -> Result<Program, String> {
+    let path = &config.program;
+    let bytes = env
+        .disk
+        .read(path)
+        .await
+        .map_err(|e| format!("{}: cannot read the program of tool `{}`: {e}", path.display(), config.name))?;
+    let source = String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8", path.display()))?;
+    let grant_names: Vec<String> = config.grants.keys().cloned().collect();
+    Program::load(path, &source, &config.entry, &grant_names)
+}

@@ -1,0 +1,223 @@
+//! The I/O seam. Every source of nondeterminism the server touches (clock, timers, disk,
+//! the protocol stream, the log sink, the network, SQLite, randomness, task spawning,
+//! child processes and the process environment) is reached through one `Env` value.
+//!
+//! Production implementations live in `crate::io`; the simulator (`warden-sim`) supplies
+//! its own. Code outside `io/` never names tokio, `std::fs`, `std::time`, threads or
+//! processes: the tidy test (`server/tests/tidy.rs`) fails the build when it does.
+//!
+//! The server is single-threaded (a tokio current-thread runtime in production, a seeded
+//! executor in the simulator), so every future here is `!Send` and handles are `Rc`.
+
+use std::any::Any;
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+/// A boxed, single-threaded future: what every seam method returns.
+pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Wall time in UTC milliseconds since 1970, and timers.
+pub trait Clock {
+    /// The wall clock. It may be skewed or stepped (both ways); the ledger guards against it.
+    fn now_ms(&self) -> u64;
+    /// Completes after `ms` milliseconds of (real or virtual) time.
+    fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()>;
+}
+
+/// The filesystem, with the operations durability needs and nothing more.
+///
+/// Semantics the simulator models exactly: written data is durable only after `fsync` of
+/// the file; a newly created or renamed entry survives a crash only after `fsync_dir` of
+/// its parent directory; at a crash, unsynced writes are lost or torn at any byte.
+pub trait Disk {
+    fn read(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Vec<u8>>>;
+    /// Appends `bytes`, creating the file when absent.
+    fn append(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>>;
+    /// Creates or truncates the file and writes `bytes`.
+    fn write(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>>;
+    fn fsync(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<()>>;
+    fn fsync_dir(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>>;
+    fn rename(&self, from: &Path, to: &Path) -> LocalBoxFuture<'static, io::Result<()>>;
+    fn remove(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<()>>;
+    fn create_dir_all(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>>;
+    /// Names of the entries of `dir`, sorted, so iteration order is deterministic.
+    fn list(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<Vec<String>>>;
+    fn exists(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<bool>>;
+    /// Takes an exclusive lock on `path` (created when absent) without waiting. `Ok(None)`
+    /// means another holder has it. The lock is freed when the guard drops or the process dies.
+    fn try_lock(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Option<DiskLock>>>;
+}
+
+/// An exclusive lock held on a file; released on drop.
+pub struct DiskLock {
+    _holder: Box<dyn Any + Send>,
+}
+
+impl DiskLock {
+    pub fn new(holder: Box<dyn Any + Send>) -> DiskLock {
+        DiskLock { _holder: holder }
+    }
+}
+
+/// The protocol stream (private duplicates of fds 0 and 1 in production) and the log sink.
+pub trait Stdio {
+    /// Reads the next chunk of at most `max` bytes from the client. An empty chunk is EOF.
+    fn read(&self, max: usize) -> LocalBoxFuture<'static, io::Result<Vec<u8>>>;
+    /// Writes one whole line (the caller includes the trailing newline) and flushes it.
+    /// Lines never interleave: the implementation serialises writers, retries short writes
+    /// and interrupted calls, and only returns once every byte is written or a write failed
+    /// for good.
+    fn write_line(&self, line: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>>;
+    /// One log line for the operator (stderr in production). Never the protocol stream.
+    fn log(&self, line: &str);
+}
+
+/// One HTTP request, as the broker sends it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub connect_timeout_ms: u64,
+    pub timeout_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// A failed HTTP request, and whether the service may have acted on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetError {
+    /// True when the request may have been sent (a timeout or reset after sending): the
+    /// action is in doubt. False when it certainly was not (refused, DNS failure).
+    pub may_have_been_sent: bool,
+    pub message: String,
+}
+
+pub trait Net {
+    fn request(&self, request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>>;
+}
+
+/// A SQLite statement for the `db.sqlite` capability.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DbRequest {
+    pub path: PathBuf,
+    pub write: bool,
+    pub sql: String,
+    pub params: Vec<serde_json::Value>,
+    /// For a write: the (run id, action number) recorded in `warden_actions` in the same
+    /// transaction, so a resumed run can tell whether the write happened.
+    pub action: Option<(String, u64)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DbReply {
+    pub rows: Vec<serde_json::Map<String, serde_json::Value>>,
+    pub changes: u64,
+}
+
+pub trait Db {
+    fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>>;
+    /// Whether `warden_actions` holds (run id, action number): the write is known to have
+    /// happened. `Ok(false)` means it is known not to have happened.
+    fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>>;
+}
+
+/// Randomness: run ids and anything else random.
+pub trait Rng {
+    fn fill(&self, bytes: &mut [u8]);
+}
+
+/// Runs tasks: concurrent ones on the server's single thread, and CPU-bound closures
+/// (Starlark) off the reactor in production, inline in the simulator.
+pub trait Spawn {
+    fn spawn(&self, task: LocalBoxFuture<'static, ()>);
+    fn run_blocking(&self, job: Box<dyn FnOnce() + Send>) -> LocalBoxFuture<'static, ()>;
+}
+
+/// A child process (the operator's notify command).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessRequest {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub stdin: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessOutcome {
+    /// None when the process was killed at its timeout or by a signal.
+    pub exit_code: Option<i32>,
+}
+
+pub trait Process {
+    fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>>;
+    /// An environment variable of the server process (secrets are named in the manifest).
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The whole seam, passed explicitly. Cloning is cheap.
+#[derive(Clone)]
+pub struct Env {
+    pub clock: Rc<dyn Clock>,
+    pub disk: Rc<dyn Disk>,
+    pub stdio: Rc<dyn Stdio>,
+    pub net: Rc<dyn Net>,
+    pub db: Rc<dyn Db>,
+    pub rng: Rc<dyn Rng>,
+    pub spawn: Rc<dyn Spawn>,
+    pub process: Rc<dyn Process>,
+}
+
+impl Env {
+    pub fn log(&self, line: &str) {
+        self.stdio.log(line);
+    }
+
+    /// 32 random lowercase hexadecimal characters.
+    pub fn new_run_id(&self) -> String {
+        let mut bytes = [0u8; 16];
+        self.rng.fill(&mut bytes);
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Runs a CPU-bound closure off the reactor and returns its result, or the panic
+    /// message when it panicked (a bug, reported as an internal failure, never a crash).
+    pub async fn blocking<R, F>(&self, job: F) -> Result<R, String>
+    where
+        R: Send + 'static,
+        F: FnOnce() -> R + Send + 'static,
+    {
+        type Slot<R> = Arc<Mutex<Option<Result<R, String>>>>;
+        let slot: Slot<R> = Arc::new(Mutex::new(None));
+        let filled = Arc::clone(&slot);
+        self.spawn
+            .run_blocking(Box::new(move || {
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                    .map_err(|panic| panic_message(panic.as_ref()));
+                *filled.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+            }))
+            .await;
+        let outcome = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        outcome.unwrap_or_else(|| Err("a blocking job ended without a result".to_string()))
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        text.to_string()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic with no message".to_string()
+    }
+}

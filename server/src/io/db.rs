@@ -1,0 +1,103 @@
+//! SQLite through rusqlite (bundled). A write runs in one transaction with its row in
+//! `warden_actions`, so a resumed run can tell whether it happened (DESIGN.md section 5).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use rusqlite::{Connection, OpenFlags};
+use serde_json::{Map, Value};
+
+use super::off_reactor;
+use crate::env::{Db, DbReply, DbRequest, LocalBoxFuture};
+
+/// How long a statement waits for a locked database (seed 000 section 3).
+const BUSY_TIMEOUT_MS: u64 = 5000;
+const ACTIONS_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS warden_actions (run TEXT NOT NULL, action INTEGER NOT NULL, PRIMARY KEY (run, action))";
+
+pub struct RealDb;
+
+fn open(path: &Path, write: bool) -> rusqlite::Result<Connection> {
+    let flags = if write {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+    };
+    let connection = Connection::open_with_flags(path, flags)?;
+    connection.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    Ok(connection)
+}
+
+fn to_sql(value: &Value) -> SqlValue {
+    match value {
+        Value::Null => SqlValue::Null,
+        Value::Bool(b) => SqlValue::Integer(*b as i64),
+        Value::Number(n) => n.as_i64().map(SqlValue::Integer).unwrap_or_else(|| SqlValue::Real(n.as_f64().unwrap_or(0.0))),
+        Value::String(s) => SqlValue::Text(s.clone()),
+        other => SqlValue::Text(other.to_string()),
+    }
+}
+
+fn from_sql(value: ValueRef) -> Value {
+    match value {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::from(i),
+        ValueRef::Real(f) => serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null),
+        ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Value::String(b.iter().map(|x| format!("{x:02x}")).collect()),
+    }
+}
+
+fn execute(request: DbRequest) -> rusqlite::Result<DbReply> {
+    let mut connection = open(&request.path, request.write)?;
+    let transaction = connection.transaction()?;
+    let params: Vec<SqlValue> = request.params.iter().map(to_sql).collect();
+    let mut rows = Vec::new();
+    let changes;
+    {
+        let mut statement = transaction.prepare(&request.sql)?;
+        let names: Vec<String> = statement.column_names().iter().map(|s| s.to_string()).collect();
+        let mut cursor = statement.query(rusqlite::params_from_iter(params.iter()))?;
+        while let Some(row) = cursor.next()? {
+            let mut object = Map::new();
+            for (index, name) in names.iter().enumerate() {
+                object.insert(name.clone(), from_sql(row.get_ref(index)?));
+            }
+            rows.push(object);
+        }
+        changes = transaction.changes();
+    }
+    if let Some((run, action)) = &request.action {
+        transaction.execute(ACTIONS_TABLE, [])?;
+        transaction.execute("INSERT INTO warden_actions (run, action) VALUES (?1, ?2)", rusqlite::params![run, *action as i64])?;
+    }
+    transaction.commit()?;
+    Ok(DbReply { rows, changes })
+}
+
+fn recorded(path: PathBuf, run: String, action: u64) -> rusqlite::Result<bool> {
+    let connection = open(&path, true)?;
+    connection.execute(ACTIONS_TABLE, [])?;
+    let count: i64 = connection.query_row(
+        "SELECT COUNT(*) FROM warden_actions WHERE run = ?1 AND action = ?2",
+        rusqlite::params![run, action as i64],
+        |row| row.get(0),
+    )?;
+    Ok(count > 0)
+}
+
+impl Db for RealDb {
+    fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>> {
+        Box::pin(async move {
+            off_reactor(move || execute(request).map_err(std::io::Error::other)).await.map_err(|e| e.to_string())
+        })
+    }
+
+    fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>> {
+        let (path, run) = (path.to_path_buf(), run.to_string());
+        Box::pin(async move {
+            off_reactor(move || recorded(path, run, action).map_err(std::io::Error::other)).await.map_err(|e| e.to_string())
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! The production side of the seam: the only code in the server that touches tokio, the
+//! filesystem, sockets, processes, the clock or OS randomness (DESIGN.md section 3).
+
+mod db;
+mod disk;
+mod net;
+mod process;
+mod stdio;
+
+use std::future::Future;
+use std::io;
+use std::rc::Rc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::env::{Clock, Env, LocalBoxFuture, Rng, Spawn};
+
+pub use stdio::{protect_stdio, ProtectedStdio};
+
+/// Runs `main` on a tokio current-thread runtime with a local task set, so `!Send` tasks
+/// can be spawned. Tasks still running when `main` returns are dropped.
+pub fn run<F: Future>(main: F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime");
+    let local = tokio::task::LocalSet::new();
+    let output = local.block_on(&runtime, main);
+    drop(local);
+    // A read of stdin may still be parked on a blocking thread; do not wait for it.
+    runtime.shutdown_background();
+    output
+}
+
+/// The real Env over the given protocol stream.
+pub fn real_env(stdio: ProtectedStdio) -> Env {
+    Env {
+        clock: Rc::new(RealClock),
+        disk: Rc::new(disk::RealDisk),
+        stdio: Rc::new(stdio),
+        net: Rc::new(net::RealNet),
+        db: Rc::new(db::RealDb),
+        rng: Rc::new(RealRng),
+        spawn: Rc::new(RealSpawn),
+        process: Rc::new(process::RealProcess),
+    }
+}
+
+/// An Env for commands that do not speak the protocol (`check`, `schema`, `status`): its
+/// protocol stream reads nothing and writes to stdout.
+pub fn command_env() -> Env {
+    real_env(ProtectedStdio::for_command())
+}
+
+struct RealClock;
+
+impl Clock for RealClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    }
+
+    fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(std::time::Duration::from_millis(ms)))
+    }
+}
+
+struct RealRng;
+
+impl Rng for RealRng {
+    fn fill(&self, bytes: &mut [u8]) {
+        use std::io::Read;
+        let mut source = std::fs::File::open("/dev/urandom").expect("opening /dev/urandom");
+        source.read_exact(bytes).expect("reading /dev/urandom");
+    }
+}
+
+struct RealSpawn;
+
+impl Spawn for RealSpawn {
+    fn spawn(&self, task: LocalBoxFuture<'static, ()>) {
+        tokio::task::spawn_local(task);
+    }
+
+    fn run_blocking(&self, job: Box<dyn FnOnce() + Send>) -> LocalBoxFuture<'static, ()> {
+        Box::pin(async move {
+            // A panic inside the job is caught by `Env::blocking`; a join error here can
+            // only be cancellation at shutdown.
+            let _ = tokio::task::spawn_blocking(job).await;
+        })
+    }
+}
+
+/// Runs blocking filesystem or library work off the reactor.
+pub(crate) async fn off_reactor<T: Send + 'static>(job: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+    match tokio::task::spawn_blocking(job).await {
+        Ok(result) => result,
+        Err(error) => Err(io::Error::other(format!("blocking task failed: {error}"))),
+    }
+}

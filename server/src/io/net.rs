@@ -1,0 +1,41 @@
+//! HTTP through reqwest (rustls), with the manifest's connect and total timeouts.
+
+use std::time::Duration;
+
+use crate::env::{HttpRequest, HttpResponse, LocalBoxFuture, Net, NetError};
+
+pub struct RealNet;
+
+impl Net for RealNet {
+    fn request(&self, request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>> {
+        Box::pin(async move {
+            let not_sent = |message: String| NetError { may_have_been_sent: false, message };
+            let client = reqwest::Client::builder()
+                .connect_timeout(Duration::from_millis(request.connect_timeout_ms))
+                .timeout(Duration::from_millis(request.timeout_ms))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .map_err(|e| not_sent(format!("building the HTTP client: {e}")))?;
+            let method = reqwest::Method::from_bytes(request.method.as_bytes())
+                .map_err(|_| not_sent(format!("`{}` is not an HTTP method", request.method)))?;
+            let mut builder = client.request(method, &request.url).body(request.body);
+            for (name, value) in &request.headers {
+                builder = builder.header(name, value);
+            }
+            let classify = |e: reqwest::Error| NetError {
+                // Only a failure to connect proves the request was never sent.
+                may_have_been_sent: !(e.is_connect() || e.is_builder()),
+                message: e.without_url().to_string(),
+            };
+            let response = builder.send().await.map_err(classify)?;
+            let status = response.status().as_u16();
+            let headers = response
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                .collect();
+            let body = response.bytes().await.map_err(classify)?.to_vec();
+            Ok(HttpResponse { status, headers, body })
+        })
+    }
+}

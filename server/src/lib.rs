@@ -1,0 +1,16 @@
+//! Warden: a crash-safe MCP tool server. See `docs/ARCHITECTURE.md` for the codemap.
+
+pub mod broker;
+pub mod call;
+pub mod catalog;
+pub mod commands;
+pub mod env;
+pub mod io;
+pub mod manifest;
+pub mod money;
+pub mod program;
+pub mod protocol;
+pub mod sync;
+
+/// Warden's version, bound into journals and reported as `serverInfo.version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,67 @@
+//! The `warden` binary: argument parsing and the real Env. Everything else is the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "warden", version, about = "A crash-safe MCP tool server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the manifest's tools over stdio (MCP 2025-11-25 and 2026-07-28).
+    Mcp {
+        /// The manifest (JSON).
+        manifest: PathBuf,
+    },
+    /// Check a manifest and its programs without serving anything.
+    Check { manifest: PathBuf },
+    /// Print the tools' schemas as `tools/list` gives them.
+    Schema { manifest: PathBuf, tool: Option<String> },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Mcp { manifest } => {
+            // Before anything else (the manifest included) can write to stdout.
+            let stdio = match warden::io::protect_stdio() {
+                Ok(stdio) => stdio,
+                Err(error) => {
+                    eprintln!("warden: cannot protect the protocol stream: {error}");
+                    return ExitCode::from(2);
+                }
+            };
+            let env = warden::io::real_env(stdio);
+            report(warden::io::run(warden::commands::serve_mcp(&env, &manifest)).map(|()| String::new()))
+        }
+        Command::Check { manifest } => {
+            let env = warden::io::command_env();
+            report(warden::io::run(warden::commands::check(&env, &manifest)))
+        }
+        Command::Schema { manifest, tool } => {
+            let env = warden::io::command_env();
+            report(warden::io::run(warden::commands::schema(&env, &manifest, tool.as_deref())))
+        }
+    }
+}
+
+fn report(outcome: Result<String, String>) -> ExitCode {
+    match outcome {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(problems) => {
+            for line in problems.lines() {
+                eprintln!("warden: {line}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The operator's manifest: read once at start, every problem reported with its path
+//! (`tools[2].quota.window: ...`) before anything is served.
+
+mod raw;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::money::Money;
+
+pub use validate::{parse_duration_ms, DurationUnits};
+
+/// The reserved name of the server's own read-only status tool.
+pub const RUN_STATUS_TOOL: &str = "warden_run_status";
+/// The longest tool name MCP recommends.
+pub const TOOL_NAME_CHARS_MAX: usize = 128;
+/// Default `server.keep`, in days.
+pub const KEEP_DAYS_DEFAULT: u64 = 90;
+/// Default `server.max_concurrent_runs`.
+pub const MAX_CONCURRENT_RUNS_DEFAULT: u64 = 8;
+/// Upper bound on any `max_concurrent_runs`, so every slot table stays small.
+pub const MAX_CONCURRENT_RUNS_LIMIT: u64 = 1024;
+/// Default `limits.max_steps` (Starlark ticks).
+pub const MAX_STEPS_DEFAULT: u64 = 1_000_000;
+/// Upper bound on `limits.max_steps`.
+pub const MAX_STEPS_LIMIT: u64 = 1_000_000_000;
+/// The largest manifest file read.
+pub const MANIFEST_BYTES_MAX: usize = 1024 * 1024;
+/// The most tools one manifest may serve.
+pub const TOOLS_MAX: usize = 256;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// The manifest file, and the directory relative paths are resolved against.
+    pub path: PathBuf,
+    pub server: ServerConfig,
+    pub model: Option<ModelConfig>,
+    pub tools: Vec<ToolConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    pub name: String,
+    pub journals: PathBuf,
+    pub keep: Keep,
+    pub max_concurrent_runs: u64,
+    pub notify: Vec<String>,
+    pub notify_env: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    Days(u64),
+    Forever,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub provider: String,
+    pub model: String,
+    pub api_key_env: String,
+    pub timeout_ms: u64,
+    pub retries: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolConfig {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub program: PathBuf,
+    pub entry: String,
+    pub grants: BTreeMap<String, Grant>,
+    pub net: NetConfig,
+    pub deadline_ms: Option<u64>,
+    pub max_concurrent_runs: u64,
+    pub once: Option<OnceConfig>,
+    pub quota: Option<QuotaConfig>,
+    pub max_steps: u64,
+    /// The tool's config as canonical JSON, hashed into each journal's header.
+    pub config_json: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NetConfig {
+    pub timeout_ms: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Grant {
+    Capability(CapabilityGrant),
+    /// A secret reference inside `needs`: the environment variable's name, never its value.
+    Secret { env: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapabilityGrant {
+    pub cap: String,
+    pub only: Vec<String>,
+    pub each: Option<Money>,
+    pub max: Option<Money>,
+    pub uses: Option<u64>,
+    pub needs: BTreeMap<String, Grant>,
+    pub idempotency_key: bool,
+    /// Header name -> (prefix, environment variable holding the value).
+    pub headers: BTreeMap<String, (String, String)>,
+    pub path: Option<PathBuf>,
+    pub mode: Option<DbMode>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbMode {
+    Read,
+    Write,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OnceConfig {
+    pub by: Vec<String>,
+    pub keep_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaConfig {
+    pub window_ms: u64,
+    pub calls: Option<u64>,
+    pub money: Option<Money>,
+}
+
+impl Manifest {
+    /// Parses and validates manifest text. `path` names the file in errors and anchors
+    /// relative paths. Every problem found is reported, one a line.
+    pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
+        validate::parse(path, text)
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&ToolConfig> {
+        self.tools.iter().find(|tool| tool.name == name)
+    }
+}
+
+/// Every problem found in a manifest, each as `<file>: <path>: <message>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManifestError {
+    pub problems: Vec<String>,
+}
+
+impl std::fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.problems.join("\n"))
+    }
+}

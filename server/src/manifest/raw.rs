@@ -1,0 +1,120 @@
+//! The manifest exactly as the operator writes it (seed 000 section 2). Unknown keys are
+//! refused at every level. Validation and defaults are in `validate.rs`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawManifest {
+    pub server: RawServer,
+    pub model: Option<RawModel>,
+    pub tools: Vec<RawTool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub name: String,
+    pub journals: String,
+    /// Days a settled run's files are kept: a whole number of at least 1, or "forever".
+    pub keep: Option<serde_json::Value>,
+    pub max_concurrent_runs: Option<u64>,
+    pub notify: Option<Vec<String>>,
+    pub notify_env: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    pub provider: String,
+    pub model: String,
+    pub api_key: RawEnvRef,
+    pub timeout_ms: Option<u64>,
+    pub retries: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEnvRef {
+    pub env: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTool {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub program: String,
+    pub entry: Option<String>,
+    #[serde(default)]
+    pub grants: BTreeMap<String, RawGrant>,
+    pub net: Option<RawNet>,
+    pub deadline: Option<String>,
+    pub max_concurrent_runs: Option<u64>,
+    pub once: Option<RawOnce>,
+    pub quota: Option<RawQuota>,
+    pub limits: Option<RawLimits>,
+}
+
+/// A grant, or (inside `needs`) a secret reference `{ "env": NAME }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGrant {
+    pub cap: Option<String>,
+    pub env: Option<String>,
+    pub only: Option<Vec<String>>,
+    pub each: Option<RawMoney>,
+    pub max: Option<RawMoney>,
+    pub uses: Option<u64>,
+    pub needs: Option<BTreeMap<String, RawGrant>>,
+    pub idempotency_key: Option<bool>,
+    pub headers: Option<BTreeMap<String, RawHeaderSecret>>,
+    pub path: Option<String>,
+    pub mode: Option<String>,
+}
+
+/// A header whose value comes from an environment variable: `prefix` + the variable's value.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderSecret {
+    pub env: String,
+    pub prefix: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMoney {
+    pub amount: String,
+    pub currency: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNet {
+    pub timeout_ms: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOnce {
+    pub by: Vec<String>,
+    pub keep: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawQuota {
+    pub window: String,
+    pub calls: Option<u64>,
+    pub money: Option<RawMoney>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_steps: Option<u64>,
+}

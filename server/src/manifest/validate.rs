@@ -1,0 +1,489 @@
+//! From raw manifest to validated config: defaults filled, durations and money parsed,
+//! grants checked against the capability registry. Problems are collected, not stopped at.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use super::raw::*;
+use super::*;
+use crate::broker::kinds::{self, GrantKey};
+use crate::money::Money;
+
+/// Which units a duration field takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DurationUnits {
+    /// s, m, h, d (`deadline`, `quota.window`).
+    SecondsUp,
+    /// m, h, d (`once.keep`, seed 000 section 5).
+    MinutesUp,
+}
+
+/// The longest duration any field takes: 100 years, far below u64 milliseconds overflow.
+const DURATION_MS_MAX: u64 = 100 * 365 * 24 * 3600 * 1000;
+
+/// Parses a whole number followed by one unit letter, e.g. "120s", "24h", "30d".
+pub fn parse_duration_ms(text: &str, units: DurationUnits) -> Result<u64, String> {
+    let allowed = match units {
+        DurationUnits::SecondsUp => "s, m, h or d",
+        DurationUnits::MinutesUp => "m, h or d",
+    };
+    let shape = || format!("`{text}` is not a duration: write a whole number and {allowed}, e.g. \"30d\"");
+    let unit = text.chars().last().ok_or_else(shape)?;
+    let number = &text[..text.len() - unit.len_utf8()];
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(shape());
+    }
+    let unit_ms: u64 = match (unit, units) {
+        ('s', DurationUnits::SecondsUp) => 1000,
+        ('m', _) => 60 * 1000,
+        ('h', _) => 3600 * 1000,
+        ('d', _) => 24 * 3600 * 1000,
+        _ => return Err(shape()),
+    };
+    let value: u64 = number.parse().map_err(|_| shape())?;
+    let ms = value.checked_mul(unit_ms).filter(|&ms| ms <= DURATION_MS_MAX);
+    match ms {
+        Some(0) => Err(format!("`{text}` is zero; a duration must be positive")),
+        Some(ms) => Ok(ms),
+        None => Err(format!("`{text}` is longer than 100 years")),
+    }
+}
+
+struct Problems<'a> {
+    file: &'a Path,
+    list: Vec<String>,
+}
+
+impl Problems<'_> {
+    fn add(&mut self, at: &str, message: impl AsRef<str>) {
+        self.list.push(format!("{}: {at}: {}", self.file.display(), message.as_ref()));
+    }
+}
+
+pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
+    let mut problems = Problems { file: path, list: Vec::new() };
+    if text.len() > MANIFEST_BYTES_MAX {
+        problems.add("(file)", format!("is {} bytes; the limit is {MANIFEST_BYTES_MAX}", text.len()));
+        return Err(ManifestError { problems: problems.list });
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(text);
+    let raw: RawManifest = match serde_path_to_error::deserialize(&mut deserializer) {
+        Ok(raw) => raw,
+        Err(error) => {
+            let at = error.path().to_string();
+            let at = if at == "." { "(top level)".to_string() } else { at };
+            problems.add(&at, error.inner().to_string());
+            return Err(ManifestError { problems: problems.list });
+        }
+    };
+    let base = path.parent().unwrap_or(Path::new("."));
+    let server = server_config(&raw.server, base, &mut problems);
+    let model = raw.model.as_ref().map(|model| model_config(model, &mut problems));
+    let mut tools = Vec::new();
+    let mut names = BTreeSet::new();
+    if raw.tools.len() > TOOLS_MAX {
+        problems.add("tools", format!("has {} tools; the limit is {TOOLS_MAX}", raw.tools.len()));
+    }
+    for (index, tool) in raw.tools.iter().enumerate() {
+        let at = format!("tools[{index}]");
+        if !names.insert(tool.name.clone()) {
+            problems.add(&format!("{at}.name"), format!("`{}` is used by an earlier tool", tool.name));
+        }
+        tools.push(tool_config(tool, &at, base, &server, &mut problems));
+    }
+    if problems.list.is_empty() {
+        Ok(Manifest { path: path.to_path_buf(), server, model, tools })
+    } else {
+        Err(ManifestError { problems: problems.list })
+    }
+}
+
+fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> ServerConfig {
+    if raw.name.trim().is_empty() {
+        problems.add("server.name", "must not be empty");
+    }
+    if raw.journals.is_empty() {
+        problems.add("server.journals", "must name a directory");
+    }
+    let keep = match &raw.keep {
+        None => Keep::Days(KEEP_DAYS_DEFAULT),
+        Some(serde_json::Value::String(text)) if text == "forever" => Keep::Forever,
+        Some(value) => match value.as_u64() {
+            Some(days) if days >= 1 => Keep::Days(days),
+            _ => {
+                problems.add("server.keep", format!("`{value}` is not a number of days of at least 1, or \"forever\""));
+                Keep::Days(KEEP_DAYS_DEFAULT)
+            }
+        },
+    };
+    let max_concurrent_runs = concurrency(raw.max_concurrent_runs, MAX_CONCURRENT_RUNS_DEFAULT, "server.max_concurrent_runs", problems);
+    let notify = raw.notify.clone().unwrap_or_default();
+    if raw.notify.is_some() && notify.is_empty() {
+        problems.add("server.notify", "must name a command, or be left out");
+    }
+    let notify_env = raw.notify_env.clone().unwrap_or_default();
+    for (index, name) in notify_env.iter().enumerate() {
+        check_env_name(name, &format!("server.notify_env[{index}]"), problems);
+    }
+    if raw.notify.is_none() && !notify_env.is_empty() {
+        problems.add("server.notify_env", "is set but server.notify is not");
+    }
+    ServerConfig {
+        name: raw.name.clone(),
+        journals: base.join(&raw.journals),
+        keep,
+        max_concurrent_runs,
+        notify,
+        notify_env,
+    }
+}
+
+fn concurrency(value: Option<u64>, default: u64, at: &str, problems: &mut Problems) -> u64 {
+    match value {
+        None => default,
+        Some(n) if (1..=MAX_CONCURRENT_RUNS_LIMIT).contains(&n) => n,
+        Some(n) => {
+            problems.add(at, format!("{n} is outside 1..={MAX_CONCURRENT_RUNS_LIMIT}"));
+            default
+        }
+    }
+}
+
+fn model_config(raw: &RawModel, problems: &mut Problems) -> ModelConfig {
+    check_env_name(&raw.api_key.env, "model.api_key.env", problems);
+    // In a tool, the defaults of a script are not good enough: both are required.
+    if raw.timeout_ms.is_none() {
+        problems.add("model.timeout_ms", "is required in a tool server");
+    }
+    if raw.retries.is_none() {
+        problems.add("model.retries", "is required in a tool server");
+    }
+    ModelConfig {
+        provider: raw.provider.clone(),
+        model: raw.model.clone(),
+        api_key_env: raw.api_key.env.clone(),
+        timeout_ms: raw.timeout_ms.unwrap_or(0),
+        retries: raw.retries.unwrap_or(0),
+    }
+}
+
+fn check_env_name(name: &str, at: &str, problems: &mut Problems) {
+    let valid = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !valid {
+        problems.add(at, format!("`{name}` is not an environment variable name"));
+    }
+}
+
+fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, problems: &mut Problems) -> ToolConfig {
+    check_tool_name(&raw.name, &format!("{at}.name"), problems);
+    let entry = raw.entry.clone().unwrap_or_else(|| "main".to_string());
+    let net = NetConfig {
+        timeout_ms: raw.net.as_ref().and_then(|net| net.timeout_ms),
+        connect_timeout_ms: raw.net.as_ref().and_then(|net| net.connect_timeout_ms),
+    };
+    let mut grants = BTreeMap::new();
+    let mut needs_network = false;
+    for (name, grant) in &raw.grants {
+        let grant_at = format!("{at}.grants.{name}");
+        if let Some((grant, network)) = capability_grant(grant, &grant_at, base, problems) {
+            needs_network |= network;
+            grants.insert(name.clone(), Grant::Capability(grant));
+        }
+    }
+    if needs_network {
+        for (value, key) in [(net.connect_timeout_ms, "connect_timeout_ms"), (net.timeout_ms, "timeout_ms")] {
+            match value {
+                None => problems.add(&format!("{at}.net.{key}"), "is required: a grant of this tool reaches the network"),
+                Some(0) => problems.add(&format!("{at}.net.{key}"), "must be positive"),
+                Some(_) => {}
+            }
+        }
+    }
+    let deadline_ms = raw.deadline.as_ref().and_then(|text| {
+        parse_duration_ms(text, DurationUnits::SecondsUp).map_err(|e| problems.add(&format!("{at}.deadline"), e)).ok()
+    });
+    let max_concurrent_runs = concurrency(raw.max_concurrent_runs, server.max_concurrent_runs, &format!("{at}.max_concurrent_runs"), problems);
+    if max_concurrent_runs > server.max_concurrent_runs {
+        problems.add(&format!("{at}.max_concurrent_runs"), format!("{max_concurrent_runs} is more than server.max_concurrent_runs ({})", server.max_concurrent_runs));
+    }
+    let once = raw.once.as_ref().map(|once| once_config(once, &format!("{at}.once"), server, problems));
+    let quota = raw.quota.as_ref().map(|quota| quota_config(quota, &format!("{at}.quota"), problems));
+    let max_steps = match raw.limits.as_ref().and_then(|limits| limits.max_steps) {
+        None => MAX_STEPS_DEFAULT,
+        Some(steps) if (1..=MAX_STEPS_LIMIT).contains(&steps) => steps,
+        Some(steps) => {
+            problems.add(&format!("{at}.limits.max_steps"), format!("{steps} is outside 1..={MAX_STEPS_LIMIT}"));
+            MAX_STEPS_DEFAULT
+        }
+    };
+    if let Some(description) = &raw.description {
+        if description.trim().is_empty() {
+            problems.add(&format!("{at}.description"), "must not be empty (leave it out to use the program's docstring)");
+        }
+    }
+    let config_json = canonical_tool_json(raw, &entry);
+    ToolConfig {
+        name: raw.name.clone(),
+        title: raw.title.clone(),
+        description: raw.description.clone(),
+        program: base.join(&raw.program),
+        entry,
+        grants,
+        net,
+        deadline_ms,
+        max_concurrent_runs,
+        once,
+        quota,
+        max_steps,
+        config_json,
+    }
+}
+
+fn check_tool_name(name: &str, at: &str, problems: &mut Problems) {
+    if name == RUN_STATUS_TOOL {
+        problems.add(at, format!("`{RUN_STATUS_TOOL}` is reserved for the server's own status tool"));
+    }
+    let valid = !name.is_empty()
+        && name.chars().count() <= TOOL_NAME_CHARS_MAX
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if !valid {
+        problems.add(at, format!("`{name}` is not a tool name: 1 to {TOOL_NAME_CHARS_MAX} of A-Z a-z 0-9 _ . -"));
+    }
+}
+
+/// Validates one grant; returns it and whether it reaches the network.
+fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Problems) -> Option<(CapabilityGrant, bool)> {
+    if raw.env.is_some() {
+        problems.add(&format!("{at}.env"), "a secret reference belongs inside a grant's `needs`, not in `grants`");
+        return None;
+    }
+    let Some(cap) = &raw.cap else {
+        problems.add(&format!("{at}.cap"), "is required");
+        return None;
+    };
+    let Some(kind) = kinds::find(cap) else {
+        problems.add(&format!("{at}.cap"), format!("`{cap}` is not a capability kind; known kinds: {}", kinds::names()));
+        return None;
+    };
+    let present: Vec<(GrantKey, bool)> = vec![
+        (GrantKey::Only, raw.only.is_some()),
+        (GrantKey::Each, raw.each.is_some()),
+        (GrantKey::Max, raw.max.is_some()),
+        (GrantKey::Uses, raw.uses.is_some()),
+        (GrantKey::Needs, raw.needs.is_some()),
+        (GrantKey::IdempotencyKey, raw.idempotency_key.is_some()),
+        (GrantKey::Headers, raw.headers.is_some()),
+        (GrantKey::Path, raw.path.is_some()),
+        (GrantKey::Mode, raw.mode.is_some()),
+    ];
+    for (key, is_present) in &present {
+        if *is_present && !kind.keys.contains(key) {
+            problems.add(&format!("{at}.{}", key.name()), format!("is not a key of `{cap}`"));
+        }
+        if !*is_present && kind.required.contains(key) {
+            problems.add(&format!("{at}.{}", key.name()), format!("is required by `{cap}`"));
+        }
+    }
+    let only = raw.only.clone().unwrap_or_default();
+    if raw.only.is_some() && only.is_empty() {
+        problems.add(&format!("{at}.only"), "must list at least one URL pattern");
+    }
+    for (index, pattern) in only.iter().enumerate() {
+        if !(pattern.starts_with("https://") || pattern.starts_with("http://")) {
+            problems.add(&format!("{at}.only[{index}]"), format!("`{pattern}` is not an http:// or https:// URL pattern"));
+        }
+    }
+    let each = raw.each.as_ref().and_then(|m| money(m, &format!("{at}.each"), problems));
+    let max = raw.max.as_ref().and_then(|m| money(m, &format!("{at}.max"), problems));
+    if let (Some(each), Some(max)) = (&each, &max) {
+        if each.currency != max.currency {
+            problems.add(&format!("{at}.max"), format!("is in {} but `each` is in {}", max.currency, each.currency));
+        }
+    }
+    if raw.uses == Some(0) {
+        problems.add(&format!("{at}.uses"), "must be at least 1");
+    }
+    let mut needs = BTreeMap::new();
+    let mut network = kind.network;
+    if let Some(raw_needs) = &raw.needs {
+        for (name, need) in raw_needs {
+            let need_at = format!("{at}.needs.{name}");
+            match kind.needs.iter().find(|(n, _)| n == name) {
+                None => problems.add(&need_at, format!("`{cap}` needs only: {}", kind.needs.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))),
+                Some((_, None)) => match (&need.env, need.cap.is_some()) {
+                    (Some(env), false) => {
+                        check_env_name(env, &format!("{need_at}.env"), problems);
+                        needs.insert(name.clone(), Grant::Secret { env: env.clone() });
+                    }
+                    _ => problems.add(&need_at, "must be a secret reference { \"env\": NAME }"),
+                },
+                Some((_, Some(expected))) => {
+                    if need.cap.as_deref() != Some(expected) {
+                        problems.add(&format!("{need_at}.cap"), format!("must be `{expected}`"));
+                    }
+                    if let Some((grant, need_network)) = capability_grant(need, &need_at, base, problems) {
+                        network |= need_network;
+                        needs.insert(name.clone(), Grant::Capability(grant));
+                    }
+                }
+            }
+        }
+        for (name, _) in kind.needs {
+            if !raw_needs.contains_key(*name) {
+                problems.add(&format!("{at}.needs.{name}"), format!("is required by `{cap}`"));
+            }
+        }
+    }
+    let mut headers = BTreeMap::new();
+    for (header, secret) in raw.headers.iter().flatten() {
+        check_env_name(&secret.env, &format!("{at}.headers.{header}.env"), problems);
+        headers.insert(header.clone(), (secret.prefix.clone().unwrap_or_default(), secret.env.clone()));
+    }
+    let mode = match raw.mode.as_deref() {
+        None => None,
+        Some("read") => Some(DbMode::Read),
+        Some("write") => Some(DbMode::Write),
+        Some(other) => {
+            problems.add(&format!("{at}.mode"), format!("`{other}` is neither \"read\" nor \"write\""));
+            None
+        }
+    };
+    let grant = CapabilityGrant {
+        cap: cap.clone(),
+        only,
+        each,
+        max,
+        uses: raw.uses,
+        needs,
+        idempotency_key: raw.idempotency_key.unwrap_or(false),
+        headers,
+        path: raw.path.as_ref().map(|p| base.join(p)),
+        mode,
+    };
+    Some((grant, network))
+}
+
+fn money(raw: &RawMoney, at: &str, problems: &mut Problems) -> Option<Money> {
+    Money::parse(&raw.amount, &raw.currency).map_err(|e| problems.add(at, e)).ok()
+}
+
+fn once_config(raw: &RawOnce, at: &str, server: &ServerConfig, problems: &mut Problems) -> OnceConfig {
+    if raw.by.is_empty() {
+        problems.add(&format!("{at}.by"), "must name at least one argument");
+    }
+    let server_keep_ms = match server.keep {
+        Keep::Days(days) => Some(days * 24 * 3600 * 1000),
+        Keep::Forever => None,
+    };
+    let keep_ms = match &raw.keep {
+        None => server_keep_ms.unwrap_or(DURATION_MS_MAX),
+        Some(text) => match parse_duration_ms(text, DurationUnits::MinutesUp) {
+            Ok(ms) => {
+                if server_keep_ms.is_some_and(|max| ms > max) {
+                    problems.add(&format!("{at}.keep"), format!("`{text}` is longer than server.keep"));
+                }
+                ms
+            }
+            Err(e) => {
+                problems.add(&format!("{at}.keep"), e);
+                0
+            }
+        },
+    };
+    OnceConfig { by: raw.by.clone(), keep_ms }
+}
+
+fn quota_config(raw: &RawQuota, at: &str, problems: &mut Problems) -> QuotaConfig {
+    let window_ms = parse_duration_ms(&raw.window, DurationUnits::SecondsUp)
+        .map_err(|e| problems.add(&format!("{at}.window"), e))
+        .unwrap_or(0);
+    if raw.calls == Some(0) {
+        problems.add(&format!("{at}.calls"), "must be at least 1");
+    }
+    if raw.calls.is_none() && raw.money.is_none() {
+        problems.add(at, "must limit `calls`, `money` or both");
+    }
+    let money = raw.money.as_ref().and_then(|m| money(m, &format!("{at}.money"), problems));
+    QuotaConfig { window_ms, calls: raw.calls, money }
+}
+
+/// The tool's config, re-serialised canonically (sorted keys) for hashing into journals.
+fn canonical_tool_json(raw: &RawTool, entry: &str) -> String {
+    // Debug output of the raw structs is stable (field order is declaration order, maps
+    // are BTreeMaps), deterministic and covers every key the operator wrote.
+    format!("{raw:?}|entry={entry}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(text: &str) -> Vec<String> {
+        match Manifest::parse(Path::new("m.json"), text.as_bytes()) {
+            Ok(_) => vec![],
+            Err(error) => error.problems,
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("120s", DurationUnits::SecondsUp), Ok(120_000));
+        assert_eq!(parse_duration_ms("30d", DurationUnits::MinutesUp), Ok(30 * 24 * 3600 * 1000));
+        assert!(parse_duration_ms("10s", DurationUnits::MinutesUp).is_err());
+        assert!(parse_duration_ms("0h", DurationUnits::SecondsUp).is_err());
+        assert!(parse_duration_ms("1.5h", DurationUnits::SecondsUp).is_err());
+        assert!(parse_duration_ms("h", DurationUnits::SecondsUp).is_err());
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_path() {
+        let found = problems(r#"{"server":{"name":"s","journals":"j"},"tools":[{"name":"a","program":"a.star","quota":{"window":"1h","calls":1,"extra":1}}]}"#);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].starts_with("m.json: tools[0].quota: unknown field `extra`"), "{found:?}");
+    }
+
+    #[test]
+    fn every_semantic_problem_is_reported() {
+        let found = problems(
+            r#"{"server":{"name":"s","journals":"j","keep":0},
+                "tools":[{"name":"warden_run_status","program":"a.star","quota":{"window":"1y"},
+                          "grants":{"pay":{"cap":"net.http.post","only":["ftp://x"]}}}]}"#,
+        );
+        let text = found.join("\n");
+        for expected in [
+            "server.keep",
+            "tools[0].name: `warden_run_status` is reserved",
+            "tools[0].quota.window",
+            "tools[0].quota: must limit",
+            "tools[0].grants.pay.only[0]",
+            "tools[0].net.connect_timeout_ms: is required",
+            "tools[0].net.timeout_ms: is required",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn composite_grants_check_their_needs() {
+        let found = problems(
+            r#"{"server":{"name":"s","journals":"j"},
+                "tools":[{"name":"refund","program":"r.star","net":{"timeout_ms":1,"connect_timeout_ms":1},
+                  "grants":{"pay":{"cap":"payments.stripe.refund","each":{"amount":"50.00","currency":"USD"},"uses":1,
+                    "needs":{"get":{"cap":"net.http.get","only":["https://api.stripe.com/v1/payment_intents/*"]},
+                             "post":{"cap":"net.http.post","only":["https://api.stripe.com/v1/refunds"],"idempotency_key":true},
+                             "key":{"env":"STRIPE_SECRET_KEY"}}}}}]}"#,
+        );
+        assert!(found.is_empty(), "{found:?}");
+        let found = problems(
+            r#"{"server":{"name":"s","journals":"j"},
+                "tools":[{"name":"refund","program":"r.star","net":{"timeout_ms":1,"connect_timeout_ms":1},
+                  "grants":{"pay":{"cap":"payments.stripe.refund","needs":{"get":{"cap":"net.http.post","only":["https://x/*"]}}}}}]}"#,
+        );
+        let text = found.join("\n");
+        assert!(text.contains("needs.get.cap: must be `net.http.get`"), "{text}");
+        assert!(text.contains("needs.post: is required"), "{text}");
+        assert!(text.contains("needs.key: is required"), "{text}");
+    }
+}

@@ -1,0 +1,311 @@
+//! Tool programs: Starlark files whose entry `def` is the contract (DESIGN.md section 4).
+//!
+//! Loading compiles the file once, reads the entry's signature and docstring, and derives
+//! the tool's description, input schema, output schema and input check from them. A
+//! missing description, an undocumented input or an unsupported annotation is refused
+//! here, naming the file and line, so the server never starts with a tool it cannot
+//! describe truthfully.
+
+mod run;
+mod starlark_money;
+pub mod types;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use starlark::docs::{DocItem, DocMember, DocParam};
+use starlark::environment::{FrozenModule, Globals, GlobalsBuilder, LibraryExtension, Module};
+use starlark::eval::Evaluator;
+use starlark::syntax::{AstModule, Dialect, DialectTypes};
+
+pub use run::{execute, Failure, FailureKind, Outcome, RunLimits};
+use types::{ArgType, INPUT_PROBLEMS_MAX};
+
+/// The largest program file accepted.
+pub const PROGRAM_BYTES_MAX: usize = 1024 * 1024;
+
+/// One input of a tool: a parameter of the entry `def` not named like a grant.
+#[derive(Clone, Debug)]
+pub struct Input {
+    pub name: String,
+    pub ty: ArgType,
+    pub description: String,
+    /// The default, as JSON, when the input is optional.
+    pub default: Option<Value>,
+}
+
+/// A compiled, introspected program. Cheap to share between runs.
+#[derive(Clone)]
+pub struct Program {
+    pub path: PathBuf,
+    pub entry: String,
+    /// SHA-256 of the source, hex: bound into each journal's header.
+    pub hash: String,
+    pub description: String,
+    pub inputs: Vec<Input>,
+    /// Names of the capability parameters, in declaration order.
+    pub capabilities: Vec<String>,
+    pub returns: Option<ArgType>,
+    module: Arc<FrozenModule>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program").field("path", &self.path).field("entry", &self.entry).finish()
+    }
+}
+
+pub(crate) fn dialect() -> Dialect {
+    Dialect {
+        enable_keyword_only_arguments: true,
+        enable_types: DialectTypes::Enable,
+        enable_f_strings: true,
+        enable_load: false,
+        ..Dialect::Standard
+    }
+}
+
+/// The globals a program sees: standard Starlark, `print` (to stderr and the journal),
+/// `json`, typing, and the `money` type. Nothing that reads the clock, the disk or the
+/// network: a program acts only through the capabilities it is handed.
+pub(crate) fn globals() -> Globals {
+    GlobalsBuilder::extended_by(&[LibraryExtension::Print, LibraryExtension::Typing, LibraryExtension::Json])
+        .with(starlark_money::money_globals)
+        .build()
+}
+
+impl Program {
+    /// Compiles `source` and derives the tool's contract. `grant_names` are the grants of
+    /// the tool: parameters so named are capability handles, never inputs.
+    pub fn load(path: &Path, source: &str, entry: &str, grant_names: &[String]) -> Result<Program, String> {
+        let shown = path.display().to_string();
+        if source.len() > PROGRAM_BYTES_MAX {
+            return Err(format!("{shown}: is {} bytes; the limit is {PROGRAM_BYTES_MAX}", source.len()));
+        }
+        let ast = AstModule::parse(&shown, source.to_string(), &dialect()).map_err(|e| format!("{e}"))?;
+        let globals = globals();
+        let module = Module::with_temp_heap(|module| {
+            {
+                let mut eval = Evaluator::new(&module);
+                eval.set_max_tick_count(run::LOAD_TICKS_MAX).map_err(|e| format!("{e}"))?;
+                eval.eval_module(ast, &globals).map_err(|e| format!("{e}"))?;
+            }
+            module.freeze().map_err(|e| format!("{shown}: {e:?}"))
+        })?;
+        let def_line = find_def_line(source, entry);
+        let at = match def_line {
+            Some(line) => format!("{shown}:{line}"),
+            None => shown.clone(),
+        };
+        let function = module
+            .get(entry)
+            .map_err(|_| format!("{shown}: the entry `def {entry}(...)` is not defined"))?;
+        let DocItem::Member(DocMember::Function(doc)) = function.value().documentation() else {
+            return Err(format!("{at}: `{entry}` is not a function"));
+        };
+        if doc.params.args.is_some() || doc.params.kwargs.is_some() {
+            return Err(format!("{at}: `{entry}` may not take *args or **kwargs"));
+        }
+        let description = doc
+            .docs
+            .as_ref()
+            .map(|d| first_paragraph(&d.summary, d.details.as_deref()))
+            .filter(|d| !d.is_empty());
+        let params: Vec<&DocParam> = doc
+            .params
+            .pos_only
+            .iter()
+            .chain(&doc.params.pos_or_named)
+            .chain(&doc.params.named_only)
+            .collect();
+        let mut inputs = Vec::new();
+        let mut capabilities = Vec::new();
+        let mut problems = Vec::new();
+        for param in &params {
+            if grant_names.contains(&param.name) {
+                if param.default_value.is_some() {
+                    problems.push(format!("{at}: capability `{}` may not have a default", param.name));
+                }
+                capabilities.push(param.name.clone());
+                continue;
+            }
+            match input(param, &at) {
+                Ok(input) => inputs.push(input),
+                Err(problem) => problems.push(problem),
+            }
+        }
+        for grant in grant_names {
+            if !capabilities.contains(grant) {
+                problems.push(format!("{at}: grant `{grant}` is not a parameter of `{entry}`"));
+            }
+        }
+        let returns = match doc.ret.typ.to_string().as_str() {
+            "typing.Any" | "Any" => None,
+            text => match ArgType::parse(text) {
+                Ok(ty) => Some(ty),
+                Err(e) => {
+                    problems.push(format!("{at}: return annotation {e}"));
+                    None
+                }
+            },
+        };
+        let description = match description {
+            Some(d) => d,
+            None => {
+                problems.push(format!("{at}: `{entry}` has no docstring; its first paragraph is the tool's description"));
+                String::new()
+            }
+        };
+        if !problems.is_empty() {
+            return Err(problems.join("\n"));
+        }
+        Ok(Program {
+            path: path.to_path_buf(),
+            entry: entry.to_string(),
+            hash: hex(&Sha256::digest(source.as_bytes())),
+            description,
+            inputs,
+            capabilities,
+            returns,
+            module: Arc::new(module),
+        })
+    }
+
+    /// The tool's `inputSchema`.
+    pub fn input_schema(&self) -> Value {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for input in &self.inputs {
+            let mut schema = input.ty.schema();
+            let object = schema.as_object_mut().expect("schemas are objects");
+            object.insert("description".into(), json!(input.description));
+            match &input.default {
+                Some(default) => {
+                    object.insert("default".into(), default.clone());
+                }
+                None => required.push(json!(input.name)),
+            }
+            properties.insert(input.name.clone(), schema);
+        }
+        let mut schema = json!({"type": "object", "properties": properties, "additionalProperties": false});
+        if !required.is_empty() {
+            schema["required"] = Value::Array(required);
+        }
+        schema
+    }
+
+    /// The tool's `outputSchema`: `structuredContent` is always `{"result": ...}`.
+    pub fn output_schema(&self) -> Option<Value> {
+        let returns = self.returns.as_ref()?;
+        Some(json!({
+            "type": "object",
+            "properties": {"result": returns.schema()},
+            "required": ["result"],
+            "additionalProperties": false
+        }))
+    }
+
+    /// Warden's own input check: every problem at once, or the normalised inputs in
+    /// declaration order with defaults filled in.
+    pub fn check_inputs(&self, arguments: &Map<String, Value>) -> Result<Map<String, Value>, Vec<String>> {
+        let mut problems = Vec::new();
+        let mut checked = Map::new();
+        for name in arguments.keys() {
+            if !self.inputs.iter().any(|input| &input.name == name) {
+                problems.push(format!("$.{name}: is not an input of this tool"));
+            }
+        }
+        for input in &self.inputs {
+            let path = format!("$.{}", input.name);
+            match (arguments.get(&input.name), &input.default) {
+                (Some(value), _) => {
+                    checked.insert(input.name.clone(), input.ty.check(value, &path, &mut problems));
+                }
+                (None, Some(default)) => {
+                    checked.insert(input.name.clone(), default.clone());
+                }
+                (None, None) => problems.push(format!("{path}: is required")),
+            }
+        }
+        if problems.is_empty() {
+            return Ok(checked);
+        }
+        if problems.len() > INPUT_PROBLEMS_MAX {
+            let more = problems.len() - INPUT_PROBLEMS_MAX;
+            problems.truncate(INPUT_PROBLEMS_MAX);
+            problems.push(format!("... and {more} more"));
+        }
+        Err(problems)
+    }
+
+    pub(crate) fn module(&self) -> &FrozenModule {
+        &self.module
+    }
+}
+
+fn input(param: &DocParam, at: &str) -> Result<Input, String> {
+    let name = &param.name;
+    let annotation = param.typ.to_string();
+    if annotation == "typing.Any" || annotation == "Any" {
+        return Err(format!("{at}: input `{name}` has no type annotation"));
+    }
+    let ty = ArgType::parse(&annotation).map_err(|e| format!("{at}: input `{name}`: {e}"))?;
+    let description = match &param.docs {
+        Some(docs) if !docs.summary.trim().is_empty() => first_paragraph(&docs.summary, docs.details.as_deref()),
+        _ => return Err(format!("{at}: input `{name}` is not described in the docstring's `Args:` section")),
+    };
+    let default = match &param.default_value {
+        None => None,
+        Some(repr) => {
+            let value = default_json(repr).map_err(|e| format!("{at}: input `{name}`: default `{repr}` {e}"))?;
+            let mut problems = Vec::new();
+            let value = ty.check(&value, &format!("default of `{name}`"), &mut problems);
+            if !problems.is_empty() {
+                return Err(format!("{at}: input `{name}`: {}", problems.join("; ")));
+            }
+            Some(value)
+        }
+    };
+    Ok(Input { name: name.clone(), ty, description, default })
+}
+
+/// Evaluates a default's Starlark repr and converts it to JSON.
+fn default_json(repr: &str) -> Result<Value, String> {
+    let ast = AstModule::parse("default", format!("value = {repr}"), &dialect()).map_err(|_| "cannot be read".to_string())?;
+    let globals = globals();
+    Module::with_temp_heap(|module| {
+        let mut eval = Evaluator::new(&module);
+        eval.set_max_tick_count(run::LOAD_TICKS_MAX).map_err(|e| e.to_string())?;
+        eval.eval_module(ast, &globals).map_err(|_| "cannot be evaluated".to_string())?;
+        let value = module.get("value").ok_or("cannot be evaluated")?;
+        let text = value.to_json().map_err(|_| "has no JSON form".to_string())?;
+        serde_json::from_str(&text).map_err(|_| "has no JSON form".to_string())
+    })
+}
+
+fn first_paragraph(summary: &str, details: Option<&str>) -> String {
+    // Starlark splits the first line off as the summary; a paragraph may run on.
+    let mut text = summary.trim().to_string();
+    if let Some(details) = details {
+        let continuation: Vec<&str> = details.lines().take_while(|l| !l.trim().is_empty()).collect();
+        let starts_section = continuation.first().is_some_and(|l| l.trim_end().ends_with(':'));
+        if !starts_section && !details.starts_with('\n') && !summary.ends_with('.') {
+            for line in continuation {
+                text.push(' ');
+                text.push_str(line.trim());
+            }
+        }
+    }
+    text
+}
+
+fn find_def_line(source: &str, entry: &str) -> Option<usize> {
+    let needle = format!("def {entry}(");
+    source.lines().position(|line| line.trim_start().starts_with(&needle)).map(|i| i + 1)
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

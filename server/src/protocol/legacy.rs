@@ -1,0 +1,60 @@
+//! The 2025-11-25 era: `initialize`, `notifications/initialized`, `ping`, and requests
+//! without the per-request envelope once `initialize` happened. Results carry no
+//! `resultType` and no cache hints.
+
+use serde_json::{json, Value};
+
+use super::jsonrpc::{self, Request, RequestId, RpcError};
+use super::{call_params, Connection, PendingCall, Routed, LEGACY_VERSION};
+
+pub(super) fn route(connection: &Connection, request: Request) -> Routed {
+    let id = request.id.clone();
+    let outcome = match request.method.as_str() {
+        "initialize" => initialize(connection, &request),
+        "ping" => Ok(json!({})),
+        _ if !connection.legacy_initialized.get() => Err(RpcError::new(
+            Some(id.clone()),
+            jsonrpc::INVALID_PARAMS,
+            "missing _meta[\"io.modelcontextprotocol/protocolVersion\"]: send `initialize` first, or use the 2026-07-28 per-request envelope",
+        )),
+        "tools/list" => Ok(json!({"tools": connection.catalog.list()})),
+        "tools/call" => match call_params(connection, &request) {
+            Ok((tool, arguments)) => return Routed::Call(PendingCall { id, tool, arguments, finish }),
+            Err(error) => Err(error),
+        },
+        method => Err(RpcError::new(Some(id.clone()), jsonrpc::METHOD_NOT_FOUND, format!("Method not found: {method}"))),
+    };
+    Routed::Reply(match outcome {
+        Ok(result) => jsonrpc::response(&id, result),
+        Err(error) => error.to_value(),
+    })
+}
+
+fn initialize(connection: &Connection, request: &Request) -> Result<Value, RpcError> {
+    let id = Some(request.id.clone());
+    if connection.legacy_initialized.get() {
+        return Err(RpcError::new(id, jsonrpc::INVALID_REQUEST, "`initialize` was already received on this connection"));
+    }
+    let params = request.params.as_ref();
+    let Some(requested) = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str) else {
+        return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, "`initialize` needs a string `protocolVersion`"));
+    };
+    if !params.and_then(|p| p.get("capabilities")).is_some_and(Value::is_object) {
+        return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, "`initialize` needs an object `capabilities`"));
+    }
+    // A client asking for any other version (rmcp asks for 2026-07-28 here) is answered
+    // with the one version this handshake serves; it disconnects if it cannot use it.
+    if requested != LEGACY_VERSION {
+        connection.env.log(&format!("initialize asked for {requested}; answering {LEGACY_VERSION}"));
+    }
+    connection.legacy_initialized.set(true);
+    Ok(json!({
+        "protocolVersion": LEGACY_VERSION,
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": connection.server_info(),
+    }))
+}
+
+fn finish(_connection: &Connection, id: &RequestId, result: Value) -> Value {
+    jsonrpc::response(id, result)
+}

@@ -1,0 +1,219 @@
+//! The stdio protocol: framing, JSON-RPC classification and the two era handlers.
+//!
+//! Which era serves a request follows from the request (seed 000 section 3): one carrying
+//! `_meta["io.modelcontextprotocol/protocolVersion"]` is served as 2026-07-28; once a
+//! client has sent `initialize`, one without it is served as 2025-11-25; before that, one
+//! without it is refused with -32602. Each era has its own handler (`legacy.rs`,
+//! `modern.rs`); they share the catalog listing and the call pipeline, never message code.
+
+pub mod framing;
+pub mod jsonrpc;
+mod legacy;
+mod modern;
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use serde_json::{Map, Value};
+
+use crate::call::{self, CallControl, CallReply, Slots};
+use crate::catalog::Catalog;
+use crate::env::Env;
+use crate::sync::WaitGroup;
+use framing::{Frame, LineSplitter, READ_CHUNK_BYTES};
+use jsonrpc::{Incoming, Notification, Request, RequestId, RpcError};
+
+pub const MODERN_VERSION: &str = "2026-07-28";
+pub const LEGACY_VERSION: &str = "2025-11-25";
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// How long clients may cache the tool list and discovery: the list never changes while
+/// the server runs.
+pub const LIST_TTL_MS: u64 = 3_600_000;
+
+/// One client connection over stdio: the only state kept between requests is whether a
+/// legacy `initialize` happened, and the calls in progress (for cancellation).
+pub struct Connection {
+    env: Env,
+    catalog: Rc<Catalog>,
+    slots: Rc<Slots>,
+    legacy_initialized: Cell<bool>,
+    /// Calls in progress by request id (as JSON text), for `notifications/cancelled`.
+    calls: RefCell<BTreeMap<String, Rc<CallControl>>>,
+    tasks: WaitGroup,
+    client_gone: Cell<bool>,
+}
+
+impl Connection {
+    pub fn new(env: Env, catalog: Rc<Catalog>) -> Rc<Connection> {
+        Rc::new(Connection {
+            env,
+            catalog,
+            slots: Rc::new(Slots::default()),
+            legacy_initialized: Cell::new(false),
+            calls: RefCell::new(BTreeMap::new()),
+            tasks: WaitGroup::new(),
+            client_gone: Cell::new(false),
+        })
+    }
+
+    /// Serves until stdin ends or the client is gone, then waits for calls in progress.
+    pub async fn serve(self: &Rc<Self>) {
+        let mut splitter = LineSplitter::new();
+        loop {
+            if self.client_gone.get() {
+                self.env.log("the client is gone (a write failed); no more requests are read");
+                break;
+            }
+            let chunk = match self.env.stdio.read(READ_CHUNK_BYTES).await {
+                Ok(chunk) => chunk,
+                Err(error) => {
+                    self.env.log(&format!("reading the protocol stream failed: {error}; stopping"));
+                    break;
+                }
+            };
+            if chunk.is_empty() {
+                let partial = splitter.finish();
+                if partial > 0 {
+                    self.env.log(&format!("stdin closed in the middle of a line; its {partial} bytes were dropped"));
+                }
+                break;
+            }
+            splitter.feed(&chunk);
+            while let Some(frame) = splitter.next_frame() {
+                self.handle_frame(frame).await;
+            }
+        }
+        let running = self.tasks.count();
+        if running > 0 {
+            self.env.log(&format!("waiting for {running} call(s) in progress before exiting"));
+        }
+        self.tasks.wait().await;
+    }
+
+    async fn handle_frame(self: &Rc<Self>, frame: Frame) {
+        match jsonrpc::classify(&frame) {
+            Incoming::Invalid(error) => self.send(error.to_value()).await,
+            Incoming::Response => self.env.log("dropped a response from the client: this server sends no requests"),
+            Incoming::Notification(notification) => self.notification(notification),
+            Incoming::Request(request) => self.request(request).await,
+        }
+    }
+
+    fn notification(&self, notification: Notification) {
+        if notification.method != "notifications/cancelled" {
+            return; // Notifications the server does not use are ignored, never answered.
+        }
+        let Some(id) = notification.params.as_ref().and_then(|p| p.get("requestId")) else { return };
+        if let Some(control) = self.calls.borrow().get(&id.to_string()) {
+            control.cancel();
+        }
+    }
+
+    async fn request(self: &Rc<Self>, request: Request) {
+        let modern = request
+            .params
+            .as_ref()
+            .and_then(|params| params.get("_meta"))
+            .and_then(Value::as_object)
+            .is_some_and(|meta| meta.contains_key(META_PROTOCOL_VERSION));
+        let routed = if modern {
+            modern::route(self, request)
+        } else {
+            legacy::route(self, request)
+        };
+        match routed {
+            Routed::Reply(reply) => self.send(reply).await,
+            Routed::Call(call) => self.start_call(call),
+        }
+    }
+
+    /// Runs a call as its own task, so a long run never holds up other requests.
+    fn start_call(self: &Rc<Self>, call: PendingCall) {
+        let key = call.id.to_string();
+        if self.calls.borrow().contains_key(&key) {
+            let error = RpcError::new(Some(call.id), jsonrpc::INVALID_REQUEST, "a request with this id is still in progress");
+            let connection = Rc::clone(self);
+            self.env.spawn.spawn(Box::pin(async move { connection.send(error.to_value()).await }));
+            return;
+        }
+        let busy = self.calls.borrow().len() >= call::calls_in_progress_max(self.catalog.manifest.server.max_concurrent_runs);
+        let control = Rc::new(CallControl::default());
+        if !busy {
+            self.calls.borrow_mut().insert(key.clone(), Rc::clone(&control));
+        }
+        let guard = self.tasks.enter();
+        let connection = Rc::clone(self);
+        self.env.spawn.spawn(Box::pin(async move {
+            let _guard = guard;
+            let reply = if busy {
+                CallReply::Result(call::error_result(
+                    "the server is busy: too many calls are in progress; nothing was run, try again later".to_string(),
+                ))
+            } else {
+                let tool = connection.catalog.tool(&call.tool).expect("routing checked the tool exists");
+                call::call_tool(&connection.env, &connection.catalog, &connection.slots, tool, &call.arguments, &control).await
+            };
+            if !busy {
+                connection.calls.borrow_mut().remove(&key);
+            }
+            if let CallReply::Result(result) = reply {
+                connection.send((call.finish)(&connection, &call.id, result)).await;
+            }
+        }));
+    }
+
+    /// Writes one message as one line. A failed write means the client is gone.
+    async fn send(&self, message: Value) {
+        if self.client_gone.get() {
+            return;
+        }
+        let mut line = serde_json::to_vec(&message).expect("JSON values serialise");
+        assert!(!line.contains(&b'\n'), "a serialised message never holds a raw newline");
+        line.push(b'\n');
+        if let Err(error) = self.env.stdio.write_line(line).await {
+            self.env.log(&format!("writing to the client failed: {error}"));
+            self.client_gone.set(true);
+        }
+    }
+
+    fn server_info(&self) -> Value {
+        serde_json::json!({"name": self.catalog.manifest.server.name, "version": crate::VERSION})
+    }
+}
+
+/// A `tools/call` routed to a known tool, with the era's way of wrapping its result.
+pub(crate) struct PendingCall {
+    id: RequestId,
+    tool: String,
+    arguments: Map<String, Value>,
+    finish: fn(&Connection, &RequestId, Value) -> Value,
+}
+
+pub(crate) enum Routed {
+    Reply(Value),
+    Call(PendingCall),
+}
+
+/// Reads `tools/call` params shared by both eras: a string `name` naming a known tool and
+/// an optional object `arguments`.
+fn call_params(connection: &Connection, request: &Request) -> Result<(String, Map<String, Value>), RpcError> {
+    let invalid = |message: String| RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message);
+    let params = request.params.as_ref().ok_or_else(|| invalid("tools/call needs params".to_string()))?;
+    let name = match params.get("name") {
+        Some(Value::String(name)) => name.clone(),
+        _ => return Err(invalid("tools/call needs a string `name`".to_string())),
+    };
+    if connection.catalog.tool(&name).is_none() {
+        return Err(invalid(format!("Unknown tool: {name}")));
+    }
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(arguments)) => arguments.clone(),
+        Some(_) => return Err(invalid("`arguments` must be an object".to_string())),
+    };
+    Ok((name, arguments))
+}

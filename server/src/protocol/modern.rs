@@ -1,0 +1,86 @@
+//! The 2026-07-28 era: every request carries its own envelope and is served statelessly.
+//! Every result has `resultType` and `_meta.serverInfo`; cacheable ones have `ttlMs` and
+//! `cacheScope`.
+
+use serde_json::{json, Map, Value};
+
+use super::jsonrpc::{self, Request, RequestId, RpcError};
+use super::{
+    call_params, Connection, PendingCall, Routed, LIST_TTL_MS, META_CLIENT_CAPABILITIES, META_LOG_LEVEL,
+    META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
+};
+
+const LOG_LEVELS: &[&str] = &["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+pub(super) fn route(connection: &Connection, request: Request) -> Routed {
+    let id = request.id.clone();
+    if let Err(error) = check_envelope(&request) {
+        return Routed::Reply(error.to_value());
+    }
+    let outcome = match request.method.as_str() {
+        "server/discover" => Ok(json!({
+            "supportedVersions": [MODERN_VERSION],
+            "capabilities": {"tools": {"listChanged": false}},
+            "ttlMs": LIST_TTL_MS,
+            "cacheScope": "public",
+        })),
+        "tools/list" => Ok(json!({
+            "tools": connection.catalog.list(),
+            "ttlMs": LIST_TTL_MS,
+            "cacheScope": "public",
+        })),
+        "tools/call" => match call_params(connection, &request) {
+            Ok((tool, arguments)) => return Routed::Call(PendingCall { id, tool, arguments, finish }),
+            Err(error) => Err(error),
+        },
+        method => Err(RpcError::new(Some(id.clone()), jsonrpc::METHOD_NOT_FOUND, format!("Method not found: {method}"))),
+    };
+    Routed::Reply(match outcome {
+        Ok(result) => jsonrpc::response(&id, complete(connection, result)),
+        Err(error) => error.to_value(),
+    })
+}
+
+/// The per-request envelope: a supported version, client capabilities, a valid log level.
+fn check_envelope(request: &Request) -> Result<(), RpcError> {
+    let id = Some(request.id.clone());
+    let meta = request
+        .params
+        .as_ref()
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object)
+        .expect("routing saw the envelope");
+    let requested = match meta.get(META_PROTOCOL_VERSION) {
+        Some(Value::String(version)) => version.clone(),
+        _ => return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, format!("_meta[\"{META_PROTOCOL_VERSION}\"] must be a string"))),
+    };
+    if requested != MODERN_VERSION {
+        return Err(RpcError::new(id, jsonrpc::UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
+            .with_data(json!({"supported": [MODERN_VERSION], "requested": requested})));
+    }
+    if !meta.get(META_CLIENT_CAPABILITIES).is_some_and(Value::is_object) {
+        return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, format!("_meta[\"{META_CLIENT_CAPABILITIES}\"] must be an object")));
+    }
+    if let Some(level) = meta.get(META_LOG_LEVEL) {
+        if !level.as_str().is_some_and(|l| LOG_LEVELS.contains(&l)) {
+            return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, format!("_meta[\"{META_LOG_LEVEL}\"] is not a log level")));
+        }
+    }
+    Ok(())
+}
+
+fn complete(connection: &Connection, result: Value) -> Value {
+    let mut result = match result {
+        Value::Object(result) => result,
+        other => panic!("results are objects, got {other}"),
+    };
+    result.insert("resultType".into(), json!("complete"));
+    let mut meta = Map::new();
+    meta.insert(META_SERVER_INFO.into(), connection.server_info());
+    result.insert("_meta".into(), Value::Object(meta));
+    Value::Object(result)
+}
+
+fn finish(connection: &Connection, id: &RequestId, result: Value) -> Value {
+    jsonrpc::response(id, complete(connection, result))
+}
