@@ -72,15 +72,23 @@ impl Slots {
         }
         *used += 1;
         self.server.set(self.server.get() + 1);
-        Some(Slot { slots: Rc::clone(self), tool: tool.config.name.clone() })
+        Some(Slot {
+            slots: Rc::clone(self),
+            tool: tool.config.name.clone(),
+        })
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut per_tool = self.slots.per_tool.borrow_mut();
-        let used = per_tool.get_mut(&self.tool).expect("a slot's tool is counted");
-        assert!(*used > 0 && self.slots.server.get() > 0, "slot count underflow");
+        let used = per_tool
+            .get_mut(&self.tool)
+            .expect("a slot's tool is counted");
+        assert!(
+            *used > 0 && self.slots.server.get() > 0,
+            "slot count underflow"
+        );
         *used -= 1;
         self.slots.server.set(self.slots.server.get() - 1);
     }
@@ -110,33 +118,52 @@ pub async fn call_tool(
     };
     // The last point where cancellation stops the call: past it, the run has started.
     if control.is_cancelled() {
-        env.log(&format!("tool {}: call cancelled before its run started; nothing was run", tool.config.name));
+        env.log(&format!(
+            "tool {}: call cancelled before its run started; nothing was run",
+            tool.config.name
+        ));
         return CallReply::Silent;
     }
     let run_id = env.new_run_id();
     env.log(&format!("tool {} run {run_id}: started", tool.config.name));
     let program = tool.program.clone();
-    let limits = RunLimits { max_steps: tool.config.max_steps };
+    let limits = RunLimits {
+        max_steps: tool.config.max_steps,
+    };
     let job_inputs = inputs.clone();
-    let execution = env.blocking(move || program::execute(&program, &job_inputs, limits)).await;
+    let execution = env
+        .blocking(move || program::execute(&program, &job_inputs, limits))
+        .await;
     let reply = match execution {
         Ok(execution) => {
             for line in &execution.prints {
-                env.log(&format!("tool {} run {run_id}: print: {line}", tool.config.name));
+                env.log(&format!(
+                    "tool {} run {run_id}: print: {line}",
+                    tool.config.name
+                ));
             }
             if execution.prints_dropped > 0 {
-                env.log(&format!("tool {} run {run_id}: {} more print lines dropped", tool.config.name, execution.prints_dropped));
+                env.log(&format!(
+                    "tool {} run {run_id}: {} more print lines dropped",
+                    tool.config.name, execution.prints_dropped
+                ));
             }
             outcome_result(env, tool, &run_id, &execution.outcome)
         }
         Err(panic) => {
-            env.log(&format!("tool {} run {run_id}: internal error: the program runtime panicked: {panic}", tool.config.name));
+            env.log(&format!(
+                "tool {} run {run_id}: internal error: the program runtime panicked: {panic}",
+                tool.config.name
+            ));
             internal_result(&run_id)
         }
     };
     env.log(&format!("tool {} run {run_id}: ended", tool.config.name));
     if control.is_cancelled() {
-        env.log(&format!("tool {} run {run_id}: the call was cancelled while running; its answer is not sent", tool.config.name));
+        env.log(&format!(
+            "tool {} run {run_id}: the call was cancelled while running; its answer is not sent",
+            tool.config.name
+        ));
         return CallReply::Silent;
     }
     CallReply::Result(bounded(reply, &run_id))
@@ -154,16 +181,25 @@ fn outcome_result(env: &Env, tool: &Tool, run_id: &str, outcome: &Outcome) -> Va
             })
         }
         Outcome::Failed(failure) if failure.kind == FailureKind::Internal => {
-            env.log(&format!("tool {} run {run_id}: internal error: {}", tool.config.name, failure.message));
+            env.log(&format!(
+                "tool {} run {run_id}: internal error: {}",
+                tool.config.name, failure.message
+            ));
             internal_result(run_id)
         }
-        Outcome::Failed(failure) if failure.kind == FailureKind::Capability => error_result(failure.message.clone()),
-        Outcome::Failed(failure) => error_result(format!("{}: {}", failure.kind.name(), failure.message)),
+        Outcome::Failed(failure) if failure.kind == FailureKind::Capability => {
+            error_result(failure.message.clone())
+        }
+        Outcome::Failed(failure) => {
+            error_result(format!("{}: {}", failure.kind.name(), failure.message))
+        }
     }
 }
 
 fn internal_result(run_id: &str) -> Value {
-    error_result(format!("an internal error happened in run {run_id}; the details are in the server's log"))
+    error_result(format!(
+        "an internal error happened in run {run_id}; the details are in the server's log"
+    ))
 }
 
 pub fn error_result(text: String) -> Value {
@@ -172,7 +208,9 @@ pub fn error_result(text: String) -> Value {
 
 /// A result over `RESULT_BYTES_MAX` is not sent; the call says so instead.
 fn bounded(result: Value, run_id: &str) -> Value {
-    let size = serde_json::to_vec(&result).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
+    let size = serde_json::to_vec(&result)
+        .map(|bytes| bytes.len())
+        .unwrap_or(usize::MAX);
     if size <= RESULT_BYTES_MAX {
         return result;
     }

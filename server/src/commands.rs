@@ -34,10 +34,24 @@ async fn load(env: &Env, manifest_path: &Path) -> Result<Catalog, String> {
 /// `warden check <manifest>`: every problem, or a one-line summary per tool.
 pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
-    let mut report = format!("{}: ok, {} tool(s)\n", manifest_path.display(), catalog.tools.len());
+    let mut report = format!(
+        "{}: ok, {} tool(s)\n",
+        manifest_path.display(),
+        catalog.tools.len()
+    );
     for tool in &catalog.tools {
-        let inputs: Vec<&str> = tool.program.inputs.iter().map(|i| i.name.as_str()).collect();
-        report.push_str(&format!("  {} ({}): inputs {}\n", tool.config.name, tool.program.path.display(), inputs.join(", ")));
+        let inputs: Vec<&str> = tool
+            .program
+            .inputs
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect();
+        report.push_str(&format!(
+            "  {} ({}): inputs {}\n",
+            tool.config.name,
+            tool.program.path.display(),
+            inputs.join(", ")
+        ));
     }
     Ok(report)
 }
@@ -47,7 +61,10 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
     let catalog = load(env, manifest_path).await?;
     let described = match tool {
         None => json!(catalog.list()),
-        Some(name) => catalog.tool(name).map(|t| t.describe()).ok_or_else(|| format!("no tool named `{name}` in the manifest"))?,
+        Some(name) => catalog
+            .tool(name)
+            .map(|t| t.describe())
+            .ok_or_else(|| format!("no tool named `{name}` in the manifest"))?,
     };
     Ok(serde_json::to_string_pretty(&described).expect("JSON values serialise") + "\n")
 }

@@ -104,7 +104,10 @@ pub struct NetError {
 }
 
 pub trait Net {
-    fn request(&self, request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>>;
+    fn request(
+        &self,
+        request: HttpRequest,
+    ) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>>;
 }
 
 /// A SQLite statement for the `db.sqlite` capability.
@@ -129,7 +132,12 @@ pub trait Db {
     fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>>;
     /// Whether `warden_actions` holds (run id, action number): the write is known to have
     /// happened. `Ok(false)` means it is known not to have happened.
-    fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>>;
+    fn action_recorded(
+        &self,
+        path: &Path,
+        run: &str,
+        action: u64,
+    ) -> LocalBoxFuture<'static, Result<bool, String>>;
 }
 
 /// Randomness: run ids and anything else random.

@@ -22,7 +22,10 @@ enum Command {
     /// Check a manifest and its programs without serving anything.
     Check { manifest: PathBuf },
     /// Print the tools' schemas as `tools/list` gives them.
-    Schema { manifest: PathBuf, tool: Option<String> },
+    Schema {
+        manifest: PathBuf,
+        tool: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -37,8 +40,14 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            if std::env::var_os(SELF_TEST_STDOUT).is_some() {
+                write_to_stdout_as_a_stray_library_would();
+            }
             let env = warden::io::real_env(stdio);
-            report(warden::io::run(warden::commands::serve_mcp(&env, &manifest)).map(|()| String::new()))
+            report(
+                warden::io::run(warden::commands::serve_mcp(&env, &manifest))
+                    .map(|()| String::new()),
+            )
         }
         Command::Check { manifest } => {
             let env = warden::io::command_env();
@@ -46,9 +55,24 @@ fn main() -> ExitCode {
         }
         Command::Schema { manifest, tool } => {
             let env = warden::io::command_env();
-            report(warden::io::run(warden::commands::schema(&env, &manifest, tool.as_deref())))
+            report(warden::io::run(warden::commands::schema(
+                &env,
+                &manifest,
+                tool.as_deref(),
+            )))
         }
     }
+}
+
+/// Set by the stream-protection test: the process writes to its standard output the way a
+/// stray print or a C library would, after the protocol stream was protected.
+const SELF_TEST_STDOUT: &str = "WARDEN_SELF_TEST_STDOUT";
+
+fn write_to_stdout_as_a_stray_library_would() {
+    println!("stray line from println! (must land on stderr)");
+    let raw = b"stray line from write(1, ...) (must land on stderr)\n";
+    // SAFETY: writes a static buffer to fd 1, as a C library would.
+    unsafe { libc::write(1, raw.as_ptr().cast(), raw.len()) };
 }
 
 fn report(outcome: Result<String, String>) -> ExitCode {

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
-/// Counts tasks in progress; `wait` completes when none are left.
+/// Counts tasks in progress; `wait` completes when none are left. One task waits at a time.
 #[derive(Clone, Default)]
 pub struct WaitGroup {
     inner: Rc<WaitGroupInner>,
@@ -17,7 +17,8 @@ pub struct WaitGroup {
 #[derive(Default)]
 struct WaitGroupInner {
     count: Cell<usize>,
-    waiters: RefCell<Vec<Waker>>,
+    /// The one task waiting (the latest to poll): bounded, unlike a list of wakers.
+    waiter: RefCell<Option<Waker>>,
 }
 
 /// Held by one task in progress; dropping it (also when the task is dropped) ends it.
@@ -32,7 +33,9 @@ impl WaitGroup {
 
     pub fn enter(&self) -> WaitGroupGuard {
         self.inner.count.set(self.inner.count.get() + 1);
-        WaitGroupGuard { inner: Rc::clone(&self.inner) }
+        WaitGroupGuard {
+            inner: Rc::clone(&self.inner),
+        }
     }
 
     pub fn count(&self) -> usize {
@@ -40,7 +43,9 @@ impl WaitGroup {
     }
 
     pub fn wait(&self) -> WaitAll {
-        WaitAll { inner: Rc::clone(&self.inner) }
+        WaitAll {
+            inner: Rc::clone(&self.inner),
+        }
     }
 }
 
@@ -50,7 +55,7 @@ impl Drop for WaitGroupGuard {
         assert!(count > 0, "wait group count underflow");
         self.inner.count.set(count - 1);
         if count == 1 {
-            for waker in self.inner.waiters.borrow_mut().drain(..) {
+            if let Some(waker) = self.inner.waiter.borrow_mut().take() {
                 waker.wake();
             }
         }
@@ -68,7 +73,81 @@ impl Future for WaitAll {
         if self.inner.count.get() == 0 {
             return Poll::Ready(());
         }
-        self.inner.waiters.borrow_mut().push(cx.waker().clone());
+        *self.inner.waiter.borrow_mut() = Some(cx.waker().clone());
         Poll::Pending
     }
+}
+
+/// A one-way flag one task can wait on (e.g. "the client is gone").
+#[derive(Clone, Default)]
+pub struct Signal {
+    inner: Rc<SignalInner>,
+}
+
+#[derive(Default)]
+struct SignalInner {
+    set: Cell<bool>,
+    /// The one task waiting (the latest to poll): bounded, unlike a list of wakers.
+    waiter: RefCell<Option<Waker>>,
+}
+
+impl Signal {
+    pub fn new() -> Signal {
+        Signal::default()
+    }
+
+    pub fn set(&self) {
+        self.inner.set.set(true);
+        if let Some(waker) = self.inner.waiter.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.inner.set.get()
+    }
+
+    pub fn wait(&self) -> SignalWait {
+        SignalWait {
+            inner: Rc::clone(&self.inner),
+        }
+    }
+}
+
+pub struct SignalWait {
+    inner: Rc<SignalInner>,
+}
+
+impl Future for SignalWait {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.inner.set.get() {
+            return Poll::Ready(());
+        }
+        *self.inner.waiter.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+pub enum Either<A, B> {
+    Left(A),
+    Right(B),
+}
+
+/// Polls both futures; the first to complete wins and the other is dropped.
+pub async fn select<A: Future + Unpin, B: Future + Unpin>(
+    mut a: A,
+    mut b: B,
+) -> Either<A::Output, B::Output> {
+    std::future::poll_fn(move |cx| {
+        if let Poll::Ready(value) = Pin::new(&mut a).poll(cx) {
+            return Poll::Ready(Either::Left(value));
+        }
+        if let Poll::Ready(value) = Pin::new(&mut b).poll(cx) {
+            return Poll::Ready(Either::Right(value));
+        }
+        Poll::Pending
+    })
+    .await
 }

@@ -55,20 +55,66 @@ const HTTP_READ_KEYS: &[GrantKey] = &[Only, Uses, Headers];
 const HTTP_WRITE_KEYS: &[GrantKey] = &[Only, Each, Max, Uses, IdempotencyKey, Headers];
 
 pub const KINDS: &[CapKind] = &[
-    CapKind { name: "net.http.get", keys: HTTP_READ_KEYS, required: &[Only], network: true, read_only: true, needs: &[] },
-    CapKind { name: "net.http.post", keys: HTTP_WRITE_KEYS, required: &[Only], network: true, read_only: false, needs: &[] },
-    CapKind { name: "net.http.put", keys: HTTP_WRITE_KEYS, required: &[Only], network: true, read_only: false, needs: &[] },
-    CapKind { name: "net.http.patch", keys: HTTP_WRITE_KEYS, required: &[Only], network: true, read_only: false, needs: &[] },
-    CapKind { name: "net.http.delete", keys: HTTP_WRITE_KEYS, required: &[Only], network: true, read_only: false, needs: &[] },
+    CapKind {
+        name: "net.http.get",
+        keys: HTTP_READ_KEYS,
+        required: &[Only],
+        network: true,
+        read_only: true,
+        needs: &[],
+    },
+    CapKind {
+        name: "net.http.post",
+        keys: HTTP_WRITE_KEYS,
+        required: &[Only],
+        network: true,
+        read_only: false,
+        needs: &[],
+    },
+    CapKind {
+        name: "net.http.put",
+        keys: HTTP_WRITE_KEYS,
+        required: &[Only],
+        network: true,
+        read_only: false,
+        needs: &[],
+    },
+    CapKind {
+        name: "net.http.patch",
+        keys: HTTP_WRITE_KEYS,
+        required: &[Only],
+        network: true,
+        read_only: false,
+        needs: &[],
+    },
+    CapKind {
+        name: "net.http.delete",
+        keys: HTTP_WRITE_KEYS,
+        required: &[Only],
+        network: true,
+        read_only: false,
+        needs: &[],
+    },
     CapKind {
         name: "payments.stripe.refund",
         keys: &[Each, Max, Uses, Needs],
         required: &[Needs],
         network: true,
         read_only: false,
-        needs: &[("get", Some("net.http.get")), ("post", Some("net.http.post")), ("key", None)],
+        needs: &[
+            ("get", Some("net.http.get")),
+            ("post", Some("net.http.post")),
+            ("key", None),
+        ],
     },
-    CapKind { name: "db.sqlite", keys: &[Path, Mode, Uses], required: &[Path, Mode], network: false, read_only: false, needs: &[] },
+    CapKind {
+        name: "db.sqlite",
+        keys: &[Path, Mode, Uses],
+        required: &[Path, Mode],
+        network: false,
+        read_only: false,
+        needs: &[],
+    },
 ];
 
 pub fn find(name: &str) -> Option<&'static CapKind> {
@@ -76,5 +122,9 @@ pub fn find(name: &str) -> Option<&'static CapKind> {
 }
 
 pub fn names() -> String {
-    KINDS.iter().map(|kind| kind.name).collect::<Vec<_>>().join(", ")
+    KINDS
+        .iter()
+        .map(|kind| kind.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -55,7 +55,10 @@ struct RealClock;
 
 impl Clock for RealClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
     }
 
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
@@ -90,7 +93,9 @@ impl Spawn for RealSpawn {
 }
 
 /// Runs blocking filesystem or library work off the reactor.
-pub(crate) async fn off_reactor<T: Send + 'static>(job: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+pub(crate) async fn off_reactor<T: Send + 'static>(
+    job: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     match tokio::task::spawn_blocking(job).await {
         Ok(result) => result,
         Err(error) => Err(io::Error::other(format!("blocking task failed: {error}"))),

@@ -34,8 +34,12 @@ pub fn protect_stdio() -> io::Result<ProtectedStdio> {
         }
         libc::close(null);
         Ok(ProtectedStdio {
-            reader: Some(Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(File::from_raw_fd(reader))))),
-            writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(File::from_raw_fd(writer)))),
+            reader: Some(Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(
+                File::from_raw_fd(reader),
+            )))),
+            writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(
+                File::from_raw_fd(writer),
+            ))),
         })
     }
 }
@@ -45,7 +49,10 @@ impl ProtectedStdio {
     pub fn for_command() -> ProtectedStdio {
         // SAFETY: duplicating fd 1 gives this value its own descriptor to own.
         let writer = unsafe { File::from_raw_fd(libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3)) };
-        ProtectedStdio { reader: None, writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(writer))) }
+        ProtectedStdio {
+            reader: None,
+            writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(writer))),
+        }
     }
 }
 
@@ -53,7 +60,9 @@ impl Stdio for ProtectedStdio {
     fn read(&self, max: usize) -> LocalBoxFuture<'static, io::Result<Vec<u8>>> {
         let reader = self.reader.clone();
         Box::pin(async move {
-            let Some(reader) = reader else { return Ok(Vec::new()) };
+            let Some(reader) = reader else {
+                return Ok(Vec::new());
+            };
             let mut file = reader.lock().await;
             let mut buffer = vec![0u8; max];
             loop {

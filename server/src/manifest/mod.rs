@@ -92,7 +92,9 @@ pub struct NetConfig {
 pub enum Grant {
     Capability(CapabilityGrant),
     /// A secret reference inside `needs`: the environment variable's name, never its value.
-    Secret { env: String },
+    Secret {
+        env: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

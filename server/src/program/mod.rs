@@ -53,7 +53,10 @@ pub struct Program {
 
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Program").field("path", &self.path).field("entry", &self.entry).finish()
+        f.debug_struct("Program")
+            .field("path", &self.path)
+            .field("entry", &self.entry)
+            .finish()
     }
 }
 
@@ -71,26 +74,41 @@ pub(crate) fn dialect() -> Dialect {
 /// `json`, typing, and the `money` type. Nothing that reads the clock, the disk or the
 /// network: a program acts only through the capabilities it is handed.
 pub(crate) fn globals() -> Globals {
-    GlobalsBuilder::extended_by(&[LibraryExtension::Print, LibraryExtension::Typing, LibraryExtension::Json])
-        .with(starlark_money::money_globals)
-        .build()
+    GlobalsBuilder::extended_by(&[
+        LibraryExtension::Print,
+        LibraryExtension::Typing,
+        LibraryExtension::Json,
+    ])
+    .with(starlark_money::money_globals)
+    .build()
 }
 
 impl Program {
     /// Compiles `source` and derives the tool's contract. `grant_names` are the grants of
     /// the tool: parameters so named are capability handles, never inputs.
-    pub fn load(path: &Path, source: &str, entry: &str, grant_names: &[String]) -> Result<Program, String> {
+    pub fn load(
+        path: &Path,
+        source: &str,
+        entry: &str,
+        grant_names: &[String],
+    ) -> Result<Program, String> {
         let shown = path.display().to_string();
         if source.len() > PROGRAM_BYTES_MAX {
-            return Err(format!("{shown}: is {} bytes; the limit is {PROGRAM_BYTES_MAX}", source.len()));
+            return Err(format!(
+                "{shown}: is {} bytes; the limit is {PROGRAM_BYTES_MAX}",
+                source.len()
+            ));
         }
-        let ast = AstModule::parse(&shown, source.to_string(), &dialect()).map_err(|e| format!("{e}"))?;
+        let ast =
+            AstModule::parse(&shown, source.to_string(), &dialect()).map_err(|e| format!("{e}"))?;
         let globals = globals();
         let module = Module::with_temp_heap(|module| {
             {
                 let mut eval = Evaluator::new(&module);
-                eval.set_max_tick_count(run::LOAD_TICKS_MAX).map_err(|e| format!("{e}"))?;
-                eval.eval_module(ast, &globals).map_err(|e| format!("{e}"))?;
+                eval.set_max_tick_count(run::LOAD_TICKS_MAX)
+                    .map_err(|e| format!("{e}"))?;
+                eval.eval_module(ast, &globals)
+                    .map_err(|e| format!("{e}"))?;
             }
             module.freeze().map_err(|e| format!("{shown}: {e:?}"))
         })?;
@@ -126,7 +144,10 @@ impl Program {
         for param in &params {
             if grant_names.contains(&param.name) {
                 if param.default_value.is_some() {
-                    problems.push(format!("{at}: capability `{}` may not have a default", param.name));
+                    problems.push(format!(
+                        "{at}: capability `{}` may not have a default",
+                        param.name
+                    ));
                 }
                 capabilities.push(param.name.clone());
                 continue;
@@ -138,7 +159,9 @@ impl Program {
         }
         for grant in grant_names {
             if !capabilities.contains(grant) {
-                problems.push(format!("{at}: grant `{grant}` is not a parameter of `{entry}`"));
+                problems.push(format!(
+                    "{at}: grant `{grant}` is not a parameter of `{entry}`"
+                ));
             }
         }
         let returns = match doc.ret.typ.to_string().as_str() {
@@ -189,7 +212,8 @@ impl Program {
             }
             properties.insert(input.name.clone(), schema);
         }
-        let mut schema = json!({"type": "object", "properties": properties, "additionalProperties": false});
+        let mut schema =
+            json!({"type": "object", "properties": properties, "additionalProperties": false});
         if !required.is_empty() {
             schema["required"] = Value::Array(required);
         }
@@ -209,7 +233,10 @@ impl Program {
 
     /// Warden's own input check: every problem at once, or the normalised inputs in
     /// declaration order with defaults filled in.
-    pub fn check_inputs(&self, arguments: &Map<String, Value>) -> Result<Map<String, Value>, Vec<String>> {
+    pub fn check_inputs(
+        &self,
+        arguments: &Map<String, Value>,
+    ) -> Result<Map<String, Value>, Vec<String>> {
         let mut problems = Vec::new();
         let mut checked = Map::new();
         for name in arguments.keys() {
@@ -221,7 +248,10 @@ impl Program {
             let path = format!("$.{}", input.name);
             match (arguments.get(&input.name), &input.default) {
                 (Some(value), _) => {
-                    checked.insert(input.name.clone(), input.ty.check(value, &path, &mut problems));
+                    checked.insert(
+                        input.name.clone(),
+                        input.ty.check(value, &path, &mut problems),
+                    );
                 }
                 (None, Some(default)) => {
                     checked.insert(input.name.clone(), default.clone());
@@ -253,13 +283,20 @@ fn input(param: &DocParam, at: &str) -> Result<Input, String> {
     }
     let ty = ArgType::parse(&annotation).map_err(|e| format!("{at}: input `{name}`: {e}"))?;
     let description = match &param.docs {
-        Some(docs) if !docs.summary.trim().is_empty() => first_paragraph(&docs.summary, docs.details.as_deref()),
-        _ => return Err(format!("{at}: input `{name}` is not described in the docstring's `Args:` section")),
+        Some(docs) if !docs.summary.trim().is_empty() => {
+            first_paragraph(&docs.summary, docs.details.as_deref())
+        }
+        _ => {
+            return Err(format!(
+                "{at}: input `{name}` is not described in the docstring's `Args:` section"
+            ))
+        }
     };
     let default = match &param.default_value {
         None => None,
         Some(repr) => {
-            let value = default_json(repr).map_err(|e| format!("{at}: input `{name}`: default `{repr}` {e}"))?;
+            let value = default_json(repr)
+                .map_err(|e| format!("{at}: input `{name}`: default `{repr}` {e}"))?;
             let mut problems = Vec::new();
             let value = ty.check(&value, &format!("default of `{name}`"), &mut problems);
             if !problems.is_empty() {
@@ -268,19 +305,29 @@ fn input(param: &DocParam, at: &str) -> Result<Input, String> {
             Some(value)
         }
     };
-    Ok(Input { name: name.clone(), ty, description, default })
+    Ok(Input {
+        name: name.clone(),
+        ty,
+        description,
+        default,
+    })
 }
 
 /// Evaluates a default's Starlark repr and converts it to JSON.
 fn default_json(repr: &str) -> Result<Value, String> {
-    let ast = AstModule::parse("default", format!("value = {repr}"), &dialect()).map_err(|_| "cannot be read".to_string())?;
+    let ast = AstModule::parse("default", format!("value = {repr}"), &dialect())
+        .map_err(|_| "cannot be read".to_string())?;
     let globals = globals();
     Module::with_temp_heap(|module| {
         let mut eval = Evaluator::new(&module);
-        eval.set_max_tick_count(run::LOAD_TICKS_MAX).map_err(|e| e.to_string())?;
-        eval.eval_module(ast, &globals).map_err(|_| "cannot be evaluated".to_string())?;
+        eval.set_max_tick_count(run::LOAD_TICKS_MAX)
+            .map_err(|e| e.to_string())?;
+        eval.eval_module(ast, &globals)
+            .map_err(|_| "cannot be evaluated".to_string())?;
         let value = module.get("value").ok_or("cannot be evaluated")?;
-        let text = value.to_json().map_err(|_| "has no JSON form".to_string())?;
+        let text = value
+            .to_json()
+            .map_err(|_| "has no JSON form".to_string())?;
         serde_json::from_str(&text).map_err(|_| "has no JSON form".to_string())
     })
 }
@@ -289,8 +336,13 @@ fn first_paragraph(summary: &str, details: Option<&str>) -> String {
     // Starlark splits the first line off as the summary; a paragraph may run on.
     let mut text = summary.trim().to_string();
     if let Some(details) = details {
-        let continuation: Vec<&str> = details.lines().take_while(|l| !l.trim().is_empty()).collect();
-        let starts_section = continuation.first().is_some_and(|l| l.trim_end().ends_with(':'));
+        let continuation: Vec<&str> = details
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .collect();
+        let starts_section = continuation
+            .first()
+            .is_some_and(|l| l.trim_end().ends_with(':'));
         if !starts_section && !details.starts_with('\n') && !summary.ends_with('.') {
             for line in continuation {
                 text.push(' ');
@@ -303,7 +355,10 @@ fn first_paragraph(summary: &str, details: Option<&str>) -> String {
 
 fn find_def_line(source: &str, entry: &str) -> Option<usize> {
     let needle = format!("def {entry}(");
-    source.lines().position(|line| line.trim_start().starts_with(&needle)).map(|i| i + 1)
+    source
+        .lines()
+        .position(|line| line.trim_start().starts_with(&needle))
+        .map(|i| i + 1)
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {

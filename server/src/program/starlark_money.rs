@@ -8,8 +8,8 @@ use serde::Serialize;
 use starlark::any::ProvidesStaticType;
 use starlark::environment::GlobalsBuilder;
 use starlark::starlark_module;
-use starlark::values::{AllocValue, Heap, StarlarkPagable, StarlarkValue, Value, ValueLike};
 use starlark::values::starlark_value;
+use starlark::values::{AllocValue, Heap, StarlarkPagable, StarlarkValue, Value, ValueLike};
 
 #[derive(Debug, Clone, ProvidesStaticType, Allocative, StarlarkPagable, Serialize)]
 pub struct StarlarkMoney {

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use crate::call::{self, CallControl, CallReply, Slots};
 use crate::catalog::Catalog;
 use crate::env::Env;
-use crate::sync::WaitGroup;
+use crate::sync::{select, Either, Signal, WaitGroup};
 use framing::{Frame, LineSplitter, READ_CHUNK_BYTES};
 use jsonrpc::{Incoming, Notification, Request, RequestId, RpcError};
 
@@ -44,7 +44,7 @@ pub struct Connection {
     /// Calls in progress by request id (as JSON text), for `notifications/cancelled`.
     calls: RefCell<BTreeMap<String, Rc<CallControl>>>,
     tasks: WaitGroup,
-    client_gone: Cell<bool>,
+    client_gone: Signal,
 }
 
 impl Connection {
@@ -56,7 +56,7 @@ impl Connection {
             legacy_initialized: Cell::new(false),
             calls: RefCell::new(BTreeMap::new()),
             tasks: WaitGroup::new(),
-            client_gone: Cell::new(false),
+            client_gone: Signal::new(),
         })
     }
 
@@ -64,21 +64,27 @@ impl Connection {
     pub async fn serve(self: &Rc<Self>) {
         let mut splitter = LineSplitter::new();
         loop {
-            if self.client_gone.get() {
-                self.env.log("the client is gone (a write failed); no more requests are read");
-                break;
-            }
-            let chunk = match self.env.stdio.read(READ_CHUNK_BYTES).await {
-                Ok(chunk) => chunk,
-                Err(error) => {
-                    self.env.log(&format!("reading the protocol stream failed: {error}; stopping"));
+            let read = self.env.stdio.read(READ_CHUNK_BYTES);
+            let chunk = match select(read, self.client_gone.wait()).await {
+                Either::Right(()) => {
+                    self.env
+                        .log("the client is gone (a write failed); no more requests are read");
+                    break;
+                }
+                Either::Left(Ok(chunk)) => chunk,
+                Either::Left(Err(error)) => {
+                    self.env.log(&format!(
+                        "reading the protocol stream failed: {error}; stopping"
+                    ));
                     break;
                 }
             };
             if chunk.is_empty() {
                 let partial = splitter.finish();
                 if partial > 0 {
-                    self.env.log(&format!("stdin closed in the middle of a line; its {partial} bytes were dropped"));
+                    self.env.log(&format!(
+                        "stdin closed in the middle of a line; its {partial} bytes were dropped"
+                    ));
                 }
                 break;
             }
@@ -89,7 +95,9 @@ impl Connection {
         }
         let running = self.tasks.count();
         if running > 0 {
-            self.env.log(&format!("waiting for {running} call(s) in progress before exiting"));
+            self.env.log(&format!(
+                "waiting for {running} call(s) in progress before exiting"
+            ));
         }
         self.tasks.wait().await;
     }
@@ -97,7 +105,9 @@ impl Connection {
     async fn handle_frame(self: &Rc<Self>, frame: Frame) {
         match jsonrpc::classify(&frame) {
             Incoming::Invalid(error) => self.send(error.to_value()).await,
-            Incoming::Response => self.env.log("dropped a response from the client: this server sends no requests"),
+            Incoming::Response => self
+                .env
+                .log("dropped a response from the client: this server sends no requests"),
             Incoming::Notification(notification) => self.notification(notification),
             Incoming::Request(request) => self.request(request).await,
         }
@@ -107,7 +117,13 @@ impl Connection {
         if notification.method != "notifications/cancelled" {
             return; // Notifications the server does not use are ignored, never answered.
         }
-        let Some(id) = notification.params.as_ref().and_then(|p| p.get("requestId")) else { return };
+        let Some(id) = notification
+            .params
+            .as_ref()
+            .and_then(|p| p.get("requestId"))
+        else {
+            return;
+        };
         if let Some(control) = self.calls.borrow().get(&id.to_string()) {
             control.cancel();
         }
@@ -135,15 +151,24 @@ impl Connection {
     fn start_call(self: &Rc<Self>, call: PendingCall) {
         let key = call.id.to_string();
         if self.calls.borrow().contains_key(&key) {
-            let error = RpcError::new(Some(call.id), jsonrpc::INVALID_REQUEST, "a request with this id is still in progress");
+            let error = RpcError::new(
+                Some(call.id),
+                jsonrpc::INVALID_REQUEST,
+                "a request with this id is still in progress",
+            );
             let connection = Rc::clone(self);
-            self.env.spawn.spawn(Box::pin(async move { connection.send(error.to_value()).await }));
+            self.env.spawn.spawn(Box::pin(
+                async move { connection.send(error.to_value()).await },
+            ));
             return;
         }
-        let busy = self.calls.borrow().len() >= call::calls_in_progress_max(self.catalog.manifest.server.max_concurrent_runs);
+        let busy = self.calls.borrow().len()
+            >= call::calls_in_progress_max(self.catalog.manifest.server.max_concurrent_runs);
         let control = Rc::new(CallControl::default());
         if !busy {
-            self.calls.borrow_mut().insert(key.clone(), Rc::clone(&control));
+            self.calls
+                .borrow_mut()
+                .insert(key.clone(), Rc::clone(&control));
         }
         let guard = self.tasks.enter();
         let connection = Rc::clone(self);
@@ -168,15 +193,19 @@ impl Connection {
 
     /// Writes one message as one line. A failed write means the client is gone.
     async fn send(&self, message: Value) {
-        if self.client_gone.get() {
+        if self.client_gone.is_set() {
             return;
         }
         let mut line = serde_json::to_vec(&message).expect("JSON values serialise");
-        assert!(!line.contains(&b'\n'), "a serialised message never holds a raw newline");
+        assert!(
+            !line.contains(&b'\n'),
+            "a serialised message never holds a raw newline"
+        );
         line.push(b'\n');
         if let Err(error) = self.env.stdio.write_line(line).await {
-            self.env.log(&format!("writing to the client failed: {error}"));
-            self.client_gone.set(true);
+            self.env
+                .log(&format!("writing to the client failed: {error}"));
+            self.client_gone.set();
         }
     }
 
@@ -200,9 +229,16 @@ pub(crate) enum Routed {
 
 /// Reads `tools/call` params shared by both eras: a string `name` naming a known tool and
 /// an optional object `arguments`.
-fn call_params(connection: &Connection, request: &Request) -> Result<(String, Map<String, Value>), RpcError> {
-    let invalid = |message: String| RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message);
-    let params = request.params.as_ref().ok_or_else(|| invalid("tools/call needs params".to_string()))?;
+fn call_params(
+    connection: &Connection,
+    request: &Request,
+) -> Result<(String, Map<String, Value>), RpcError> {
+    let invalid =
+        |message: String| RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message);
+    let params = request
+        .params
+        .as_ref()
+        .ok_or_else(|| invalid("tools/call needs params".to_string()))?;
     let name = match params.get("name") {
         Some(Value::String(name)) => name.clone(),
         _ => return Err(invalid("tools/call needs a string `name`".to_string())),

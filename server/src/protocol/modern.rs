@@ -6,11 +6,20 @@ use serde_json::{json, Map, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
 use super::{
-    call_params, Connection, PendingCall, Routed, LIST_TTL_MS, META_CLIENT_CAPABILITIES, META_LOG_LEVEL,
-    META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
+    call_params, Connection, PendingCall, Routed, LIST_TTL_MS, META_CLIENT_CAPABILITIES,
+    META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
 };
 
-const LOG_LEVELS: &[&str] = &["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+const LOG_LEVELS: &[&str] = &[
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
 
 pub(super) fn route(connection: &Connection, request: Request) -> Routed {
     let id = request.id.clone();
@@ -30,10 +39,21 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             "cacheScope": "public",
         })),
         "tools/call" => match call_params(connection, &request) {
-            Ok((tool, arguments)) => return Routed::Call(PendingCall { id, tool, arguments, finish }),
+            Ok((tool, arguments)) => {
+                return Routed::Call(PendingCall {
+                    id,
+                    tool,
+                    arguments,
+                    finish,
+                })
+            }
             Err(error) => Err(error),
         },
-        method => Err(RpcError::new(Some(id.clone()), jsonrpc::METHOD_NOT_FOUND, format!("Method not found: {method}"))),
+        method => Err(RpcError::new(
+            Some(id.clone()),
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+        )),
     };
     Routed::Reply(match outcome {
         Ok(result) => jsonrpc::response(&id, complete(connection, result)),
@@ -52,18 +72,39 @@ fn check_envelope(request: &Request) -> Result<(), RpcError> {
         .expect("routing saw the envelope");
     let requested = match meta.get(META_PROTOCOL_VERSION) {
         Some(Value::String(version)) => version.clone(),
-        _ => return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, format!("_meta[\"{META_PROTOCOL_VERSION}\"] must be a string"))),
+        _ => {
+            return Err(RpcError::new(
+                id,
+                jsonrpc::INVALID_PARAMS,
+                format!("_meta[\"{META_PROTOCOL_VERSION}\"] must be a string"),
+            ))
+        }
     };
     if requested != MODERN_VERSION {
-        return Err(RpcError::new(id, jsonrpc::UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
-            .with_data(json!({"supported": [MODERN_VERSION], "requested": requested})));
+        return Err(RpcError::new(
+            id,
+            jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+        )
+        .with_data(json!({"supported": [MODERN_VERSION], "requested": requested})));
     }
-    if !meta.get(META_CLIENT_CAPABILITIES).is_some_and(Value::is_object) {
-        return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, format!("_meta[\"{META_CLIENT_CAPABILITIES}\"] must be an object")));
+    if !meta
+        .get(META_CLIENT_CAPABILITIES)
+        .is_some_and(Value::is_object)
+    {
+        return Err(RpcError::new(
+            id,
+            jsonrpc::INVALID_PARAMS,
+            format!("_meta[\"{META_CLIENT_CAPABILITIES}\"] must be an object"),
+        ));
     }
     if let Some(level) = meta.get(META_LOG_LEVEL) {
         if !level.as_str().is_some_and(|l| LOG_LEVELS.contains(&l)) {
-            return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, format!("_meta[\"{META_LOG_LEVEL}\"] is not a log level")));
+            return Err(RpcError::new(
+                id,
+                jsonrpc::INVALID_PARAMS,
+                format!("_meta[\"{META_LOG_LEVEL}\"] is not a log level"),
+            ));
         }
     }
     Ok(())
