@@ -619,9 +619,10 @@ mod tests {
         );
         assert_eq!(found.len(), 1);
         assert!(
-            found[0].starts_with("m.json: tools[0].quota: unknown field `extra`"),
+            found[0].starts_with("m.json: tools[0].quota.extra: unknown field `extra`"),
             "{found:?}"
         );
+        assert!(found[0].contains("at line 1 column"), "{found:?}");
     }
 
     #[test]
