@@ -472,7 +472,8 @@ fn a_client_that_stops_reading_makes_the_server_exit() {
 fn the_schema_check_itself_rejects_invalid_messages() {
     let null_id = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "x"}});
     let no_result_type = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": []}});
-    let no_cache_hints = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete", "tools": []}});
+    let no_cache_hints =
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete", "tools": []}});
     for (message, era, method) in [
         (null_id, Era::Legacy, None),
         (no_result_type, Era::Modern, Some("tools/call")),

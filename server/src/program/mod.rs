@@ -397,51 +397,87 @@ def main(pay, order: str, amount: money, note: None | str = None, tags: list[str
         assert_eq!(schema["required"], json!(["order", "amount"]));
         assert_eq!(schema["properties"]["tags"]["default"], json!(["a"]));
         assert_eq!(schema["properties"]["note"]["default"], json!(null));
-        assert_eq!(schema["properties"]["order"]["description"], json!("The order id."));
-        assert!(schema["properties"].get("pay").is_none(), "a capability is never an input");
-        assert_eq!(program.output_schema().unwrap()["properties"]["result"], json!({"type": "object"}));
+        assert_eq!(
+            schema["properties"]["order"]["description"],
+            json!("The order id.")
+        );
+        assert!(
+            schema["properties"].get("pay").is_none(),
+            "a capability is never an input"
+        );
+        assert_eq!(
+            program.output_schema().unwrap()["properties"]["result"],
+            json!({"type": "object"})
+        );
     }
 
     #[test]
     fn problems_name_the_file_and_line() {
         let no_doc = "\n\ndef main(x: str) -> str:\n    return x\n";
         let error = Program::load(Path::new("t.star"), no_doc, "main", &[]).unwrap_err();
-        assert!(error.contains("t.star:3: `main` has no docstring"), "{error}");
+        assert!(
+            error.contains("t.star:3: `main` has no docstring"),
+            "{error}"
+        );
 
         let undocumented = "def main(x: str, y: int) -> str:\n    \"\"\"Do it.\n\n    Args:\n        x: The x.\n    \"\"\"\n    return x\n";
         let error = Program::load(Path::new("t.star"), undocumented, "main", &[]).unwrap_err();
-        assert!(error.contains("t.star:1: input `y` is not described"), "{error}");
+        assert!(
+            error.contains("t.star:1: input `y` is not described"),
+            "{error}"
+        );
 
         let unannotated = "def main(x) -> str:\n    \"\"\"Do it.\n\n    Args:\n        x: The x.\n    \"\"\"\n    return x\n";
         let error = Program::load(Path::new("t.star"), unannotated, "main", &[]).unwrap_err();
-        assert!(error.contains("t.star:1: input `x` has no type annotation"), "{error}");
+        assert!(
+            error.contains("t.star:1: input `x` has no type annotation"),
+            "{error}"
+        );
 
         let unsupported = "def main(x: tuple) -> str:\n    \"\"\"Do it.\n\n    Args:\n        x: The x.\n    \"\"\"\n    return x\n";
         let error = Program::load(Path::new("t.star"), unsupported, "main", &[]).unwrap_err();
-        assert!(error.contains("t.star:1: input `x`: `tuple` is not a supported input type"), "{error}");
+        assert!(
+            error.contains("t.star:1: input `x`: `tuple` is not a supported input type"),
+            "{error}"
+        );
 
-        let error = Program::load(Path::new("t.star"), "def other():\n    pass\n", "main", &[]).unwrap_err();
-        assert!(error.contains("the entry `def main(...)` is not defined"), "{error}");
+        let error = Program::load(Path::new("t.star"), "def other():\n    pass\n", "main", &[])
+            .unwrap_err();
+        assert!(
+            error.contains("the entry `def main(...)` is not defined"),
+            "{error}"
+        );
 
         let error = Program::load(Path::new("t.star"), "def main(:\n", "main", &[]).unwrap_err();
         assert!(error.contains("t.star:1"), "{error}");
 
         let error = load("def main(order: str) -> str:\n    \"\"\"Do it.\n\n    Args:\n        order: The order.\n    \"\"\"\n    return order\n").unwrap_err();
-        assert!(error.contains("grant `pay` is not a parameter of `main`"), "{error}");
+        assert!(
+            error.contains("grant `pay` is not a parameter of `main`"),
+            "{error}"
+        );
     }
 
     #[test]
     fn execution_is_deterministic_and_bounded() {
         let source = "def main(n: int) -> list[int]:\n    \"\"\"Squares.\n\n    Args:\n        n: How many.\n    \"\"\"\n    print(\"n is\", n)\n    return [i * i for i in range(n)]\n";
         let program = Program::load(Path::new("t.star"), source, "main", &[]).unwrap();
-        let inputs = program.check_inputs(&serde_json::from_value(json!({"n": 4})).unwrap()).unwrap();
+        let inputs = program
+            .check_inputs(&serde_json::from_value(json!({"n": 4})).unwrap())
+            .unwrap();
         let first = execute(&program, &inputs, RunLimits { max_steps: 10_000 });
         let second = execute(&program, &inputs, RunLimits { max_steps: 10_000 });
         assert_eq!(first, second);
         assert_eq!(first.outcome, Outcome::Done(json!([0, 1, 4, 9])));
         assert_eq!(first.prints, vec!["n is 4"]);
-        let big = program.check_inputs(&serde_json::from_value(json!({"n": 100000})).unwrap()).unwrap();
-        let Outcome::Failed(failure) = execute(&program, &big, RunLimits { max_steps: 1000 }).outcome else { panic!() };
+        let big = program
+            .check_inputs(&serde_json::from_value(json!({"n": 100000})).unwrap())
+            .unwrap();
+        let Outcome::Failed(failure) =
+            execute(&program, &big, RunLimits { max_steps: 1000 }).outcome
+        else {
+            panic!()
+        };
         assert_eq!(failure.kind, FailureKind::Budget);
     }
 }

@@ -1,0 +1,86 @@
+//! `warden check`, `warden schema`, and a server refusing to start on a broken manifest:
+//! every problem named with its file, path or line, and nothing written to the protocol stream.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::fixture;
+
+fn warden(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_reports_every_broken_tool() {
+    let manifest = fixture("broken/manifest.json");
+    let (code, stdout, stderr) = warden(&["check", manifest.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    for expected in [
+        "undocumented.star:1: input `count` is not described in the docstring's `Args:` section",
+        "no_docstring.star:3: `main` has no docstring",
+        "missing.star: cannot read the program of tool `missing`",
+        "tools[3].quota: is validated but not yet enforced",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_name_their_path_and_line() {
+    let manifest = fixture("broken/bad_key.json");
+    let (code, _, stderr) = warden(&["check", manifest.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("tools[0].limits.max_stpes: unknown field `max_stpes`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("line 4"), "{stderr}");
+}
+
+#[test]
+fn a_broken_manifest_stops_the_server_before_it_answers() {
+    let manifest = fixture("broken/manifest.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["mcp", manifest.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        output.stdout.is_empty(),
+        "the server wrote to the protocol stream: {:?}",
+        output.stdout
+    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no_docstring.star:3"));
+}
+
+#[test]
+fn check_and_schema_on_the_example() {
+    let manifest = common::repo_root().join("examples/toolbox/manifest.json");
+    let (code, stdout, stderr) = warden(&["check", manifest.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("ok, 4 tool(s)"), "{stdout}");
+    let (code, stdout, _) = warden(&["schema", manifest.to_str().unwrap(), "split_bill"]);
+    assert_eq!(code, 0);
+    let tool: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        tool["inputSchema"]["required"],
+        serde_json::json!(["total", "people"])
+    );
+    let (code, _, stderr) = warden(&["schema", manifest.to_str().unwrap(), "nope"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("no tool named `nope`"));
+}
