@@ -1,10 +1,15 @@
-//! The `tools/call` pipeline (seed 000 section 5), shared by both protocol eras.
+//! The `tools/call` pipeline (seed 000 section 5), shared by both protocol eras:
 //!
-//! Steps: (1) find the tool, done by the caller because an unknown name is a protocol
-//! error; (2) check the arguments by Warden's own rules; (3) look up `once`, (5) reserve
-//! and (6) journal, which arrive with the durable-runs work; (4) take a concurrency slot;
-//! run; (7) answer from the outcome. Everything after (1) is a tool result, so the model
-//! sees it and can correct itself.
+//! 1. find the tool (the caller: an unknown name is a protocol error);
+//! 2. check the arguments by Warden's own rules (a refusal is a tool result);
+//! 3. find an earlier run by the `once` key;
+//! 4. take a concurrency slot (busy is answered at once, never queued);
+//! 5. reserve in the ledger (over quota is answered, nothing runs);
+//! 6. run with a new journal (`runs.rs`: inputs, header, records, end);
+//! 7. settle, then answer from the run's end.
+//!
+//! Steps 3 to 5 happen under the ledger's append lock, so two calls can never both find a
+//! key absent, or both fit under a quota, before either's reservation is durable.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -12,12 +17,12 @@ use std::rc::Rc;
 
 use serde_json::{json, Map, Value};
 
-use crate::catalog::{Catalog, Tool};
-use crate::env::Env;
-use crate::program::{self, FailureKind, Outcome, RunLimits};
-
-/// The largest tool result sent, as JSON (seed 000 section 3).
-pub const RESULT_BYTES_MAX: usize = 1024 * 1024;
+use crate::catalog::Tool;
+use crate::env::LocalBoxFuture;
+use crate::ledger::{Event, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
+use crate::manifest::Grant;
+use crate::money::Money;
+use crate::runs::{self, error_result, sha256_hex, Runs};
 
 /// Calls in progress beyond which a new call is answered busy at once (seed 000 section 5:
 /// four times `server.max_concurrent_runs`, plus 16).
@@ -50,8 +55,10 @@ pub enum CallReply {
     Silent,
 }
 
-/// Concurrency slots: runs in progress, server-wide and per tool. Not a queue: a call
-/// that finds no slot is answered busy at once.
+/// Told the run id when a run starts, so a client that asked for progress hears it.
+pub type OnStart<'a> = &'a dyn Fn(&str) -> LocalBoxFuture<'a, ()>;
+
+/// Concurrency slots: runs in progress, server-wide and per tool. Not a queue.
 #[derive(Default)]
 pub struct Slots {
     server: Cell<u64>,
@@ -94,127 +101,209 @@ impl Drop for Slot {
     }
 }
 
+/// JSON with object keys sorted at every level: the form keys and hashes are taken over.
+pub fn canonical_json(value: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(object) => {
+                let mut keys: Vec<&String> = object.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted(&object[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    serde_json::to_string(&sorted(value)).expect("JSON values serialise")
+}
+
+/// The `once` key and arguments hash of a call, from its normalised inputs.
+pub fn once_record(tool: &Tool, inputs: &Map<String, Value>) -> Option<OnceRecord> {
+    let once = tool.config.once.as_ref()?;
+    let named: Map<String, Value> = once
+        .by
+        .iter()
+        .map(|name| {
+            (
+                name.clone(),
+                inputs.get(name).cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect();
+    let key = sha256_hex(canonical_json(&json!([tool.config.name, named])).as_bytes());
+    let arguments = sha256_hex(canonical_json(&Value::Object(inputs.clone())).as_bytes());
+    Some(OnceRecord { key, arguments })
+}
+
+/// The most a run of `tool` can spend, per currency: for each money-limited grant, `max`,
+/// or `each` times `uses` where there is no `max` (seed 000 section 6).
+pub fn worst_case(tool: &Tool) -> Vec<Money> {
+    let mut by_currency: BTreeMap<String, i64> = BTreeMap::new();
+    for grant in tool.config.grants.values() {
+        let Grant::Capability(grant) = grant else {
+            continue;
+        };
+        let limit = match (&grant.max, &grant.each, grant.uses) {
+            (Some(max), _, _) => Some(max.clone()),
+            (None, Some(each), Some(uses)) => Some(Money {
+                minor: each.minor.saturating_mul(uses as i64),
+                currency: each.currency.clone(),
+            }),
+            _ => None,
+        };
+        if let Some(limit) = limit {
+            *by_currency.entry(limit.currency).or_insert(0) += limit.minor;
+        }
+    }
+    by_currency
+        .into_iter()
+        .map(|(currency, minor)| Money { minor, currency })
+        .collect()
+}
+
 /// Runs one call of a known tool to its reply.
 pub async fn call_tool(
-    env: &Env,
-    catalog: &Catalog,
+    runs: &Runs,
     slots: &Rc<Slots>,
     tool: &Tool,
     arguments: &Map<String, Value>,
     control: &CallControl,
+    on_start: OnStart<'_>,
 ) -> CallReply {
+    let name = &tool.config.name;
     let inputs = match tool.program.check_inputs(arguments) {
         Ok(inputs) => inputs,
         Err(problems) => {
-            let text = format!("invalid arguments:\n- {}", problems.join("\n- "));
-            return CallReply::Result(error_result(text));
+            return CallReply::Result(error_result(format!(
+                "invalid arguments:\n- {}",
+                problems.join("\n- ")
+            )))
         }
     };
-    let Some(_slot) = slots.take(tool, catalog.manifest.server.max_concurrent_runs) else {
+    let once = once_record(tool, &inputs);
+    let held = runs.ledger.lock().await;
+    let now = runs.ledger.stamp();
+    if let (Some(once), Some(config)) = (&once, &tool.config.once) {
+        if let OnceLookup::Found(earlier) =
+            runs.ledger
+                .state()
+                .once_lookup(&once.key, config.keep_ms, now)
+        {
+            let earlier = earlier.clone();
+            drop(held);
+            return CallReply::Result(repeated(runs, tool, &earlier, once).await);
+        }
+    }
+    let Some(_slot) = slots.take(tool, runs.catalog.manifest.server.max_concurrent_runs) else {
         return CallReply::Result(error_result(format!(
-            "the server is busy: `{}` already has its maximum of runs in progress; nothing was run, try again later",
-            tool.config.name
+            "the server is busy: `{name}` already has its maximum of runs in progress; nothing was run, try again later"
         )));
     };
-    // The last point where cancellation stops the call: past it, the run has started.
+    let worst = worst_case(tool);
+    if let Some(quota) = &tool.config.quota {
+        let admitted = runs.ledger.state().quota_admits(
+            name,
+            quota.window_ms,
+            quota.calls,
+            quota.money.as_ref(),
+            &worst,
+            now,
+        );
+        if let Err(refusal) = admitted {
+            return CallReply::Result(error_result(refusal.message));
+        }
+    }
+    // The last point where cancellation stops the call: nothing is reserved yet.
     if control.is_cancelled() {
-        env.log(&format!(
-            "tool {}: call cancelled before its run started; nothing was run",
-            tool.config.name
+        runs.env.log(&format!(
+            "tool {name}: call cancelled before its run started; nothing was reserved or run"
         ));
         return CallReply::Silent;
     }
-    let run_id = env.new_run_id();
-    env.log(&format!("tool {} run {run_id}: started", tool.config.name));
-    let program = tool.program.clone();
-    let limits = RunLimits {
-        max_steps: tool.config.max_steps,
+    let run = runs.env.new_run_id();
+    let reserve = Event::Reserve {
+        run: run.clone(),
+        tool: name.clone(),
+        at_ms: now,
+        calls: 1,
+        money: worst.iter().map(MoneyRecord::from).collect(),
+        once,
     };
-    let job_inputs = inputs.clone();
-    let execution = env
-        .blocking(move || program::execute(&program, &job_inputs, limits))
-        .await;
-    let reply = match execution {
-        Ok(execution) => {
-            for line in &execution.prints {
-                env.log(&format!(
-                    "tool {} run {run_id}: print: {line}",
-                    tool.config.name
-                ));
-            }
-            if execution.prints_dropped > 0 {
-                env.log(&format!(
-                    "tool {} run {run_id}: {} more print lines dropped",
-                    tool.config.name, execution.prints_dropped
-                ));
-            }
-            outcome_result(env, tool, &run_id, &execution.outcome)
-        }
-        Err(panic) => {
-            env.log(&format!(
-                "tool {} run {run_id}: internal error: the program runtime panicked: {panic}",
-                tool.config.name
-            ));
-            internal_result(&run_id)
+    if let Err(error) = runs.ledger.append(&held, reserve).await {
+        drop(held);
+        runs.stop(&error.clone().into());
+        return CallReply::Result(error_result(format!(
+            "the server could not record the call durably ({error}); nothing was run"
+        )));
+    }
+    drop(held);
+    on_start(&run).await;
+    runs.log_run(name, &run, "started").await;
+    let outcome = match runs.start_files(tool, &run, &inputs).await {
+        Ok(()) => runs.execute_to_end(tool, &run, &inputs).await,
+        Err(fatal) => Err(fatal),
+    };
+    let reply = match outcome {
+        Ok(end) => runs::answer(&run, &end),
+        Err(fatal) => {
+            runs.stop(&fatal);
+            error_result(format!(
+                "run {run} could not be recorded durably and the server is stopping; it will be recovered at the next start"
+            ))
         }
     };
-    env.log(&format!("tool {} run {run_id}: ended", tool.config.name));
     if control.is_cancelled() {
-        env.log(&format!(
-            "tool {} run {run_id}: the call was cancelled while running; its answer is not sent",
-            tool.config.name
+        runs.env.log(&format!(
+            "tool {name} run {run}: the call was cancelled while running; its answer is not sent"
         ));
         return CallReply::Silent;
     }
-    CallReply::Result(bounded(reply, &run_id))
+    CallReply::Result(reply)
 }
 
-/// The outcome table of seed 000 section 5.
-fn outcome_result(env: &Env, tool: &Tool, run_id: &str, outcome: &Outcome) -> Value {
-    match outcome {
-        Outcome::Done(result) => {
-            let text = serde_json::to_string(result).expect("JSON values serialise");
-            json!({
-                "content": [{"type": "text", "text": text}],
-                "structuredContent": {"result": result},
-                "isError": false
-            })
-        }
-        Outcome::Failed(failure) if failure.kind == FailureKind::Internal => {
-            env.log(&format!(
-                "tool {} run {run_id}: internal error: {}",
-                tool.config.name, failure.message
-            ));
-            internal_result(run_id)
-        }
-        Outcome::Failed(failure) if failure.kind == FailureKind::Capability => {
-            error_result(failure.message.clone())
-        }
-        Outcome::Failed(failure) => {
-            error_result(format!("{}: {}", failure.kind.name(), failure.message))
-        }
+/// The answer to a call whose `once` key an earlier run holds (seed 000 section 5).
+async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecord) -> Value {
+    let run = &earlier.run;
+    let same_arguments = earlier
+        .once
+        .as_ref()
+        .is_some_and(|o| o.arguments == once.arguments);
+    if !same_arguments {
+        return error_result(format!(
+            "refused: run {run} already did this operation (the same {}) with different arguments; \
+             a repeated operation must repeat its arguments",
+            tool.config.once.as_ref().map(|o| o.by.join(", ")).unwrap_or_default()
+        ));
+    }
+    match &earlier.phase {
+        RunPhase::Open if runs.is_in_progress(run) => error_result(format!(
+            "already in progress as run {run}; follow it with warden_run_status instead of calling again"
+        )),
+        RunPhase::Open => stopped_result(run),
+        RunPhase::Settled { .. } => match runs.read_journal(&tool.config.name, run).await {
+            Ok(Some(journal)) if journal.end.is_some() => runs::answer(run, journal.end.as_ref().expect("checked")),
+            Ok(_) => error_result(format!("run {run} already did this operation; its journal is no longer kept")),
+            Err(problem) => {
+                runs.env.log(&format!("reading the journal of run {run}: {problem}"));
+                error_result(format!("run {run} already did this operation; its journal cannot be read (see the server's log)"))
+            }
+        },
+        RunPhase::Released { .. } => unreachable!("released runs hold no once key"),
     }
 }
 
-fn internal_result(run_id: &str) -> Value {
-    error_result(format!(
-        "an internal error happened in run {run_id}; the details are in the server's log"
-    ))
-}
-
-pub fn error_result(text: String) -> Value {
-    json!({"content": [{"type": "text", "text": text}], "isError": true})
-}
-
-/// A result over `RESULT_BYTES_MAX` is not sent; the call says so instead.
-fn bounded(result: Value, run_id: &str) -> Value {
-    let size = serde_json::to_vec(&result)
-        .map(|bytes| bytes.len())
-        .unwrap_or(usize::MAX);
-    if size <= RESULT_BYTES_MAX {
-        return result;
-    }
-    error_result(format!(
-        "the result of run {run_id} is {size} bytes, over the limit of {RESULT_BYTES_MAX} bytes, so it was not sent"
-    ))
+/// A run stopped in doubt: it waits for an operator (seed 000 section 5, `stopped`).
+pub fn stopped_result(run: &str) -> Value {
+    json!({
+        "content": [{"type": "text", "text": format!(
+            "run {run} stopped: an action may already have happened and only an operator can tell. \
+             The run is waiting for an operator. Do not call this tool again for it; follow run {run} with warden_run_status."
+        )}],
+        "structuredContent": {"status": "waiting_for_operator", "run": run},
+        "isError": true
+    })
 }

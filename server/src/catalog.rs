@@ -43,18 +43,6 @@ impl Catalog {
                 ));
                 continue;
             }
-            for (key, asked) in [
-                ("once", config.once.is_some()),
-                ("quota", config.quota.is_some()),
-            ] {
-                if asked {
-                    problems.push(format!(
-                        "{}: tools[{index}].{key}: is validated but not yet enforced by this version of Warden; \
-                         refusing to serve the tool without it",
-                        manifest.path.display()
-                    ));
-                }
-            }
             match load_program(env, config).await {
                 Ok(program) => tools.push(Tool {
                     config: config.clone(),

@@ -7,28 +7,149 @@ use std::rc::Rc;
 use serde_json::json;
 
 use crate::catalog::{read_manifest, Catalog};
-use crate::env::Env;
+use crate::env::{DiskLock, Env};
+use crate::ledger::Ledger;
 use crate::protocol::Connection;
+use crate::runs::{Fatal, Runs};
+use crate::{recovery, retention};
 
-/// `warden mcp <manifest>`: load everything, then serve on the protocol stream until EOF.
-/// An error here stops the server before it answers anything.
+pub const LOCK_FILE: &str = "server.lock";
+/// How long a second server waits for `server.lock` before refusing to start (an SDK's
+/// probe, or a restart, may still be letting go).
+pub const LOCK_WAIT_MS: u64 = 5000;
+const LOCK_RETRY_MS: u64 = 100;
+
+/// `warden mcp <manifest>`: load everything, take the lock, recover, then serve on the
+/// protocol stream until EOF. An error here stops the server before it answers anything.
 pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
-    let catalog = load(env, manifest_path).await?;
+    let catalog = Rc::new(load(env, manifest_path).await?);
+    let journals = catalog.manifest.server.journals.clone();
+    create_root(env, &journals).await?;
+    let _lock = take_lock(env, &journals).await?;
+    let ledger = Ledger::open(env, &journals)
+        .await
+        .map_err(|e| e.to_string())?;
+    let runs = Rc::new(Runs::new(env.clone(), Rc::clone(&catalog), ledger));
+    let report = recovery::recover(&runs)
+        .await
+        .map_err(|Fatal(message)| message)?;
+    if report != recovery::Report::default() {
+        env.log(&format!(
+            "recovery: released {} run(s) that never started, resumed {}, settled {} from their journals, cleaned up {}",
+            report.released.len(),
+            report.resumed.len(),
+            report.settled_from_end.len(),
+            report.cleaned.len()
+        ));
+    }
+    retention::sweep(&runs)
+        .await
+        .map_err(|Fatal(message)| message)?;
+    warn_about_duplicates(env, &catalog);
     env.log(&format!(
         "serving {} tool(s) from {} as `{}`",
         catalog.tools.len(),
         manifest_path.display(),
         catalog.manifest.server.name
     ));
-    let connection = Connection::new(env.clone(), Rc::new(catalog));
+    spawn_daily_sweep(&runs);
+    let connection = Connection::new(Rc::clone(&runs));
     connection.serve().await;
-    env.log("stdin closed; exiting");
+    match runs.fatal_message() {
+        Some(message) => Err(message),
+        None => {
+            env.log("stdin closed; exiting");
+            Ok(())
+        }
+    }
+}
+
+async fn create_root(env: &Env, journals: &Path) -> Result<(), String> {
+    let exists = env
+        .disk
+        .exists(journals)
+        .await
+        .map_err(|e| format!("{}: {e}", journals.display()))?;
+    if !exists {
+        env.disk.create_dir_all(journals).await.map_err(|e| {
+            format!(
+                "{}: cannot create the journals directory: {e}",
+                journals.display()
+            )
+        })?;
+        if let Some(parent) = journals.parent() {
+            env.disk
+                .fsync_dir(parent)
+                .await
+                .map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
+    }
     Ok(())
+}
+
+async fn take_lock(env: &Env, journals: &Path) -> Result<DiskLock, String> {
+    let path = journals.join(LOCK_FILE);
+    let mut waited = 0;
+    loop {
+        match env.disk.try_lock(&path).await {
+            Ok(Some(lock)) => return Ok(lock),
+            Ok(None) if waited < LOCK_WAIT_MS => {
+                if waited == 0 {
+                    env.log(&format!(
+                        "{}: another server holds the lock; waiting up to {LOCK_WAIT_MS} ms",
+                        path.display()
+                    ));
+                }
+                env.clock.sleep(LOCK_RETRY_MS).await;
+                waited += LOCK_RETRY_MS;
+            }
+            Ok(None) => {
+                return Err(format!(
+                    "{}: another Warden server is using this journal directory; refusing to start",
+                    path.display()
+                ))
+            }
+            Err(error) => return Err(format!("{}: cannot take the lock: {error}", path.display())),
+        }
+    }
+}
+
+/// Seed 000 section 5: without `once`, a resent call is a new run; say so for tools that
+/// can spend money.
+fn warn_about_duplicates(env: &Env, catalog: &Catalog) {
+    for tool in &catalog.tools {
+        if tool.config.once.is_none() && !crate::call::worst_case(tool).is_empty() {
+            env.log(&format!(
+                "warning: tool `{}` can spend money and has no `once`: a call sent again is a new run",
+                tool.config.name
+            ));
+        }
+    }
+}
+
+fn spawn_daily_sweep(runs: &Rc<Runs>) {
+    let runs = Rc::clone(runs);
+    let env = runs.env.clone();
+    env.spawn.spawn(Box::pin(async move {
+        loop {
+            runs.env.clock.sleep(retention::SWEEP_INTERVAL_MS).await;
+            if let Err(fatal) = retention::sweep(&runs).await {
+                runs.stop(&fatal);
+                return;
+            }
+        }
+    }));
 }
 
 async fn load(env: &Env, manifest_path: &Path) -> Result<Catalog, String> {
     let manifest = read_manifest(env, manifest_path).await?;
     Catalog::load(env, manifest).await
+}
+
+/// `warden mcp status <manifest>`: unfinished runs and quota use, beside a running server.
+pub async fn status(env: &Env, manifest_path: &Path) -> Result<String, String> {
+    let catalog = load(env, manifest_path).await?;
+    crate::status::report(env, &catalog).await
 }
 
 /// `warden check <manifest>`: every problem, or a one-line summary per tool.

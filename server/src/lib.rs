@@ -6,10 +6,17 @@ pub mod catalog;
 pub mod commands;
 pub mod env;
 pub mod io;
+pub mod journal;
+pub mod ledger;
 pub mod manifest;
 pub mod money;
 pub mod program;
 pub mod protocol;
+pub mod record;
+pub mod recovery;
+pub mod retention;
+pub mod runs;
+pub mod status;
 pub mod sync;
 
 /// Warden's version, bound into journals and reported as `serverInfo.version`.

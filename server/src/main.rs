@@ -15,9 +15,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the manifest's tools over stdio (MCP 2025-11-25 and 2026-07-28).
+    #[command(args_conflicts_with_subcommands = true)]
     Mcp {
         /// The manifest (JSON).
-        manifest: PathBuf,
+        manifest: Option<PathBuf>,
+        #[command(subcommand)]
+        command: Option<McpCommand>,
     },
     /// Check a manifest and its programs without serving anything.
     Check { manifest: PathBuf },
@@ -28,10 +31,35 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum McpCommand {
+    /// List unfinished runs and each tool's quota use, beside a running server.
+    Status { manifest: PathBuf },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Mcp { manifest } => {
+        Command::Mcp {
+            command: Some(McpCommand::Status { manifest }),
+            ..
+        } => {
+            let env = warden::io::command_env();
+            report(warden::io::run(warden::commands::status(&env, &manifest)))
+        }
+        Command::Mcp {
+            manifest: None,
+            command: None,
+        } => {
+            eprintln!(
+                "warden: usage: warden mcp <manifest.json> | warden mcp status <manifest.json>"
+            );
+            ExitCode::from(2)
+        }
+        Command::Mcp {
+            manifest: Some(manifest),
+            ..
+        } => {
             // Before anything else (the manifest included) can write to stdout.
             let stdio = match warden::io::protect_stdio() {
                 Ok(stdio) => stdio,

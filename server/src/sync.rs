@@ -151,3 +151,72 @@ pub async fn select<A: Future + Unpin, B: Future + Unpin>(
     })
     .await
 }
+
+/// An async mutex for one thread: what is decided while it is held cannot be raced by
+/// another task until the holder's writes are durable. Waiters are the tasks in progress,
+/// which the call pipeline bounds; on release every waiter is woken and one wins.
+#[derive(Default)]
+pub struct Mutex {
+    locked: Cell<bool>,
+    next_ticket: Cell<u64>,
+    waiters: RefCell<std::collections::BTreeMap<u64, Waker>>,
+}
+
+pub struct MutexGuard<'a> {
+    mutex: &'a Mutex,
+}
+
+impl Mutex {
+    pub fn new() -> Mutex {
+        Mutex::default()
+    }
+
+    pub fn lock(&self) -> MutexLock<'_> {
+        let ticket = self.next_ticket.get();
+        self.next_ticket.set(ticket + 1);
+        MutexLock {
+            mutex: self,
+            ticket,
+        }
+    }
+}
+
+pub struct MutexLock<'a> {
+    mutex: &'a Mutex,
+    ticket: u64,
+}
+
+impl<'a> Future for MutexLock<'a> {
+    type Output = MutexGuard<'a>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<MutexGuard<'a>> {
+        let mutex = self.mutex;
+        if !mutex.locked.get() {
+            mutex.locked.set(true);
+            mutex.waiters.borrow_mut().remove(&self.ticket);
+            return Poll::Ready(MutexGuard { mutex });
+        }
+        mutex
+            .waiters
+            .borrow_mut()
+            .insert(self.ticket, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for MutexLock<'_> {
+    fn drop(&mut self) {
+        self.mutex.waiters.borrow_mut().remove(&self.ticket);
+    }
+}
+
+impl Drop for MutexGuard<'_> {
+    fn drop(&mut self) {
+        assert!(self.mutex.locked.get(), "a held mutex is locked");
+        self.mutex.locked.set(false);
+        let waiters = std::mem::take(&mut *self.mutex.waiters.borrow_mut());
+        for (_, waker) in waiters {
+            waker.wake();
+        }
+    }
+}

@@ -17,9 +17,9 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             jsonrpc::INVALID_PARAMS,
             "missing _meta[\"io.modelcontextprotocol/protocolVersion\"]: send `initialize` first, or use the 2026-07-28 per-request envelope",
         )),
-        "tools/list" => Ok(json!({"tools": connection.catalog.list()})),
+        "tools/list" => Ok(json!({"tools": connection.tool_list()})),
         "tools/call" => match call_params(connection, &request) {
-            Ok((tool, arguments)) => return Routed::Call(PendingCall { id, tool, arguments, finish }),
+            Ok((tool, arguments, progress)) => return Routed::Call(PendingCall { id, tool, arguments, progress, finish }),
             Err(error) => Err(error),
         },
         method => Err(RpcError::new(Some(id.clone()), jsonrpc::METHOD_NOT_FOUND, format!("Method not found: {method}"))),

@@ -20,6 +20,8 @@ use serde_json::{Map, Value};
 use crate::call::{self, CallControl, CallReply, Slots};
 use crate::catalog::Catalog;
 use crate::env::Env;
+use crate::manifest::RUN_STATUS_TOOL;
+use crate::runs::Runs;
 use crate::sync::{select, Either, Signal, WaitGroup};
 use framing::{Frame, LineSplitter, READ_CHUNK_BYTES};
 use jsonrpc::{Incoming, Notification, Request, RequestId, RpcError};
@@ -38,6 +40,7 @@ pub const LIST_TTL_MS: u64 = 3_600_000;
 /// legacy `initialize` happened, and the calls in progress (for cancellation).
 pub struct Connection {
     env: Env,
+    runs: Rc<Runs>,
     catalog: Rc<Catalog>,
     slots: Rc<Slots>,
     legacy_initialized: Cell<bool>,
@@ -48,10 +51,11 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn new(env: Env, catalog: Rc<Catalog>) -> Rc<Connection> {
+    pub fn new(runs: Rc<Runs>) -> Rc<Connection> {
         Rc::new(Connection {
-            env,
-            catalog,
+            env: runs.env.clone(),
+            catalog: Rc::clone(&runs.catalog),
+            runs,
             slots: Rc::new(Slots::default()),
             legacy_initialized: Cell::new(false),
             calls: RefCell::new(BTreeMap::new()),
@@ -175,12 +179,15 @@ impl Connection {
         self.env.spawn.spawn(Box::pin(async move {
             let _guard = guard;
             let reply = if busy {
-                CallReply::Result(call::error_result(
+                CallReply::Result(crate::runs::error_result(
                     "the server is busy: too many calls are in progress; nothing was run, try again later".to_string(),
                 ))
+            } else if call.tool == RUN_STATUS_TOOL {
+                CallReply::Result(crate::status::run_status(&connection.runs, &call.arguments).await)
             } else {
                 let tool = connection.catalog.tool(&call.tool).expect("routing checked the tool exists");
-                call::call_tool(&connection.env, &connection.catalog, &connection.slots, tool, &call.arguments, &control).await
+                let progress = |run: &str| connection.progress(call.progress.as_ref(), run);
+                call::call_tool(&connection.runs, &connection.slots, tool, &call.arguments, &control, &progress).await
             };
             if !busy {
                 connection.calls.borrow_mut().remove(&key);
@@ -209,6 +216,34 @@ impl Connection {
         }
     }
 
+    /// One `notifications/progress` at the start of a run, carrying its run id, for a
+    /// client that sent a progress token (seed 000 section 3).
+    fn progress<'a>(
+        &'a self,
+        token: Option<&Value>,
+        run: &str,
+    ) -> crate::env::LocalBoxFuture<'a, ()> {
+        let message = token.map(|token| {
+            serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": 0, "message": format!("run {run} started")}
+            })
+        });
+        Box::pin(async move {
+            if let Some(message) = message {
+                self.send(message).await;
+            }
+        })
+    }
+
+    /// The `tools` array of `tools/list`: the manifest's tools in order, then the status tool.
+    fn tool_list(&self) -> Value {
+        let mut tools = self.catalog.list();
+        tools.push(crate::status::describe());
+        Value::Array(tools)
+    }
+
     fn server_info(&self) -> Value {
         serde_json::json!({"name": self.catalog.manifest.server.name, "version": crate::VERSION})
     }
@@ -219,6 +254,7 @@ pub(crate) struct PendingCall {
     id: RequestId,
     tool: String,
     arguments: Map<String, Value>,
+    progress: Option<Value>,
     finish: fn(&Connection, &RequestId, Value) -> Value,
 }
 
@@ -232,7 +268,7 @@ pub(crate) enum Routed {
 fn call_params(
     connection: &Connection,
     request: &Request,
-) -> Result<(String, Map<String, Value>), RpcError> {
+) -> Result<(String, Map<String, Value>, Option<Value>), RpcError> {
     let invalid =
         |message: String| RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message);
     let params = request
@@ -243,7 +279,7 @@ fn call_params(
         Some(Value::String(name)) => name.clone(),
         _ => return Err(invalid("tools/call needs a string `name`".to_string())),
     };
-    if connection.catalog.tool(&name).is_none() {
+    if connection.catalog.tool(&name).is_none() && name != RUN_STATUS_TOOL {
         return Err(invalid(format!("Unknown tool: {name}")));
     }
     let arguments = match params.get("arguments") {
@@ -251,5 +287,10 @@ fn call_params(
         Some(Value::Object(arguments)) => arguments.clone(),
         Some(_) => return Err(invalid("`arguments` must be an object".to_string())),
     };
-    Ok((name, arguments))
+    let progress = params
+        .get("_meta")
+        .and_then(|meta| meta.get("progressToken"))
+        .filter(|token| token.is_string() || token.is_i64() || token.is_u64())
+        .cloned();
+    Ok((name, arguments, progress))
 }

@@ -34,16 +34,17 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             "cacheScope": "public",
         })),
         "tools/list" => Ok(json!({
-            "tools": connection.catalog.list(),
+            "tools": connection.tool_list(),
             "ttlMs": LIST_TTL_MS,
             "cacheScope": "public",
         })),
         "tools/call" => match call_params(connection, &request) {
-            Ok((tool, arguments)) => {
+            Ok((tool, arguments, progress)) => {
                 return Routed::Call(PendingCall {
                     id,
                     tool,
                     arguments,
+                    progress,
                     finish,
                 })
             }

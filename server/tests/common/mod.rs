@@ -99,6 +99,8 @@ pub fn assert_valid(message: &Value, era: Era, method: Option<&str>) {
 }
 
 pub struct Wire {
+    /// A private copy of the fixture folder, so each test has its own journals.
+    pub dir: tempfile::TempDir,
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
@@ -124,6 +126,26 @@ impl Wire {
     }
 
     fn spawn(manifest: &Path, env: &[(&str, &str)], reading: bool) -> Wire {
+        let dir = private_copy(manifest.parent().expect("a manifest lives in a folder"));
+        let manifest = dir.path().join(manifest.file_name().unwrap());
+        Wire::spawn_in(dir, &manifest, env, reading)
+    }
+
+    /// Starts another server on the same private folder (a restart, or a second server).
+    pub fn restart(mut self) -> Wire {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        let manifest = dir.path().join("manifest.json");
+        Wire::spawn_in(dir, &manifest, &[], true)
+    }
+
+    fn spawn_in(
+        dir: tempfile::TempDir,
+        manifest: &Path,
+        env: &[(&str, &str)],
+        reading: bool,
+    ) -> Wire {
         let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
         command
             .arg("mcp")
@@ -164,6 +186,7 @@ impl Wire {
             }
         });
         Wire {
+            dir,
             stdin: child.stdin.take(),
             child,
             lines,
@@ -327,6 +350,18 @@ impl Wire {
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
+}
+
+/// Copies a fixture folder's files (not its subfolders) into a new temporary folder.
+pub fn private_copy(from: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
 }
 
 impl Drop for Wire {

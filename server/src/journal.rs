@@ -1,0 +1,249 @@
+//! Per-run files under `server.journals` (seed 000 sections 6 and 7):
+//! `<tool>/<id[0..2]>/<id>.journal` (checksummed records), `<id>.inputs.json` (the kept
+//! arguments, while the run may need resuming), `<id>.log.jsonl` (the run's log), and
+//! `waiting/<id>.json` for a run that waits for an operator.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::env::Env;
+use crate::record;
+
+pub const WAITING_DIR: &str = "waiting";
+
+/// Where one run's files live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunFiles {
+    pub dir: PathBuf,
+    pub journal: PathBuf,
+    pub inputs: PathBuf,
+    pub log: PathBuf,
+    pub waiting: PathBuf,
+}
+
+impl RunFiles {
+    pub fn new(journals: &Path, tool: &str, run: &str) -> RunFiles {
+        assert!(
+            run.len() >= 2 && run.is_ascii(),
+            "run ids are ascii and long enough to shard"
+        );
+        let dir = journals.join(tool).join(&run[..2]);
+        RunFiles {
+            journal: dir.join(format!("{run}.journal")),
+            inputs: dir.join(format!("{run}.inputs.json")),
+            log: dir.join(format!("{run}.log.jsonl")),
+            waiting: journals.join(WAITING_DIR).join(format!("{run}.json")),
+            dir,
+        }
+    }
+}
+
+/// What binds a journal to the code that wrote it: an unfinished run whose binding changed
+/// refuses to resume (seed 000 section 7, "Upgrades").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub program: String,
+    pub config: String,
+    pub version: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndRecord {
+    /// "done", or the failure kind.
+    pub outcome: String,
+    pub result: Option<Value>,
+    pub message: Option<String>,
+    /// Per capability parameter: actions attempted and money charged.
+    pub usage: Value,
+    pub at_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "record", rename_all = "snake_case", deny_unknown_fields)]
+pub enum JournalRecord {
+    Header {
+        run: String,
+        tool: String,
+        binding: Binding,
+        inputs: String,
+        at_ms: u64,
+    },
+    /// A printed line; `index` counts prints across re-executions, so a replay that prints
+    /// the same lines again adds none.
+    Print {
+        index: u64,
+        text: String,
+    },
+    /// An action about to be performed (the broker's work).
+    Begin {
+        op: u64,
+        action: Value,
+    },
+    /// The action's outcome.
+    Done {
+        op: u64,
+        result: Value,
+    },
+    End(EndRecord),
+}
+
+/// A journal read back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Journal {
+    pub header: Option<(String, Binding, String)>,
+    pub prints: u64,
+    pub begun: Vec<(u64, Value)>,
+    pub done: Vec<(u64, Value)>,
+    pub end: Option<EndRecord>,
+    pub torn_tail_bytes: usize,
+    pub intact_len: usize,
+}
+
+impl Journal {
+    /// Parses a journal. Only the last line may be torn.
+    pub fn parse(file: &Path, bytes: &[u8]) -> Result<Journal, String> {
+        let parsed = record::parse_file::<JournalRecord>(bytes).map_err(|d| {
+            format!(
+                "{}:{}: the journal is damaged: {}",
+                file.display(),
+                d.line,
+                d.problem
+            )
+        })?;
+        let mut journal = Journal {
+            torn_tail_bytes: parsed.torn_tail_bytes,
+            intact_len: parsed.intact_len,
+            ..Journal::default()
+        };
+        for (index, record) in parsed.records.into_iter().enumerate() {
+            let at = |problem: &str| {
+                format!(
+                    "{}:{}: the journal is damaged: {problem}",
+                    file.display(),
+                    index + 1
+                )
+            };
+            match record {
+                JournalRecord::Header {
+                    run,
+                    binding,
+                    inputs,
+                    ..
+                } if index == 0 => journal.header = Some((run, binding, inputs)),
+                _ if index == 0 => return Err(at("the first record is not the header")),
+                JournalRecord::Header { .. } => return Err(at("a second header")),
+                _ if journal.end.is_some() => return Err(at("a record after the end")),
+                JournalRecord::Print { .. } => journal.prints += 1,
+                JournalRecord::Begin { op, action } => journal.begun.push((op, action)),
+                JournalRecord::Done { op, result } => journal.done.push((op, result)),
+                JournalRecord::End(end) => journal.end = Some(end),
+            }
+        }
+        Ok(journal)
+    }
+}
+
+/// The kept arguments of a run, one checksummed record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputsRecord {
+    pub run: String,
+    pub inputs: Map<String, Value>,
+}
+
+/// Creates `dir` and its missing ancestors under `root`, fsyncing each new entry's parent
+/// so the directories survive a crash.
+pub async fn create_dirs_durably(env: &Env, root: &Path, dir: &Path) -> std::io::Result<()> {
+    let relative = dir
+        .strip_prefix(root)
+        .expect("directories are created under the journals root");
+    let mut current = root.to_path_buf();
+    for part in relative.components() {
+        let parent = current.clone();
+        current.push(part);
+        if !env.disk.exists(&current).await? {
+            env.disk.create_dir_all(&current).await?;
+            env.disk.fsync_dir(&parent).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a new file durably: write, fsync, fsync of its directory.
+pub async fn write_new_durably(env: &Env, path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
+    env.disk.write(path, bytes).await?;
+    env.disk.fsync(path).await?;
+    env.disk
+        .fsync_dir(path.parent().expect("files live in directories"))
+        .await
+}
+
+/// Appends one record and fsyncs it.
+pub async fn append_durably(env: &Env, path: &Path, record: &JournalRecord) -> std::io::Result<()> {
+    env.disk.append(path, record::encode(record)).await?;
+    env.disk.fsync(path).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_sharded_by_the_first_two_characters() {
+        let files = RunFiles::new(Path::new("/j"), "refund", "ab0123");
+        assert_eq!(files.journal, Path::new("/j/refund/ab/ab0123.journal"));
+        assert_eq!(files.inputs, Path::new("/j/refund/ab/ab0123.inputs.json"));
+        assert_eq!(files.log, Path::new("/j/refund/ab/ab0123.log.jsonl"));
+        assert_eq!(files.waiting, Path::new("/j/waiting/ab0123.json"));
+    }
+
+    #[test]
+    fn a_journal_must_start_with_its_header_and_stop_at_its_end() {
+        let binding = Binding {
+            program: "p".into(),
+            config: "c".into(),
+            version: "v".into(),
+        };
+        let header = JournalRecord::Header {
+            run: "r".into(),
+            tool: "t".into(),
+            binding,
+            inputs: "i".into(),
+            at_ms: 1,
+        };
+        let end = JournalRecord::End(EndRecord {
+            outcome: "done".into(),
+            result: None,
+            message: None,
+            usage: Value::Null,
+            at_ms: 2,
+        });
+        let print = JournalRecord::Print {
+            index: 0,
+            text: "x".into(),
+        };
+        let good: Vec<u8> = [&header, &print, &end]
+            .iter()
+            .flat_map(|r| record::encode(*r))
+            .collect();
+        let journal = Journal::parse(Path::new("j"), &good).unwrap();
+        assert_eq!(journal.prints, 1);
+        assert!(journal.end.is_some());
+        let headless: Vec<u8> = [&print, &end]
+            .iter()
+            .flat_map(|r| record::encode(*r))
+            .collect();
+        assert!(Journal::parse(Path::new("j"), &headless)
+            .unwrap_err()
+            .contains("j:1: the journal is damaged"));
+        let after_end: Vec<u8> = [&header, &end, &print, &print]
+            .iter()
+            .flat_map(|r| record::encode(*r))
+            .collect();
+        assert!(Journal::parse(Path::new("j"), &after_end)
+            .unwrap_err()
+            .contains("a record after the end"));
+    }
+}

@@ -1,0 +1,333 @@
+//! The ledger, `<journals>/server.ledger`: the authority on which runs exist and what they
+//! hold (seed 000 section 6). One checksummed event a line: `reserve`, `settle`, `release`.
+//!
+//! `State` is the pure fold of the events (rebuilt at start, and after each append). The
+//! `Ledger` writes events: each is appended and fsynced before anything depends on it, and
+//! the in-memory state changes only after the fsync succeeded. A failed write or fsync poisons
+//! the ledger: nothing more is written (as fjall and PostgreSQL do), and the server stops.
+
+mod state;
+
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::env::Env;
+use crate::money::Money;
+use crate::record;
+
+pub use state::{duration_text, OnceLookup, QuotaRefusal, RunEntry, RunPhase, State};
+
+pub const LEDGER_FILE: &str = "server.ledger";
+pub const LEDGER_TEMP_FILE: &str = "server.ledger.tmp";
+
+/// Money as written in records: exact decimal text and currency.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoneyRecord {
+    pub amount: String,
+    pub currency: String,
+}
+
+impl From<&Money> for MoneyRecord {
+    fn from(money: &Money) -> MoneyRecord {
+        MoneyRecord {
+            amount: money.amount_text(),
+            currency: money.currency.clone(),
+        }
+    }
+}
+
+impl MoneyRecord {
+    pub fn to_money(&self) -> Result<Money, String> {
+        Money::parse(&self.amount, &self.currency)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OnceRecord {
+    /// SHA-256 (hex) of the tool name and the `once.by` arguments, canonical JSON.
+    pub key: String,
+    /// SHA-256 (hex) of all normalised arguments: a repeated key with other arguments differs.
+    pub arguments: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Event {
+    Reserve {
+        run: String,
+        tool: String,
+        at_ms: u64,
+        calls: u64,
+        /// Worst-case spend held until settled, one entry per currency.
+        money: Vec<MoneyRecord>,
+        once: Option<OnceRecord>,
+    },
+    Settle {
+        run: String,
+        at_ms: u64,
+        /// What the outside world actually charged, per currency.
+        charged: Vec<MoneyRecord>,
+        /// The outcome kind: "done" or a failure kind.
+        outcome: String,
+    },
+    Release {
+        run: String,
+        at_ms: u64,
+    },
+}
+
+impl Event {
+    pub fn run(&self) -> &str {
+        match self {
+            Event::Reserve { run, .. } | Event::Settle { run, .. } | Event::Release { run, .. } => {
+                run
+            }
+        }
+    }
+
+    pub fn at_ms(&self) -> u64 {
+        match self {
+            Event::Reserve { at_ms, .. }
+            | Event::Settle { at_ms, .. }
+            | Event::Release { at_ms, .. } => *at_ms,
+        }
+    }
+}
+
+/// Why the ledger cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerError {
+    /// A bad line that is not the torn tail, or events that break the one-reserve rule.
+    Damaged {
+        file: PathBuf,
+        line: usize,
+        problem: String,
+    },
+    /// A write or fsync failed: the ledger is poisoned and the server must stop.
+    Io { file: PathBuf, problem: String },
+    /// The ledger was poisoned by an earlier failure.
+    Poisoned,
+}
+
+impl std::fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LedgerError::Damaged {
+                file,
+                line,
+                problem,
+            } => write!(
+                f,
+                "{}:{line}: the ledger is damaged: {problem}",
+                file.display()
+            ),
+            LedgerError::Io { file, problem } => write!(
+                f,
+                "{}: {problem}; the ledger accepts no more writes",
+                file.display()
+            ),
+            LedgerError::Poisoned => write!(
+                f,
+                "the ledger accepts no more writes after an earlier write failed"
+            ),
+        }
+    }
+}
+
+/// Parses ledger bytes into state. A torn last line is dropped; any other damage is an error.
+pub fn parse(file: &Path, bytes: &[u8]) -> Result<(State, record::Records<Event>), LedgerError> {
+    let parsed = record::parse_file::<Event>(bytes).map_err(|damage| LedgerError::Damaged {
+        file: file.to_path_buf(),
+        line: damage.line,
+        problem: damage.problem,
+    })?;
+    let mut state = State::default();
+    for (index, event) in parsed.records.iter().enumerate() {
+        state.apply(event).map_err(|problem| LedgerError::Damaged {
+            file: file.to_path_buf(),
+            line: index + 1,
+            problem,
+        })?;
+    }
+    Ok((state, parsed))
+}
+
+/// The ledger file and its state, owned by the one server holding `server.lock`.
+pub struct Ledger {
+    env: Env,
+    dir: PathBuf,
+    file: PathBuf,
+    state: RefCell<State>,
+    poisoned: Cell<bool>,
+    /// Serialises appends: each event is durable before the next is decided.
+    lock: crate::sync::Mutex,
+}
+
+impl Ledger {
+    /// Reads the ledger at start and rewrites it compacted (dropping a torn tail), so appends
+    /// always follow an intact line.
+    pub async fn open(env: &Env, dir: &Path) -> Result<Ledger, LedgerError> {
+        let file = dir.join(LEDGER_FILE);
+        let io = |problem: String| LedgerError::Io {
+            file: file.clone(),
+            problem,
+        };
+        let exists = env
+            .disk
+            .exists(&file)
+            .await
+            .map_err(|e| io(format!("cannot see the ledger: {e}")))?;
+        let bytes = if exists {
+            env.disk
+                .read(&file)
+                .await
+                .map_err(|e| io(format!("cannot read the ledger: {e}")))?
+        } else {
+            Vec::new()
+        };
+        let (state, parsed) = parse(&file, &bytes)?;
+        if parsed.torn_tail_bytes > 0 {
+            env.log(&format!(
+                "{}: discarded a torn last line ({} bytes) left by a crash during a write",
+                file.display(),
+                parsed.torn_tail_bytes
+            ));
+        }
+        Ok(Ledger {
+            env: env.clone(),
+            dir: dir.to_path_buf(),
+            file,
+            state: RefCell::new(state),
+            poisoned: Cell::new(false),
+            lock: crate::sync::Mutex::new(),
+        })
+    }
+
+    pub fn state(&self) -> std::cell::Ref<'_, State> {
+        self.state.borrow()
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The time to stamp the next event with: never before the last event (a clock set back
+    /// cannot shorten a window or reorder events).
+    pub fn stamp(&self) -> u64 {
+        let now = self.env.clock.now_ms();
+        let last = self.state.borrow().last_at_ms;
+        if now < last {
+            self.env.log(&format!("the clock ({now} ms) is behind the ledger ({last} ms); stamping events with the ledger's time"));
+        }
+        now.max(last)
+    }
+
+    /// Takes the append lock: what is decided under it (a quota, a `once` key) cannot be
+    /// raced by another call until the event is durable.
+    pub async fn lock(&self) -> crate::sync::MutexGuard<'_> {
+        self.lock.lock().await
+    }
+
+    /// Appends one event durably (write, fsync; directory fsync when the file is new), then
+    /// applies it. The caller holds the lock from `lock()`.
+    pub async fn append(
+        &self,
+        _held: &crate::sync::MutexGuard<'_>,
+        event: Event,
+    ) -> Result<(), LedgerError> {
+        if self.poisoned.get() {
+            return Err(LedgerError::Poisoned);
+        }
+        // A second reserve, settle or release for a run is a bug: refuse to commit it.
+        if let Err(problem) = self.state.borrow().check(&event) {
+            panic!("refusing to write a ledger event that breaks the one-reserve rule: {problem}");
+        }
+        let is_new = !self.env.disk.exists(&self.file).await.unwrap_or(false);
+        let line = record::encode(&event);
+        let written = async {
+            self.env
+                .disk
+                .append(&self.file, line)
+                .await
+                .map_err(|e| format!("appending failed: {e}"))?;
+            self.env
+                .disk
+                .fsync(&self.file)
+                .await
+                .map_err(|e| format!("fsync failed: {e}"))?;
+            if is_new {
+                self.env
+                    .disk
+                    .fsync_dir(&self.dir)
+                    .await
+                    .map_err(|e| format!("fsync of the directory failed: {e}"))?;
+            }
+            Ok::<(), String>(())
+        }
+        .await;
+        if let Err(problem) = written {
+            self.poisoned.set(true);
+            return Err(LedgerError::Io {
+                file: self.file.clone(),
+                problem,
+            });
+        }
+        self.state
+            .borrow_mut()
+            .apply(&event)
+            .expect("checked before writing");
+        Ok(())
+    }
+
+    /// Rewrites the ledger keeping only the runs `keep` selects: temporary file, fsync,
+    /// rename over the old ledger, fsync of the directory. A crash leaves one or the other.
+    pub async fn compact(&self, keep: impl Fn(&RunEntry) -> bool) -> Result<usize, LedgerError> {
+        let held = self.lock().await;
+        if self.poisoned.get() {
+            return Err(LedgerError::Poisoned);
+        }
+        let (events, dropped) = self.state.borrow().compacted_events(&keep);
+        let temp = self.dir.join(LEDGER_TEMP_FILE);
+        let bytes: Vec<u8> = events.iter().flat_map(record::encode).collect();
+        let written = async {
+            self.env
+                .disk
+                .write(&temp, bytes)
+                .await
+                .map_err(|e| format!("writing {} failed: {e}", temp.display()))?;
+            self.env
+                .disk
+                .fsync(&temp)
+                .await
+                .map_err(|e| format!("fsync of {} failed: {e}", temp.display()))?;
+            self.env
+                .disk
+                .rename(&temp, &self.file)
+                .await
+                .map_err(|e| format!("renaming the compacted ledger failed: {e}"))?;
+            self.env
+                .disk
+                .fsync_dir(&self.dir)
+                .await
+                .map_err(|e| format!("fsync of the directory failed: {e}"))
+        }
+        .await;
+        drop(held);
+        if let Err(problem) = written {
+            self.poisoned.set(true);
+            return Err(LedgerError::Io {
+                file: self.file.clone(),
+                problem,
+            });
+        }
+        let mut state = State::default();
+        for event in &events {
+            state.apply(event).expect("compaction keeps whole runs");
+        }
+        state.last_at_ms = state.last_at_ms.max(self.state.borrow().last_at_ms);
+        *self.state.borrow_mut() = state;
+        Ok(dropped)
+    }
+}

@@ -1,0 +1,384 @@
+//! Recovery at start (seed 000 section 7): before answering anything, the server goes
+//! through the ledger and the journal directory together. Each run falls in one cell of a
+//! decision table over (ledger phase, inputs file, journal state, waiting record); each cell
+//! names its action, and a cell that can only come from a bug or from damage stops the server.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::journal::{Journal, WAITING_DIR};
+use crate::ledger::{Event, RunPhase};
+use crate::runs::{binding, Fatal, Runs};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LedgerPhase {
+    Absent,
+    Open,
+    Settled,
+    Released,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalState {
+    Absent,
+    /// The file exists but holds no intact record: the header's write was torn.
+    Headless,
+    /// A header and maybe records, no end.
+    Started,
+    Ended,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Nothing,
+    /// Crash after step 1 or 2: the run never started. Remove the inputs file, release.
+    Release,
+    /// Crash during steps 3 to 5: resume (re-execute against the journal).
+    Resume,
+    /// Crash between the journal's end and step 6: settle from the end record.
+    SettleFromEnd,
+    /// Crash after step 6 before its clean-up: remove the inputs file and waiting record.
+    CleanUp,
+    /// Nothing can explain this state: stop the server, naming it.
+    Refuse(&'static str),
+}
+
+/// The decision table. `inputs` and `waiting` say whether those files exist.
+pub fn decide(phase: LedgerPhase, inputs: bool, journal: JournalState, waiting: bool) -> Action {
+    use Action::*;
+    use JournalState as J;
+    use LedgerPhase as L;
+    match (phase, inputs, journal, waiting) {
+        (L::Absent, _, J::Absent, false) if !inputs => Nothing,
+        (L::Absent, _, _, _) => Refuse("files of a run with no reservation in the ledger"),
+
+        (L::Open, false, J::Absent | J::Headless, false) => Release,
+        (L::Open, true, J::Absent | J::Headless, false) => {
+            // Step 2 was durable; step 3 (the header) was not, or was torn: the run had not
+            // begun, so it is released like step 1 (its inputs file is removed first).
+            Release
+        }
+        (L::Open, true, J::Started, _) => Resume,
+        (L::Open, _, J::Ended, _) => SettleFromEnd,
+        (L::Open, false, J::Started, _) => {
+            Refuse("an unfinished run whose kept arguments are gone")
+        }
+        (L::Open, _, J::Absent | J::Headless, true) => {
+            Refuse("a waiting record for a run that never started")
+        }
+
+        (L::Settled, false, J::Ended | J::Absent, false) => Nothing,
+        (L::Settled, _, J::Ended | J::Absent, _) => CleanUp,
+        (L::Settled, _, J::Started | J::Headless, _) => {
+            Refuse("a settled run whose journal has no end")
+        }
+
+        (L::Released, false, J::Absent, false) => Nothing,
+        (L::Released, _, J::Absent, _) => CleanUp,
+        (L::Released, _, _, _) => {
+            Refuse("a journal for a run the ledger released as never started")
+        }
+    }
+}
+
+/// What recovery did, for the log and for tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub released: Vec<String>,
+    pub resumed: Vec<String>,
+    pub settled_from_end: Vec<String>,
+    pub cleaned: Vec<String>,
+}
+
+struct Found {
+    tool: String,
+    inputs: bool,
+    journal: bool,
+    waiting: bool,
+}
+
+/// Lists the run files under the journals directory: run id -> where its files are.
+async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
+    let env = &runs.env;
+    let root = &runs.journals;
+    let io = |what: &str, e: std::io::Error| Fatal(format!("{}: {what}: {e}", root.display()));
+    let mut found: BTreeMap<String, Found> = BTreeMap::new();
+    if !env
+        .disk
+        .exists(root)
+        .await
+        .map_err(|e| io("cannot see the journals directory", e))?
+    {
+        return Ok(found);
+    }
+    for tool in env
+        .disk
+        .list(root)
+        .await
+        .map_err(|e| io("cannot list", e))?
+    {
+        let tool_dir = root.join(&tool);
+        if tool == WAITING_DIR || tool.starts_with("server.") {
+            continue;
+        }
+        let Ok(shards) = env.disk.list(&tool_dir).await else {
+            continue;
+        };
+        for shard in shards {
+            let Ok(files) = env.disk.list(&tool_dir.join(&shard)).await else {
+                continue;
+            };
+            for file in files {
+                let Some((run, kind)) = file.split_once('.') else {
+                    continue;
+                };
+                let entry = found.entry(run.to_string()).or_insert(Found {
+                    tool: tool.clone(),
+                    inputs: false,
+                    journal: false,
+                    waiting: false,
+                });
+                match kind {
+                    "inputs.json" => entry.inputs = true,
+                    "journal" => entry.journal = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+    let waiting_dir = root.join(WAITING_DIR);
+    if env
+        .disk
+        .exists(&waiting_dir)
+        .await
+        .map_err(|e| io("cannot see the waiting directory", e))?
+    {
+        for file in env
+            .disk
+            .list(&waiting_dir)
+            .await
+            .map_err(|e| io("cannot list waiting", e))?
+        {
+            if let Some(run) = file.strip_suffix(".json") {
+                let tool = runs
+                    .ledger
+                    .state()
+                    .run(run)
+                    .map(|e| e.tool.clone())
+                    .unwrap_or_default();
+                found
+                    .entry(run.to_string())
+                    .or_insert(Found {
+                        tool,
+                        inputs: false,
+                        journal: false,
+                        waiting: false,
+                    })
+                    .waiting = true;
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Applies the decision table to every run, resuming interrupted runs one after another.
+pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
+    let found = scan(runs).await?;
+    let mut all: BTreeSet<String> = found.keys().cloned().collect();
+    all.extend(runs.ledger.state().runs.keys().cloned());
+    let mut report = Report::default();
+    let mut refusals = Vec::new();
+    let mut to_resume = Vec::new();
+    for run in all {
+        let entry = runs.ledger.state().run(&run).cloned();
+        let files = found.get(&run);
+        let tool = entry
+            .as_ref()
+            .map(|e| e.tool.clone())
+            .or_else(|| files.map(|f| f.tool.clone()))
+            .unwrap_or_default();
+        let phase = match entry.as_ref().map(|e| &e.phase) {
+            None => LedgerPhase::Absent,
+            Some(RunPhase::Open) => LedgerPhase::Open,
+            Some(RunPhase::Settled { .. }) => LedgerPhase::Settled,
+            Some(RunPhase::Released { .. }) => LedgerPhase::Released,
+        };
+        let journal = if files.is_some_and(|f| f.journal) {
+            match runs.read_journal(&tool, &run).await {
+                Ok(journal) => journal,
+                Err(problem) => {
+                    refusals.push(problem);
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
+        let journal_state = match &journal {
+            None => JournalState::Absent,
+            Some(j) if j.header.is_none() => JournalState::Headless,
+            Some(j) if j.end.is_some() => JournalState::Ended,
+            Some(_) => JournalState::Started,
+        };
+        let inputs = files.is_some_and(|f| f.inputs);
+        let waiting = files.is_some_and(|f| f.waiting);
+        match decide(phase, inputs, journal_state, waiting) {
+            Action::Nothing => {}
+            Action::Refuse(why) => refusals.push(format!("run {run} of tool `{tool}`: {why}")),
+            Action::Release => {
+                let paths = runs.files(&tool, &run);
+                runs.remove_if_present(&paths.inputs).await?;
+                runs.remove_if_present(&paths.journal).await?;
+                let held = runs.ledger.lock().await;
+                let at_ms = runs.ledger.stamp();
+                runs.ledger
+                    .append(
+                        &held,
+                        Event::Release {
+                            run: run.clone(),
+                            at_ms,
+                        },
+                    )
+                    .await?;
+                report.released.push(run);
+            }
+            Action::CleanUp => {
+                let paths = runs.files(&tool, &run);
+                runs.remove_if_present(&paths.inputs).await?;
+                runs.remove_if_present(&paths.waiting).await?;
+                report.cleaned.push(run);
+            }
+            Action::SettleFromEnd | Action::Resume => match runs.catalog.tool(&tool) {
+                None => refusals.push(format!(
+                    "run {run} is unfinished but its tool `{tool}` is no longer in the manifest"
+                )),
+                Some(current) => {
+                    let journal = journal.expect("a journal exists in these cells");
+                    if let Some(problem) = binding_problem(&journal, current) {
+                        refusals.push(format!(
+                            "run {run} of tool `{tool}` cannot resume: {problem}"
+                        ));
+                    } else {
+                        to_resume.push((run, tool, journal));
+                    }
+                }
+            },
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(Fatal(format!(
+            "refusing to start; these runs need an operator (let unfinished runs end before changing tools or \
+             upgrading, seed 000 section 7):\n{}",
+            refusals.join("\n")
+        )));
+    }
+    for (run, tool_name, journal) in to_resume {
+        let tool = runs.catalog.tool(&tool_name).expect("checked above");
+        if journal.torn_tail_bytes > 0 {
+            runs.drop_torn_tail(&runs.files(&tool_name, &run).journal, journal.intact_len)
+                .await?;
+        }
+        let ended = journal.end.is_some();
+        let inputs = match runs.read_inputs(&tool_name, &run).await.map_err(Fatal)? {
+            Some(inputs) => inputs,
+            None if ended => Default::default(),
+            None => {
+                return Err(Fatal(format!(
+                    "run {run}: its kept arguments vanished during recovery"
+                )))
+            }
+        };
+        runs.log_run(
+            &tool_name,
+            &run,
+            if ended {
+                "settling from its journal's end after a restart"
+            } else {
+                "resuming after a restart"
+            },
+        )
+        .await;
+        runs.execute_to_end(tool, &run, &inputs).await?;
+        if ended {
+            report.settled_from_end.push(run);
+        } else {
+            report.resumed.push(run);
+        }
+    }
+    Ok(report)
+}
+
+fn binding_problem(journal: &Journal, tool: &crate::catalog::Tool) -> Option<String> {
+    let (_, recorded, _) = journal.header.as_ref()?;
+    let current = binding(tool);
+    if recorded.program != current.program {
+        Some(format!(
+            "its program changed since it started ({})",
+            tool.program.path.display()
+        ))
+    } else if recorded.config != current.config {
+        Some("the tool's configuration in the manifest changed since it started".to_string())
+    } else if recorded.version != current.version {
+        Some(format!(
+            "it was started by Warden {}, this is {}",
+            recorded.version, current.version
+        ))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Action::*;
+    use JournalState as J;
+    use LedgerPhase as L;
+
+    /// Every cell of the table, so a change to it is a visible change to this list.
+    #[test]
+    fn the_decision_table() {
+        let cells = [
+            ((L::Open, false, J::Absent, false), Release),
+            ((L::Open, true, J::Absent, false), Release),
+            ((L::Open, true, J::Headless, false), Release),
+            ((L::Open, true, J::Started, false), Resume),
+            ((L::Open, true, J::Started, true), Resume),
+            ((L::Open, true, J::Ended, false), SettleFromEnd),
+            ((L::Open, false, J::Ended, false), SettleFromEnd),
+            (
+                (L::Open, false, J::Started, false),
+                Refuse("an unfinished run whose kept arguments are gone"),
+            ),
+            ((L::Settled, false, J::Ended, false), Nothing),
+            ((L::Settled, false, J::Absent, false), Nothing),
+            ((L::Settled, true, J::Ended, false), CleanUp),
+            ((L::Settled, false, J::Ended, true), CleanUp),
+            ((L::Released, false, J::Absent, false), Nothing),
+            ((L::Released, true, J::Absent, false), CleanUp),
+        ];
+        for ((phase, inputs, journal, waiting), expected) in cells {
+            assert_eq!(
+                decide(phase, inputs, journal, waiting),
+                expected,
+                "{phase:?} {inputs} {journal:?} {waiting}"
+            );
+        }
+        assert!(matches!(
+            decide(L::Absent, false, J::Started, false),
+            Refuse(_)
+        ));
+        assert!(matches!(
+            decide(L::Absent, true, J::Absent, false),
+            Refuse(_)
+        ));
+        assert!(matches!(
+            decide(L::Released, false, J::Ended, false),
+            Refuse(_)
+        ));
+        assert!(matches!(
+            decide(L::Settled, false, J::Started, false),
+            Refuse(_)
+        ));
+        assert_eq!(decide(L::Absent, false, J::Absent, false), Nothing);
+    }
+}

@@ -1,0 +1,444 @@
+//! Durable runs: the steps of seed 000 section 7, each made durable before the next begins.
+//!
+//! | step | durable record                  |
+//! |------|---------------------------------|
+//! | 1    | `reserve` in the ledger          |
+//! | 2    | `<run>.inputs.json`              |
+//! | 3    | the journal's header             |
+//! | 4    | the journal's records (prints, actions, end) |
+//! | 5    | `waiting/<run>.json` (a stopped run) |
+//! | 6    | `settle` in the ledger; then the inputs file is removed |
+//! | 7    | the answer (nothing to record)   |
+//!
+//! Steps 1 and 6 are the ledger's (`ledger.rs`); this module does 2 to 6 and runs the
+//! program. A fresh call and a run resumed at start go through the same `execute_to_end`:
+//! resuming is the normal path with a longer journal.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::catalog::{Catalog, Tool};
+use crate::env::Env;
+use crate::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord, RunFiles};
+use crate::ledger::{Event, Ledger, LedgerError, MoneyRecord};
+use crate::program::{self, FailureKind, Outcome, RunLimits};
+use crate::record;
+use crate::sync::Signal;
+
+/// Everything durable the server owns while it holds `server.lock`.
+pub struct Runs {
+    pub env: Env,
+    pub catalog: Rc<Catalog>,
+    pub journals: PathBuf,
+    pub ledger: Ledger,
+    /// Runs executing in this process now.
+    in_progress: RefCell<BTreeSet<String>>,
+    /// Set when a durable write failed: the server stops serving.
+    pub fatal: Signal,
+    fatal_message: RefCell<Option<String>>,
+}
+
+/// A durable step failed: the server cannot go on safely.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fatal(pub String);
+
+impl From<LedgerError> for Fatal {
+    fn from(error: LedgerError) -> Fatal {
+        Fatal(error.to_string())
+    }
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    program::hex(&Sha256::digest(bytes))
+}
+
+/// The binding of a tool's current code: what a journal written now will carry.
+pub fn binding(tool: &Tool) -> Binding {
+    Binding {
+        program: tool.program.hash.clone(),
+        config: sha256_hex(tool.config.config_json.as_bytes()),
+        version: crate::VERSION.to_string(),
+    }
+}
+
+impl Runs {
+    pub fn new(env: Env, catalog: Rc<Catalog>, ledger: Ledger) -> Runs {
+        let journals = catalog.manifest.server.journals.clone();
+        Runs {
+            env,
+            catalog,
+            journals,
+            ledger,
+            in_progress: RefCell::new(BTreeSet::new()),
+            fatal: Signal::new(),
+            fatal_message: RefCell::new(None),
+        }
+    }
+
+    pub fn files(&self, tool: &str, run: &str) -> RunFiles {
+        RunFiles::new(&self.journals, tool, run)
+    }
+
+    pub fn is_in_progress(&self, run: &str) -> bool {
+        self.in_progress.borrow().contains(run)
+    }
+
+    /// Records a fatal failure once; the connection stops reading when it sees it.
+    pub fn stop(&self, fatal: &Fatal) {
+        if self.fatal_message.borrow().is_none() {
+            self.env.log(&format!("stopping: {}", fatal.0));
+            *self.fatal_message.borrow_mut() = Some(fatal.0.clone());
+        }
+        self.fatal.set();
+    }
+
+    pub fn fatal_message(&self) -> Option<String> {
+        self.fatal_message.borrow().clone()
+    }
+
+    /// Appends one line to the run's log (best effort: the log is for people, and the
+    /// journal is the record).
+    pub async fn log_run(&self, tool: &str, run: &str, line: &str) {
+        self.env.log(&format!("tool {tool} run {run}: {line}"));
+        let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
+        let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");
+        bytes.push(b'\n');
+        if let Err(error) = self
+            .env
+            .disk
+            .append(&self.files(tool, run).log, bytes)
+            .await
+        {
+            self.env.log(&format!(
+                "tool {tool} run {run}: writing the run's log failed: {error}"
+            ));
+        }
+    }
+
+    /// Step 2 and 3: the kept arguments, then the journal's header, each durable.
+    pub async fn start_files(
+        &self,
+        tool: &Tool,
+        run: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<(), Fatal> {
+        let files = self.files(&tool.config.name, run);
+        let io = |what: &str, e: std::io::Error| Fatal(format!("{what} of run {run} failed: {e}"));
+        journal::create_dirs_durably(&self.env, &self.journals, &files.dir)
+            .await
+            .map_err(|e| io("creating the directory", e))?;
+        let kept = record::encode(&InputsRecord {
+            run: run.to_string(),
+            inputs: inputs.clone(),
+        });
+        journal::write_new_durably(&self.env, &files.inputs, kept)
+            .await
+            .map_err(|e| io("keeping the arguments", e))?;
+        self.write_header(tool, run, inputs).await
+    }
+
+    async fn write_header(
+        &self,
+        tool: &Tool,
+        run: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<(), Fatal> {
+        let files = self.files(&tool.config.name, run);
+        let header = JournalRecord::Header {
+            run: run.to_string(),
+            tool: tool.config.name.clone(),
+            binding: binding(tool),
+            inputs: sha256_hex(&serde_json::to_vec(inputs).expect("JSON values serialise")),
+            at_ms: self.env.clock.now_ms(),
+        };
+        journal::write_new_durably(&self.env, &files.journal, record::encode(&header))
+            .await
+            .map_err(|e| Fatal(format!("creating the journal of run {run} failed: {e}")))
+    }
+
+    /// Reads a run's journal, if it exists.
+    pub async fn read_journal(&self, tool: &str, run: &str) -> Result<Option<Journal>, String> {
+        let path = self.files(tool, run).journal;
+        if !self
+            .env
+            .disk
+            .exists(&path)
+            .await
+            .map_err(|e| format!("{}: {e}", path.display()))?
+        {
+            return Ok(None);
+        }
+        let bytes = self
+            .env
+            .disk
+            .read(&path)
+            .await
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Journal::parse(&path, &bytes).map(Some)
+    }
+
+    pub async fn read_inputs(
+        &self,
+        tool: &str,
+        run: &str,
+    ) -> Result<Option<Map<String, Value>>, String> {
+        let path = self.files(tool, run).inputs;
+        if !self
+            .env
+            .disk
+            .exists(&path)
+            .await
+            .map_err(|e| format!("{}: {e}", path.display()))?
+        {
+            return Ok(None);
+        }
+        let bytes = self
+            .env
+            .disk
+            .read(&path)
+            .await
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        let kept: InputsRecord =
+            record::decode(line).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Some(kept.inputs))
+    }
+
+    /// Step 4 to 6: executes the program against its journal, records its end, settles.
+    /// Used by fresh calls and by runs resumed at start alike.
+    pub async fn execute_to_end(
+        &self,
+        tool: &Tool,
+        run: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<EndRecord, Fatal> {
+        self.in_progress.borrow_mut().insert(run.to_string());
+        let outcome = self.execute_and_settle(tool, run, inputs).await;
+        self.in_progress.borrow_mut().remove(run);
+        outcome
+    }
+
+    async fn execute_and_settle(
+        &self,
+        tool: &Tool,
+        run: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<EndRecord, Fatal> {
+        let name = &tool.config.name;
+        let files = self.files(name, run);
+        let journal = match self.read_journal(name, run).await.map_err(Fatal)? {
+            Some(journal) if journal.end.is_some() => {
+                let end = journal.end.expect("checked");
+                self.settle(tool, run, &end).await?;
+                return Ok(end);
+            }
+            Some(journal) => journal,
+            None => return Err(Fatal(format!("the journal of run {run} is missing"))),
+        };
+        let program = tool.program.clone();
+        let limits = RunLimits {
+            max_steps: tool.config.max_steps,
+        };
+        let job_inputs = inputs.clone();
+        let execution = self
+            .env
+            .blocking(move || program::execute(&program, &job_inputs, limits))
+            .await;
+        let at_ms = self.env.clock.now_ms();
+        let end = match execution {
+            Ok(execution) => {
+                for (index, text) in execution
+                    .prints
+                    .iter()
+                    .enumerate()
+                    .skip(journal.prints as usize)
+                {
+                    let print = JournalRecord::Print {
+                        index: index as u64,
+                        text: text.clone(),
+                    };
+                    journal::append_durably(&self.env, &files.journal, &print)
+                        .await
+                        .map_err(|e| {
+                            Fatal(format!("journaling a print of run {run} failed: {e}"))
+                        })?;
+                    self.log_run(name, run, &format!("print: {text}")).await;
+                }
+                end_record(&execution.outcome, at_ms)
+            }
+            Err(panic) => EndRecord {
+                outcome: FailureKind::Internal.name().to_string(),
+                result: None,
+                message: Some(format!("the program runtime panicked: {panic}")),
+                usage: json!({}),
+                at_ms,
+            },
+        };
+        if end.outcome == FailureKind::Internal.name() {
+            self.log_run(
+                name,
+                run,
+                &format!("internal error: {}", end.message.as_deref().unwrap_or("")),
+            )
+            .await;
+        }
+        journal::append_durably(&self.env, &files.journal, &JournalRecord::End(end.clone()))
+            .await
+            .map_err(|e| Fatal(format!("journaling the end of run {run} failed: {e}")))?;
+        self.settle(tool, run, &end).await?;
+        Ok(end)
+    }
+
+    /// Step 6: the settle event, then the kept arguments and any waiting record go.
+    pub async fn settle(&self, tool: &Tool, run: &str, end: &EndRecord) -> Result<(), Fatal> {
+        {
+            let held = self.ledger.lock().await;
+            let open = self
+                .ledger
+                .state()
+                .run(run)
+                .is_some_and(|entry| entry.is_open());
+            if open {
+                let at_ms = self.ledger.stamp();
+                let charged: Vec<MoneyRecord> = Vec::new();
+                let event = Event::Settle {
+                    run: run.to_string(),
+                    at_ms,
+                    charged,
+                    outcome: end.outcome.clone(),
+                };
+                self.ledger.append(&held, event).await?;
+            }
+        }
+        self.remove_if_present(&self.files(&tool.config.name, run).inputs)
+            .await?;
+        self.remove_if_present(&self.files(&tool.config.name, run).waiting)
+            .await?;
+        self.log_run(
+            &tool.config.name,
+            run,
+            &format!("settled ({})", end.outcome),
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Removes a file that may exist, durably (its directory is fsynced).
+    pub async fn remove_if_present(&self, path: &Path) -> Result<(), Fatal> {
+        let exists = self
+            .env
+            .disk
+            .exists(path)
+            .await
+            .map_err(|e| Fatal(format!("{}: {e}", path.display())))?;
+        if exists {
+            self.env
+                .disk
+                .remove(path)
+                .await
+                .map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))?;
+            let dir = path.parent().expect("files live in directories");
+            self.env
+                .disk
+                .fsync_dir(dir)
+                .await
+                .map_err(|e| Fatal(format!("fsync of {} failed: {e}", dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites a journal without its torn tail: temporary file, fsync, rename, fsync dir.
+    pub async fn drop_torn_tail(&self, path: &Path, intact_len: usize) -> Result<(), Fatal> {
+        let io = |e: std::io::Error| Fatal(format!("repairing {} failed: {e}", path.display()));
+        let bytes = self.env.disk.read(path).await.map_err(io)?;
+        let temp = path.with_extension("journal.tmp");
+        self.env
+            .disk
+            .write(&temp, bytes[..intact_len].to_vec())
+            .await
+            .map_err(io)?;
+        self.env.disk.fsync(&temp).await.map_err(io)?;
+        self.env.disk.rename(&temp, path).await.map_err(io)?;
+        self.env
+            .disk
+            .fsync_dir(path.parent().expect("files live in directories"))
+            .await
+            .map_err(io)
+    }
+
+    /// Writes the header of a journal whose header was torn away by a crash (step 3 again).
+    pub async fn rewrite_header(
+        &self,
+        tool: &Tool,
+        run: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<(), Fatal> {
+        self.write_header(tool, run, inputs).await
+    }
+}
+
+fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
+    match outcome {
+        Outcome::Done(result) => EndRecord {
+            outcome: "done".into(),
+            result: Some(result.clone()),
+            message: None,
+            usage: json!({}),
+            at_ms,
+        },
+        Outcome::Failed(failure) => EndRecord {
+            outcome: failure.kind.name().to_string(),
+            result: None,
+            message: Some(failure.message.clone()),
+            usage: json!({}),
+            at_ms,
+        },
+    }
+}
+
+/// The answer a run's end gives, the same every time it is asked (a repeated `once` call
+/// gets exactly what the first call got): the outcome table of seed 000 section 5.
+pub fn answer(run: &str, end: &EndRecord) -> Value {
+    let result = match (end.outcome.as_str(), &end.result) {
+        ("done", Some(result)) => {
+            let text = serde_json::to_string(result).expect("JSON values serialise");
+            json!({
+                "content": [{"type": "text", "text": text}],
+                "structuredContent": {"result": result},
+                "isError": false
+            })
+        }
+        ("internal", _) | ("done", None) => error_result(format!(
+            "an internal error happened in run {run}; the details are in the server's log"
+        )),
+        ("capability", _) => error_result(end.message.clone().unwrap_or_default()),
+        (kind, _) => error_result(format!("{kind}: {}", end.message.as_deref().unwrap_or(""))),
+    };
+    bounded(result, run)
+}
+
+pub fn error_result(text: String) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// The largest tool result sent, as JSON (seed 000 section 3).
+pub const RESULT_BYTES_MAX: usize = 1024 * 1024;
+
+/// A result over `RESULT_BYTES_MAX` is not sent; it stays in the journal.
+fn bounded(result: Value, run: &str) -> Value {
+    let size = serde_json::to_vec(&result)
+        .map(|bytes| bytes.len())
+        .unwrap_or(usize::MAX);
+    if size <= RESULT_BYTES_MAX {
+        return result;
+    }
+    error_result(format!(
+        "the result of run {run} is {size} bytes, over the limit of {RESULT_BYTES_MAX} bytes, so it was not sent; \
+         it is kept in the run's journal, where warden_run_status and the operator can reach it"
+    ))
+}

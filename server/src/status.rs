@@ -1,0 +1,185 @@
+//! The operator's view: the read-only `warden_run_status` tool (listed last), and the
+//! report of `warden mcp status`, which reads the ledger without locking or changing it.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::catalog::Catalog;
+use crate::env::Env;
+use crate::journal::RunFiles;
+use crate::ledger::{self, RunPhase, State, LEDGER_FILE};
+use crate::manifest::RUN_STATUS_TOOL;
+use crate::money::Money;
+use crate::runs::{self, Runs};
+
+/// The `tools/list` entry of the status tool.
+pub fn describe() -> Value {
+    json!({
+        "name": RUN_STATUS_TOOL,
+        "title": "Run status",
+        "description": "Tell what became of a run of this server's tools, by its run id: done (with its result), \
+                        failed, running, waiting for an operator, expired (its records are no longer kept) or unknown.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"run": {"type": "string", "description": "The run id (32 hexadecimal characters).", "pattern": "^[0-9a-f]{32}$"}},
+            "required": ["run"],
+            "additionalProperties": false
+        },
+        "annotations": {"readOnlyHint": true, "openWorldHint": false}
+    })
+}
+
+/// Answers `warden_run_status` for `run`.
+pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>) -> Value {
+    let run = match arguments.get("run") {
+        Some(Value::String(run)) if arguments.len() == 1 && is_run_id(run) => run.clone(),
+        _ => {
+            return runs::error_result(
+                "invalid arguments:\n- $.run: expected a run id of 32 hexadecimal characters"
+                    .into(),
+            )
+        }
+    };
+    let entry = runs.ledger.state().run(&run).cloned();
+    let Some(entry) = entry else {
+        return status_result(
+            json!({"run": run, "status": "unknown"}),
+            format!("run {run} is unknown to this server"),
+        );
+    };
+    let tool = entry.tool.clone();
+    let files = runs.files(&tool, &run);
+    let status = match &entry.phase {
+        RunPhase::Released { .. } => {
+            json!({"run": run, "tool": tool, "status": "unknown", "detail": "the call was recorded but its run never started"})
+        }
+        RunPhase::Open if runs.is_in_progress(&run) => {
+            json!({"run": run, "tool": tool, "status": "running"})
+        }
+        RunPhase::Open => {
+            json!({"run": run, "tool": tool, "status": "waiting", "detail": "an action may have happened; the run waits for an operator"})
+        }
+        RunPhase::Settled { outcome, .. } => match runs.read_journal(&tool, &run).await {
+            Ok(Some(journal)) if journal.end.is_some() => {
+                let end = journal.end.expect("checked");
+                let answer = runs::answer(&run, &end);
+                if outcome == "done" {
+                    json!({"run": run, "tool": tool, "status": "done", "result": end.result})
+                } else {
+                    json!({"run": run, "tool": tool, "status": "failed", "kind": outcome,
+                           "message": answer["content"][0]["text"]})
+                }
+            }
+            Ok(_) => json!({"run": run, "tool": tool, "status": "expired"}),
+            Err(problem) => {
+                runs.env.log(&format!("warden_run_status: {problem}"));
+                json!({"run": run, "tool": tool, "status": "failed", "kind": "internal", "message": "its journal cannot be read"})
+            }
+        },
+    };
+    let _ = files;
+    let text = match status["status"].as_str() {
+        Some("done") => format!("run {run} is done"),
+        Some(other) => format!("run {run} is {other}"),
+        None => format!("run {run}"),
+    };
+    status_result(status, text)
+}
+
+fn status_result(status: Value, summary: String) -> Value {
+    let text = format!(
+        "{summary}: {}",
+        serde_json::to_string(&status).expect("JSON values serialise")
+    );
+    json!({"content": [{"type": "text", "text": text}], "structuredContent": {"result": status}, "isError": false})
+}
+
+fn is_run_id(text: &str) -> bool {
+    text.len() == 32
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// `warden mcp status <manifest>`: unfinished runs and each tool's quota use, read from the
+/// ledger as it is on disk (beside a running server, without its lock).
+pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
+    let journals = &catalog.manifest.server.journals;
+    let file = journals.join(LEDGER_FILE);
+    let bytes = if env
+        .disk
+        .exists(&file)
+        .await
+        .map_err(|e| format!("{}: {e}", file.display()))?
+    {
+        env.disk
+            .read(&file)
+            .await
+            .map_err(|e| format!("{}: {e}", file.display()))?
+    } else {
+        Vec::new()
+    };
+    // A server may be appending right now: a torn last line is normal here.
+    let (state, _) = ledger::parse(&file, &bytes).map_err(|e| e.to_string())?;
+    let now = env.clock.now_ms().max(state.last_at_ms);
+    let mut out = format!(
+        "ledger {} ({} runs recorded)\n",
+        file.display(),
+        state.runs.len()
+    );
+    out.push_str(&unfinished(env, journals, &state).await);
+    out.push_str("quota use:\n");
+    for tool in &catalog.tools {
+        let Some(quota) = &tool.config.quota else {
+            out.push_str(&format!("  {}: no quota\n", tool.config.name));
+            continue;
+        };
+        let (calls, money) = state.quota_use(&tool.config.name, quota.window_ms, now);
+        let mut line = format!("  {}: {calls}", tool.config.name);
+        if let Some(max) = quota.calls {
+            line.push_str(&format!(" of {max} calls"));
+        } else {
+            line.push_str(" calls");
+        }
+        if let Some(max) = &quota.money {
+            let used = Money {
+                minor: money.get(&max.currency).copied().unwrap_or(0),
+                currency: max.currency.clone(),
+            };
+            line.push_str(&format!(", {used} of {max}"));
+        }
+        line.push_str(&format!(
+            " in the last {}\n",
+            ledger::duration_text(quota.window_ms)
+        ));
+        out.push_str(&line);
+    }
+    Ok(out)
+}
+
+async fn unfinished(env: &Env, journals: &Path, state: &State) -> String {
+    let open: Vec<_> = state.runs.values().filter(|e| e.is_open()).collect();
+    if open.is_empty() {
+        return "unfinished runs: none\n".to_string();
+    }
+    let mut out = format!("unfinished runs: {}\n", open.len());
+    for entry in open {
+        let files = RunFiles::new(journals, &entry.tool, &entry.run);
+        let waiting = env.disk.exists(&files.waiting).await.unwrap_or(false);
+        if waiting {
+            out.push_str(&format!(
+                "  {} {}: waiting for an operator; resolve with: warden resolve --journal {} --op N (--happened '<result json>' | --did-not-happen)\n",
+                entry.tool,
+                entry.run,
+                files.journal.display()
+            ));
+        } else {
+            out.push_str(&format!(
+                "  {} {}: in progress, or interrupted and resumed at the next start\n",
+                entry.tool, entry.run
+            ));
+        }
+    }
+    out
+}
