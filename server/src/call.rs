@@ -18,7 +18,7 @@ use std::rc::Rc;
 use serde_json::{json, Map, Value};
 
 use crate::catalog::Tool;
-use crate::env::LocalBoxFuture;
+use crate::env::{LocalBoxFuture, Point};
 use crate::ledger::{Event, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
 use crate::manifest::Grant;
 use crate::money::Money;
@@ -49,8 +49,9 @@ impl CallControl {
 /// What the protocol layer sends for a call.
 #[derive(Debug, PartialEq)]
 pub enum CallReply {
-    /// An era-neutral `CallToolResult` (content, structuredContent, isError).
-    Result(Value),
+    /// An era-neutral `CallToolResult` (content, structuredContent, isError), and the run
+    /// it answers for, if one was reserved.
+    Result(Value, Option<String>),
     /// The call was cancelled: nothing more is sent for it.
     Silent,
 }
@@ -79,23 +80,15 @@ impl Slots {
         }
         *used += 1;
         self.server.set(self.server.get() + 1);
-        Some(Slot {
-            slots: Rc::clone(self),
-            tool: tool.config.name.clone(),
-        })
+        Some(Slot { slots: Rc::clone(self), tool: tool.config.name.clone() })
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut per_tool = self.slots.per_tool.borrow_mut();
-        let used = per_tool
-            .get_mut(&self.tool)
-            .expect("a slot's tool is counted");
-        assert!(
-            *used > 0 && self.slots.server.get() > 0,
-            "slot count underflow"
-        );
+        let used = per_tool.get_mut(&self.tool).expect("a slot's tool is counted");
+        assert!(*used > 0 && self.slots.server.get() > 0, "slot count underflow");
         *used -= 1;
         self.slots.server.set(self.slots.server.get() - 1);
     }
@@ -108,11 +101,7 @@ pub fn canonical_json(value: &Value) -> String {
             Value::Object(object) => {
                 let mut keys: Vec<&String> = object.keys().collect();
                 keys.sort();
-                Value::Object(
-                    keys.into_iter()
-                        .map(|k| (k.clone(), sorted(&object[k])))
-                        .collect(),
-                )
+                Value::Object(keys.into_iter().map(|k| (k.clone(), sorted(&object[k]))).collect())
             }
             Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
             other => other.clone(),
@@ -124,16 +113,8 @@ pub fn canonical_json(value: &Value) -> String {
 /// The `once` key and arguments hash of a call, from its normalised inputs.
 pub fn once_record(tool: &Tool, inputs: &Map<String, Value>) -> Option<OnceRecord> {
     let once = tool.config.once.as_ref()?;
-    let named: Map<String, Value> = once
-        .by
-        .iter()
-        .map(|name| {
-            (
-                name.clone(),
-                inputs.get(name).cloned().unwrap_or(Value::Null),
-            )
-        })
-        .collect();
+    let named: Map<String, Value> =
+        once.by.iter().map(|name| (name.clone(), inputs.get(name).cloned().unwrap_or(Value::Null))).collect();
     let key = sha256_hex(canonical_json(&json!([tool.config.name, named])).as_bytes());
     let arguments = sha256_hex(canonical_json(&Value::Object(inputs.clone())).as_bytes());
     Some(OnceRecord { key, arguments })
@@ -149,20 +130,16 @@ pub fn worst_case(tool: &Tool) -> Vec<Money> {
         };
         let limit = match (&grant.max, &grant.each, grant.uses) {
             (Some(max), _, _) => Some(max.clone()),
-            (None, Some(each), Some(uses)) => Some(Money {
-                minor: each.minor.saturating_mul(uses as i64),
-                currency: each.currency.clone(),
-            }),
+            (None, Some(each), Some(uses)) => {
+                Some(Money { minor: each.minor.saturating_mul(uses as i64), currency: each.currency.clone() })
+            }
             _ => None,
         };
         if let Some(limit) = limit {
             *by_currency.entry(limit.currency).or_insert(0) += limit.minor;
         }
     }
-    by_currency
-        .into_iter()
-        .map(|(currency, minor)| Money { minor, currency })
-        .collect()
+    by_currency.into_iter().map(|(currency, minor)| Money { minor, currency }).collect()
 }
 
 /// Runs one call of a known tool to its reply.
@@ -178,50 +155,39 @@ pub async fn call_tool(
     let inputs = match tool.program.check_inputs(arguments) {
         Ok(inputs) => inputs,
         Err(problems) => {
-            return CallReply::Result(error_result(format!(
-                "invalid arguments:\n- {}",
-                problems.join("\n- ")
-            )))
+            return CallReply::Result(error_result(format!("invalid arguments:\n- {}", problems.join("\n- "))), None)
         }
     };
     let once = once_record(tool, &inputs);
     let held = runs.ledger.lock().await;
     let now = runs.ledger.stamp();
     if let (Some(once), Some(config)) = (&once, &tool.config.once) {
-        if let OnceLookup::Found(earlier) =
-            runs.ledger
-                .state()
-                .once_lookup(&once.key, config.keep_ms, now)
-        {
+        if let OnceLookup::Found(earlier) = runs.ledger.state().once_lookup(&once.key, config.keep_ms, now) {
             let earlier = earlier.clone();
             drop(held);
-            return CallReply::Result(repeated(runs, tool, &earlier, once).await);
+            let reply = repeated(runs, tool, &earlier, once).await;
+            return CallReply::Result(reply, Some(earlier.run));
         }
     }
     let Some(_slot) = slots.take(tool, runs.catalog.manifest.server.max_concurrent_runs) else {
-        return CallReply::Result(error_result(format!(
-            "the server is busy: `{name}` already has its maximum of runs in progress; nothing was run, try again later"
-        )));
+        return CallReply::Result(
+            error_result(format!(
+                "the server is busy: `{name}` already has its maximum of runs in progress; nothing was run, try again later"
+            )),
+            None,
+        );
     };
     let worst = worst_case(tool);
     if let Some(quota) = &tool.config.quota {
-        let admitted = runs.ledger.state().quota_admits(
-            name,
-            quota.window_ms,
-            quota.calls,
-            quota.money.as_ref(),
-            &worst,
-            now,
-        );
+        let admitted =
+            runs.ledger.state().quota_admits(name, quota.window_ms, quota.calls, quota.money.as_ref(), &worst, now);
         if let Err(refusal) = admitted {
-            return CallReply::Result(error_result(refusal.message));
+            return CallReply::Result(error_result(refusal.message), None);
         }
     }
     // The last point where cancellation stops the call: nothing is reserved yet.
     if control.is_cancelled() {
-        runs.env.log(&format!(
-            "tool {name}: call cancelled before its run started; nothing was reserved or run"
-        ));
+        runs.env.log(&format!("tool {name}: call cancelled before its run started; nothing was reserved or run"));
         return CallReply::Silent;
     }
     let run = runs.env.new_run_id();
@@ -236,17 +202,24 @@ pub async fn call_tool(
     if let Err(error) = runs.ledger.append(&held, reserve).await {
         drop(held);
         runs.stop(&error.clone().into());
-        return CallReply::Result(error_result(format!(
-            "the server could not record the call durably ({error}); nothing was run"
-        )));
+        return CallReply::Result(
+            error_result(format!("the server could not record the call durably ({error}); nothing was run")),
+            None,
+        );
     }
+    // From the reserve on, a repeated `once` call finds this run in progress.
+    let running = runs.running(&run);
     drop(held);
+    runs.env.reached(Point::Reserved, &run);
     on_start(&run).await;
-    runs.log_run(name, &run, "started").await;
     let outcome = match runs.start_files(tool, &run, &inputs).await {
-        Ok(()) => runs.execute_to_end(tool, &run, &inputs).await,
+        Ok(()) => {
+            runs.log_run(name, &run, "started").await;
+            runs.execute_to_end(tool, &run, &inputs).await
+        }
         Err(fatal) => Err(fatal),
     };
+    drop(running);
     let reply = match outcome {
         Ok(end) => runs::answer(&run, &end),
         Err(fatal) => {
@@ -257,21 +230,16 @@ pub async fn call_tool(
         }
     };
     if control.is_cancelled() {
-        runs.env.log(&format!(
-            "tool {name} run {run}: the call was cancelled while running; its answer is not sent"
-        ));
+        runs.env.log(&format!("tool {name} run {run}: the call was cancelled while running; its answer is not sent"));
         return CallReply::Silent;
     }
-    CallReply::Result(reply)
+    CallReply::Result(reply, Some(run))
 }
 
 /// The answer to a call whose `once` key an earlier run holds (seed 000 section 5).
 async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecord) -> Value {
     let run = &earlier.run;
-    let same_arguments = earlier
-        .once
-        .as_ref()
-        .is_some_and(|o| o.arguments == once.arguments);
+    let same_arguments = earlier.once.as_ref().is_some_and(|o| o.arguments == once.arguments);
     if !same_arguments {
         return error_result(format!(
             "refused: run {run} already did this operation (the same {}) with different arguments; \
@@ -289,7 +257,9 @@ async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecor
             Ok(_) => error_result(format!("run {run} already did this operation; its journal is no longer kept")),
             Err(problem) => {
                 runs.env.log(&format!("reading the journal of run {run}: {problem}"));
-                error_result(format!("run {run} already did this operation; its journal cannot be read (see the server's log)"))
+                error_result(format!(
+                    "run {run} already did this operation; its journal cannot be read (see the server's log)"
+                ))
             }
         },
         RunPhase::Released { .. } => unreachable!("released runs hold no once key"),

@@ -21,11 +21,7 @@ pub struct Catalog {
 
 /// Reads, parses and validates the manifest.
 pub async fn read_manifest(env: &Env, path: &Path) -> Result<Manifest, String> {
-    let text = env
-        .disk
-        .read(path)
-        .await
-        .map_err(|e| format!("{}: cannot read the manifest: {e}", path.display()))?;
+    let text = env.disk.read(path).await.map_err(|e| format!("{}: cannot read the manifest: {e}", path.display()))?;
     Manifest::parse(path, &text).map_err(|e| e.to_string())
 }
 
@@ -44,10 +40,7 @@ impl Catalog {
                 continue;
             }
             match load_program(env, config).await {
-                Ok(program) => tools.push(Tool {
-                    config: config.clone(),
-                    program,
-                }),
+                Ok(program) => tools.push(Tool { config: config.clone(), program }),
                 Err(problem) => problems.push(problem),
             }
         }
@@ -70,10 +63,7 @@ impl Catalog {
 
 impl Tool {
     pub fn description(&self) -> &str {
-        self.config
-            .description
-            .as_deref()
-            .unwrap_or(&self.program.description)
+        self.config.description.as_deref().unwrap_or(&self.program.description)
     }
 
     pub fn describe(&self) -> Value {
@@ -94,25 +84,19 @@ impl Tool {
     /// Hints derived from the grants, never claiming more than the broker enforces. A tool
     /// without grants can only compute: it reads nothing and changes nothing outside.
     fn annotations(&self) -> Value {
-        assert!(
-            self.config.grants.is_empty(),
-            "tools with grants are refused at load"
-        );
+        assert!(self.config.grants.is_empty(), "tools with grants are refused at load");
         json!({"readOnlyHint": true, "openWorldHint": false})
     }
 }
 
 async fn load_program(env: &Env, config: &ToolConfig) -> Result<Program, String> {
     let path = &config.program;
-    let bytes = env.disk.read(path).await.map_err(|e| {
-        format!(
-            "{}: cannot read the program of tool `{}`: {e}",
-            path.display(),
-            config.name
-        )
-    })?;
-    let source =
-        String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8", path.display()))?;
+    let bytes = env
+        .disk
+        .read(path)
+        .await
+        .map_err(|e| format!("{}: cannot read the program of tool `{}`: {e}", path.display(), config.name))?;
+    let source = String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8", path.display()))?;
     let grant_names: Vec<String> = config.grants.keys().cloned().collect();
     Program::load(path, &source, &config.entry, &grant_names)
 }

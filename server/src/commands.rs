@@ -26,13 +26,9 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
     let journals = catalog.manifest.server.journals.clone();
     create_root(env, &journals).await?;
     let _lock = take_lock(env, &journals).await?;
-    let ledger = Ledger::open(env, &journals)
-        .await
-        .map_err(|e| e.to_string())?;
+    let ledger = Ledger::open(env, &journals).await.map_err(|e| e.to_string())?;
     let runs = Rc::new(Runs::new(env.clone(), Rc::clone(&catalog), ledger));
-    let report = recovery::recover(&runs)
-        .await
-        .map_err(|Fatal(message)| message)?;
+    let report = recovery::recover(&runs).await.map_err(|Fatal(message)| message)?;
     if report != recovery::Report::default() {
         env.log(&format!(
             "recovery: released {} run(s) that never started, resumed {}, settled {} from their journals, cleaned up {}",
@@ -42,9 +38,7 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
             report.cleaned.len()
         ));
     }
-    retention::sweep(&runs)
-        .await
-        .map_err(|Fatal(message)| message)?;
+    retention::sweep(&runs).await.map_err(|Fatal(message)| message)?;
     warn_about_duplicates(env, &catalog);
     env.log(&format!(
         "serving {} tool(s) from {} as `{}`",
@@ -65,23 +59,14 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
 }
 
 async fn create_root(env: &Env, journals: &Path) -> Result<(), String> {
-    let exists = env
-        .disk
-        .exists(journals)
-        .await
-        .map_err(|e| format!("{}: {e}", journals.display()))?;
+    let exists = env.disk.exists(journals).await.map_err(|e| format!("{}: {e}", journals.display()))?;
     if !exists {
-        env.disk.create_dir_all(journals).await.map_err(|e| {
-            format!(
-                "{}: cannot create the journals directory: {e}",
-                journals.display()
-            )
-        })?;
+        env.disk
+            .create_dir_all(journals)
+            .await
+            .map_err(|e| format!("{}: cannot create the journals directory: {e}", journals.display()))?;
         if let Some(parent) = journals.parent() {
-            env.disk
-                .fsync_dir(parent)
-                .await
-                .map_err(|e| format!("{}: {e}", parent.display()))?;
+            env.disk.fsync_dir(parent).await.map_err(|e| format!("{}: {e}", parent.display()))?;
         }
     }
     Ok(())
@@ -155,18 +140,9 @@ pub async fn status(env: &Env, manifest_path: &Path) -> Result<String, String> {
 /// `warden check <manifest>`: every problem, or a one-line summary per tool.
 pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
-    let mut report = format!(
-        "{}: ok, {} tool(s)\n",
-        manifest_path.display(),
-        catalog.tools.len()
-    );
+    let mut report = format!("{}: ok, {} tool(s)\n", manifest_path.display(), catalog.tools.len());
     for tool in &catalog.tools {
-        let inputs: Vec<&str> = tool
-            .program
-            .inputs
-            .iter()
-            .map(|i| i.name.as_str())
-            .collect();
+        let inputs: Vec<&str> = tool.program.inputs.iter().map(|i| i.name.as_str()).collect();
         report.push_str(&format!(
             "  {} ({}): inputs {}\n",
             tool.config.name,
@@ -182,10 +158,9 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
     let catalog = load(env, manifest_path).await?;
     let described = match tool {
         None => json!(catalog.list()),
-        Some(name) => catalog
-            .tool(name)
-            .map(|t| t.describe())
-            .ok_or_else(|| format!("no tool named `{name}` in the manifest"))?,
+        Some(name) => {
+            catalog.tool(name).map(|t| t.describe()).ok_or_else(|| format!("no tool named `{name}` in the manifest"))?
+        }
     };
     Ok(serde_json::to_string_pretty(&described).expect("JSON values serialise") + "\n")
 }

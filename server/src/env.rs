@@ -104,10 +104,7 @@ pub struct NetError {
 }
 
 pub trait Net {
-    fn request(
-        &self,
-        request: HttpRequest,
-    ) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>>;
+    fn request(&self, request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>>;
 }
 
 /// A SQLite statement for the `db.sqlite` capability.
@@ -132,12 +129,7 @@ pub trait Db {
     fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>>;
     /// Whether `warden_actions` holds (run id, action number): the write is known to have
     /// happened. `Ok(false)` means it is known not to have happened.
-    fn action_recorded(
-        &self,
-        path: &Path,
-        run: &str,
-        action: u64,
-    ) -> LocalBoxFuture<'static, Result<bool, String>>;
+    fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>>;
 }
 
 /// Randomness: run ids and anything else random.
@@ -173,6 +165,73 @@ pub trait Process {
     fn var(&self, name: &str) -> Option<String>;
 }
 
+/// The durable steps of a call (seed 000 section 7), and the gap inside an action. The
+/// server reports reaching each; the simulator (and a crash-test build of the binary) can
+/// crash the process right there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Point {
+    /// Step 1: the reserve event is durable.
+    Reserved,
+    /// Step 2: the inputs file is durable.
+    InputsKept,
+    /// Step 3: the journal's header is durable.
+    JournalCreated,
+    /// Step 4: the run's records, its end included, are durable.
+    RunRecorded,
+    /// Step 5: the waiting record of a stopped run is durable.
+    WaitingRecorded,
+    /// Step 6: the settle event is durable.
+    Settled,
+    /// Step 7: the answer was written to the client.
+    Answered,
+    /// Inside step 4: an action's begin record is durable, its done record is not.
+    ActionBegun,
+}
+
+impl Point {
+    pub const ALL: [Point; 8] = [
+        Point::Reserved,
+        Point::InputsKept,
+        Point::JournalCreated,
+        Point::RunRecorded,
+        Point::WaitingRecorded,
+        Point::Settled,
+        Point::Answered,
+        Point::ActionBegun,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Point::Reserved => "reserved",
+            Point::InputsKept => "inputs-kept",
+            Point::JournalCreated => "journal-created",
+            Point::RunRecorded => "run-recorded",
+            Point::WaitingRecorded => "waiting-recorded",
+            Point::Settled => "settled",
+            Point::Answered => "answered",
+            Point::ActionBegun => "action-begun",
+        }
+    }
+
+    /// The step number of seed 000 section 7 (the action gap counts as step 4).
+    pub fn step(self) -> u8 {
+        match self {
+            Point::Reserved => 1,
+            Point::InputsKept => 2,
+            Point::JournalCreated => 3,
+            Point::RunRecorded | Point::ActionBegun => 4,
+            Point::WaitingRecorded => 5,
+            Point::Settled => 6,
+            Point::Answered => 7,
+        }
+    }
+}
+
+pub trait Probe {
+    /// Called right after `point`'s durable record, for run `run`.
+    fn reached(&self, point: Point, run: &str);
+}
+
 /// The whole seam, passed explicitly. Cloning is cheap.
 #[derive(Clone)]
 pub struct Env {
@@ -184,11 +243,16 @@ pub struct Env {
     pub rng: Rc<dyn Rng>,
     pub spawn: Rc<dyn Spawn>,
     pub process: Rc<dyn Process>,
+    pub probe: Rc<dyn Probe>,
 }
 
 impl Env {
     pub fn log(&self, line: &str) {
         self.stdio.log(line);
+    }
+
+    pub fn reached(&self, point: Point, run: &str) {
+        self.probe.reached(point, run);
     }
 
     /// 32 random lowercase hexadecimal characters.

@@ -25,10 +25,7 @@ pub struct RunFiles {
 
 impl RunFiles {
     pub fn new(journals: &Path, tool: &str, run: &str) -> RunFiles {
-        assert!(
-            run.len() >= 2 && run.is_ascii(),
-            "run ids are ascii and long enough to shard"
-        );
+        assert!(run.len() >= 2 && run.is_ascii(), "run ids are ascii and long enough to shard");
         let dir = journals.join(tool).join(&run[..2]);
         RunFiles {
             journal: dir.join(format!("{run}.journal")),
@@ -104,34 +101,16 @@ pub struct Journal {
 impl Journal {
     /// Parses a journal. Only the last line may be torn.
     pub fn parse(file: &Path, bytes: &[u8]) -> Result<Journal, String> {
-        let parsed = record::parse_file::<JournalRecord>(bytes).map_err(|d| {
-            format!(
-                "{}:{}: the journal is damaged: {}",
-                file.display(),
-                d.line,
-                d.problem
-            )
-        })?;
-        let mut journal = Journal {
-            torn_tail_bytes: parsed.torn_tail_bytes,
-            intact_len: parsed.intact_len,
-            ..Journal::default()
-        };
+        let parsed = record::parse_file::<JournalRecord>(bytes)
+            .map_err(|d| format!("{}:{}: the journal is damaged: {}", file.display(), d.line, d.problem))?;
+        let mut journal =
+            Journal { torn_tail_bytes: parsed.torn_tail_bytes, intact_len: parsed.intact_len, ..Journal::default() };
         for (index, record) in parsed.records.into_iter().enumerate() {
-            let at = |problem: &str| {
-                format!(
-                    "{}:{}: the journal is damaged: {problem}",
-                    file.display(),
-                    index + 1
-                )
-            };
+            let at = |problem: &str| format!("{}:{}: the journal is damaged: {problem}", file.display(), index + 1);
             match record {
-                JournalRecord::Header {
-                    run,
-                    binding,
-                    inputs,
-                    ..
-                } if index == 0 => journal.header = Some((run, binding, inputs)),
+                JournalRecord::Header { run, binding, inputs, .. } if index == 0 => {
+                    journal.header = Some((run, binding, inputs))
+                }
                 _ if index == 0 => return Err(at("the first record is not the header")),
                 JournalRecord::Header { .. } => return Err(at("a second header")),
                 _ if journal.end.is_some() => return Err(at("a record after the end")),
@@ -156,9 +135,7 @@ pub struct InputsRecord {
 /// Creates `dir` and its missing ancestors under `root`, fsyncing each new entry's parent
 /// so the directories survive a crash.
 pub async fn create_dirs_durably(env: &Env, root: &Path, dir: &Path) -> std::io::Result<()> {
-    let relative = dir
-        .strip_prefix(root)
-        .expect("directories are created under the journals root");
+    let relative = dir.strip_prefix(root).expect("directories are created under the journals root");
     let mut current = root.to_path_buf();
     for part in relative.components() {
         let parent = current.clone();
@@ -175,9 +152,7 @@ pub async fn create_dirs_durably(env: &Env, root: &Path, dir: &Path) -> std::io:
 pub async fn write_new_durably(env: &Env, path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
     env.disk.write(path, bytes).await?;
     env.disk.fsync(path).await?;
-    env.disk
-        .fsync_dir(path.parent().expect("files live in directories"))
-        .await
+    env.disk.fsync_dir(path.parent().expect("files live in directories")).await
 }
 
 /// Appends one record and fsyncs it.
@@ -201,18 +176,8 @@ mod tests {
 
     #[test]
     fn a_journal_must_start_with_its_header_and_stop_at_its_end() {
-        let binding = Binding {
-            program: "p".into(),
-            config: "c".into(),
-            version: "v".into(),
-        };
-        let header = JournalRecord::Header {
-            run: "r".into(),
-            tool: "t".into(),
-            binding,
-            inputs: "i".into(),
-            at_ms: 1,
-        };
+        let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
+        let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
         let end = JournalRecord::End(EndRecord {
             outcome: "done".into(),
             result: None,
@@ -220,30 +185,14 @@ mod tests {
             usage: Value::Null,
             at_ms: 2,
         });
-        let print = JournalRecord::Print {
-            index: 0,
-            text: "x".into(),
-        };
-        let good: Vec<u8> = [&header, &print, &end]
-            .iter()
-            .flat_map(|r| record::encode(*r))
-            .collect();
+        let print = JournalRecord::Print { index: 0, text: "x".into() };
+        let good: Vec<u8> = [&header, &print, &end].iter().flat_map(|r| record::encode(*r)).collect();
         let journal = Journal::parse(Path::new("j"), &good).unwrap();
         assert_eq!(journal.prints, 1);
         assert!(journal.end.is_some());
-        let headless: Vec<u8> = [&print, &end]
-            .iter()
-            .flat_map(|r| record::encode(*r))
-            .collect();
-        assert!(Journal::parse(Path::new("j"), &headless)
-            .unwrap_err()
-            .contains("j:1: the journal is damaged"));
-        let after_end: Vec<u8> = [&header, &end, &print, &print]
-            .iter()
-            .flat_map(|r| record::encode(*r))
-            .collect();
-        assert!(Journal::parse(Path::new("j"), &after_end)
-            .unwrap_err()
-            .contains("a record after the end"));
+        let headless: Vec<u8> = [&print, &end].iter().flat_map(|r| record::encode(*r)).collect();
+        assert!(Journal::parse(Path::new("j"), &headless).unwrap_err().contains("j:1: the journal is damaged"));
+        let after_end: Vec<u8> = [&header, &end, &print, &print].iter().flat_map(|r| record::encode(*r)).collect();
+        assert!(Journal::parse(Path::new("j"), &after_end).unwrap_err().contains("a record after the end"));
     }
 }

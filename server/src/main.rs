@@ -25,10 +25,7 @@ enum Command {
     /// Check a manifest and its programs without serving anything.
     Check { manifest: PathBuf },
     /// Print the tools' schemas as `tools/list` gives them.
-    Schema {
-        manifest: PathBuf,
-        tool: Option<String>,
-    },
+    Schema { manifest: PathBuf, tool: Option<String> },
 }
 
 #[derive(Subcommand)]
@@ -40,26 +37,15 @@ enum McpCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Mcp {
-            command: Some(McpCommand::Status { manifest }),
-            ..
-        } => {
+        Command::Mcp { command: Some(McpCommand::Status { manifest }), .. } => {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::status(&env, &manifest)))
         }
-        Command::Mcp {
-            manifest: None,
-            command: None,
-        } => {
-            eprintln!(
-                "warden: usage: warden mcp <manifest.json> | warden mcp status <manifest.json>"
-            );
+        Command::Mcp { manifest: None, command: None } => {
+            eprintln!("warden: usage: warden mcp <manifest.json> | warden mcp status <manifest.json>");
             ExitCode::from(2)
         }
-        Command::Mcp {
-            manifest: Some(manifest),
-            ..
-        } => {
+        Command::Mcp { manifest: Some(manifest), .. } => {
             // Before anything else (the manifest included) can write to stdout.
             let stdio = match warden::io::protect_stdio() {
                 Ok(stdio) => stdio,
@@ -72,10 +58,7 @@ fn main() -> ExitCode {
                 write_to_stdout_as_a_stray_library_would();
             }
             let env = warden::io::real_env(stdio);
-            report(
-                warden::io::run(warden::commands::serve_mcp(&env, &manifest))
-                    .map(|()| String::new()),
-            )
+            report(warden::io::run(warden::commands::serve_mcp(&env, &manifest)).map(|()| String::new()))
         }
         Command::Check { manifest } => {
             let env = warden::io::command_env();
@@ -83,11 +66,7 @@ fn main() -> ExitCode {
         }
         Command::Schema { manifest, tool } => {
             let env = warden::io::command_env();
-            report(warden::io::run(warden::commands::schema(
-                &env,
-                &manifest,
-                tool.as_deref(),
-            )))
+            report(warden::io::run(warden::commands::schema(&env, &manifest, tool.as_deref())))
         }
     }
 }

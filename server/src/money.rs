@@ -20,21 +20,13 @@ impl Money {
     pub fn parse(amount: &str, currency: &str) -> Result<Money, String> {
         let minor = parse_amount(amount)?;
         check_currency(currency)?;
-        Ok(Money {
-            minor,
-            currency: currency.to_string(),
-        })
+        Ok(Money { minor, currency: currency.to_string() })
     }
 
     /// The amount as written by Warden: whole units, a point, `MONEY_SCALE` digits.
     pub fn amount_text(&self) -> String {
         let scale = 10i64.pow(MONEY_SCALE);
-        format!(
-            "{}.{:0width$}",
-            self.minor / scale,
-            self.minor % scale,
-            width = MONEY_SCALE as usize
-        )
+        format!("{}.{:0width$}", self.minor / scale, self.minor % scale, width = MONEY_SCALE as usize)
     }
 
     pub fn to_json(&self) -> serde_json::Value {
@@ -55,19 +47,12 @@ pub fn parse_amount(text: &str) -> Result<i64, String> {
         None => (text, ""),
     };
     let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if whole.is_empty()
-        || !digits_only(whole)
-        || !digits_only(fraction)
-        || (text.contains('.') && fraction.is_empty())
+    if whole.is_empty() || !digits_only(whole) || !digits_only(fraction) || (text.contains('.') && fraction.is_empty())
     {
-        return Err(format!(
-            "`{text}` is not a decimal amount such as \"35.00\""
-        ));
+        return Err(format!("`{text}` is not a decimal amount such as \"35.00\""));
     }
     if fraction.len() > MONEY_SCALE as usize {
-        return Err(format!(
-            "`{text}` has more than {MONEY_SCALE} digits after the decimal point"
-        ));
+        return Err(format!("`{text}` has more than {MONEY_SCALE} digits after the decimal point"));
     }
     let whole_digits = whole.trim_start_matches('0');
     if whole_digits.len() > 13 {
@@ -76,15 +61,9 @@ pub fn parse_amount(text: &str) -> Result<i64, String> {
     let whole_value: i64 = if whole_digits.is_empty() {
         0
     } else {
-        whole_digits
-            .parse()
-            .map_err(|_| format!("`{text}` is too large to hold exactly"))?
+        whole_digits.parse().map_err(|_| format!("`{text}` is too large to hold exactly"))?
     };
-    let mut fraction_value: i64 = if fraction.is_empty() {
-        0
-    } else {
-        fraction.parse().expect("digits")
-    };
+    let mut fraction_value: i64 = if fraction.is_empty() { 0 } else { fraction.parse().expect("digits") };
     for _ in fraction.len()..MONEY_SCALE as usize {
         fraction_value *= 10;
     }
@@ -100,9 +79,7 @@ pub fn check_currency(currency: &str) -> Result<(), String> {
     if currency.len() == 3 && currency.bytes().all(|b| b.is_ascii_uppercase()) {
         Ok(())
     } else {
-        Err(format!(
-            "`{currency}` is not a currency code such as \"USD\""
-        ))
+        Err(format!("`{currency}` is not a currency code such as \"USD\""))
     }
 }
 
@@ -127,17 +104,7 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_exact() {
-        for bad in [
-            "",
-            ".5",
-            "5.",
-            "-1",
-            "1e3",
-            "1.234",
-            "1,00",
-            " 1",
-            "99999999999999",
-        ] {
+        for bad in ["", ".5", "5.", "-1", "1e3", "1.234", "1,00", " 1", "99999999999999"] {
             assert!(parse_amount(bad).is_err(), "{bad:?} accepted");
         }
         assert!(check_currency("usd").is_err());

@@ -18,19 +18,13 @@ pub const RECORD_LINE_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 fn sum(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
-    digest[..SUM_HEX_CHARS / 2]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    digest[..SUM_HEX_CHARS / 2].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Encodes one record as a line, newline included.
 pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
     let body = serde_json::to_vec(record).expect("records serialise");
-    assert!(
-        !body.contains(&b'\n'),
-        "a serialised record never holds a raw newline"
-    );
+    assert!(!body.contains(&b'\n'), "a serialised record never holds a raw newline");
     let mut line = Vec::with_capacity(body.len() + 40);
     line.extend_from_slice(PREFIX);
     line.extend_from_slice(sum(&body).as_bytes());
@@ -43,20 +37,14 @@ pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
 /// Decodes one line (without its newline).
 pub fn decode<T: DeserializeOwned>(line: &[u8]) -> Result<T, String> {
     if line.len() > RECORD_LINE_BYTES_MAX {
-        return Err(format!(
-            "line of {} bytes is over the limit of {RECORD_LINE_BYTES_MAX}",
-            line.len()
-        ));
+        return Err(format!("line of {} bytes is over the limit of {RECORD_LINE_BYTES_MAX}", line.len()));
     }
     let rest = line.strip_prefix(PREFIX).ok_or("not a record line")?;
     if rest.len() < SUM_HEX_CHARS + MIDDLE.len() + 1 {
         return Err("record line too short".into());
     }
     let (stated, rest) = rest.split_at(SUM_HEX_CHARS);
-    let body = rest
-        .strip_prefix(MIDDLE)
-        .and_then(|r| r.strip_suffix(b"}"))
-        .ok_or("not a record line")?;
+    let body = rest.strip_prefix(MIDDLE).and_then(|r| r.strip_suffix(b"}")).ok_or("not a record line")?;
     if stated != sum(body).as_bytes() {
         return Err("checksum mismatch".into());
     }
@@ -99,27 +87,14 @@ pub fn parse_file<T: DeserializeOwned>(bytes: &[u8]) -> Result<Records<T>, Damag
         match decode::<T>(line) {
             Ok(record) if complete => records.push(record),
             Ok(_) | Err(_) if is_last => {
-                return Ok(Records {
-                    records,
-                    torn_tail_bytes: bytes.len() - offset,
-                    intact_len: offset,
-                });
+                return Ok(Records { records, torn_tail_bytes: bytes.len() - offset, intact_len: offset });
             }
             Ok(_) => unreachable!("a line without a newline is the last line"),
-            Err(problem) => {
-                return Err(Damage {
-                    line: number,
-                    problem,
-                })
-            }
+            Err(problem) => return Err(Damage { line: number, problem }),
         }
         offset = next;
     }
-    Ok(Records {
-        records,
-        torn_tail_bytes: 0,
-        intact_len: bytes.len(),
-    })
+    Ok(Records { records, torn_tail_bytes: 0, intact_len: bytes.len() })
 }
 
 #[cfg(test)]

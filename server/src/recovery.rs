@@ -59,24 +59,16 @@ pub fn decide(phase: LedgerPhase, inputs: bool, journal: JournalState, waiting: 
         }
         (L::Open, true, J::Started, _) => Resume,
         (L::Open, _, J::Ended, _) => SettleFromEnd,
-        (L::Open, false, J::Started, _) => {
-            Refuse("an unfinished run whose kept arguments are gone")
-        }
-        (L::Open, _, J::Absent | J::Headless, true) => {
-            Refuse("a waiting record for a run that never started")
-        }
+        (L::Open, false, J::Started, _) => Refuse("an unfinished run whose kept arguments are gone"),
+        (L::Open, _, J::Absent | J::Headless, true) => Refuse("a waiting record for a run that never started"),
 
         (L::Settled, false, J::Ended | J::Absent, false) => Nothing,
         (L::Settled, _, J::Ended | J::Absent, _) => CleanUp,
-        (L::Settled, _, J::Started | J::Headless, _) => {
-            Refuse("a settled run whose journal has no end")
-        }
+        (L::Settled, _, J::Started | J::Headless, _) => Refuse("a settled run whose journal has no end"),
 
         (L::Released, false, J::Absent, false) => Nothing,
         (L::Released, _, J::Absent, _) => CleanUp,
-        (L::Released, _, _, _) => {
-            Refuse("a journal for a run the ledger released as never started")
-        }
+        (L::Released, _, _, _) => Refuse("a journal for a run the ledger released as never started"),
     }
 }
 
@@ -102,20 +94,10 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
     let root = &runs.journals;
     let io = |what: &str, e: std::io::Error| Fatal(format!("{}: {what}: {e}", root.display()));
     let mut found: BTreeMap<String, Found> = BTreeMap::new();
-    if !env
-        .disk
-        .exists(root)
-        .await
-        .map_err(|e| io("cannot see the journals directory", e))?
-    {
+    if !env.disk.exists(root).await.map_err(|e| io("cannot see the journals directory", e))? {
         return Ok(found);
     }
-    for tool in env
-        .disk
-        .list(root)
-        .await
-        .map_err(|e| io("cannot list", e))?
-    {
+    for tool in env.disk.list(root).await.map_err(|e| io("cannot list", e))? {
         let tool_dir = root.join(&tool);
         if tool == WAITING_DIR || tool.starts_with("server.") {
             continue;
@@ -146,33 +128,13 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
         }
     }
     let waiting_dir = root.join(WAITING_DIR);
-    if env
-        .disk
-        .exists(&waiting_dir)
-        .await
-        .map_err(|e| io("cannot see the waiting directory", e))?
-    {
-        for file in env
-            .disk
-            .list(&waiting_dir)
-            .await
-            .map_err(|e| io("cannot list waiting", e))?
-        {
+    if env.disk.exists(&waiting_dir).await.map_err(|e| io("cannot see the waiting directory", e))? {
+        for file in env.disk.list(&waiting_dir).await.map_err(|e| io("cannot list waiting", e))? {
             if let Some(run) = file.strip_suffix(".json") {
-                let tool = runs
-                    .ledger
-                    .state()
-                    .run(run)
-                    .map(|e| e.tool.clone())
-                    .unwrap_or_default();
+                let tool = runs.ledger.state().run(run).map(|e| e.tool.clone()).unwrap_or_default();
                 found
                     .entry(run.to_string())
-                    .or_insert(Found {
-                        tool,
-                        inputs: false,
-                        journal: false,
-                        waiting: false,
-                    })
+                    .or_insert(Found { tool, inputs: false, journal: false, waiting: false })
                     .waiting = true;
             }
         }
@@ -191,11 +153,7 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
     for run in all {
         let entry = runs.ledger.state().run(&run).cloned();
         let files = found.get(&run);
-        let tool = entry
-            .as_ref()
-            .map(|e| e.tool.clone())
-            .or_else(|| files.map(|f| f.tool.clone()))
-            .unwrap_or_default();
+        let tool = entry.as_ref().map(|e| e.tool.clone()).or_else(|| files.map(|f| f.tool.clone())).unwrap_or_default();
         let phase = match entry.as_ref().map(|e| &e.phase) {
             None => LedgerPhase::Absent,
             Some(RunPhase::Open) => LedgerPhase::Open,
@@ -230,15 +188,7 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
                 runs.remove_if_present(&paths.journal).await?;
                 let held = runs.ledger.lock().await;
                 let at_ms = runs.ledger.stamp();
-                runs.ledger
-                    .append(
-                        &held,
-                        Event::Release {
-                            run: run.clone(),
-                            at_ms,
-                        },
-                    )
-                    .await?;
+                runs.ledger.append(&held, Event::Release { run: run.clone(), at_ms }).await?;
                 report.released.push(run);
             }
             Action::CleanUp => {
@@ -248,15 +198,13 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
                 report.cleaned.push(run);
             }
             Action::SettleFromEnd | Action::Resume => match runs.catalog.tool(&tool) {
-                None => refusals.push(format!(
-                    "run {run} is unfinished but its tool `{tool}` is no longer in the manifest"
-                )),
+                None => {
+                    refusals.push(format!("run {run} is unfinished but its tool `{tool}` is no longer in the manifest"))
+                }
                 Some(current) => {
                     let journal = journal.expect("a journal exists in these cells");
                     if let Some(problem) = binding_problem(&journal, current) {
-                        refusals.push(format!(
-                            "run {run} of tool `{tool}` cannot resume: {problem}"
-                        ));
+                        refusals.push(format!("run {run} of tool `{tool}` cannot resume: {problem}"));
                     } else {
                         to_resume.push((run, tool, journal));
                     }
@@ -274,27 +222,18 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
     for (run, tool_name, journal) in to_resume {
         let tool = runs.catalog.tool(&tool_name).expect("checked above");
         if journal.torn_tail_bytes > 0 {
-            runs.drop_torn_tail(&runs.files(&tool_name, &run).journal, journal.intact_len)
-                .await?;
+            runs.drop_torn_tail(&runs.files(&tool_name, &run).journal, journal.intact_len).await?;
         }
         let ended = journal.end.is_some();
         let inputs = match runs.read_inputs(&tool_name, &run).await.map_err(Fatal)? {
             Some(inputs) => inputs,
             None if ended => Default::default(),
-            None => {
-                return Err(Fatal(format!(
-                    "run {run}: its kept arguments vanished during recovery"
-                )))
-            }
+            None => return Err(Fatal(format!("run {run}: its kept arguments vanished during recovery"))),
         };
         runs.log_run(
             &tool_name,
             &run,
-            if ended {
-                "settling from its journal's end after a restart"
-            } else {
-                "resuming after a restart"
-            },
+            if ended { "settling from its journal's end after a restart" } else { "resuming after a restart" },
         )
         .await;
         runs.execute_to_end(tool, &run, &inputs).await?;
@@ -311,17 +250,11 @@ fn binding_problem(journal: &Journal, tool: &crate::catalog::Tool) -> Option<Str
     let (_, recorded, _) = journal.header.as_ref()?;
     let current = binding(tool);
     if recorded.program != current.program {
-        Some(format!(
-            "its program changed since it started ({})",
-            tool.program.path.display()
-        ))
+        Some(format!("its program changed since it started ({})", tool.program.path.display()))
     } else if recorded.config != current.config {
         Some("the tool's configuration in the manifest changed since it started".to_string())
     } else if recorded.version != current.version {
-        Some(format!(
-            "it was started by Warden {}, this is {}",
-            recorded.version, current.version
-        ))
+        Some(format!("it was started by Warden {}, this is {}", recorded.version, current.version))
     } else {
         None
     }
@@ -345,10 +278,7 @@ mod tests {
             ((L::Open, true, J::Started, true), Resume),
             ((L::Open, true, J::Ended, false), SettleFromEnd),
             ((L::Open, false, J::Ended, false), SettleFromEnd),
-            (
-                (L::Open, false, J::Started, false),
-                Refuse("an unfinished run whose kept arguments are gone"),
-            ),
+            ((L::Open, false, J::Started, false), Refuse("an unfinished run whose kept arguments are gone")),
             ((L::Settled, false, J::Ended, false), Nothing),
             ((L::Settled, false, J::Absent, false), Nothing),
             ((L::Settled, true, J::Ended, false), CleanUp),
@@ -357,28 +287,12 @@ mod tests {
             ((L::Released, true, J::Absent, false), CleanUp),
         ];
         for ((phase, inputs, journal, waiting), expected) in cells {
-            assert_eq!(
-                decide(phase, inputs, journal, waiting),
-                expected,
-                "{phase:?} {inputs} {journal:?} {waiting}"
-            );
+            assert_eq!(decide(phase, inputs, journal, waiting), expected, "{phase:?} {inputs} {journal:?} {waiting}");
         }
-        assert!(matches!(
-            decide(L::Absent, false, J::Started, false),
-            Refuse(_)
-        ));
-        assert!(matches!(
-            decide(L::Absent, true, J::Absent, false),
-            Refuse(_)
-        ));
-        assert!(matches!(
-            decide(L::Released, false, J::Ended, false),
-            Refuse(_)
-        ));
-        assert!(matches!(
-            decide(L::Settled, false, J::Started, false),
-            Refuse(_)
-        ));
+        assert!(matches!(decide(L::Absent, false, J::Started, false), Refuse(_)));
+        assert!(matches!(decide(L::Absent, true, J::Absent, false), Refuse(_)));
+        assert!(matches!(decide(L::Released, false, J::Ended, false), Refuse(_)));
+        assert!(matches!(decide(L::Settled, false, J::Started, false), Refuse(_)));
         assert_eq!(decide(L::Absent, false, J::Absent, false), Nothing);
     }
 }

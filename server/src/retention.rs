@@ -25,12 +25,7 @@ fn keep_ms(runs: &Runs) -> Option<u64> {
 }
 
 fn once_holds(runs: &Runs, entry: &RunEntry, now: u64) -> bool {
-    let Some(keep) = runs
-        .catalog
-        .tool(&entry.tool)
-        .and_then(|t| t.config.once.as_ref())
-        .map(|o| o.keep_ms)
-    else {
+    let Some(keep) = runs.catalog.tool(&entry.tool).and_then(|t| t.config.once.as_ref()).map(|o| o.keep_ms) else {
         return false;
     };
     entry.once.is_some() && entry.once_expires_at(keep).is_none_or(|at| at > now)
@@ -46,14 +41,8 @@ fn files_expired(runs: &Runs, entry: &RunEntry, now: u64) -> bool {
 
 pub async fn sweep(runs: &Runs) -> Result<Swept, Fatal> {
     let now = runs.ledger.stamp();
-    let expired: Vec<RunEntry> = runs
-        .ledger
-        .state()
-        .runs
-        .values()
-        .filter(|e| files_expired(runs, e, now))
-        .cloned()
-        .collect();
+    let expired: Vec<RunEntry> =
+        runs.ledger.state().runs.values().filter(|e| files_expired(runs, e, now)).cloned().collect();
     let mut swept = Swept::default();
     for entry in &expired {
         let files = runs.files(&entry.tool, &entry.run);

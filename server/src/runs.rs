@@ -23,7 +23,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::catalog::{Catalog, Tool};
-use crate::env::Env;
+use crate::env::{Env, Point};
 use crate::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord, RunFiles};
 use crate::ledger::{Event, Ledger, LedgerError, MoneyRecord};
 use crate::program::{self, FailureKind, Outcome, RunLimits};
@@ -108,46 +108,27 @@ impl Runs {
         let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
         let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");
         bytes.push(b'\n');
-        if let Err(error) = self
-            .env
-            .disk
-            .append(&self.files(tool, run).log, bytes)
-            .await
-        {
-            self.env.log(&format!(
-                "tool {tool} run {run}: writing the run's log failed: {error}"
-            ));
+        if let Err(error) = self.env.disk.append(&self.files(tool, run).log, bytes).await {
+            self.env.log(&format!("tool {tool} run {run}: writing the run's log failed: {error}"));
         }
     }
 
     /// Step 2 and 3: the kept arguments, then the journal's header, each durable.
-    pub async fn start_files(
-        &self,
-        tool: &Tool,
-        run: &str,
-        inputs: &Map<String, Value>,
-    ) -> Result<(), Fatal> {
+    pub async fn start_files(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
         let files = self.files(&tool.config.name, run);
         let io = |what: &str, e: std::io::Error| Fatal(format!("{what} of run {run} failed: {e}"));
         journal::create_dirs_durably(&self.env, &self.journals, &files.dir)
             .await
             .map_err(|e| io("creating the directory", e))?;
-        let kept = record::encode(&InputsRecord {
-            run: run.to_string(),
-            inputs: inputs.clone(),
-        });
-        journal::write_new_durably(&self.env, &files.inputs, kept)
-            .await
-            .map_err(|e| io("keeping the arguments", e))?;
-        self.write_header(tool, run, inputs).await
+        let kept = record::encode(&InputsRecord { run: run.to_string(), inputs: inputs.clone() });
+        journal::write_new_durably(&self.env, &files.inputs, kept).await.map_err(|e| io("keeping the arguments", e))?;
+        self.env.reached(Point::InputsKept, run);
+        self.write_header(tool, run, inputs).await?;
+        self.env.reached(Point::JournalCreated, run);
+        Ok(())
     }
 
-    async fn write_header(
-        &self,
-        tool: &Tool,
-        run: &str,
-        inputs: &Map<String, Value>,
-    ) -> Result<(), Fatal> {
+    async fn write_header(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
         let files = self.files(&tool.config.name, run);
         let header = JournalRecord::Header {
             run: run.to_string(),
@@ -164,63 +145,35 @@ impl Runs {
     /// Reads a run's journal, if it exists.
     pub async fn read_journal(&self, tool: &str, run: &str) -> Result<Option<Journal>, String> {
         let path = self.files(tool, run).journal;
-        if !self
-            .env
-            .disk
-            .exists(&path)
-            .await
-            .map_err(|e| format!("{}: {e}", path.display()))?
-        {
+        if !self.env.disk.exists(&path).await.map_err(|e| format!("{}: {e}", path.display()))? {
             return Ok(None);
         }
-        let bytes = self
-            .env
-            .disk
-            .read(&path)
-            .await
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes = self.env.disk.read(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
         Journal::parse(&path, &bytes).map(Some)
     }
 
-    pub async fn read_inputs(
-        &self,
-        tool: &str,
-        run: &str,
-    ) -> Result<Option<Map<String, Value>>, String> {
+    pub async fn read_inputs(&self, tool: &str, run: &str) -> Result<Option<Map<String, Value>>, String> {
         let path = self.files(tool, run).inputs;
-        if !self
-            .env
-            .disk
-            .exists(&path)
-            .await
-            .map_err(|e| format!("{}: {e}", path.display()))?
-        {
+        if !self.env.disk.exists(&path).await.map_err(|e| format!("{}: {e}", path.display()))? {
             return Ok(None);
         }
-        let bytes = self
-            .env
-            .disk
-            .read(&path)
-            .await
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes = self.env.disk.read(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
         let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-        let kept: InputsRecord =
-            record::decode(line).map_err(|e| format!("{}: {e}", path.display()))?;
+        let kept: InputsRecord = record::decode(line).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(Some(kept.inputs))
     }
 
     /// Step 4 to 6: executes the program against its journal, records its end, settles.
     /// Used by fresh calls and by runs resumed at start alike.
-    pub async fn execute_to_end(
-        &self,
-        tool: &Tool,
-        run: &str,
-        inputs: &Map<String, Value>,
-    ) -> Result<EndRecord, Fatal> {
+    pub async fn execute_to_end(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<EndRecord, Fatal> {
+        let _running = self.running(run);
+        self.execute_and_settle(tool, run, inputs).await
+    }
+
+    /// Marks `run` as executing in this process until the guard drops.
+    pub fn running(&self, run: &str) -> InProgress<'_> {
         self.in_progress.borrow_mut().insert(run.to_string());
-        let outcome = self.execute_and_settle(tool, run, inputs).await;
-        self.in_progress.borrow_mut().remove(run);
-        outcome
+        InProgress { runs: self, run: run.to_string() }
     }
 
     async fn execute_and_settle(
@@ -241,32 +194,17 @@ impl Runs {
             None => return Err(Fatal(format!("the journal of run {run} is missing"))),
         };
         let program = tool.program.clone();
-        let limits = RunLimits {
-            max_steps: tool.config.max_steps,
-        };
+        let limits = RunLimits { max_steps: tool.config.max_steps };
         let job_inputs = inputs.clone();
-        let execution = self
-            .env
-            .blocking(move || program::execute(&program, &job_inputs, limits))
-            .await;
+        let execution = self.env.blocking(move || program::execute(&program, &job_inputs, limits)).await;
         let at_ms = self.env.clock.now_ms();
         let end = match execution {
             Ok(execution) => {
-                for (index, text) in execution
-                    .prints
-                    .iter()
-                    .enumerate()
-                    .skip(journal.prints as usize)
-                {
-                    let print = JournalRecord::Print {
-                        index: index as u64,
-                        text: text.clone(),
-                    };
+                for (index, text) in execution.prints.iter().enumerate().skip(journal.prints as usize) {
+                    let print = JournalRecord::Print { index: index as u64, text: text.clone() };
                     journal::append_durably(&self.env, &files.journal, &print)
                         .await
-                        .map_err(|e| {
-                            Fatal(format!("journaling a print of run {run} failed: {e}"))
-                        })?;
+                        .map_err(|e| Fatal(format!("journaling a print of run {run} failed: {e}")))?;
                     self.log_run(name, run, &format!("print: {text}")).await;
                 }
                 end_record(&execution.outcome, at_ms)
@@ -280,16 +218,12 @@ impl Runs {
             },
         };
         if end.outcome == FailureKind::Internal.name() {
-            self.log_run(
-                name,
-                run,
-                &format!("internal error: {}", end.message.as_deref().unwrap_or("")),
-            )
-            .await;
+            self.log_run(name, run, &format!("internal error: {}", end.message.as_deref().unwrap_or(""))).await;
         }
         journal::append_durably(&self.env, &files.journal, &JournalRecord::End(end.clone()))
             .await
             .map_err(|e| Fatal(format!("journaling the end of run {run} failed: {e}")))?;
+        self.env.reached(Point::RunRecorded, run);
         self.settle(tool, run, &end).await?;
         Ok(end)
     }
@@ -298,56 +232,28 @@ impl Runs {
     pub async fn settle(&self, tool: &Tool, run: &str, end: &EndRecord) -> Result<(), Fatal> {
         {
             let held = self.ledger.lock().await;
-            let open = self
-                .ledger
-                .state()
-                .run(run)
-                .is_some_and(|entry| entry.is_open());
+            let open = self.ledger.state().run(run).is_some_and(|entry| entry.is_open());
             if open {
                 let at_ms = self.ledger.stamp();
                 let charged: Vec<MoneyRecord> = Vec::new();
-                let event = Event::Settle {
-                    run: run.to_string(),
-                    at_ms,
-                    charged,
-                    outcome: end.outcome.clone(),
-                };
+                let event = Event::Settle { run: run.to_string(), at_ms, charged, outcome: end.outcome.clone() };
                 self.ledger.append(&held, event).await?;
+                self.env.reached(Point::Settled, run);
             }
         }
-        self.remove_if_present(&self.files(&tool.config.name, run).inputs)
-            .await?;
-        self.remove_if_present(&self.files(&tool.config.name, run).waiting)
-            .await?;
-        self.log_run(
-            &tool.config.name,
-            run,
-            &format!("settled ({})", end.outcome),
-        )
-        .await;
+        self.remove_if_present(&self.files(&tool.config.name, run).inputs).await?;
+        self.remove_if_present(&self.files(&tool.config.name, run).waiting).await?;
+        self.log_run(&tool.config.name, run, &format!("settled ({})", end.outcome)).await;
         Ok(())
     }
 
     /// Removes a file that may exist, durably (its directory is fsynced).
     pub async fn remove_if_present(&self, path: &Path) -> Result<(), Fatal> {
-        let exists = self
-            .env
-            .disk
-            .exists(path)
-            .await
-            .map_err(|e| Fatal(format!("{}: {e}", path.display())))?;
+        let exists = self.env.disk.exists(path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))?;
         if exists {
-            self.env
-                .disk
-                .remove(path)
-                .await
-                .map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))?;
+            self.env.disk.remove(path).await.map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))?;
             let dir = path.parent().expect("files live in directories");
-            self.env
-                .disk
-                .fsync_dir(dir)
-                .await
-                .map_err(|e| Fatal(format!("fsync of {} failed: {e}", dir.display())))?;
+            self.env.disk.fsync_dir(dir).await.map_err(|e| Fatal(format!("fsync of {} failed: {e}", dir.display())))?;
         }
         Ok(())
     }
@@ -357,40 +263,35 @@ impl Runs {
         let io = |e: std::io::Error| Fatal(format!("repairing {} failed: {e}", path.display()));
         let bytes = self.env.disk.read(path).await.map_err(io)?;
         let temp = path.with_extension("journal.tmp");
-        self.env
-            .disk
-            .write(&temp, bytes[..intact_len].to_vec())
-            .await
-            .map_err(io)?;
+        self.env.disk.write(&temp, bytes[..intact_len].to_vec()).await.map_err(io)?;
         self.env.disk.fsync(&temp).await.map_err(io)?;
         self.env.disk.rename(&temp, path).await.map_err(io)?;
-        self.env
-            .disk
-            .fsync_dir(path.parent().expect("files live in directories"))
-            .await
-            .map_err(io)
+        self.env.disk.fsync_dir(path.parent().expect("files live in directories")).await.map_err(io)
     }
 
     /// Writes the header of a journal whose header was torn away by a crash (step 3 again).
-    pub async fn rewrite_header(
-        &self,
-        tool: &Tool,
-        run: &str,
-        inputs: &Map<String, Value>,
-    ) -> Result<(), Fatal> {
+    pub async fn rewrite_header(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
         self.write_header(tool, run, inputs).await
+    }
+}
+
+/// A run executing in this process (see `Runs::running`).
+pub struct InProgress<'a> {
+    runs: &'a Runs,
+    run: String,
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.runs.in_progress.borrow_mut().remove(&self.run);
     }
 }
 
 fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
     match outcome {
-        Outcome::Done(result) => EndRecord {
-            outcome: "done".into(),
-            result: Some(result.clone()),
-            message: None,
-            usage: json!({}),
-            at_ms,
-        },
+        Outcome::Done(result) => {
+            EndRecord { outcome: "done".into(), result: Some(result.clone()), message: None, usage: json!({}), at_ms }
+        }
         Outcome::Failed(failure) => EndRecord {
             outcome: failure.kind.name().to_string(),
             result: None,
@@ -413,9 +314,9 @@ pub fn answer(run: &str, end: &EndRecord) -> Value {
                 "isError": false
             })
         }
-        ("internal", _) | ("done", None) => error_result(format!(
-            "an internal error happened in run {run}; the details are in the server's log"
-        )),
+        ("internal", _) | ("done", None) => {
+            error_result(format!("an internal error happened in run {run}; the details are in the server's log"))
+        }
         ("capability", _) => error_result(end.message.clone().unwrap_or_default()),
         (kind, _) => error_result(format!("{kind}: {}", end.message.as_deref().unwrap_or(""))),
     };
@@ -431,9 +332,7 @@ pub const RESULT_BYTES_MAX: usize = 1024 * 1024;
 
 /// A result over `RESULT_BYTES_MAX` is not sent; it stays in the journal.
 fn bounded(result: Value, run: &str) -> Value {
-    let size = serde_json::to_vec(&result)
-        .map(|bytes| bytes.len())
-        .unwrap_or(usize::MAX);
+    let size = serde_json::to_vec(&result).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
     if size <= RESULT_BYTES_MAX {
         return result;
     }

@@ -36,17 +36,13 @@ pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>)
         Some(Value::String(run)) if arguments.len() == 1 && is_run_id(run) => run.clone(),
         _ => {
             return runs::error_result(
-                "invalid arguments:\n- $.run: expected a run id of 32 hexadecimal characters"
-                    .into(),
+                "invalid arguments:\n- $.run: expected a run id of 32 hexadecimal characters".into(),
             )
         }
     };
     let entry = runs.ledger.state().run(&run).cloned();
     let Some(entry) = entry else {
-        return status_result(
-            json!({"run": run, "status": "unknown"}),
-            format!("run {run} is unknown to this server"),
-        );
+        return status_result(json!({"run": run, "status": "unknown"}), format!("run {run} is unknown to this server"));
     };
     let tool = entry.tool.clone();
     let files = runs.files(&tool, &run);
@@ -88,18 +84,12 @@ pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>)
 }
 
 fn status_result(status: Value, summary: String) -> Value {
-    let text = format!(
-        "{summary}: {}",
-        serde_json::to_string(&status).expect("JSON values serialise")
-    );
+    let text = format!("{summary}: {}", serde_json::to_string(&status).expect("JSON values serialise"));
     json!({"content": [{"type": "text", "text": text}], "structuredContent": {"result": status}, "isError": false})
 }
 
 fn is_run_id(text: &str) -> bool {
-    text.len() == 32
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    text.len() == 32 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// `warden mcp status <manifest>`: unfinished runs and each tool's quota use, read from the
@@ -107,27 +97,15 @@ fn is_run_id(text: &str) -> bool {
 pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
     let journals = &catalog.manifest.server.journals;
     let file = journals.join(LEDGER_FILE);
-    let bytes = if env
-        .disk
-        .exists(&file)
-        .await
-        .map_err(|e| format!("{}: {e}", file.display()))?
-    {
-        env.disk
-            .read(&file)
-            .await
-            .map_err(|e| format!("{}: {e}", file.display()))?
+    let bytes = if env.disk.exists(&file).await.map_err(|e| format!("{}: {e}", file.display()))? {
+        env.disk.read(&file).await.map_err(|e| format!("{}: {e}", file.display()))?
     } else {
         Vec::new()
     };
     // A server may be appending right now: a torn last line is normal here.
     let (state, _) = ledger::parse(&file, &bytes).map_err(|e| e.to_string())?;
     let now = env.clock.now_ms().max(state.last_at_ms);
-    let mut out = format!(
-        "ledger {} ({} runs recorded)\n",
-        file.display(),
-        state.runs.len()
-    );
+    let mut out = format!("ledger {} ({} runs recorded)\n", file.display(), state.runs.len());
     out.push_str(&unfinished(env, journals, &state).await);
     out.push_str("quota use:\n");
     for tool in &catalog.tools {
@@ -143,16 +121,10 @@ pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
             line.push_str(" calls");
         }
         if let Some(max) = &quota.money {
-            let used = Money {
-                minor: money.get(&max.currency).copied().unwrap_or(0),
-                currency: max.currency.clone(),
-            };
+            let used = Money { minor: money.get(&max.currency).copied().unwrap_or(0), currency: max.currency.clone() };
             line.push_str(&format!(", {used} of {max}"));
         }
-        line.push_str(&format!(
-            " in the last {}\n",
-            ledger::duration_text(quota.window_ms)
-        ));
+        line.push_str(&format!(" in the last {}\n", ledger::duration_text(quota.window_ms)));
         out.push_str(&line);
     }
     Ok(out)

@@ -33,9 +33,7 @@ impl WaitGroup {
 
     pub fn enter(&self) -> WaitGroupGuard {
         self.inner.count.set(self.inner.count.get() + 1);
-        WaitGroupGuard {
-            inner: Rc::clone(&self.inner),
-        }
+        WaitGroupGuard { inner: Rc::clone(&self.inner) }
     }
 
     pub fn count(&self) -> usize {
@@ -43,9 +41,7 @@ impl WaitGroup {
     }
 
     pub fn wait(&self) -> WaitAll {
-        WaitAll {
-            inner: Rc::clone(&self.inner),
-        }
+        WaitAll { inner: Rc::clone(&self.inner) }
     }
 }
 
@@ -108,9 +104,7 @@ impl Signal {
     }
 
     pub fn wait(&self) -> SignalWait {
-        SignalWait {
-            inner: Rc::clone(&self.inner),
-        }
+        SignalWait { inner: Rc::clone(&self.inner) }
     }
 }
 
@@ -136,10 +130,7 @@ pub enum Either<A, B> {
 }
 
 /// Polls both futures; the first to complete wins and the other is dropped.
-pub async fn select<A: Future + Unpin, B: Future + Unpin>(
-    mut a: A,
-    mut b: B,
-) -> Either<A::Output, B::Output> {
+pub async fn select<A: Future + Unpin, B: Future + Unpin>(mut a: A, mut b: B) -> Either<A::Output, B::Output> {
     std::future::poll_fn(move |cx| {
         if let Poll::Ready(value) = Pin::new(&mut a).poll(cx) {
             return Poll::Ready(Either::Left(value));
@@ -174,10 +165,7 @@ impl Mutex {
     pub fn lock(&self) -> MutexLock<'_> {
         let ticket = self.next_ticket.get();
         self.next_ticket.set(ticket + 1);
-        MutexLock {
-            mutex: self,
-            ticket,
-        }
+        MutexLock { mutex: self, ticket }
     }
 }
 
@@ -196,10 +184,7 @@ impl<'a> Future for MutexLock<'a> {
             mutex.waiters.borrow_mut().remove(&self.ticket);
             return Poll::Ready(MutexGuard { mutex });
         }
-        mutex
-            .waiters
-            .borrow_mut()
-            .insert(self.ticket, cx.waker().clone());
+        mutex.waiters.borrow_mut().insert(self.ticket, cx.waker().clone());
         Poll::Pending
     }
 }

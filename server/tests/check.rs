@@ -8,11 +8,7 @@ use std::process::{Command, Stdio};
 use common::fixture;
 
 fn warden(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_warden")).args(args).stdin(Stdio::null()).output().unwrap();
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -31,10 +27,7 @@ fn check_reports_every_broken_tool() {
         "missing.star: cannot read the program of tool `missing`",
         "tools[3].grants: capability grants are validated but not yet performed",
     ] {
-        assert!(
-            stderr.contains(expected),
-            "missing {expected:?} in:\n{stderr}"
-        );
+        assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
     }
 }
 
@@ -43,10 +36,7 @@ fn unknown_keys_name_their_path_and_line() {
     let manifest = fixture("broken/bad_key.json");
     let (code, _, stderr) = warden(&["check", manifest.to_str().unwrap()]);
     assert_eq!(code, 1);
-    assert!(
-        stderr.contains("tools[0].limits.max_stpes: unknown field `max_stpes`"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("tools[0].limits.max_stpes: unknown field `max_stpes`"), "{stderr}");
     assert!(stderr.contains("line 4"), "{stderr}");
 }
 
@@ -59,11 +49,7 @@ fn a_broken_manifest_stops_the_server_before_it_answers() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
-    assert!(
-        output.stdout.is_empty(),
-        "the server wrote to the protocol stream: {:?}",
-        output.stdout
-    );
+    assert!(output.stdout.is_empty(), "the server wrote to the protocol stream: {:?}", output.stdout);
     assert!(String::from_utf8_lossy(&output.stderr).contains("no_docstring.star:3"));
 }
 
@@ -76,10 +62,7 @@ fn check_and_schema_on_the_example() {
     let (code, stdout, _) = warden(&["schema", manifest.to_str().unwrap(), "split_bill"]);
     assert_eq!(code, 0);
     let tool: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(
-        tool["inputSchema"]["required"],
-        serde_json::json!(["total", "people"])
-    );
+    assert_eq!(tool["inputSchema"]["required"], serde_json::json!(["total", "people"]));
     let (code, _, stderr) = warden(&["schema", manifest.to_str().unwrap(), "nope"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("no tool named `nope`"));

@@ -12,10 +12,7 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("std::time", "time goes through Env::clock"),
     ("SystemTime", "time goes through Env::clock"),
     ("Instant::now", "time goes through Env::clock"),
-    (
-        "tokio",
-        "the runtime is reached through Env::spawn and Env's futures",
-    ),
+    ("tokio", "the runtime is reached through Env::spawn and Env's futures"),
     ("std::thread", "threads go through Env::spawn"),
     ("thread::spawn", "threads go through Env::spawn"),
     ("std::process", "processes go through Env::process"),
@@ -23,27 +20,15 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("std::net", "the network goes through Env::net"),
     ("reqwest", "the network goes through Env::net"),
     ("rusqlite", "SQLite goes through Env::db"),
-    (
-        "std::env::var",
-        "the process environment goes through Env::process",
-    ),
-    (
-        "env::var(",
-        "the process environment goes through Env::process",
-    ),
+    ("std::env::var", "the process environment goes through Env::process"),
+    ("env::var(", "the process environment goes through Env::process"),
     ("getrandom", "randomness goes through Env::rng"),
     ("OsRng", "randomness goes through Env::rng"),
     ("thread_rng", "randomness goes through Env::rng"),
     ("/dev/urandom", "randomness goes through Env::rng"),
     ("libc::", "system calls belong in server/src/io/"),
-    (
-        "println!",
-        "stdout is the protocol stream; log through Env::stdio",
-    ),
-    (
-        "print!(",
-        "stdout is the protocol stream; log through Env::stdio",
-    ),
+    ("println!", "stdout is the protocol stream; log through Env::stdio"),
+    ("print!(", "stdout is the protocol stream; log through Env::stdio"),
     ("eprintln!", "log through Env::stdio"),
     ("eprint!(", "log through Env::stdio"),
     ("stdout()", "stdout is the protocol stream"),
@@ -83,15 +68,11 @@ fn violations(text: &str) -> Vec<String> {
             continue;
         }
         let grouped = code.contains("use std::{")
-            && ["fs", "time", "thread", "process", "net"].iter().any(|m| {
-                code.split(|c: char| !c.is_alphanumeric() && c != '_')
-                    .any(|word| word == *m)
-            });
+            && ["fs", "time", "thread", "process", "net"]
+                .iter()
+                .any(|m| code.split(|c: char| !c.is_alphanumeric() && c != '_').any(|word| word == *m));
         if grouped {
-            found.push(format!(
-                "{}: a grouped `use std::{{..}}` of an I/O module",
-                index + 1
-            ));
+            found.push(format!("{}: a grouped `use std::{{..}}` of an I/O module", index + 1));
         }
         for (token, why) in FORBIDDEN {
             if code.contains(token) {
@@ -110,43 +91,24 @@ fn core_code_reaches_the_world_only_through_env() {
         rust_files(&root.join(crate_dir), &mut files);
     }
     files.sort();
-    assert!(
-        files.len() > 10,
-        "the tidy scan found too few files: {files:?}"
-    );
+    assert!(files.len() > 10, "the tidy scan found too few files: {files:?}");
     let mut report = Vec::new();
     for file in files.iter().filter(|f| !exempt(f)) {
         let text = std::fs::read_to_string(file).unwrap();
         for violation in violations(&text) {
-            report.push(format!(
-                "{}:{violation}",
-                file.strip_prefix(&root).unwrap().display()
-            ));
+            report.push(format!("{}:{violation}", file.strip_prefix(&root).unwrap().display()));
         }
     }
-    assert!(
-        report.is_empty(),
-        "code outside server/src/io/ bypasses the Env seam:\n{}",
-        report.join("\n")
-    );
+    assert!(report.is_empty(), "code outside server/src/io/ bypasses the Env seam:\n{}", report.join("\n"));
 }
 
 #[test]
 fn the_scan_finds_what_it_must() {
     let planted = "fn f() {\n    let t = std::time::SystemTime::now(); // read the clock\n    println!(\"hi\");\n}\nuse std::{fs, io};\n";
     let found = violations(planted);
-    assert!(
-        found.iter().any(|v| v.starts_with("2: `std::time`")),
-        "{found:?}"
-    );
-    assert!(
-        found.iter().any(|v| v.starts_with("3: `println!`")),
-        "{found:?}"
-    );
-    assert!(
-        found.iter().any(|v| v.starts_with("5: a grouped")),
-        "{found:?}"
-    );
+    assert!(found.iter().any(|v| v.starts_with("2: `std::time`")), "{found:?}");
+    assert!(found.iter().any(|v| v.starts_with("3: `println!`")), "{found:?}");
+    assert!(found.iter().any(|v| v.starts_with("5: a grouped")), "{found:?}");
     assert!(violations("// std::fs in a comment is fine\n").is_empty());
     assert!(exempt(Path::new("/x/server/src/io/disk.rs")));
     assert!(!exempt(Path::new("/x/server/src/ledger.rs")));

@@ -16,10 +16,7 @@ fn wire() -> Wire {
 }
 
 fn text_of(answer: &Value) -> String {
-    answer["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+    answer["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string()
 }
 
 #[test]
@@ -30,13 +27,7 @@ fn a_line_over_four_mebibytes_is_refused_and_the_next_is_answered() {
     line.push(b'\n');
     wire.send_raw(&line);
     let error = wire.expect_error(-32600, None);
-    assert!(
-        error["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("exceeds the limit"),
-        "{error}"
-    );
+    assert!(error["error"]["message"].as_str().unwrap().contains("exceeds the limit"), "{error}");
     wire.assert_serving(1);
 }
 
@@ -83,11 +74,7 @@ fn a_batch_is_refused_and_nothing_in_it_runs() {
     wire.send_line(&json!([call]));
     wire.expect_error(-32600, None);
     wire.assert_serving(6);
-    assert!(
-        !wire.stderr().contains("batched"),
-        "a call inside a batch ran:\n{}",
-        wire.stderr()
-    );
+    assert!(!wire.stderr().contains("batched"), "a call inside a batch ran:\n{}", wire.stderr());
 }
 
 #[test]
@@ -98,9 +85,7 @@ fn non_json_and_bad_ids_and_bad_envelopes() {
     wire.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":\"unterminated\n");
     wire.expect_error(-32700, None);
     for bad_id in ["1.5", "null", "true", "{}", "[1]"] {
-        wire.send_raw(
-            format!("{{\"jsonrpc\":\"2.0\",\"id\":{bad_id},\"method\":\"ping\"}}\n").as_bytes(),
-        );
+        wire.send_raw(format!("{{\"jsonrpc\":\"2.0\",\"id\":{bad_id},\"method\":\"ping\"}}\n").as_bytes());
         wire.expect_error(-32600, None);
     }
     wire.send_raw(b"{\"jsonrpc\":\"1.0\",\"id\":9,\"method\":\"ping\"}\n");
@@ -120,12 +105,7 @@ fn unknown_methods_in_both_eras() {
     wire.initialize();
     wire.send_request(Era::Legacy, json!("l1"), "prompts/list", json!({}));
     wire.expect_error(-32601, Some(json!("l1")));
-    wire.send_request(
-        Era::Legacy,
-        json!("l2"),
-        "logging/setLevel",
-        json!({"level": "info"}),
-    );
+    wire.send_request(Era::Legacy, json!("l2"), "logging/setLevel", json!({"level": "info"}));
     wire.expect_error(-32601, Some(json!("l2")));
     wire.assert_serving(1);
 }
@@ -134,10 +114,10 @@ fn unknown_methods_in_both_eras() {
 fn notifications_are_never_answered_even_when_malformed() {
     let mut wire = wire();
     wire.send_raw(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/unknown\"}\n");
+    wire.send_raw(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":[1,2]}\n");
     wire.send_raw(
-        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":[1,2]}\n",
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"nobody\"}}\n",
     );
-    wire.send_raw(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"nobody\"}}\n");
     wire.send_raw(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
     // A response from the client (we sent no request) is dropped, not answered.
     wire.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}\n");
@@ -153,16 +133,10 @@ fn modern_envelope_errors() {
     wire.expect_era(&json!(1), Era::Modern, "tools/list");
     wire.send_line(&old);
     let error = wire.expect_error(-32022, Some(json!(1)));
-    assert_eq!(
-        error["error"]["data"],
-        json!({"supported": ["2026-07-28"], "requested": "1900-01-01"})
-    );
+    assert_eq!(error["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "1900-01-01"}));
 
     let mut no_caps = Wire::request_message(Era::Modern, json!(2), "tools/list", json!({}));
-    no_caps["params"]["_meta"]
-        .as_object_mut()
-        .unwrap()
-        .remove("io.modelcontextprotocol/clientCapabilities");
+    no_caps["params"]["_meta"].as_object_mut().unwrap().remove("io.modelcontextprotocol/clientCapabilities");
     wire.expect_era(&json!(2), Era::Modern, "tools/list");
     wire.send_line(&no_caps);
     wire.expect_error(-32602, Some(json!(2)));
@@ -173,12 +147,7 @@ fn modern_envelope_errors() {
     wire.send_line(&bad_level);
     wire.expect_error(-32602, Some(json!(3)));
 
-    for (id, method) in [
-        (4, "initialize"),
-        (5, "ping"),
-        (6, "logging/setLevel"),
-        (7, "resources/subscribe"),
-    ] {
+    for (id, method) in [(4, "initialize"), (5, "ping"), (6, "logging/setLevel"), (7, "resources/subscribe")] {
         wire.send_request(Era::Modern, json!(id), method, json!({}));
         wire.expect_error(-32601, Some(json!(id)));
     }
@@ -186,10 +155,7 @@ fn modern_envelope_errors() {
     let listed = wire.request(Era::Modern, json!(8), "tools/list", json!({}));
     assert_eq!(listed["result"]["cacheScope"], json!("public"));
     assert!(listed["result"]["ttlMs"].as_u64().is_some());
-    assert_eq!(
-        listed["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
-        json!("wire-tests")
-    );
+    assert_eq!(listed["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], json!("wire-tests"));
 }
 
 #[test]
@@ -208,7 +174,12 @@ fn a_legacy_request_before_initialize_is_refused_and_modern_ones_work_before_and
     assert!(legacy["result"].get("resultType").is_none(), "{legacy}");
     assert_eq!(legacy["result"]["tools"], after["result"]["tools"]);
     // A second initialize is refused.
-    wire.send_request(Era::Legacy, json!(6), "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}));
+    wire.send_request(
+        Era::Legacy,
+        json!(6),
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}),
+    );
     wire.expect_error(-32600, Some(json!(6)));
 }
 
@@ -222,10 +193,7 @@ fn initialize_asking_for_2026_is_answered_with_2025() {
         json!({"protocolVersion": "2026-07-28", "capabilities": {}, "clientInfo": {"name": "rmcp", "version": "3"}}),
     );
     assert_eq!(answer["result"]["protocolVersion"], json!("2025-11-25"));
-    assert_eq!(
-        answer["result"]["capabilities"],
-        json!({"tools": {"listChanged": false}})
-    );
+    assert_eq!(answer["result"]["capabilities"], json!({"tools": {"listChanged": false}}));
 }
 
 #[test]
@@ -234,35 +202,15 @@ fn both_eras_interleaved_on_one_connection() {
     wire.initialize();
     for round in 0..3 {
         let id = |n: i64| json!(round * 10 + n);
-        wire.send_request(
-            Era::Modern,
-            id(1),
-            "tools/call",
-            json!({"name": "echo", "arguments": {"text": "m"}}),
-        );
+        wire.send_request(Era::Modern, id(1), "tools/call", json!({"name": "echo", "arguments": {"text": "m"}}));
         let modern = wire.recv();
-        wire.send_request(
-            Era::Legacy,
-            id(2),
-            "tools/call",
-            json!({"name": "echo", "arguments": {"text": "l"}}),
-        );
+        wire.send_request(Era::Legacy, id(2), "tools/call", json!({"name": "echo", "arguments": {"text": "l"}}));
         let legacy = wire.recv();
-        assert_eq!(
-            modern["result"]["resultType"],
-            json!("complete"),
-            "{modern}"
-        );
+        assert_eq!(modern["result"]["resultType"], json!("complete"), "{modern}");
         assert!(modern["result"]["_meta"]["io.modelcontextprotocol/serverInfo"].is_object());
         assert!(legacy["result"].get("resultType").is_none(), "{legacy}");
-        assert_eq!(
-            modern["result"]["structuredContent"]["result"]["text"],
-            json!("m")
-        );
-        assert_eq!(
-            legacy["result"]["structuredContent"]["result"]["text"],
-            json!("l")
-        );
+        assert_eq!(modern["result"]["structuredContent"]["result"]["text"], json!("m"));
+        assert_eq!(legacy["result"]["structuredContent"]["result"]["text"], json!("l"));
     }
 }
 
@@ -281,10 +229,7 @@ fn tool_calls_answer_by_outcome() {
         result["structuredContent"]["result"],
         json!({"text": "abab", "tags": [], "price": {"amount": "35.00", "currency": "USD"}})
     );
-    assert_eq!(
-        text_of(&done),
-        serde_json::to_string(&result["structuredContent"]["result"]).unwrap()
-    );
+    assert_eq!(text_of(&done), serde_json::to_string(&result["structuredContent"]["result"]).unwrap());
 
     // Every bad argument at once, each with its path.
     let refused = wire.request(
@@ -295,14 +240,7 @@ fn tool_calls_answer_by_outcome() {
     );
     assert_eq!(refused["result"]["isError"], json!(true));
     let text = text_of(&refused);
-    for path in [
-        "$.extra",
-        "$.text: is required",
-        "$.times",
-        "$.tags[0]",
-        "$.tags[2]",
-        "$.price.amount",
-    ] {
+    for path in ["$.extra", "$.text: is required", "$.times", "$.tags[0]", "$.tags[2]", "$.price.amount"] {
         assert!(text.contains(path), "{path} missing from {text}");
     }
 
@@ -310,36 +248,15 @@ fn tool_calls_answer_by_outcome() {
     assert_eq!(budget["result"]["isError"], json!(true));
     assert!(text_of(&budget).starts_with("budget: "), "{budget}");
 
-    let invalid = wire.request(
-        Era::Modern,
-        json!(4),
-        "tools/call",
-        json!({"name": "bad_result"}),
-    );
+    let invalid = wire.request(Era::Modern, json!(4), "tools/call", json!({"name": "bad_result"}));
     assert_eq!(invalid["result"]["isError"], json!(true));
-    assert!(
-        text_of(&invalid).contains("does not match the type annotation `int` for return type"),
-        "{invalid}"
-    );
+    assert!(text_of(&invalid).contains("does not match the type annotation `int` for return type"), "{invalid}");
 
-    wire.send_request(
-        Era::Modern,
-        json!(5),
-        "tools/call",
-        json!({"name": "no_such_tool"}),
-    );
+    wire.send_request(Era::Modern, json!(5), "tools/call", json!({"name": "no_such_tool"}));
     let unknown = wire.expect_error(-32602, Some(json!(5)));
-    assert!(unknown["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("Unknown tool"));
+    assert!(unknown["error"]["message"].as_str().unwrap().contains("Unknown tool"));
 
-    wire.send_request(
-        Era::Modern,
-        json!(6),
-        "tools/call",
-        json!({"name": "echo", "arguments": [1]}),
-    );
+    wire.send_request(Era::Modern, json!(6), "tools/call", json!({"name": "echo", "arguments": [1]}));
     wire.expect_error(-32602, Some(json!(6)));
 }
 
@@ -354,16 +271,9 @@ fn a_result_over_one_mebibyte_is_not_sent() {
     );
     assert_eq!(big["result"]["isError"], json!(true));
     let text = text_of(&big);
-    assert!(
-        text.contains("over the limit of 1048576 bytes") && text.contains("run "),
-        "{text}"
-    );
-    let small = wire.request(
-        Era::Modern,
-        json!(2),
-        "tools/call",
-        json!({"name": "big_result", "arguments": {"size": 1000}}),
-    );
+    assert!(text.contains("over the limit of 1048576 bytes") && text.contains("run "), "{text}");
+    let small =
+        wire.request(Era::Modern, json!(2), "tools/call", json!({"name": "big_result", "arguments": {"size": 1000}}));
     assert_eq!(small["result"]["isError"], json!(false));
 }
 
@@ -377,7 +287,8 @@ fn cancellation_before_the_run_starts_stops_it_and_nothing_is_sent() {
         "tools/call",
         json!({"name": "echo", "arguments": {"text": "never-run"}}),
     );
-    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c1", "reason": "test"}});
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c1", "reason": "test"}});
     // One write, so both lines are read before the call's task first runs.
     let mut bytes = serde_json::to_vec(&call).unwrap();
     bytes.push(b'\n');
@@ -386,36 +297,20 @@ fn cancellation_before_the_run_starts_stops_it_and_nothing_is_sent() {
     wire.expect_era(&json!("c1"), Era::Legacy, "tools/call");
     wire.send_raw(&bytes);
     wire.assert_serving(2);
-    let done = wire.request(
-        Era::Legacy,
-        json!(3),
-        "tools/call",
-        json!({"name": "echo", "arguments": {"text": "after"}}),
-    );
+    let done =
+        wire.request(Era::Legacy, json!(3), "tools/call", json!({"name": "echo", "arguments": {"text": "after"}}));
     assert_eq!(done["result"]["isError"], json!(false));
     wire.close_stdin();
     assert!(wire.wait_exit(Duration::from_secs(20)).success());
-    assert!(
-        wire.drain().is_empty(),
-        "something was sent for the cancelled call"
-    );
+    assert!(wire.drain().is_empty(), "something was sent for the cancelled call");
     let stderr = wire.stderr();
-    assert!(
-        stderr.contains("cancelled before its run started"),
-        "{stderr}"
-    );
-    assert!(
-        !stderr.contains("never-run"),
-        "the cancelled call ran:\n{stderr}"
-    );
+    assert!(stderr.contains("cancelled before its run started"), "{stderr}");
+    assert!(!stderr.contains("never-run"), "the cancelled call ran:\n{stderr}");
 }
 
 #[test]
 fn a_program_that_prints_and_stray_stdout_writes_never_reach_the_protocol_stream() {
-    let mut wire = Wire::start_with(
-        &fixture("wire/manifest.json"),
-        &[("WARDEN_SELF_TEST_STDOUT", "1")],
-    );
+    let mut wire = Wire::start_with(&fixture("wire/manifest.json"), &[("WARDEN_SELF_TEST_STDOUT", "1")]);
     wire.initialize();
     let answer = wire.request(
         Era::Legacy,
@@ -441,12 +336,7 @@ fn eof_in_the_middle_of_a_request_exits_promptly() {
     wire.close_stdin();
     assert!(wire.wait_exit(Duration::from_secs(10)).success());
     assert!(wire.drain().is_empty());
-    assert!(
-        wire.stderr()
-            .contains("stdin closed in the middle of a line"),
-        "{}",
-        wire.stderr()
-    );
+    assert!(wire.stderr().contains("stdin closed in the middle of a line"), "{}", wire.stderr());
 }
 
 #[test]
@@ -461,19 +351,14 @@ fn a_client_that_stops_reading_makes_the_server_exit() {
     }
     let status = wire.wait_exit(Duration::from_secs(20));
     assert!(status.success(), "{status:?}");
-    assert!(
-        wire.stderr().contains("the client is gone"),
-        "{}",
-        wire.stderr()
-    );
+    assert!(wire.stderr().contains("the client is gone"), "{}", wire.stderr());
 }
 
 #[test]
 fn the_schema_check_itself_rejects_invalid_messages() {
     let null_id = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "x"}});
     let no_result_type = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": []}});
-    let no_cache_hints =
-        json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete", "tools": []}});
+    let no_cache_hints = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete", "tools": []}});
     for (message, era, method) in [
         (null_id, Era::Legacy, None),
         (no_result_type, Era::Modern, Some("tools/call")),

@@ -101,11 +101,7 @@ pub const KINDS: &[CapKind] = &[
         required: &[Needs],
         network: true,
         read_only: false,
-        needs: &[
-            ("get", Some("net.http.get")),
-            ("post", Some("net.http.post")),
-            ("key", None),
-        ],
+        needs: &[("get", Some("net.http.get")), ("post", Some("net.http.post")), ("key", None)],
     },
     CapKind {
         name: "db.sqlite",
@@ -122,9 +118,5 @@ pub fn find(name: &str) -> Option<&'static CapKind> {
 }
 
 pub fn names() -> String {
-    KINDS
-        .iter()
-        .map(|kind| kind.name)
-        .collect::<Vec<_>>()
-        .join(", ")
+    KINDS.iter().map(|kind| kind.name).collect::<Vec<_>>().join(", ")
 }

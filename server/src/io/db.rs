@@ -33,10 +33,9 @@ fn to_sql(value: &Value) -> SqlValue {
     match value {
         Value::Null => SqlValue::Null,
         Value::Bool(b) => SqlValue::Integer(*b as i64),
-        Value::Number(n) => n
-            .as_i64()
-            .map(SqlValue::Integer)
-            .unwrap_or_else(|| SqlValue::Real(n.as_f64().unwrap_or(0.0))),
+        Value::Number(n) => {
+            n.as_i64().map(SqlValue::Integer).unwrap_or_else(|| SqlValue::Real(n.as_f64().unwrap_or(0.0)))
+        }
         Value::String(s) => SqlValue::Text(s.clone()),
         other => SqlValue::Text(other.to_string()),
     }
@@ -46,9 +45,7 @@ fn from_sql(value: ValueRef) -> Value {
     match value {
         ValueRef::Null => Value::Null,
         ValueRef::Integer(i) => Value::from(i),
-        ValueRef::Real(f) => serde_json::Number::from_f64(f)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
+        ValueRef::Real(f) => serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null),
         ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
         ValueRef::Blob(b) => Value::String(b.iter().map(|x| format!("{x:02x}")).collect()),
     }
@@ -62,11 +59,7 @@ fn execute(request: DbRequest) -> rusqlite::Result<DbReply> {
     let changes;
     {
         let mut statement = transaction.prepare(&request.sql)?;
-        let names: Vec<String> = statement
-            .column_names()
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let names: Vec<String> = statement.column_names().iter().map(|s| s.to_string()).collect();
         let mut cursor = statement.query(rusqlite::params_from_iter(params.iter()))?;
         while let Some(row) = cursor.next()? {
             let mut object = Map::new();
@@ -102,18 +95,11 @@ fn recorded(path: PathBuf, run: String, action: u64) -> rusqlite::Result<bool> {
 impl Db for RealDb {
     fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>> {
         Box::pin(async move {
-            off_reactor(move || execute(request).map_err(std::io::Error::other))
-                .await
-                .map_err(|e| e.to_string())
+            off_reactor(move || execute(request).map_err(std::io::Error::other)).await.map_err(|e| e.to_string())
         })
     }
 
-    fn action_recorded(
-        &self,
-        path: &Path,
-        run: &str,
-        action: u64,
-    ) -> LocalBoxFuture<'static, Result<bool, String>> {
+    fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>> {
         let (path, run) = (path.to_path_buf(), run.to_string());
         Box::pin(async move {
             off_reactor(move || recorded(path, run, action).map_err(std::io::Error::other))

@@ -31,11 +31,7 @@ impl Disk for RealDisk {
     fn write(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
         let path = owned(path);
         Box::pin(off_reactor(move || {
-            let mut file = OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(true)
-                .open(path)?;
+            let mut file = OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
             file.write_all(&bytes)
         }))
     }
@@ -43,9 +39,7 @@ impl Disk for RealDisk {
     fn fsync(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
         let path = owned(path);
         // fsync flushes the inode's dirty data whichever descriptor wrote it.
-        Box::pin(off_reactor(move || {
-            OpenOptions::new().read(true).open(path)?.sync_all()
-        }))
+        Box::pin(off_reactor(move || OpenOptions::new().read(true).open(path)?.sync_all()))
     }
 
     fn fsync_dir(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
@@ -88,11 +82,7 @@ impl Disk for RealDisk {
     fn try_lock(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Option<DiskLock>>> {
         let path = owned(path);
         Box::pin(off_reactor(move || {
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(path)?;
+            let file = OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
             // SAFETY: flock on a descriptor this function owns; no memory is shared.
             let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
             if locked == 0 {

@@ -12,17 +12,15 @@ use std::io;
 use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::env::{Clock, Env, LocalBoxFuture, Rng, Spawn};
+use crate::env::{Clock, Env, LocalBoxFuture, Point, Probe, Rng, Spawn};
 
 pub use stdio::{protect_stdio, ProtectedStdio};
 
 /// Runs `main` on a tokio current-thread runtime with a local task set, so `!Send` tasks
 /// can be spawned. Tasks still running when `main` returns are dropped.
 pub fn run<F: Future>(main: F) -> F::Output {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("building the tokio runtime");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("building the tokio runtime");
     let local = tokio::task::LocalSet::new();
     let output = local.block_on(&runtime, main);
     drop(local);
@@ -42,6 +40,32 @@ pub fn real_env(stdio: ProtectedStdio) -> Env {
         rng: Rc::new(RealRng),
         spawn: Rc::new(RealSpawn),
         process: Rc::new(process::RealProcess),
+        probe: Rc::new(RealProbe::from_environment()),
+    }
+}
+
+/// Crash points for tests of the real binary: `WARDEN_CRASH_AFTER=<point name>` makes the
+/// process abort right after that durable step, as a power cut would. Honoured only in
+/// builds with the `crash-points` feature, so a production binary ignores it.
+struct RealProbe {
+    crash_after: Option<String>,
+}
+
+const CRASH_AFTER_VARIABLE: &str = "WARDEN_CRASH_AFTER";
+
+impl RealProbe {
+    fn from_environment() -> RealProbe {
+        let crash_after = if cfg!(feature = "crash-points") { std::env::var(CRASH_AFTER_VARIABLE).ok() } else { None };
+        RealProbe { crash_after }
+    }
+}
+
+impl Probe for RealProbe {
+    fn reached(&self, point: Point, run: &str) {
+        if self.crash_after.as_deref() == Some(point.name()) {
+            eprintln!("warden: crash point `{}` reached for run {run}; aborting", point.name());
+            std::process::abort();
+        }
     }
 }
 
@@ -55,10 +79,7 @@ struct RealClock;
 
 impl Clock for RealClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
     }
 
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {

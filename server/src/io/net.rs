@@ -7,15 +7,9 @@ use crate::env::{HttpRequest, HttpResponse, LocalBoxFuture, Net, NetError};
 pub struct RealNet;
 
 impl Net for RealNet {
-    fn request(
-        &self,
-        request: HttpRequest,
-    ) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>> {
+    fn request(&self, request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>> {
         Box::pin(async move {
-            let not_sent = |message: String| NetError {
-                may_have_been_sent: false,
-                message,
-            };
+            let not_sent = |message: String| NetError { may_have_been_sent: false, message };
             let client = reqwest::Client::builder()
                 .connect_timeout(Duration::from_millis(request.connect_timeout_ms))
                 .timeout(Duration::from_millis(request.timeout_ms))
@@ -38,19 +32,10 @@ impl Net for RealNet {
             let headers = response
                 .headers()
                 .iter()
-                .map(|(k, v)| {
-                    (
-                        k.as_str().to_string(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
+                .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
                 .collect();
             let body = response.bytes().await.map_err(classify)?.to_vec();
-            Ok(HttpResponse {
-                status,
-                headers,
-                body,
-            })
+            Ok(HttpResponse { status, headers, body })
         })
     }
 }

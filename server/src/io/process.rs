@@ -13,10 +13,7 @@ pub struct RealProcess;
 impl Process for RealProcess {
     fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>> {
         Box::pin(async move {
-            let (program, args) = request
-                .argv
-                .split_first()
-                .ok_or_else(|| io::Error::other("empty command"))?;
+            let (program, args) = request.argv.split_first().ok_or_else(|| io::Error::other("empty command"))?;
             let mut child = tokio::process::Command::new(program)
                 .args(args)
                 .env_clear()
@@ -30,12 +27,8 @@ impl Process for RealProcess {
                 // A command that does not read its input is not an error.
                 let _ = stdin.write_all(&request.stdin).await;
             }
-            match tokio::time::timeout(Duration::from_millis(request.timeout_ms), child.wait())
-                .await
-            {
-                Ok(status) => Ok(ProcessOutcome {
-                    exit_code: status?.code(),
-                }),
+            match tokio::time::timeout(Duration::from_millis(request.timeout_ms), child.wait()).await {
+                Ok(status) => Ok(ProcessOutcome { exit_code: status?.code() }),
                 Err(_) => {
                     let _ = child.kill().await;
                     Ok(ProcessOutcome { exit_code: None })

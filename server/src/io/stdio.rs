@@ -34,12 +34,8 @@ pub fn protect_stdio() -> io::Result<ProtectedStdio> {
         }
         libc::close(null);
         Ok(ProtectedStdio {
-            reader: Some(Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(
-                File::from_raw_fd(reader),
-            )))),
-            writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(
-                File::from_raw_fd(writer),
-            ))),
+            reader: Some(Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(File::from_raw_fd(reader))))),
+            writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(File::from_raw_fd(writer)))),
         })
     }
 }
@@ -49,10 +45,7 @@ impl ProtectedStdio {
     pub fn for_command() -> ProtectedStdio {
         // SAFETY: duplicating fd 1 gives this value its own descriptor to own.
         let writer = unsafe { File::from_raw_fd(libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3)) };
-        ProtectedStdio {
-            reader: None,
-            writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(writer))),
-        }
+        ProtectedStdio { reader: None, writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(writer))) }
     }
 }
 

@@ -31,10 +31,7 @@ pub struct MoneyRecord {
 
 impl From<&Money> for MoneyRecord {
     fn from(money: &Money) -> MoneyRecord {
-        MoneyRecord {
-            amount: money.amount_text(),
-            currency: money.currency.clone(),
-        }
+        MoneyRecord { amount: money.amount_text(), currency: money.currency.clone() }
     }
 }
 
@@ -81,17 +78,13 @@ pub enum Event {
 impl Event {
     pub fn run(&self) -> &str {
         match self {
-            Event::Reserve { run, .. } | Event::Settle { run, .. } | Event::Release { run, .. } => {
-                run
-            }
+            Event::Reserve { run, .. } | Event::Settle { run, .. } | Event::Release { run, .. } => run,
         }
     }
 
     pub fn at_ms(&self) -> u64 {
         match self {
-            Event::Reserve { at_ms, .. }
-            | Event::Settle { at_ms, .. }
-            | Event::Release { at_ms, .. } => *at_ms,
+            Event::Reserve { at_ms, .. } | Event::Settle { at_ms, .. } | Event::Release { at_ms, .. } => *at_ms,
         }
     }
 }
@@ -100,11 +93,7 @@ impl Event {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LedgerError {
     /// A bad line that is not the torn tail, or events that break the one-reserve rule.
-    Damaged {
-        file: PathBuf,
-        line: usize,
-        problem: String,
-    },
+    Damaged { file: PathBuf, line: usize, problem: String },
     /// A write or fsync failed: the ledger is poisoned and the server must stop.
     Io { file: PathBuf, problem: String },
     /// The ledger was poisoned by an earlier failure.
@@ -114,24 +103,13 @@ pub enum LedgerError {
 impl std::fmt::Display for LedgerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LedgerError::Damaged {
-                file,
-                line,
-                problem,
-            } => write!(
-                f,
-                "{}:{line}: the ledger is damaged: {problem}",
-                file.display()
-            ),
-            LedgerError::Io { file, problem } => write!(
-                f,
-                "{}: {problem}; the ledger accepts no more writes",
-                file.display()
-            ),
-            LedgerError::Poisoned => write!(
-                f,
-                "the ledger accepts no more writes after an earlier write failed"
-            ),
+            LedgerError::Damaged { file, line, problem } => {
+                write!(f, "{}:{line}: the ledger is damaged: {problem}", file.display())
+            }
+            LedgerError::Io { file, problem } => {
+                write!(f, "{}: {problem}; the ledger accepts no more writes", file.display())
+            }
+            LedgerError::Poisoned => write!(f, "the ledger accepts no more writes after an earlier write failed"),
         }
     }
 }
@@ -170,20 +148,10 @@ impl Ledger {
     /// always follow an intact line.
     pub async fn open(env: &Env, dir: &Path) -> Result<Ledger, LedgerError> {
         let file = dir.join(LEDGER_FILE);
-        let io = |problem: String| LedgerError::Io {
-            file: file.clone(),
-            problem,
-        };
-        let exists = env
-            .disk
-            .exists(&file)
-            .await
-            .map_err(|e| io(format!("cannot see the ledger: {e}")))?;
+        let io = |problem: String| LedgerError::Io { file: file.clone(), problem };
+        let exists = env.disk.exists(&file).await.map_err(|e| io(format!("cannot see the ledger: {e}")))?;
         let bytes = if exists {
-            env.disk
-                .read(&file)
-                .await
-                .map_err(|e| io(format!("cannot read the ledger: {e}")))?
+            env.disk.read(&file).await.map_err(|e| io(format!("cannot read the ledger: {e}")))?
         } else {
             Vec::new()
         };
@@ -219,7 +187,9 @@ impl Ledger {
         let now = self.env.clock.now_ms();
         let last = self.state.borrow().last_at_ms;
         if now < last {
-            self.env.log(&format!("the clock ({now} ms) is behind the ledger ({last} ms); stamping events with the ledger's time"));
+            self.env.log(&format!(
+                "the clock ({now} ms) is behind the ledger ({last} ms); stamping events with the ledger's time"
+            ));
         }
         now.max(last)
     }
@@ -232,11 +202,7 @@ impl Ledger {
 
     /// Appends one event durably (write, fsync; directory fsync when the file is new), then
     /// applies it. The caller holds the lock from `lock()`.
-    pub async fn append(
-        &self,
-        _held: &crate::sync::MutexGuard<'_>,
-        event: Event,
-    ) -> Result<(), LedgerError> {
+    pub async fn append(&self, _held: &crate::sync::MutexGuard<'_>, event: Event) -> Result<(), LedgerError> {
         if self.poisoned.get() {
             return Err(LedgerError::Poisoned);
         }
@@ -247,37 +213,19 @@ impl Ledger {
         let is_new = !self.env.disk.exists(&self.file).await.unwrap_or(false);
         let line = record::encode(&event);
         let written = async {
-            self.env
-                .disk
-                .append(&self.file, line)
-                .await
-                .map_err(|e| format!("appending failed: {e}"))?;
-            self.env
-                .disk
-                .fsync(&self.file)
-                .await
-                .map_err(|e| format!("fsync failed: {e}"))?;
+            self.env.disk.append(&self.file, line).await.map_err(|e| format!("appending failed: {e}"))?;
+            self.env.disk.fsync(&self.file).await.map_err(|e| format!("fsync failed: {e}"))?;
             if is_new {
-                self.env
-                    .disk
-                    .fsync_dir(&self.dir)
-                    .await
-                    .map_err(|e| format!("fsync of the directory failed: {e}"))?;
+                self.env.disk.fsync_dir(&self.dir).await.map_err(|e| format!("fsync of the directory failed: {e}"))?;
             }
             Ok::<(), String>(())
         }
         .await;
         if let Err(problem) = written {
             self.poisoned.set(true);
-            return Err(LedgerError::Io {
-                file: self.file.clone(),
-                problem,
-            });
+            return Err(LedgerError::Io { file: self.file.clone(), problem });
         }
-        self.state
-            .borrow_mut()
-            .apply(&event)
-            .expect("checked before writing");
+        self.state.borrow_mut().apply(&event).expect("checked before writing");
         Ok(())
     }
 
@@ -292,35 +240,20 @@ impl Ledger {
         let temp = self.dir.join(LEDGER_TEMP_FILE);
         let bytes: Vec<u8> = events.iter().flat_map(record::encode).collect();
         let written = async {
-            self.env
-                .disk
-                .write(&temp, bytes)
-                .await
-                .map_err(|e| format!("writing {} failed: {e}", temp.display()))?;
-            self.env
-                .disk
-                .fsync(&temp)
-                .await
-                .map_err(|e| format!("fsync of {} failed: {e}", temp.display()))?;
+            self.env.disk.write(&temp, bytes).await.map_err(|e| format!("writing {} failed: {e}", temp.display()))?;
+            self.env.disk.fsync(&temp).await.map_err(|e| format!("fsync of {} failed: {e}", temp.display()))?;
             self.env
                 .disk
                 .rename(&temp, &self.file)
                 .await
                 .map_err(|e| format!("renaming the compacted ledger failed: {e}"))?;
-            self.env
-                .disk
-                .fsync_dir(&self.dir)
-                .await
-                .map_err(|e| format!("fsync of the directory failed: {e}"))
+            self.env.disk.fsync_dir(&self.dir).await.map_err(|e| format!("fsync of the directory failed: {e}"))
         }
         .await;
         drop(held);
         if let Err(problem) = written {
             self.poisoned.set(true);
-            return Err(LedgerError::Io {
-                file: self.file.clone(),
-                problem,
-            });
+            return Err(LedgerError::Io { file: self.file.clone(), problem });
         }
         let mut state = State::default();
         for event in &events {

@@ -15,7 +15,9 @@ pub enum RunPhase {
         outcome: String,
     },
     /// Never started; holds nothing.
-    Released { at_ms: u64 },
+    Released {
+        at_ms: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,21 +81,13 @@ impl State {
                 }
             }
             Event::Settle { run, .. } | Event::Release { run, .. } => match self.runs.get(run) {
-                None => {
-                    return Err(format!(
-                        "a settle or release for run {run}, which has no reserve"
-                    ))
-                }
-                Some(entry) if !entry.is_open() => {
-                    return Err(format!("a second settle or release for run {run}"))
-                }
+                None => return Err(format!("a settle or release for run {run}, which has no reserve")),
+                Some(entry) if !entry.is_open() => return Err(format!("a second settle or release for run {run}")),
                 Some(_) => {}
             },
         }
         for money in money_of(event) {
-            money
-                .to_money()
-                .map_err(|e| format!("bad money in run {}: {e}", event.run()))?;
+            money.to_money().map_err(|e| format!("bad money in run {}: {e}", event.run()))?;
         }
         Ok(())
     }
@@ -102,14 +96,7 @@ impl State {
         self.check(event)?;
         self.last_at_ms = self.last_at_ms.max(event.at_ms());
         match event {
-            Event::Reserve {
-                run,
-                tool,
-                at_ms,
-                calls,
-                money,
-                once,
-            } => {
+            Event::Reserve { run, tool, at_ms, calls, money, once } => {
                 if let Some(once) = once {
                     self.once.insert(once.key.clone(), run.clone());
                 }
@@ -128,18 +115,9 @@ impl State {
                 );
                 self.next_sequence += 1;
             }
-            Event::Settle {
-                run,
-                at_ms,
-                charged,
-                outcome,
-            } => {
+            Event::Settle { run, at_ms, charged, outcome } => {
                 let entry = self.runs.get_mut(run).expect("checked");
-                entry.phase = RunPhase::Settled {
-                    at_ms: *at_ms,
-                    charged: charged.clone(),
-                    outcome: outcome.clone(),
-                };
+                entry.phase = RunPhase::Settled { at_ms: *at_ms, charged: charged.clone(), outcome: outcome.clone() };
             }
             Event::Release { run, at_ms } => {
                 let entry = self.runs.get_mut(run).expect("checked");
@@ -171,12 +149,7 @@ impl State {
 
     /// Runs that count against `tool`'s quota at `now_ms`: every open run (it may still
     /// spend), and every settled run reserved within the window. Released runs never started.
-    fn counted<'a>(
-        &'a self,
-        tool: &'a str,
-        window_ms: u64,
-        now_ms: u64,
-    ) -> impl Iterator<Item = &'a RunEntry> + 'a {
+    fn counted<'a>(&'a self, tool: &'a str, window_ms: u64, now_ms: u64) -> impl Iterator<Item = &'a RunEntry> + 'a {
         let since = now_ms.saturating_sub(window_ms);
         self.runs.values().filter(move |entry| {
             entry.tool == tool
@@ -190,12 +163,7 @@ impl State {
 
     /// Calls and money counted against the quota now: open runs at their worst case,
     /// settled runs at what they were charged.
-    pub fn quota_use(
-        &self,
-        tool: &str,
-        window_ms: u64,
-        now_ms: u64,
-    ) -> (u64, BTreeMap<String, i64>) {
+    pub fn quota_use(&self, tool: &str, window_ms: u64, now_ms: u64) -> (u64, BTreeMap<String, i64>) {
         let mut calls = 0;
         let mut money: BTreeMap<String, i64> = BTreeMap::new();
         for entry in self.counted(tool, window_ms, now_ms) {
@@ -225,12 +193,10 @@ impl State {
         let (calls, money) = self.quota_use(tool, window_ms, now_ms);
         let frees = self.frees_up_at(tool, window_ms, now_ms);
         let when = match frees {
-            Some(at) => format!(
-                "the oldest counted call leaves the window in {}",
-                duration_text(at.saturating_sub(now_ms))
-            ),
-            None => "it frees up only when runs in progress or waiting for an operator settle"
-                .to_string(),
+            Some(at) => {
+                format!("the oldest counted call leaves the window in {}", duration_text(at.saturating_sub(now_ms)))
+            }
+            None => "it frees up only when runs in progress or waiting for an operator settle".to_string(),
         };
         if let Some(max) = calls_max {
             if calls + 1 > max {
@@ -244,20 +210,10 @@ impl State {
         }
         if let Some(max) = money_max {
             let used = money.get(&max.currency).copied().unwrap_or(0);
-            let asked: i64 = worst_case
-                .iter()
-                .filter(|m| m.currency == max.currency)
-                .map(|m| m.minor)
-                .sum();
+            let asked: i64 = worst_case.iter().filter(|m| m.currency == max.currency).map(|m| m.minor).sum();
             if used + asked > max.minor {
-                let used_text = Money {
-                    minor: used,
-                    currency: max.currency.clone(),
-                };
-                let asked_text = Money {
-                    minor: asked,
-                    currency: max.currency.clone(),
-                };
+                let used_text = Money { minor: used, currency: max.currency.clone() };
+                let asked_text = Money { minor: asked, currency: max.currency.clone() };
                 return Err(QuotaRefusal {
                     message: format!(
                         "over the quota of `{tool}`: {max} per {} allowed, {used_text} held or spent, this call may spend \
@@ -295,20 +251,13 @@ impl State {
             });
             match &entry.phase {
                 RunPhase::Open => {}
-                RunPhase::Settled {
-                    at_ms,
-                    charged,
-                    outcome,
-                } => events.push(Event::Settle {
+                RunPhase::Settled { at_ms, charged, outcome } => events.push(Event::Settle {
                     run: entry.run.clone(),
                     at_ms: *at_ms,
                     charged: charged.clone(),
                     outcome: outcome.clone(),
                 }),
-                RunPhase::Released { at_ms } => events.push(Event::Release {
-                    run: entry.run.clone(),
-                    at_ms: *at_ms,
-                }),
+                RunPhase::Released { at_ms } => events.push(Event::Release { run: entry.run.clone(), at_ms: *at_ms }),
             }
         }
         (events, dropped)
@@ -349,13 +298,7 @@ mod tests {
             tool: "t".into(),
             at_ms,
             calls: 1,
-            money: money
-                .iter()
-                .map(|(a, c)| MoneyRecord {
-                    amount: a.to_string(),
-                    currency: c.to_string(),
-                })
-                .collect(),
+            money: money.iter().map(|(a, c)| MoneyRecord { amount: a.to_string(), currency: c.to_string() }).collect(),
             once: None,
         }
     }
@@ -365,71 +308,35 @@ mod tests {
         let mut state = State::default();
         state.apply(&reserve("a", 1, &[])).unwrap();
         assert!(state.apply(&reserve("a", 2, &[])).is_err());
-        state
-            .apply(&Event::Release {
-                run: "a".into(),
-                at_ms: 3,
-            })
-            .unwrap();
+        state.apply(&Event::Release { run: "a".into(), at_ms: 3 }).unwrap();
         assert!(state
-            .apply(&Event::Settle {
-                run: "a".into(),
-                at_ms: 4,
-                charged: vec![],
-                outcome: "done".into()
-            })
+            .apply(&Event::Settle { run: "a".into(), at_ms: 4, charged: vec![], outcome: "done".into() })
             .is_err());
-        assert!(state
-            .apply(&Event::Release {
-                run: "b".into(),
-                at_ms: 4
-            })
-            .is_err());
+        assert!(state.apply(&Event::Release { run: "b".into(), at_ms: 4 }).is_err());
     }
 
     #[test]
     fn quota_counts_open_runs_at_worst_case_and_settled_ones_at_their_charge() {
         let usd = |a: &str| Money::parse(a, "USD").unwrap();
         let mut state = State::default();
-        state
-            .apply(&reserve("a", 1000, &[("50.00", "USD")]))
-            .unwrap();
-        state
-            .apply(&reserve("b", 2000, &[("50.00", "USD")]))
-            .unwrap();
+        state.apply(&reserve("a", 1000, &[("50.00", "USD")])).unwrap();
+        state.apply(&reserve("b", 2000, &[("50.00", "USD")])).unwrap();
         state
             .apply(&Event::Settle {
                 run: "b".into(),
                 at_ms: 2500,
-                charged: vec![MoneyRecord {
-                    amount: "10.00".into(),
-                    currency: "USD".into(),
-                }],
+                charged: vec![MoneyRecord { amount: "10.00".into(), currency: "USD".into() }],
                 outcome: "done".into(),
             })
             .unwrap();
         let (calls, money) = state.quota_use("t", 10_000, 3000);
         assert_eq!((calls, money.get("USD").copied()), (2, Some(6000)));
         let max = usd("100.00");
-        assert!(state
-            .quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.00")], 3000)
-            .is_ok());
-        let refused = state
-            .quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.01")], 3000)
-            .unwrap_err();
-        assert!(
-            refused.message.contains("100.00 USD"),
-            "{}",
-            refused.message
-        );
-        let refused = state
-            .quota_admits("t", 10_000, Some(2), None, &[], 3000)
-            .unwrap_err();
-        assert!(
-            refused.message.contains("2 calls per 10s"),
-            "{}",
-            refused.message
-        );
+        assert!(state.quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.00")], 3000).is_ok());
+        let refused = state.quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.01")], 3000).unwrap_err();
+        assert!(refused.message.contains("100.00 USD"), "{}", refused.message);
+        let refused = state.quota_admits("t", 10_000, Some(2), None, &[], 3000).unwrap_err();
+        assert!(refused.message.contains("2 calls per 10s"), "{}", refused.message);
         assert!(refused.message.contains("in 9s"), "{}", refused.message);
         // After the settled run leaves the window, only the open run counts.
         assert_eq!(state.quota_use("t", 10_000, 12_001).0, 1);

@@ -27,8 +27,7 @@ pub fn parse_duration_ms(text: &str, units: DurationUnits) -> Result<u64, String
         DurationUnits::SecondsUp => "s, m, h or d",
         DurationUnits::MinutesUp => "m, h or d",
     };
-    let shape =
-        || format!("`{text}` is not a duration: write a whole number and {allowed}, e.g. \"30d\"");
+    let shape = || format!("`{text}` is not a duration: write a whole number and {allowed}, e.g. \"30d\"");
     let unit = text.chars().last().ok_or_else(shape)?;
     let number = &text[..text.len() - unit.len_utf8()];
     if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
@@ -42,9 +41,7 @@ pub fn parse_duration_ms(text: &str, units: DurationUnits) -> Result<u64, String
         _ => return Err(shape()),
     };
     let value: u64 = number.parse().map_err(|_| shape())?;
-    let ms = value
-        .checked_mul(unit_ms)
-        .filter(|&ms| ms <= DURATION_MS_MAX);
+    let ms = value.checked_mul(unit_ms).filter(|&ms| ms <= DURATION_MS_MAX);
     match ms {
         Some(0) => Err(format!("`{text}` is zero; a duration must be positive")),
         Some(ms) => Ok(ms),
@@ -59,79 +56,45 @@ struct Problems<'a> {
 
 impl Problems<'_> {
     fn add(&mut self, at: &str, message: impl AsRef<str>) {
-        self.list.push(format!(
-            "{}: {at}: {}",
-            self.file.display(),
-            message.as_ref()
-        ));
+        self.list.push(format!("{}: {at}: {}", self.file.display(), message.as_ref()));
     }
 }
 
 pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
-    let mut problems = Problems {
-        file: path,
-        list: Vec::new(),
-    };
+    let mut problems = Problems { file: path, list: Vec::new() };
     if text.len() > MANIFEST_BYTES_MAX {
-        problems.add(
-            "(file)",
-            format!("is {} bytes; the limit is {MANIFEST_BYTES_MAX}", text.len()),
-        );
-        return Err(ManifestError {
-            problems: problems.list,
-        });
+        problems.add("(file)", format!("is {} bytes; the limit is {MANIFEST_BYTES_MAX}", text.len()));
+        return Err(ManifestError { problems: problems.list });
     }
     let mut deserializer = serde_json::Deserializer::from_slice(text);
     let raw: RawManifest = match serde_path_to_error::deserialize(&mut deserializer) {
         Ok(raw) => raw,
         Err(error) => {
             let at = error.path().to_string();
-            let at = if at == "." {
-                "(top level)".to_string()
-            } else {
-                at
-            };
+            let at = if at == "." { "(top level)".to_string() } else { at };
             problems.add(&at, error.inner().to_string());
-            return Err(ManifestError {
-                problems: problems.list,
-            });
+            return Err(ManifestError { problems: problems.list });
         }
     };
     let base = path.parent().unwrap_or(Path::new("."));
     let server = server_config(&raw.server, base, &mut problems);
-    let model = raw
-        .model
-        .as_ref()
-        .map(|model| model_config(model, &mut problems));
+    let model = raw.model.as_ref().map(|model| model_config(model, &mut problems));
     let mut tools = Vec::new();
     let mut names = BTreeSet::new();
     if raw.tools.len() > TOOLS_MAX {
-        problems.add(
-            "tools",
-            format!("has {} tools; the limit is {TOOLS_MAX}", raw.tools.len()),
-        );
+        problems.add("tools", format!("has {} tools; the limit is {TOOLS_MAX}", raw.tools.len()));
     }
     for (index, tool) in raw.tools.iter().enumerate() {
         let at = format!("tools[{index}]");
         if !names.insert(tool.name.clone()) {
-            problems.add(
-                &format!("{at}.name"),
-                format!("`{}` is used by an earlier tool", tool.name),
-            );
+            problems.add(&format!("{at}.name"), format!("`{}` is used by an earlier tool", tool.name));
         }
         tools.push(tool_config(tool, &at, base, &server, &mut problems));
     }
     if problems.list.is_empty() {
-        Ok(Manifest {
-            path: path.to_path_buf(),
-            server,
-            model,
-            tools,
-        })
+        Ok(Manifest { path: path.to_path_buf(), server, model, tools })
     } else {
-        Err(ManifestError {
-            problems: problems.list,
-        })
+        Err(ManifestError { problems: problems.list })
     }
 }
 
@@ -148,20 +111,13 @@ fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> Serve
         Some(value) => match value.as_u64() {
             Some(days) if days >= 1 => Keep::Days(days),
             _ => {
-                problems.add(
-                    "server.keep",
-                    format!("`{value}` is not a number of days of at least 1, or \"forever\""),
-                );
+                problems.add("server.keep", format!("`{value}` is not a number of days of at least 1, or \"forever\""));
                 Keep::Days(KEEP_DAYS_DEFAULT)
             }
         },
     };
-    let max_concurrent_runs = concurrency(
-        raw.max_concurrent_runs,
-        MAX_CONCURRENT_RUNS_DEFAULT,
-        "server.max_concurrent_runs",
-        problems,
-    );
+    let max_concurrent_runs =
+        concurrency(raw.max_concurrent_runs, MAX_CONCURRENT_RUNS_DEFAULT, "server.max_concurrent_runs", problems);
     let notify = raw.notify.clone().unwrap_or_default();
     if raw.notify.is_some() && notify.is_empty() {
         problems.add("server.notify", "must name a command, or be left out");
@@ -188,10 +144,7 @@ fn concurrency(value: Option<u64>, default: u64, at: &str, problems: &mut Proble
         None => default,
         Some(n) if (1..=MAX_CONCURRENT_RUNS_LIMIT).contains(&n) => n,
         Some(n) => {
-            problems.add(
-                at,
-                format!("{n} is outside 1..={MAX_CONCURRENT_RUNS_LIMIT}"),
-            );
+            problems.add(at, format!("{n} is outside 1..={MAX_CONCURRENT_RUNS_LIMIT}"));
             default
         }
     }
@@ -224,13 +177,7 @@ fn check_env_name(name: &str, at: &str, problems: &mut Problems) {
     }
 }
 
-fn tool_config(
-    raw: &RawTool,
-    at: &str,
-    base: &Path,
-    server: &ServerConfig,
-    problems: &mut Problems,
-) -> ToolConfig {
+fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, problems: &mut Problems) -> ToolConfig {
     check_tool_name(&raw.name, &format!("{at}.name"), problems);
     let entry = raw.entry.clone().unwrap_or_else(|| "main".to_string());
     let net = NetConfig {
@@ -247,24 +194,18 @@ fn tool_config(
         }
     }
     if needs_network {
-        for (value, key) in [
-            (net.connect_timeout_ms, "connect_timeout_ms"),
-            (net.timeout_ms, "timeout_ms"),
-        ] {
+        for (value, key) in [(net.connect_timeout_ms, "connect_timeout_ms"), (net.timeout_ms, "timeout_ms")] {
             match value {
-                None => problems.add(
-                    &format!("{at}.net.{key}"),
-                    "is required: a grant of this tool reaches the network",
-                ),
+                None => {
+                    problems.add(&format!("{at}.net.{key}"), "is required: a grant of this tool reaches the network")
+                }
                 Some(0) => problems.add(&format!("{at}.net.{key}"), "must be positive"),
                 Some(_) => {}
             }
         }
     }
     let deadline_ms = raw.deadline.as_ref().and_then(|text| {
-        parse_duration_ms(text, DurationUnits::SecondsUp)
-            .map_err(|e| problems.add(&format!("{at}.deadline"), e))
-            .ok()
+        parse_duration_ms(text, DurationUnits::SecondsUp).map_err(|e| problems.add(&format!("{at}.deadline"), e)).ok()
     });
     let max_concurrent_runs = concurrency(
         raw.max_concurrent_runs,
@@ -275,37 +216,23 @@ fn tool_config(
     if max_concurrent_runs > server.max_concurrent_runs {
         problems.add(
             &format!("{at}.max_concurrent_runs"),
-            format!(
-                "{max_concurrent_runs} is more than server.max_concurrent_runs ({})",
-                server.max_concurrent_runs
-            ),
+            format!("{max_concurrent_runs} is more than server.max_concurrent_runs ({})", server.max_concurrent_runs),
         );
     }
-    let once = raw
-        .once
-        .as_ref()
-        .map(|once| once_config(once, &format!("{at}.once"), server, problems));
-    let quota = raw
-        .quota
-        .as_ref()
-        .map(|quota| quota_config(quota, &format!("{at}.quota"), problems));
+    let once = raw.once.as_ref().map(|once| once_config(once, &format!("{at}.once"), server, problems));
+    let quota = raw.quota.as_ref().map(|quota| quota_config(quota, &format!("{at}.quota"), problems));
     let max_steps = match raw.limits.as_ref().and_then(|limits| limits.max_steps) {
         None => MAX_STEPS_DEFAULT,
         Some(steps) if (1..=MAX_STEPS_LIMIT).contains(&steps) => steps,
         Some(steps) => {
-            problems.add(
-                &format!("{at}.limits.max_steps"),
-                format!("{steps} is outside 1..={MAX_STEPS_LIMIT}"),
-            );
+            problems.add(&format!("{at}.limits.max_steps"), format!("{steps} is outside 1..={MAX_STEPS_LIMIT}"));
             MAX_STEPS_DEFAULT
         }
     };
     if let Some(description) = &raw.description {
         if description.trim().is_empty() {
-            problems.add(
-                &format!("{at}.description"),
-                "must not be empty (leave it out to use the program's docstring)",
-            );
+            problems
+                .add(&format!("{at}.description"), "must not be empty (leave it out to use the program's docstring)");
         }
     }
     let config_json = canonical_tool_json(raw, &entry);
@@ -328,36 +255,20 @@ fn tool_config(
 
 fn check_tool_name(name: &str, at: &str, problems: &mut Problems) {
     if name == RUN_STATUS_TOOL {
-        problems.add(
-            at,
-            format!("`{RUN_STATUS_TOOL}` is reserved for the server's own status tool"),
-        );
+        problems.add(at, format!("`{RUN_STATUS_TOOL}` is reserved for the server's own status tool"));
     }
     let valid = !name.is_empty()
         && name.chars().count() <= TOOL_NAME_CHARS_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
     if !valid {
-        problems.add(
-            at,
-            format!("`{name}` is not a tool name: 1 to {TOOL_NAME_CHARS_MAX} of A-Z a-z 0-9 _ . -"),
-        );
+        problems.add(at, format!("`{name}` is not a tool name: 1 to {TOOL_NAME_CHARS_MAX} of A-Z a-z 0-9 _ . -"));
     }
 }
 
 /// Validates one grant; returns it and whether it reaches the network.
-fn capability_grant(
-    raw: &RawGrant,
-    at: &str,
-    base: &Path,
-    problems: &mut Problems,
-) -> Option<(CapabilityGrant, bool)> {
+fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Problems) -> Option<(CapabilityGrant, bool)> {
     if raw.env.is_some() {
-        problems.add(
-            &format!("{at}.env"),
-            "a secret reference belongs inside a grant's `needs`, not in `grants`",
-        );
+        problems.add(&format!("{at}.env"), "a secret reference belongs inside a grant's `needs`, not in `grants`");
         return None;
     }
     let Some(cap) = &raw.cap else {
@@ -365,13 +276,8 @@ fn capability_grant(
         return None;
     };
     let Some(kind) = kinds::find(cap) else {
-        problems.add(
-            &format!("{at}.cap"),
-            format!(
-                "`{cap}` is not a capability kind; known kinds: {}",
-                kinds::names()
-            ),
-        );
+        problems
+            .add(&format!("{at}.cap"), format!("`{cap}` is not a capability kind; known kinds: {}", kinds::names()));
         return None;
     };
     let present: Vec<(GrantKey, bool)> = vec![
@@ -387,16 +293,10 @@ fn capability_grant(
     ];
     for (key, is_present) in &present {
         if *is_present && !kind.keys.contains(key) {
-            problems.add(
-                &format!("{at}.{}", key.name()),
-                format!("is not a key of `{cap}`"),
-            );
+            problems.add(&format!("{at}.{}", key.name()), format!("is not a key of `{cap}`"));
         }
         if !*is_present && kind.required.contains(key) {
-            problems.add(
-                &format!("{at}.{}", key.name()),
-                format!("is required by `{cap}`"),
-            );
+            problems.add(&format!("{at}.{}", key.name()), format!("is required by `{cap}`"));
         }
     }
     let only = raw.only.clone().unwrap_or_default();
@@ -405,26 +305,15 @@ fn capability_grant(
     }
     for (index, pattern) in only.iter().enumerate() {
         if !(pattern.starts_with("https://") || pattern.starts_with("http://")) {
-            problems.add(
-                &format!("{at}.only[{index}]"),
-                format!("`{pattern}` is not an http:// or https:// URL pattern"),
-            );
+            problems
+                .add(&format!("{at}.only[{index}]"), format!("`{pattern}` is not an http:// or https:// URL pattern"));
         }
     }
-    let each = raw
-        .each
-        .as_ref()
-        .and_then(|m| money(m, &format!("{at}.each"), problems));
-    let max = raw
-        .max
-        .as_ref()
-        .and_then(|m| money(m, &format!("{at}.max"), problems));
+    let each = raw.each.as_ref().and_then(|m| money(m, &format!("{at}.each"), problems));
+    let max = raw.max.as_ref().and_then(|m| money(m, &format!("{at}.max"), problems));
     if let (Some(each), Some(max)) = (&each, &max) {
         if each.currency != max.currency {
-            problems.add(
-                &format!("{at}.max"),
-                format!("is in {} but `each` is in {}", max.currency, each.currency),
-            );
+            problems.add(&format!("{at}.max"), format!("is in {} but `each` is in {}", max.currency, each.currency));
         }
     }
     if raw.uses == Some(0) {
@@ -440,11 +329,7 @@ fn capability_grant(
                     &need_at,
                     format!(
                         "`{cap}` needs only: {}",
-                        kind.needs
-                            .iter()
-                            .map(|(n, _)| *n)
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        kind.needs.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
                     ),
                 ),
                 Some((_, None)) => match (&need.env, need.cap.is_some()) {
@@ -458,9 +343,7 @@ fn capability_grant(
                     if need.cap.as_deref() != Some(expected) {
                         problems.add(&format!("{need_at}.cap"), format!("must be `{expected}`"));
                     }
-                    if let Some((grant, need_network)) =
-                        capability_grant(need, &need_at, base, problems)
-                    {
+                    if let Some((grant, need_network)) = capability_grant(need, &need_at, base, problems) {
                         network |= need_network;
                         needs.insert(name.clone(), Grant::Capability(grant));
                     }
@@ -469,33 +352,21 @@ fn capability_grant(
         }
         for (name, _) in kind.needs {
             if !raw_needs.contains_key(*name) {
-                problems.add(
-                    &format!("{at}.needs.{name}"),
-                    format!("is required by `{cap}`"),
-                );
+                problems.add(&format!("{at}.needs.{name}"), format!("is required by `{cap}`"));
             }
         }
     }
     let mut headers = BTreeMap::new();
     for (header, secret) in raw.headers.iter().flatten() {
         check_env_name(&secret.env, &format!("{at}.headers.{header}.env"), problems);
-        headers.insert(
-            header.clone(),
-            (
-                secret.prefix.clone().unwrap_or_default(),
-                secret.env.clone(),
-            ),
-        );
+        headers.insert(header.clone(), (secret.prefix.clone().unwrap_or_default(), secret.env.clone()));
     }
     let mode = match raw.mode.as_deref() {
         None => None,
         Some("read") => Some(DbMode::Read),
         Some("write") => Some(DbMode::Write),
         Some(other) => {
-            problems.add(
-                &format!("{at}.mode"),
-                format!("`{other}` is neither \"read\" nor \"write\""),
-            );
+            problems.add(&format!("{at}.mode"), format!("`{other}` is neither \"read\" nor \"write\""));
             None
         }
     };
@@ -515,17 +386,10 @@ fn capability_grant(
 }
 
 fn money(raw: &RawMoney, at: &str, problems: &mut Problems) -> Option<Money> {
-    Money::parse(&raw.amount, &raw.currency)
-        .map_err(|e| problems.add(at, e))
-        .ok()
+    Money::parse(&raw.amount, &raw.currency).map_err(|e| problems.add(at, e)).ok()
 }
 
-fn once_config(
-    raw: &RawOnce,
-    at: &str,
-    server: &ServerConfig,
-    problems: &mut Problems,
-) -> OnceConfig {
+fn once_config(raw: &RawOnce, at: &str, server: &ServerConfig, problems: &mut Problems) -> OnceConfig {
     if raw.by.is_empty() {
         problems.add(&format!("{at}.by"), "must name at least one argument");
     }
@@ -538,10 +402,7 @@ fn once_config(
         Some(text) => match parse_duration_ms(text, DurationUnits::MinutesUp) {
             Ok(ms) => {
                 if server_keep_ms.is_some_and(|max| ms > max) {
-                    problems.add(
-                        &format!("{at}.keep"),
-                        format!("`{text}` is longer than server.keep"),
-                    );
+                    problems.add(&format!("{at}.keep"), format!("`{text}` is longer than server.keep"));
                 }
                 ms
             }
@@ -551,10 +412,7 @@ fn once_config(
             }
         },
     };
-    OnceConfig {
-        by: raw.by.clone(),
-        keep_ms,
-    }
+    OnceConfig { by: raw.by.clone(), keep_ms }
 }
 
 fn quota_config(raw: &RawQuota, at: &str, problems: &mut Problems) -> QuotaConfig {
@@ -567,15 +425,8 @@ fn quota_config(raw: &RawQuota, at: &str, problems: &mut Problems) -> QuotaConfi
     if raw.calls.is_none() && raw.money.is_none() {
         problems.add(at, "must limit `calls`, `money` or both");
     }
-    let money = raw
-        .money
-        .as_ref()
-        .and_then(|m| money(m, &format!("{at}.money"), problems));
-    QuotaConfig {
-        window_ms,
-        calls: raw.calls,
-        money,
-    }
+    let money = raw.money.as_ref().and_then(|m| money(m, &format!("{at}.money"), problems));
+    QuotaConfig { window_ms, calls: raw.calls, money }
 }
 
 /// The tool's config, re-serialised canonically (sorted keys) for hashing into journals.
@@ -598,14 +449,8 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(
-            parse_duration_ms("120s", DurationUnits::SecondsUp),
-            Ok(120_000)
-        );
-        assert_eq!(
-            parse_duration_ms("30d", DurationUnits::MinutesUp),
-            Ok(30 * 24 * 3600 * 1000)
-        );
+        assert_eq!(parse_duration_ms("120s", DurationUnits::SecondsUp), Ok(120_000));
+        assert_eq!(parse_duration_ms("30d", DurationUnits::MinutesUp), Ok(30 * 24 * 3600 * 1000));
         assert!(parse_duration_ms("10s", DurationUnits::MinutesUp).is_err());
         assert!(parse_duration_ms("0h", DurationUnits::SecondsUp).is_err());
         assert!(parse_duration_ms("1.5h", DurationUnits::SecondsUp).is_err());
@@ -618,10 +463,7 @@ mod tests {
             r#"{"server":{"name":"s","journals":"j"},"tools":[{"name":"a","program":"a.star","quota":{"window":"1h","calls":1,"extra":1}}]}"#,
         );
         assert_eq!(found.len(), 1);
-        assert!(
-            found[0].starts_with("m.json: tools[0].quota.extra: unknown field `extra`"),
-            "{found:?}"
-        );
+        assert!(found[0].starts_with("m.json: tools[0].quota.extra: unknown field `extra`"), "{found:?}");
         assert!(found[0].contains("at line 1 column"), "{found:?}");
     }
 
@@ -663,10 +505,7 @@ mod tests {
                   "grants":{"pay":{"cap":"payments.stripe.refund","needs":{"get":{"cap":"net.http.post","only":["https://x/*"]}}}}}]}"#,
         );
         let text = found.join("\n");
-        assert!(
-            text.contains("needs.get.cap: must be `net.http.get`"),
-            "{text}"
-        );
+        assert!(text.contains("needs.get.cap: must be `net.http.get`"), "{text}");
         assert!(text.contains("needs.post: is required"), "{text}");
         assert!(text.contains("needs.key: is required"), "{text}");
     }

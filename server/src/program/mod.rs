@@ -53,10 +53,7 @@ pub struct Program {
 
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Program")
-            .field("path", &self.path)
-            .field("entry", &self.entry)
-            .finish()
+        f.debug_struct("Program").field("path", &self.path).field("entry", &self.entry).finish()
     }
 }
 
@@ -74,41 +71,26 @@ pub(crate) fn dialect() -> Dialect {
 /// `json`, typing, and the `money` type. Nothing that reads the clock, the disk or the
 /// network: a program acts only through the capabilities it is handed.
 pub(crate) fn globals() -> Globals {
-    GlobalsBuilder::extended_by(&[
-        LibraryExtension::Print,
-        LibraryExtension::Typing,
-        LibraryExtension::Json,
-    ])
-    .with(starlark_money::money_globals)
-    .build()
+    GlobalsBuilder::extended_by(&[LibraryExtension::Print, LibraryExtension::Typing, LibraryExtension::Json])
+        .with(starlark_money::money_globals)
+        .build()
 }
 
 impl Program {
     /// Compiles `source` and derives the tool's contract. `grant_names` are the grants of
     /// the tool: parameters so named are capability handles, never inputs.
-    pub fn load(
-        path: &Path,
-        source: &str,
-        entry: &str,
-        grant_names: &[String],
-    ) -> Result<Program, String> {
+    pub fn load(path: &Path, source: &str, entry: &str, grant_names: &[String]) -> Result<Program, String> {
         let shown = path.display().to_string();
         if source.len() > PROGRAM_BYTES_MAX {
-            return Err(format!(
-                "{shown}: is {} bytes; the limit is {PROGRAM_BYTES_MAX}",
-                source.len()
-            ));
+            return Err(format!("{shown}: is {} bytes; the limit is {PROGRAM_BYTES_MAX}", source.len()));
         }
-        let ast =
-            AstModule::parse(&shown, source.to_string(), &dialect()).map_err(|e| format!("{e}"))?;
+        let ast = AstModule::parse(&shown, source.to_string(), &dialect()).map_err(|e| format!("{e}"))?;
         let globals = globals();
         let module = Module::with_temp_heap(|module| {
             {
                 let mut eval = Evaluator::new(&module);
-                eval.set_max_tick_count(run::LOAD_TICKS_MAX)
-                    .map_err(|e| format!("{e}"))?;
-                eval.eval_module(ast, &globals)
-                    .map_err(|e| format!("{e}"))?;
+                eval.set_max_tick_count(run::LOAD_TICKS_MAX).map_err(|e| format!("{e}"))?;
+                eval.eval_module(ast, &globals).map_err(|e| format!("{e}"))?;
             }
             module.freeze().map_err(|e| format!("{shown}: {e:?}"))
         })?;
@@ -117,37 +99,25 @@ impl Program {
             Some(line) => format!("{shown}:{line}"),
             None => shown.clone(),
         };
-        let function = module
-            .get(entry)
-            .map_err(|_| format!("{shown}: the entry `def {entry}(...)` is not defined"))?;
+        let function =
+            module.get(entry).map_err(|_| format!("{shown}: the entry `def {entry}(...)` is not defined"))?;
         let DocItem::Member(DocMember::Function(doc)) = function.value().documentation() else {
             return Err(format!("{at}: `{entry}` is not a function"));
         };
         if doc.params.args.is_some() || doc.params.kwargs.is_some() {
             return Err(format!("{at}: `{entry}` may not take *args or **kwargs"));
         }
-        let description = doc
-            .docs
-            .as_ref()
-            .map(|d| first_paragraph(&d.summary, d.details.as_deref()))
-            .filter(|d| !d.is_empty());
-        let params: Vec<&DocParam> = doc
-            .params
-            .pos_only
-            .iter()
-            .chain(&doc.params.pos_or_named)
-            .chain(&doc.params.named_only)
-            .collect();
+        let description =
+            doc.docs.as_ref().map(|d| first_paragraph(&d.summary, d.details.as_deref())).filter(|d| !d.is_empty());
+        let params: Vec<&DocParam> =
+            doc.params.pos_only.iter().chain(&doc.params.pos_or_named).chain(&doc.params.named_only).collect();
         let mut inputs = Vec::new();
         let mut capabilities = Vec::new();
         let mut problems = Vec::new();
         for param in &params {
             if grant_names.contains(&param.name) {
                 if param.default_value.is_some() {
-                    problems.push(format!(
-                        "{at}: capability `{}` may not have a default",
-                        param.name
-                    ));
+                    problems.push(format!("{at}: capability `{}` may not have a default", param.name));
                 }
                 capabilities.push(param.name.clone());
                 continue;
@@ -159,9 +129,7 @@ impl Program {
         }
         for grant in grant_names {
             if !capabilities.contains(grant) {
-                problems.push(format!(
-                    "{at}: grant `{grant}` is not a parameter of `{entry}`"
-                ));
+                problems.push(format!("{at}: grant `{grant}` is not a parameter of `{entry}`"));
             }
         }
         let returns = match doc.ret.typ.to_string().as_str() {
@@ -177,7 +145,8 @@ impl Program {
         let description = match description {
             Some(d) => d,
             None => {
-                problems.push(format!("{at}: `{entry}` has no docstring; its first paragraph is the tool's description"));
+                problems
+                    .push(format!("{at}: `{entry}` has no docstring; its first paragraph is the tool's description"));
                 String::new()
             }
         };
@@ -212,8 +181,7 @@ impl Program {
             }
             properties.insert(input.name.clone(), schema);
         }
-        let mut schema =
-            json!({"type": "object", "properties": properties, "additionalProperties": false});
+        let mut schema = json!({"type": "object", "properties": properties, "additionalProperties": false});
         if !required.is_empty() {
             schema["required"] = Value::Array(required);
         }
@@ -233,10 +201,7 @@ impl Program {
 
     /// Warden's own input check: every problem at once, or the normalised inputs in
     /// declaration order with defaults filled in.
-    pub fn check_inputs(
-        &self,
-        arguments: &Map<String, Value>,
-    ) -> Result<Map<String, Value>, Vec<String>> {
+    pub fn check_inputs(&self, arguments: &Map<String, Value>) -> Result<Map<String, Value>, Vec<String>> {
         let mut problems = Vec::new();
         let mut checked = Map::new();
         for name in arguments.keys() {
@@ -248,10 +213,7 @@ impl Program {
             let path = format!("$.{}", input.name);
             match (arguments.get(&input.name), &input.default) {
                 (Some(value), _) => {
-                    checked.insert(
-                        input.name.clone(),
-                        input.ty.check(value, &path, &mut problems),
-                    );
+                    checked.insert(input.name.clone(), input.ty.check(value, &path, &mut problems));
                 }
                 (None, Some(default)) => {
                     checked.insert(input.name.clone(), default.clone());
@@ -283,20 +245,13 @@ fn input(param: &DocParam, at: &str) -> Result<Input, String> {
     }
     let ty = ArgType::parse(&annotation).map_err(|e| format!("{at}: input `{name}`: {e}"))?;
     let description = match &param.docs {
-        Some(docs) if !docs.summary.trim().is_empty() => {
-            first_paragraph(&docs.summary, docs.details.as_deref())
-        }
-        _ => {
-            return Err(format!(
-                "{at}: input `{name}` is not described in the docstring's `Args:` section"
-            ))
-        }
+        Some(docs) if !docs.summary.trim().is_empty() => first_paragraph(&docs.summary, docs.details.as_deref()),
+        _ => return Err(format!("{at}: input `{name}` is not described in the docstring's `Args:` section")),
     };
     let default = match &param.default_value {
         None => None,
         Some(repr) => {
-            let value = default_json(repr)
-                .map_err(|e| format!("{at}: input `{name}`: default `{repr}` {e}"))?;
+            let value = default_json(repr).map_err(|e| format!("{at}: input `{name}`: default `{repr}` {e}"))?;
             let mut problems = Vec::new();
             let value = ty.check(&value, &format!("default of `{name}`"), &mut problems);
             if !problems.is_empty() {
@@ -305,29 +260,20 @@ fn input(param: &DocParam, at: &str) -> Result<Input, String> {
             Some(value)
         }
     };
-    Ok(Input {
-        name: name.clone(),
-        ty,
-        description,
-        default,
-    })
+    Ok(Input { name: name.clone(), ty, description, default })
 }
 
 /// Evaluates a default's Starlark repr and converts it to JSON.
 fn default_json(repr: &str) -> Result<Value, String> {
-    let ast = AstModule::parse("default", format!("value = {repr}"), &dialect())
-        .map_err(|_| "cannot be read".to_string())?;
+    let ast =
+        AstModule::parse("default", format!("value = {repr}"), &dialect()).map_err(|_| "cannot be read".to_string())?;
     let globals = globals();
     Module::with_temp_heap(|module| {
         let mut eval = Evaluator::new(&module);
-        eval.set_max_tick_count(run::LOAD_TICKS_MAX)
-            .map_err(|e| e.to_string())?;
-        eval.eval_module(ast, &globals)
-            .map_err(|_| "cannot be evaluated".to_string())?;
+        eval.set_max_tick_count(run::LOAD_TICKS_MAX).map_err(|e| e.to_string())?;
+        eval.eval_module(ast, &globals).map_err(|_| "cannot be evaluated".to_string())?;
         let value = module.get("value").ok_or("cannot be evaluated")?;
-        let text = value
-            .to_json()
-            .map_err(|_| "has no JSON form".to_string())?;
+        let text = value.to_json().map_err(|_| "has no JSON form".to_string())?;
         serde_json::from_str(&text).map_err(|_| "has no JSON form".to_string())
     })
 }
@@ -336,13 +282,8 @@ fn first_paragraph(summary: &str, details: Option<&str>) -> String {
     // Starlark splits the first line off as the summary; a paragraph may run on.
     let mut text = summary.trim().to_string();
     if let Some(details) = details {
-        let continuation: Vec<&str> = details
-            .lines()
-            .take_while(|l| !l.trim().is_empty())
-            .collect();
-        let starts_section = continuation
-            .first()
-            .is_some_and(|l| l.trim_end().ends_with(':'));
+        let continuation: Vec<&str> = details.lines().take_while(|l| !l.trim().is_empty()).collect();
+        let starts_section = continuation.first().is_some_and(|l| l.trim_end().ends_with(':'));
         if !starts_section && !details.starts_with('\n') && !summary.ends_with('.') {
             for line in continuation {
                 text.push(' ');
@@ -355,10 +296,7 @@ fn first_paragraph(summary: &str, details: Option<&str>) -> String {
 
 fn find_def_line(source: &str, entry: &str) -> Option<usize> {
     let needle = format!("def {entry}(");
-    source
-        .lines()
-        .position(|line| line.trim_start().starts_with(&needle))
-        .map(|i| i + 1)
+    source.lines().position(|line| line.trim_start().starts_with(&needle)).map(|i| i + 1)
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -397,87 +335,53 @@ def main(pay, order: str, amount: money, note: None | str = None, tags: list[str
         assert_eq!(schema["required"], json!(["order", "amount"]));
         assert_eq!(schema["properties"]["tags"]["default"], json!(["a"]));
         assert_eq!(schema["properties"]["note"]["default"], json!(null));
-        assert_eq!(
-            schema["properties"]["order"]["description"],
-            json!("The order id.")
-        );
-        assert!(
-            schema["properties"].get("pay").is_none(),
-            "a capability is never an input"
-        );
-        assert_eq!(
-            program.output_schema().unwrap()["properties"]["result"],
-            json!({"type": "object"})
-        );
+        assert_eq!(schema["properties"]["order"]["description"], json!("The order id."));
+        assert!(schema["properties"].get("pay").is_none(), "a capability is never an input");
+        assert_eq!(program.output_schema().unwrap()["properties"]["result"], json!({"type": "object"}));
     }
 
     #[test]
     fn problems_name_the_file_and_line() {
         let no_doc = "\n\ndef main(x: str) -> str:\n    return x\n";
         let error = Program::load(Path::new("t.star"), no_doc, "main", &[]).unwrap_err();
-        assert!(
-            error.contains("t.star:3: `main` has no docstring"),
-            "{error}"
-        );
+        assert!(error.contains("t.star:3: `main` has no docstring"), "{error}");
 
         let undocumented = "def main(x: str, y: int) -> str:\n    \"\"\"Do it.\n\n    Args:\n        x: The x.\n    \"\"\"\n    return x\n";
         let error = Program::load(Path::new("t.star"), undocumented, "main", &[]).unwrap_err();
-        assert!(
-            error.contains("t.star:1: input `y` is not described"),
-            "{error}"
-        );
+        assert!(error.contains("t.star:1: input `y` is not described"), "{error}");
 
-        let unannotated = "def main(x) -> str:\n    \"\"\"Do it.\n\n    Args:\n        x: The x.\n    \"\"\"\n    return x\n";
+        let unannotated =
+            "def main(x) -> str:\n    \"\"\"Do it.\n\n    Args:\n        x: The x.\n    \"\"\"\n    return x\n";
         let error = Program::load(Path::new("t.star"), unannotated, "main", &[]).unwrap_err();
-        assert!(
-            error.contains("t.star:1: input `x` has no type annotation"),
-            "{error}"
-        );
+        assert!(error.contains("t.star:1: input `x` has no type annotation"), "{error}");
 
-        let unsupported = "def main(x: tuple) -> str:\n    \"\"\"Do it.\n\n    Args:\n        x: The x.\n    \"\"\"\n    return x\n";
+        let unsupported =
+            "def main(x: tuple) -> str:\n    \"\"\"Do it.\n\n    Args:\n        x: The x.\n    \"\"\"\n    return x\n";
         let error = Program::load(Path::new("t.star"), unsupported, "main", &[]).unwrap_err();
-        assert!(
-            error.contains("t.star:1: input `x`: `tuple` is not a supported input type"),
-            "{error}"
-        );
+        assert!(error.contains("t.star:1: input `x`: `tuple` is not a supported input type"), "{error}");
 
-        let error = Program::load(Path::new("t.star"), "def other():\n    pass\n", "main", &[])
-            .unwrap_err();
-        assert!(
-            error.contains("the entry `def main(...)` is not defined"),
-            "{error}"
-        );
+        let error = Program::load(Path::new("t.star"), "def other():\n    pass\n", "main", &[]).unwrap_err();
+        assert!(error.contains("the entry `def main(...)` is not defined"), "{error}");
 
         let error = Program::load(Path::new("t.star"), "def main(:\n", "main", &[]).unwrap_err();
         assert!(error.contains("t.star:1"), "{error}");
 
         let error = load("def main(order: str) -> str:\n    \"\"\"Do it.\n\n    Args:\n        order: The order.\n    \"\"\"\n    return order\n").unwrap_err();
-        assert!(
-            error.contains("grant `pay` is not a parameter of `main`"),
-            "{error}"
-        );
+        assert!(error.contains("grant `pay` is not a parameter of `main`"), "{error}");
     }
 
     #[test]
     fn execution_is_deterministic_and_bounded() {
         let source = "def main(n: int) -> list[int]:\n    \"\"\"Squares.\n\n    Args:\n        n: How many.\n    \"\"\"\n    print(\"n is\", n)\n    return [i * i for i in range(n)]\n";
         let program = Program::load(Path::new("t.star"), source, "main", &[]).unwrap();
-        let inputs = program
-            .check_inputs(&serde_json::from_value(json!({"n": 4})).unwrap())
-            .unwrap();
+        let inputs = program.check_inputs(&serde_json::from_value(json!({"n": 4})).unwrap()).unwrap();
         let first = execute(&program, &inputs, RunLimits { max_steps: 10_000 });
         let second = execute(&program, &inputs, RunLimits { max_steps: 10_000 });
         assert_eq!(first, second);
         assert_eq!(first.outcome, Outcome::Done(json!([0, 1, 4, 9])));
         assert_eq!(first.prints, vec!["n is 4"]);
-        let big = program
-            .check_inputs(&serde_json::from_value(json!({"n": 100000})).unwrap())
-            .unwrap();
-        let Outcome::Failed(failure) =
-            execute(&program, &big, RunLimits { max_steps: 1000 }).outcome
-        else {
-            panic!()
-        };
+        let big = program.check_inputs(&serde_json::from_value(json!({"n": 100000})).unwrap()).unwrap();
+        let Outcome::Failed(failure) = execute(&program, &big, RunLimits { max_steps: 1000 }).outcome else { panic!() };
         assert_eq!(failure.kind, FailureKind::Budget);
     }
 }

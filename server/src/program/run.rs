@@ -125,10 +125,7 @@ pub fn execute(program: &Program, inputs: &Map<String, Value>, limits: RunLimits
         }
         // Capabilities arrive with the broker; until then a program may declare none.
         if !program.capabilities.is_empty() {
-            return (
-                internal("capabilities are not available in this build".to_string()),
-                0,
-            );
+            return (internal("capabilities are not available in this build".to_string()), 0);
         }
         let result = eval.eval_function(function, &[], &named);
         let ticks = eval.get_total_tick_count();
@@ -136,24 +133,13 @@ pub fn execute(program: &Program, inputs: &Map<String, Value>, limits: RunLimits
             Ok(value) => result_json(value, program.returns.as_ref()),
             Err(_) if ticks >= limits.max_steps => Outcome::Failed(Failure {
                 kind: FailureKind::Budget,
-                message: format!(
-                    "the run exceeded limits.max_steps ({} steps)",
-                    limits.max_steps
-                ),
+                message: format!("the run exceeded limits.max_steps ({} steps)", limits.max_steps),
             }),
-            Err(error) => Outcome::Failed(Failure {
-                kind: FailureKind::Value,
-                message: concise(&error.to_string()),
-            }),
+            Err(error) => Outcome::Failed(Failure { kind: FailureKind::Value, message: concise(&error.to_string()) }),
         };
         (outcome, ticks)
     });
-    Execution {
-        outcome,
-        prints: prints.kept.into_inner(),
-        prints_dropped: prints.dropped.into_inner(),
-        ticks,
-    }
+    Execution { outcome, prints: prints.kept.into_inner(), prints_dropped: prints.dropped.into_inner(), ticks }
 }
 
 /// Starlark's rendering of an error (traceback, snippet, caret) cut to what a model needs:
@@ -170,10 +156,7 @@ fn concise(rendered: &str) -> String {
 }
 
 fn internal(message: String) -> Outcome {
-    Outcome::Failed(Failure {
-        kind: FailureKind::Internal,
-        message,
-    })
+    Outcome::Failed(Failure { kind: FailureKind::Internal, message })
 }
 
 fn result_json(value: StarlarkValue, returns: Option<&ArgType>) -> Outcome {
@@ -200,10 +183,7 @@ fn result_json(value: StarlarkValue, returns: Option<&ArgType>) -> Outcome {
     } else {
         Outcome::Failed(Failure {
             kind: FailureKind::Validation,
-            message: format!(
-                "the result does not match the return annotation: {}",
-                problems.join("; ")
-            ),
+            message: format!("the result does not match the return annotation: {}", problems.join("; ")),
         })
     }
 }
@@ -214,29 +194,15 @@ fn to_starlark<'v>(value: &Value, ty: &ArgType, heap: Heap<'v>) -> StarlarkValue
     match (ty, value) {
         (ArgType::Optional(inner), value) if !value.is_null() => to_starlark(value, inner, heap),
         (ArgType::Money, Value::Object(object)) => heap.alloc(StarlarkMoney {
-            amount: object
-                .get("amount")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            currency: object
-                .get("currency")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
+            amount: object.get("amount").and_then(Value::as_str).unwrap_or_default().to_string(),
+            currency: object.get("currency").and_then(Value::as_str).unwrap_or_default().to_string(),
         }),
         (ArgType::Float, Value::Number(n)) => heap.alloc(n.as_f64().unwrap_or(0.0)),
-        (ArgType::List(item), Value::Array(items)) => heap.alloc(AllocList(
-            items
-                .iter()
-                .map(|v| to_starlark(v, item, heap))
-                .collect::<Vec<_>>(),
-        )),
+        (ArgType::List(item), Value::Array(items)) => {
+            heap.alloc(AllocList(items.iter().map(|v| to_starlark(v, item, heap)).collect::<Vec<_>>()))
+        }
         (ArgType::Dict(item), Value::Object(object)) => heap.alloc(AllocDict(
-            object
-                .iter()
-                .map(|(k, v)| (heap.alloc(k.as_str()), to_starlark(v, item, heap)))
-                .collect::<Vec<_>>(),
+            object.iter().map(|(k, v)| (heap.alloc(k.as_str()), to_starlark(v, item, heap))).collect::<Vec<_>>(),
         )),
         _ => heap.alloc(value.clone()),
     }

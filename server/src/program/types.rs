@@ -63,10 +63,7 @@ impl ArgType {
     /// Checks `value` at `path`, pushing every problem; returns the normalised value.
     pub fn check(&self, value: &Value, path: &str, problems: &mut Vec<String>) -> Value {
         let mut wrong = |expected: &str| {
-            problems.push(format!(
-                "{path}: expected {expected}, got {}",
-                describe(value)
-            ));
+            problems.push(format!("{path}: expected {expected}, got {}", describe(value)));
             Value::Null
         };
         match (self, value) {
@@ -77,32 +74,21 @@ impl ArgType {
             (ArgType::Str, _) => wrong("a string"),
             (ArgType::Int, Value::Number(n)) if n.is_i64() => value.clone(),
             (ArgType::Int, _) => wrong("an integer"),
-            (ArgType::Float, Value::Number(n)) => {
-                match n.as_f64().and_then(serde_json::Number::from_f64) {
-                    Some(float) => Value::Number(float),
-                    None => wrong("a finite number"),
-                }
-            }
+            (ArgType::Float, Value::Number(n)) => match n.as_f64().and_then(serde_json::Number::from_f64) {
+                Some(float) => Value::Number(float),
+                None => wrong("a finite number"),
+            },
             (ArgType::Float, _) => wrong("a number"),
             (ArgType::Bool, Value::Bool(_)) => value.clone(),
             (ArgType::Bool, _) => wrong("true or false"),
             (ArgType::Money, Value::Object(object)) => check_money(object, path, problems),
-            (ArgType::Money, _) => {
-                wrong("money, e.g. {\"amount\": \"35.00\", \"currency\": \"USD\"}")
-            }
+            (ArgType::Money, _) => wrong("money, e.g. {\"amount\": \"35.00\", \"currency\": \"USD\"}"),
             (ArgType::List(item), Value::Array(items)) => Value::Array(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| item.check(v, &format!("{path}[{i}]"), problems))
-                    .collect(),
+                items.iter().enumerate().map(|(i, v)| item.check(v, &format!("{path}[{i}]"), problems)).collect(),
             ),
             (ArgType::List(_), _) => wrong("an array"),
             (ArgType::Dict(item), Value::Object(object)) => Value::Object(
-                object
-                    .iter()
-                    .map(|(k, v)| (k.clone(), item.check(v, &format!("{path}.{k}"), problems)))
-                    .collect(),
+                object.iter().map(|(k, v)| (k.clone(), item.check(v, &format!("{path}.{k}"), problems))).collect(),
             ),
             (ArgType::Dict(_), _) => wrong("an object"),
         }
@@ -113,18 +99,13 @@ fn check_money(object: &Map<String, Value>, path: &str, problems: &mut Vec<Strin
     let before = problems.len();
     for key in object.keys() {
         if key != "amount" && key != "currency" {
-            problems.push(format!(
-                "{path}.{key}: is not a field of money (only amount and currency)"
-            ));
+            problems.push(format!("{path}.{key}: is not a field of money (only amount and currency)"));
         }
     }
     let field = |name: &str, problems: &mut Vec<String>| match object.get(name) {
         Some(Value::String(text)) => Some(text.clone()),
         Some(other) => {
-            problems.push(format!(
-                "{path}.{name}: expected a string, got {}",
-                describe(other)
-            ));
+            problems.push(format!("{path}.{name}: expected a string, got {}", describe(other)));
             None
         }
         None => {
@@ -191,10 +172,7 @@ fn parse_type(text: &str, depth: usize) -> Result<ArgType, String> {
         "dict" => Ok(ArgType::Dict(Box::new(ArgType::Any))),
         _ => {
             if let Some(inner) = text.strip_prefix("list[").and_then(|t| t.strip_suffix(']')) {
-                return Ok(ArgType::List(Box::new(parse_type(
-                    inner.trim(),
-                    depth + 1,
-                )?)));
+                return Ok(ArgType::List(Box::new(parse_type(inner.trim(), depth + 1)?)));
             }
             if let Some(inner) = text.strip_prefix("dict[").and_then(|t| t.strip_suffix(']')) {
                 let Some((key, value)) = split_top_level(inner, ',') else {
@@ -203,10 +181,7 @@ fn parse_type(text: &str, depth: usize) -> Result<ArgType, String> {
                 if key.trim() != "str" {
                     return Err(format!("`{text}`: dict keys must be str"));
                 }
-                return Ok(ArgType::Dict(Box::new(parse_type(
-                    value.trim(),
-                    depth + 1,
-                )?)));
+                return Ok(ArgType::Dict(Box::new(parse_type(value.trim(), depth + 1)?)));
             }
             unsupported()
         }
@@ -257,18 +232,10 @@ mod tests {
     fn parses_supported_annotations() {
         assert_eq!(
             ArgType::parse("None | list[str]"),
-            Ok(ArgType::Optional(Box::new(ArgType::List(Box::new(
-                ArgType::Str
-            )))))
+            Ok(ArgType::Optional(Box::new(ArgType::List(Box::new(ArgType::Str)))))
         );
-        assert_eq!(
-            ArgType::parse("dict[str, int]"),
-            Ok(ArgType::Dict(Box::new(ArgType::Int)))
-        );
-        assert_eq!(
-            ArgType::parse("int | None"),
-            Ok(ArgType::Optional(Box::new(ArgType::Int)))
-        );
+        assert_eq!(ArgType::parse("dict[str, int]"), Ok(ArgType::Dict(Box::new(ArgType::Int))));
+        assert_eq!(ArgType::parse("int | None"), Ok(ArgType::Optional(Box::new(ArgType::Int))));
         assert!(ArgType::parse("tuple").is_err());
         assert!(ArgType::parse("dict[int, str]").is_err());
         assert!(ArgType::parse("int | str").is_err());
@@ -279,11 +246,7 @@ mod tests {
     fn check_reports_every_problem_with_its_path() {
         let ty = ArgType::List(Box::new(ArgType::Money));
         let mut problems = Vec::new();
-        ty.check(
-            &json!([{"amount": "1.234", "currency": "usd"}, 3, {"amount": "2"}]),
-            "$.refunds",
-            &mut problems,
-        );
+        ty.check(&json!([{"amount": "1.234", "currency": "usd"}, 3, {"amount": "2"}]), "$.refunds", &mut problems);
         assert_eq!(problems.len(), 4, "{problems:?}");
         assert!(problems[0].starts_with("$.refunds[0].amount"));
         assert!(problems[1].starts_with("$.refunds[0].currency"));
@@ -294,11 +257,7 @@ mod tests {
     #[test]
     fn money_is_normalised() {
         let mut problems = Vec::new();
-        let value = ArgType::Money.check(
-            &json!({"amount": "35", "currency": "USD"}),
-            "$.a",
-            &mut problems,
-        );
+        let value = ArgType::Money.check(&json!({"amount": "35", "currency": "USD"}), "$.a", &mut problems);
         assert!(problems.is_empty());
         assert_eq!(value, json!({"amount": "35.00", "currency": "USD"}));
     }

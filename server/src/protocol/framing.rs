@@ -85,9 +85,7 @@ impl LineSplitter {
 
     fn end_line(&mut self) {
         if self.discarded > 0 {
-            self.ready.push_back(Frame::TooLong {
-                bytes: self.discarded,
-            });
+            self.ready.push_back(Frame::TooLong { bytes: self.discarded });
             self.discarded = 0;
             return;
         }
@@ -155,13 +153,7 @@ mod tests {
     #[test]
     fn splits_lines_across_chunks() {
         let got = frames(&[b"{\"a\"", b":1}\n{\"b\":2}\r\n\n  \n{"]);
-        assert_eq!(
-            got,
-            vec![
-                Frame::Line(b"{\"a\":1}".to_vec()),
-                Frame::Line(b"{\"b\":2}".to_vec())
-            ]
-        );
+        assert_eq!(got, vec![Frame::Line(b"{\"a\":1}".to_vec()), Frame::Line(b"{\"b\":2}".to_vec())]);
     }
 
     #[test]
@@ -171,12 +163,7 @@ mod tests {
         let got = frames(&[&at_limit, b"\n", &over[..10], &over[10..], b"\nok\n"]);
         assert_eq!(got.len(), 3);
         assert_eq!(got[0], Frame::Line(at_limit));
-        assert_eq!(
-            got[1],
-            Frame::TooLong {
-                bytes: LINE_BYTES_MAX + 1
-            }
-        );
+        assert_eq!(got[1], Frame::TooLong { bytes: LINE_BYTES_MAX + 1 });
         assert_eq!(got[2], Frame::Line(b"ok".to_vec()));
     }
 

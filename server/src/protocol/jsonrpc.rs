@@ -42,12 +42,7 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(id: Option<RequestId>, code: i64, message: impl Into<String>) -> RpcError {
-        RpcError {
-            id,
-            code,
-            message: message.into(),
-            data: None,
-        }
+        RpcError { id, code, message: message.into(), data: None }
     }
 
     pub fn with_data(mut self, data: Value) -> RpcError {
@@ -103,13 +98,7 @@ pub fn classify(frame: &Frame) -> Incoming {
     }
     let value: Value = match serde_json::from_slice(bytes) {
         Ok(value) => value,
-        Err(error) => {
-            return Incoming::Invalid(RpcError::new(
-                None,
-                PARSE_ERROR,
-                format!("not JSON: {error}"),
-            ))
-        }
+        Err(error) => return Incoming::Invalid(RpcError::new(None, PARSE_ERROR, format!("not JSON: {error}"))),
     };
     classify_value(value)
 }
@@ -124,47 +113,25 @@ fn classify_value(value: Value) -> Incoming {
                 "JSON-RPC batches are not supported; send one message a line",
             ))
         }
-        _ => {
-            return Incoming::Invalid(RpcError::new(
-                None,
-                INVALID_REQUEST,
-                "a message must be a JSON object",
-            ))
-        }
+        _ => return Incoming::Invalid(RpcError::new(None, INVALID_REQUEST, "a message must be a JSON object")),
     };
     let id = match object.remove("id") {
         None => None,
         Some(id) if is_valid_id(&id) => Some(id),
         Some(_) => {
-            return Incoming::Invalid(RpcError::new(
-                None,
-                INVALID_REQUEST,
-                "`id` must be a string or an integer",
-            ))
+            return Incoming::Invalid(RpcError::new(None, INVALID_REQUEST, "`id` must be a string or an integer"))
         }
     };
     if object.get("jsonrpc") != Some(&json!("2.0")) {
-        return Incoming::Invalid(RpcError::new(
-            id,
-            INVALID_REQUEST,
-            "`jsonrpc` must be \"2.0\"",
-        ));
+        return Incoming::Invalid(RpcError::new(id, INVALID_REQUEST, "`jsonrpc` must be \"2.0\""));
     }
     let method = match object.remove("method") {
         Some(Value::String(method)) => method,
-        Some(_) => {
-            return Incoming::Invalid(RpcError::new(
-                id,
-                INVALID_REQUEST,
-                "`method` must be a string",
-            ))
-        }
+        Some(_) => return Incoming::Invalid(RpcError::new(id, INVALID_REQUEST, "`method` must be a string")),
         None if id.is_some() && (object.contains_key("result") || object.contains_key("error")) => {
             return Incoming::Response
         }
-        None => {
-            return Incoming::Invalid(RpcError::new(id, INVALID_REQUEST, "`method` is missing"))
-        }
+        None => return Incoming::Invalid(RpcError::new(id, INVALID_REQUEST, "`method` is missing")),
     };
     let params = match object.remove("params") {
         None => None,
@@ -172,15 +139,8 @@ fn classify_value(value: Value) -> Incoming {
         Some(_) => {
             // A notification is never answered, even when malformed.
             return match id {
-                None => Incoming::Notification(Notification {
-                    method,
-                    params: None,
-                }),
-                Some(id) => Incoming::Invalid(RpcError::new(
-                    Some(id),
-                    INVALID_REQUEST,
-                    "`params` must be an object",
-                )),
+                None => Incoming::Notification(Notification { method, params: None }),
+                Some(id) => Incoming::Invalid(RpcError::new(Some(id), INVALID_REQUEST, "`params` must be an object")),
             };
         }
     };
@@ -222,38 +182,17 @@ mod tests {
     fn error_codes_follow_the_discipline() {
         assert_eq!(code(line("nope")), (None, PARSE_ERROR));
         assert_eq!(code(line("[]")), (None, INVALID_REQUEST));
-        assert_eq!(
-            code(line(r#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#)),
-            (None, INVALID_REQUEST)
-        );
-        assert_eq!(
-            code(line(r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#)),
-            (None, INVALID_REQUEST)
-        );
-        assert_eq!(
-            code(line(r#"{"jsonrpc":"1.0","id":7,"method":"x"}"#)),
-            (Some(json!(7)), INVALID_REQUEST)
-        );
-        assert_eq!(
-            code(line(r#"{"jsonrpc":"2.0","id":"a","method":3}"#)),
-            (Some(json!("a")), INVALID_REQUEST)
-        );
+        assert_eq!(code(line(r#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#)), (None, INVALID_REQUEST));
+        assert_eq!(code(line(r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#)), (None, INVALID_REQUEST));
+        assert_eq!(code(line(r#"{"jsonrpc":"1.0","id":7,"method":"x"}"#)), (Some(json!(7)), INVALID_REQUEST));
+        assert_eq!(code(line(r#"{"jsonrpc":"2.0","id":"a","method":3}"#)), (Some(json!("a")), INVALID_REQUEST));
     }
 
     #[test]
     fn requests_notifications_and_responses() {
-        assert!(matches!(
-            line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
-            Incoming::Request(_)
-        ));
-        assert!(matches!(
-            line(r#"{"jsonrpc":"2.0","method":"n","params":[1]}"#),
-            Incoming::Notification(_)
-        ));
-        assert_eq!(
-            line(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
-            Incoming::Response
-        );
+        assert!(matches!(line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Incoming::Request(_)));
+        assert!(matches!(line(r#"{"jsonrpc":"2.0","method":"n","params":[1]}"#), Incoming::Notification(_)));
+        assert_eq!(line(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Incoming::Response);
     }
 
     #[test]

@@ -40,32 +40,16 @@ fn initialize(connection: &Connection, request: &Request) -> Result<Value, RpcEr
         ));
     }
     let params = request.params.as_ref();
-    let Some(requested) = params
-        .and_then(|p| p.get("protocolVersion"))
-        .and_then(Value::as_str)
-    else {
-        return Err(RpcError::new(
-            id,
-            jsonrpc::INVALID_PARAMS,
-            "`initialize` needs a string `protocolVersion`",
-        ));
+    let Some(requested) = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str) else {
+        return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, "`initialize` needs a string `protocolVersion`"));
     };
-    if !params
-        .and_then(|p| p.get("capabilities"))
-        .is_some_and(Value::is_object)
-    {
-        return Err(RpcError::new(
-            id,
-            jsonrpc::INVALID_PARAMS,
-            "`initialize` needs an object `capabilities`",
-        ));
+    if !params.and_then(|p| p.get("capabilities")).is_some_and(Value::is_object) {
+        return Err(RpcError::new(id, jsonrpc::INVALID_PARAMS, "`initialize` needs an object `capabilities`"));
     }
     // A client asking for any other version (rmcp asks for 2026-07-28 here) is answered
     // with the one version this handshake serves; it disconnects if it cannot use it.
     if requested != LEGACY_VERSION {
-        connection.env.log(&format!(
-            "initialize asked for {requested}; answering {LEGACY_VERSION}"
-        ));
+        connection.env.log(&format!("initialize asked for {requested}; answering {LEGACY_VERSION}"));
     }
     connection.legacy_initialized.set(true);
     Ok(json!({

@@ -71,24 +71,19 @@ impl Connection {
             let read = self.env.stdio.read(READ_CHUNK_BYTES);
             let chunk = match select(read, self.client_gone.wait()).await {
                 Either::Right(()) => {
-                    self.env
-                        .log("the client is gone (a write failed); no more requests are read");
+                    self.env.log("the client is gone (a write failed); no more requests are read");
                     break;
                 }
                 Either::Left(Ok(chunk)) => chunk,
                 Either::Left(Err(error)) => {
-                    self.env.log(&format!(
-                        "reading the protocol stream failed: {error}; stopping"
-                    ));
+                    self.env.log(&format!("reading the protocol stream failed: {error}; stopping"));
                     break;
                 }
             };
             if chunk.is_empty() {
                 let partial = splitter.finish();
                 if partial > 0 {
-                    self.env.log(&format!(
-                        "stdin closed in the middle of a line; its {partial} bytes were dropped"
-                    ));
+                    self.env.log(&format!("stdin closed in the middle of a line; its {partial} bytes were dropped"));
                 }
                 break;
             }
@@ -99,9 +94,7 @@ impl Connection {
         }
         let running = self.tasks.count();
         if running > 0 {
-            self.env.log(&format!(
-                "waiting for {running} call(s) in progress before exiting"
-            ));
+            self.env.log(&format!("waiting for {running} call(s) in progress before exiting"));
         }
         self.tasks.wait().await;
     }
@@ -109,9 +102,7 @@ impl Connection {
     async fn handle_frame(self: &Rc<Self>, frame: Frame) {
         match jsonrpc::classify(&frame) {
             Incoming::Invalid(error) => self.send(error.to_value()).await,
-            Incoming::Response => self
-                .env
-                .log("dropped a response from the client: this server sends no requests"),
+            Incoming::Response => self.env.log("dropped a response from the client: this server sends no requests"),
             Incoming::Notification(notification) => self.notification(notification),
             Incoming::Request(request) => self.request(request).await,
         }
@@ -121,11 +112,7 @@ impl Connection {
         if notification.method != "notifications/cancelled" {
             return; // Notifications the server does not use are ignored, never answered.
         }
-        let Some(id) = notification
-            .params
-            .as_ref()
-            .and_then(|p| p.get("requestId"))
-        else {
+        let Some(id) = notification.params.as_ref().and_then(|p| p.get("requestId")) else {
             return;
         };
         if let Some(control) = self.calls.borrow().get(&id.to_string()) {
@@ -140,11 +127,7 @@ impl Connection {
             .and_then(|params| params.get("_meta"))
             .and_then(Value::as_object)
             .is_some_and(|meta| meta.contains_key(META_PROTOCOL_VERSION));
-        let routed = if modern {
-            modern::route(self, request)
-        } else {
-            legacy::route(self, request)
-        };
+        let routed = if modern { modern::route(self, request) } else { legacy::route(self, request) };
         match routed {
             Routed::Reply(reply) => self.send(reply).await,
             Routed::Call(call) => self.start_call(call),
@@ -155,35 +138,32 @@ impl Connection {
     fn start_call(self: &Rc<Self>, call: PendingCall) {
         let key = call.id.to_string();
         if self.calls.borrow().contains_key(&key) {
-            let error = RpcError::new(
-                Some(call.id),
-                jsonrpc::INVALID_REQUEST,
-                "a request with this id is still in progress",
-            );
+            let error =
+                RpcError::new(Some(call.id), jsonrpc::INVALID_REQUEST, "a request with this id is still in progress");
             let connection = Rc::clone(self);
-            self.env.spawn.spawn(Box::pin(
-                async move { connection.send(error.to_value()).await },
-            ));
+            self.env.spawn.spawn(Box::pin(async move { connection.send(error.to_value()).await }));
             return;
         }
-        let busy = self.calls.borrow().len()
-            >= call::calls_in_progress_max(self.catalog.manifest.server.max_concurrent_runs);
+        let busy =
+            self.calls.borrow().len() >= call::calls_in_progress_max(self.catalog.manifest.server.max_concurrent_runs);
         let control = Rc::new(CallControl::default());
         if !busy {
-            self.calls
-                .borrow_mut()
-                .insert(key.clone(), Rc::clone(&control));
+            self.calls.borrow_mut().insert(key.clone(), Rc::clone(&control));
         }
         let guard = self.tasks.enter();
         let connection = Rc::clone(self);
         self.env.spawn.spawn(Box::pin(async move {
             let _guard = guard;
             let reply = if busy {
-                CallReply::Result(crate::runs::error_result(
-                    "the server is busy: too many calls are in progress; nothing was run, try again later".to_string(),
-                ))
+                CallReply::Result(
+                    crate::runs::error_result(
+                        "the server is busy: too many calls are in progress; nothing was run, try again later"
+                            .to_string(),
+                    ),
+                    None,
+                )
             } else if call.tool == RUN_STATUS_TOOL {
-                CallReply::Result(crate::status::run_status(&connection.runs, &call.arguments).await)
+                CallReply::Result(crate::status::run_status(&connection.runs, &call.arguments).await, None)
             } else {
                 let tool = connection.catalog.tool(&call.tool).expect("routing checked the tool exists");
                 let progress = |run: &str| connection.progress(call.progress.as_ref(), run);
@@ -192,8 +172,11 @@ impl Connection {
             if !busy {
                 connection.calls.borrow_mut().remove(&key);
             }
-            if let CallReply::Result(result) = reply {
+            if let CallReply::Result(result, run) = reply {
                 connection.send((call.finish)(&connection, &call.id, result)).await;
+                if let Some(run) = run {
+                    connection.env.reached(crate::env::Point::Answered, &run);
+                }
             }
         }));
     }
@@ -204,25 +187,17 @@ impl Connection {
             return;
         }
         let mut line = serde_json::to_vec(&message).expect("JSON values serialise");
-        assert!(
-            !line.contains(&b'\n'),
-            "a serialised message never holds a raw newline"
-        );
+        assert!(!line.contains(&b'\n'), "a serialised message never holds a raw newline");
         line.push(b'\n');
         if let Err(error) = self.env.stdio.write_line(line).await {
-            self.env
-                .log(&format!("writing to the client failed: {error}"));
+            self.env.log(&format!("writing to the client failed: {error}"));
             self.client_gone.set();
         }
     }
 
     /// One `notifications/progress` at the start of a run, carrying its run id, for a
     /// client that sent a progress token (seed 000 section 3).
-    fn progress<'a>(
-        &'a self,
-        token: Option<&Value>,
-        run: &str,
-    ) -> crate::env::LocalBoxFuture<'a, ()> {
+    fn progress<'a>(&'a self, token: Option<&Value>, run: &str) -> crate::env::LocalBoxFuture<'a, ()> {
         let message = token.map(|token| {
             serde_json::json!({
                 "jsonrpc": "2.0",
@@ -269,12 +244,8 @@ fn call_params(
     connection: &Connection,
     request: &Request,
 ) -> Result<(String, Map<String, Value>, Option<Value>), RpcError> {
-    let invalid =
-        |message: String| RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message);
-    let params = request
-        .params
-        .as_ref()
-        .ok_or_else(|| invalid("tools/call needs params".to_string()))?;
+    let invalid = |message: String| RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message);
+    let params = request.params.as_ref().ok_or_else(|| invalid("tools/call needs params".to_string()))?;
     let name = match params.get("name") {
         Some(Value::String(name)) => name.clone(),
         _ => return Err(invalid("tools/call needs a string `name`".to_string())),

@@ -6,20 +6,11 @@ use serde_json::{json, Map, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
 use super::{
-    call_params, Connection, PendingCall, Routed, LIST_TTL_MS, META_CLIENT_CAPABILITIES,
-    META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
+    call_params, Connection, PendingCall, Routed, LIST_TTL_MS, META_CLIENT_CAPABILITIES, META_LOG_LEVEL,
+    META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
 };
 
-const LOG_LEVELS: &[&str] = &[
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
+const LOG_LEVELS: &[&str] = &["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 
 pub(super) fn route(connection: &Connection, request: Request) -> Routed {
     let id = request.id.clone();
@@ -40,21 +31,13 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         })),
         "tools/call" => match call_params(connection, &request) {
             Ok((tool, arguments, progress)) => {
-                return Routed::Call(PendingCall {
-                    id,
-                    tool,
-                    arguments,
-                    progress,
-                    finish,
-                })
+                return Routed::Call(PendingCall { id, tool, arguments, progress, finish })
             }
             Err(error) => Err(error),
         },
-        method => Err(RpcError::new(
-            Some(id.clone()),
-            jsonrpc::METHOD_NOT_FOUND,
-            format!("Method not found: {method}"),
-        )),
+        method => {
+            Err(RpcError::new(Some(id.clone()), jsonrpc::METHOD_NOT_FOUND, format!("Method not found: {method}")))
+        }
     };
     Routed::Reply(match outcome {
         Ok(result) => jsonrpc::response(&id, complete(connection, result)),
@@ -82,17 +65,10 @@ fn check_envelope(request: &Request) -> Result<(), RpcError> {
         }
     };
     if requested != MODERN_VERSION {
-        return Err(RpcError::new(
-            id,
-            jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
-            "Unsupported protocol version",
-        )
-        .with_data(json!({"supported": [MODERN_VERSION], "requested": requested})));
+        return Err(RpcError::new(id, jsonrpc::UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
+            .with_data(json!({"supported": [MODERN_VERSION], "requested": requested})));
     }
-    if !meta
-        .get(META_CLIENT_CAPABILITIES)
-        .is_some_and(Value::is_object)
-    {
+    if !meta.get(META_CLIENT_CAPABILITIES).is_some_and(Value::is_object) {
         return Err(RpcError::new(
             id,
             jsonrpc::INVALID_PARAMS,

@@ -34,10 +34,7 @@ impl Era {
 }
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("server/ has a parent")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("server/ has a parent").to_path_buf()
 }
 
 pub fn fixture(path: &str) -> PathBuf {
@@ -68,10 +65,7 @@ fn validator(era: Era, definition: &'static str) -> Arc<jsonschema::Validator> {
             let path = fixture(&format!("mcp-schema/{}/schema.json", era.schema_dir()));
             let mut schema: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
             schema["$ref"] = json!(format!("#/$defs/{definition}"));
-            Arc::new(
-                jsonschema::validator_for(&schema)
-                    .unwrap_or_else(|e| panic!("compiling {definition}: {e}")),
-            )
+            Arc::new(jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("compiling {definition}: {e}")))
         })
         .clone()
 }
@@ -80,20 +74,12 @@ fn validator(era: Era, definition: &'static str) -> Arc<jsonschema::Validator> {
 pub fn assert_valid(message: &Value, era: Era, method: Option<&str>) {
     let check = |definition: &'static str, instance: &Value| {
         let validator = validator(era, definition);
-        let errors: Vec<String> = validator
-            .iter_errors(instance)
-            .map(|e| format!("{e} at {}", e.instance_path))
-            .collect();
-        assert!(
-            errors.is_empty(),
-            "{era:?} {definition} rejects {instance}:\n{}",
-            errors.join("\n")
-        );
+        let errors: Vec<String> =
+            validator.iter_errors(instance).map(|e| format!("{e} at {}", e.instance_path)).collect();
+        assert!(errors.is_empty(), "{era:?} {definition} rejects {instance}:\n{}", errors.join("\n"));
     };
     check("JSONRPCMessage", message);
-    if let (Some(result), Some(definition)) =
-        (message.get("result"), method.and_then(result_definition))
-    {
+    if let (Some(result), Some(definition)) = (message.get("result"), method.and_then(result_definition)) {
         check(definition, result);
     }
 }
@@ -140,19 +126,9 @@ impl Wire {
         Wire::spawn_in(dir, &manifest, &[], true)
     }
 
-    fn spawn_in(
-        dir: tempfile::TempDir,
-        manifest: &Path,
-        env: &[(&str, &str)],
-        reading: bool,
-    ) -> Wire {
+    fn spawn_in(dir: tempfile::TempDir, manifest: &Path, env: &[(&str, &str)], reading: bool) -> Wire {
         let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
-        command
-            .arg("mcp")
-            .arg(manifest)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.arg("mcp").arg(manifest).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for (key, value) in env {
             command.env(key, value);
         }
@@ -180,20 +156,10 @@ impl Wire {
                 if n == 0 {
                     break;
                 }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buffer[..n]));
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buffer[..n]));
             }
         });
-        Wire {
-            dir,
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            stderr,
-            sent: HashMap::new(),
-            received: Vec::new(),
-        }
+        Wire { dir, stdin: child.stdin.take(), child, lines, stderr, sent: HashMap::new(), received: Vec::new() }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
@@ -219,11 +185,7 @@ impl Wire {
     pub fn request_message(era: Era, id: Value, method: &str, params: Value) -> Value {
         let mut params = if params.is_null() { json!({}) } else { params };
         if era == Era::Modern {
-            let meta = params
-                .as_object_mut()
-                .unwrap()
-                .entry("_meta")
-                .or_insert(json!({}));
+            let meta = params.as_object_mut().unwrap().entry("_meta").or_insert(json!({}));
             meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
             meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
         }
@@ -244,11 +206,7 @@ impl Wire {
     pub fn request(&mut self, era: Era, id: Value, method: &str, params: Value) -> Value {
         self.send_request(era, id.clone(), method, params);
         let message = self.recv();
-        assert_eq!(
-            message.get("id"),
-            Some(&id),
-            "expected the answer to {id}, got {message}"
-        );
+        assert_eq!(message.get("id"), Some(&id), "expected the answer to {id}, got {message}");
         message
     }
 
@@ -267,20 +225,16 @@ impl Wire {
     pub fn recv(&mut self) -> Value {
         let line = match self.lines.recv_timeout(MESSAGE_TIMEOUT) {
             Ok(line) => line,
-            Err(RecvTimeoutError::Timeout) => panic!(
-                "no message within {MESSAGE_TIMEOUT:?}; stderr:\n{}",
-                self.stderr()
-            ),
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("no message within {MESSAGE_TIMEOUT:?}; stderr:\n{}", self.stderr())
+            }
             Err(RecvTimeoutError::Disconnected) => {
                 panic!("warden closed stdout; stderr:\n{}", self.stderr())
             }
         };
-        let message: Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"));
-        match message
-            .get("id")
-            .map(|id| self.sent.get(&id.to_string()).cloned())
-        {
+        let message: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"));
+        match message.get("id").map(|id| self.sent.get(&id.to_string()).cloned()) {
             Some(Some((era, method))) => assert_valid(&message, era, Some(&method)),
             // An error whose id cannot be read, or a reply to a raw line: valid in both eras.
             _ => {
@@ -295,11 +249,7 @@ impl Wire {
     /// Asserts the next message is an error with `code` (and, when given, for `id`).
     pub fn expect_error(&mut self, code: i64, id: Option<Value>) -> Value {
         let message = self.recv();
-        assert_eq!(
-            message["error"]["code"],
-            json!(code),
-            "expected error {code}, got {message}"
-        );
+        assert_eq!(message["error"]["code"], json!(code), "expected error {code}, got {message}");
         assert_eq!(message.get("id").cloned(), id, "wrong id on {message}");
         message
     }
@@ -307,11 +257,7 @@ impl Wire {
     /// Proves the server is still serving: a modern discover must be answered next.
     pub fn assert_serving(&mut self, id: i64) {
         let answer = self.request(Era::Modern, json!(id), "server/discover", json!({}));
-        assert_eq!(
-            answer["result"]["resultType"],
-            json!("complete"),
-            "{answer}"
-        );
+        assert_eq!(answer["result"]["resultType"], json!("complete"), "{answer}");
     }
 
     pub fn close_stdin(&mut self) {
@@ -327,10 +273,7 @@ impl Wire {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!(
-                    "warden did not exit within {limit:?}; stderr:\n{}",
-                    self.stderr()
-                );
+                panic!("warden did not exit within {limit:?}; stderr:\n{}", self.stderr());
             }
             thread::sleep(Duration::from_millis(10));
         }
@@ -340,8 +283,8 @@ impl Wire {
     pub fn drain(&mut self) -> Vec<Value> {
         let mut rest = Vec::new();
         while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            let message: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"));
+            let message: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"));
             rest.push(message);
         }
         rest
