@@ -165,7 +165,12 @@ impl Runs {
 
     /// Step 4 to 6: executes the program against its journal, records its end, settles.
     /// Used by fresh calls and by runs resumed at start alike.
-    pub async fn execute_to_end(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<EndRecord, Fatal> {
+    pub async fn execute_to_end(
+        &self,
+        tool: &Tool,
+        run: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<EndRecord, Fatal> {
         let _running = self.running(run);
         self.execute_and_settle(tool, run, inputs).await
     }

@@ -1,0 +1,93 @@
+//! Invariant checks over what a simulated world holds: the ledger and journals on the
+//! simulated disk, and what the client was told. Each returns the violations it found,
+//! named by invariant (DESIGN.md section 7).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use warden::journal::{Journal, RunFiles};
+use warden::ledger::{self, RunPhase, State, LEDGER_FILE};
+
+use crate::disk::SimDisk;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: u8,
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invariant {}: {}", self.invariant, self.message)
+    }
+}
+
+fn violation(invariant: u8, message: String) -> Violation {
+    Violation { invariant, message }
+}
+
+/// The ledger as it is on the disk now (a torn tail dropped, as recovery would).
+pub fn ledger_state(disk: &SimDisk, journals: &Path) -> Result<State, Violation> {
+    let file = journals.join(LEDGER_FILE);
+    let bytes = disk.peek(&file).unwrap_or_default();
+    ledger::parse(&file, &bytes).map(|(state, _)| state).map_err(|e| violation(6, e.to_string()))
+}
+
+pub fn journal(disk: &SimDisk, journals: &Path, tool: &str, run: &str) -> Option<Result<Journal, String>> {
+    let path = RunFiles::new(journals, tool, run).journal;
+    disk.peek(&path).map(|bytes| Journal::parse(&path, &bytes))
+}
+
+/// Invariants 3 and 6 at rest (no server running, or between calls): one reserve per run is
+/// enforced by parsing; here, the ledger and the journals must agree, and a `once` key
+/// maps to at most one run that did not get released.
+pub fn at_rest(disk: &SimDisk, journals: &Path) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let state = match ledger_state(disk, journals) {
+        Ok(state) => state,
+        Err(v) => return vec![v],
+    };
+    let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in state.runs.values() {
+        if let (Some(once), false) = (&entry.once, matches!(entry.phase, RunPhase::Released { .. })) {
+            by_key.entry(once.key.clone()).or_default().push(entry.run.clone());
+        }
+        let files = RunFiles::new(journals, &entry.tool, &entry.run);
+        let journal = journal(disk, journals, &entry.tool, &entry.run);
+        match (&entry.phase, journal) {
+            (_, Some(Err(problem))) => found.push(violation(6, problem)),
+            (RunPhase::Settled { outcome, .. }, Some(Ok(journal))) => match &journal.end {
+                Some(end) if &end.outcome == outcome => {}
+                Some(end) => found.push(violation(
+                    6,
+                    format!("run {} settled as {outcome} but its journal ended {}", entry.run, end.outcome),
+                )),
+                None => found.push(violation(6, format!("run {} is settled but its journal has no end", entry.run))),
+            },
+            (RunPhase::Released { .. }, Some(Ok(_))) => {
+                found.push(violation(6, format!("run {} was released as never started but has a journal", entry.run)))
+            }
+            _ => {}
+        }
+        if !entry.is_open() && disk.peek(&files.inputs).is_some() {
+            found.push(violation(6, format!("run {} ended but its inputs file is still kept", entry.run)));
+        }
+    }
+    for (key, runs) in by_key {
+        if runs.len() > 1 {
+            found.push(violation(3, format!("once key {key} maps to {} runs: {runs:?}", runs.len())));
+        }
+    }
+    found
+}
+
+/// Runs still open in the ledger.
+pub fn open_runs(disk: &SimDisk, journals: &Path) -> Vec<String> {
+    ledger_state(disk, journals)
+        .map(|s| s.runs.values().filter(|e| e.is_open()).map(|e| e.run.clone()).collect())
+        .unwrap_or_default()
+}
+
+pub fn journals_dir(root: &Path) -> PathBuf {
+    root.join("journals")
+}

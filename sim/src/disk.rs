@@ -1,0 +1,394 @@
+//! A simulated disk with durable and pending contents (turmoil's `unstable-fs` model).
+//!
+//! - Written data is durable only after `fsync` of the file.
+//! - A new, renamed or removed directory entry is durable only after `fsync_dir` of its
+//!   parent; a new directory likewise.
+//! - At a crash, each file keeps its durable bytes plus, for an append-only file, a prefix of
+//!   its unsynced tail cut at an arbitrary byte (a torn write); namespaces revert to their
+//!   durable state.
+//!
+//! Faults: a crash at the k-th operation, fsync and write failures, a full disk, and the
+//! `lying_fsync` canary (fsync acknowledges without making anything durable).
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::RngCore;
+use warden::env::{Disk, DiskLock, LocalBoxFuture};
+
+#[derive(Clone, Debug, Default)]
+struct Inode {
+    current: Vec<u8>,
+    durable: Vec<u8>,
+}
+
+/// Faults the disk can inject, each as a probability per operation (in millionths).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskFaults {
+    pub fsync_failure_ppm: u32,
+    pub write_failure_ppm: u32,
+    /// Bytes the disk holds in all; writes past it fail with "no space".
+    pub capacity_bytes: Option<usize>,
+    /// The canary: fsync reports success and makes nothing durable.
+    pub lying_fsync: bool,
+}
+
+#[derive(Default)]
+struct State {
+    inodes: Vec<Inode>,
+    names: BTreeMap<PathBuf, usize>,
+    durable_names: BTreeMap<PathBuf, usize>,
+    dirs: BTreeSet<PathBuf>,
+    durable_dirs: BTreeSet<PathBuf>,
+    locks: BTreeSet<PathBuf>,
+}
+
+pub struct SimDisk {
+    state: RefCell<State>,
+    rng: RefCell<ChaCha8Rng>,
+    pub faults: RefCell<DiskFaults>,
+    /// Operations so far (all instances), and the one to crash at.
+    pub operations: Cell<u64>,
+    pub crash_at_operation: Cell<Option<u64>>,
+    /// Shared with the executor: set when a fault crashed the instance.
+    pub crashed: Rc<Cell<bool>>,
+    /// Counts of injected faults by kind, for the simulator's report.
+    pub injected: RefCell<BTreeMap<&'static str, u64>>,
+}
+
+fn pending_forever<T: 'static>() -> LocalBoxFuture<'static, T> {
+    Box::pin(std::future::pending())
+}
+
+fn ready<T: 'static>(value: T) -> LocalBoxFuture<'static, T> {
+    Box::pin(std::future::ready(value))
+}
+
+impl SimDisk {
+    pub fn new(rng: ChaCha8Rng, crashed: Rc<Cell<bool>>) -> Rc<SimDisk> {
+        let disk = SimDisk {
+            state: RefCell::new(State::default()),
+            rng: RefCell::new(rng),
+            faults: RefCell::new(DiskFaults::default()),
+            operations: Cell::new(0),
+            crash_at_operation: Cell::new(None),
+            crashed,
+            injected: RefCell::new(BTreeMap::new()),
+        };
+        {
+            let mut state = disk.state.borrow_mut();
+            state.dirs.insert(PathBuf::from("/"));
+            state.durable_dirs.insert(PathBuf::from("/"));
+        }
+        Rc::new(disk)
+    }
+
+    fn count(&self, kind: &'static str) {
+        *self.injected.borrow_mut().entry(kind).or_insert(0) += 1;
+    }
+
+    fn chance(&self, ppm: u32) -> bool {
+        ppm > 0 && (self.rng.borrow_mut().next_u32() % 1_000_000) < ppm
+    }
+
+    /// Counts an operation; true when the instance must crash instead of doing it.
+    fn crash_now(&self) -> bool {
+        if self.crashed.get() {
+            return true;
+        }
+        let n = self.operations.get() + 1;
+        self.operations.set(n);
+        if self.crash_at_operation.get() == Some(n) {
+            self.count("crash at a disk operation");
+            self.crashed.set(true);
+            return true;
+        }
+        false
+    }
+
+    fn used_bytes(state: &State) -> usize {
+        state.names.values().map(|&i| state.inodes[i].current.len()).sum()
+    }
+
+    /// Writes a file durably, as the operator's setup does before a server starts.
+    pub fn install(&self, path: &Path, bytes: &[u8]) {
+        let mut state = self.state.borrow_mut();
+        let mut dir = path.parent();
+        while let Some(d) = dir {
+            state.dirs.insert(d.to_path_buf());
+            state.durable_dirs.insert(d.to_path_buf());
+            dir = d.parent();
+        }
+        let inode = state.inodes.len();
+        state.inodes.push(Inode { current: bytes.to_vec(), durable: bytes.to_vec() });
+        state.names.insert(path.to_path_buf(), inode);
+        state.durable_names.insert(path.to_path_buf(), inode);
+    }
+
+    /// Reads what the running instance would see (for the checker).
+    pub fn peek(&self, path: &Path) -> Option<Vec<u8>> {
+        let state = self.state.borrow();
+        state.names.get(path).map(|&i| state.inodes[i].current.clone())
+    }
+
+    /// Every file path, sorted.
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.state.borrow().names.keys().cloned().collect()
+    }
+
+    /// Overwrites a file's bytes, durably (for scenarios that damage a ledger).
+    pub fn corrupt(&self, path: &Path, bytes: Vec<u8>) {
+        let mut state = self.state.borrow_mut();
+        if let Some(&inode) = state.names.get(path) {
+            state.inodes[inode].current = bytes.clone();
+            state.inodes[inode].durable = bytes;
+        }
+    }
+
+    /// Frees every lock (an instance ended).
+    pub fn release_locks(&self) {
+        self.state.borrow_mut().locks.clear();
+    }
+
+    /// Applies crash semantics: unsynced data is lost or torn, namespaces revert to their
+    /// durable state, locks are freed.
+    pub fn crash(&self) {
+        let mut state = self.state.borrow_mut();
+        let mut rng = self.rng.borrow_mut();
+        for inode in state.inodes.iter_mut() {
+            let appended = inode.current.len() > inode.durable.len() && inode.current.starts_with(&inode.durable);
+            if appended {
+                let extra = inode.current.len() - inode.durable.len();
+                let kept = (rng.next_u64() % (extra as u64 + 1)) as usize;
+                let mut survived = inode.durable.clone();
+                survived.extend_from_slice(&inode.current[inode.durable.len()..inode.durable.len() + kept]);
+                inode.current = survived;
+            } else {
+                inode.current = inode.durable.clone();
+            }
+            inode.durable = inode.current.clone();
+        }
+        state.names = state.durable_names.clone();
+        state.dirs = state.durable_dirs.clone();
+        // A file whose directory did not survive does not survive either.
+        let dirs = state.dirs.clone();
+        state.names.retain(|path, _| path.parent().is_some_and(|p| dirs.contains(p)));
+        state.durable_names = state.names.clone();
+        state.locks.clear();
+        self.crashed.set(false);
+    }
+
+    fn not_found(path: &Path) -> io::Error {
+        io::Error::new(io::ErrorKind::NotFound, format!("{}: no such file", path.display()))
+    }
+
+    fn parent_exists(state: &State, path: &Path) -> io::Result<()> {
+        match path.parent() {
+            Some(parent) if state.dirs.contains(parent) => Ok(()),
+            _ => Err(io::Error::new(io::ErrorKind::NotFound, format!("{}: no such directory", path.display()))),
+        }
+    }
+
+    fn write_fault(&self, state: &State, adding: usize) -> io::Result<()> {
+        let faults = self.faults.borrow();
+        if self.chance(faults.write_failure_ppm) {
+            self.count("write failure");
+            return Err(io::Error::other("simulated write failure"));
+        }
+        if let Some(capacity) = faults.capacity_bytes {
+            if Self::used_bytes(state) + adding > capacity {
+                self.count("disk full");
+                return Err(io::Error::new(io::ErrorKind::StorageFull, "simulated full disk"));
+            }
+        }
+        Ok(())
+    }
+
+    fn modify(&self, path: &Path, bytes: Vec<u8>, append: bool) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        Self::parent_exists(&state, path)?;
+        self.write_fault(&state, bytes.len())?;
+        let inode = match state.names.get(path) {
+            Some(&inode) => inode,
+            None => {
+                state.inodes.push(Inode::default());
+                let inode = state.inodes.len() - 1;
+                state.names.insert(path.to_path_buf(), inode);
+                inode
+            }
+        };
+        let file = &mut state.inodes[inode];
+        if append {
+            file.current.extend_from_slice(&bytes);
+        } else {
+            file.current = bytes;
+        }
+        Ok(())
+    }
+}
+
+/// The `Disk` half of the seam over a shared `SimDisk`.
+pub struct SimDiskHandle(pub Rc<SimDisk>);
+
+impl Disk for SimDiskHandle {
+    fn read(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Vec<u8>>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        ready(self.0.peek(path).ok_or_else(|| SimDisk::not_found(path)))
+    }
+
+    fn append(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        ready(self.0.modify(path, bytes, true))
+    }
+
+    fn write(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        ready(self.0.modify(path, bytes, false))
+    }
+
+    fn fsync(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        let disk = &self.0;
+        if disk.chance(disk.faults.borrow().fsync_failure_ppm) {
+            disk.count("fsync failure");
+            return ready(Err(io::Error::other("simulated fsync failure")));
+        }
+        let lying = disk.faults.borrow().lying_fsync;
+        let mut state = disk.state.borrow_mut();
+        let result = match state.names.get(path).copied() {
+            Some(inode) => {
+                if !lying {
+                    let file = &mut state.inodes[inode];
+                    file.durable = file.current.clone();
+                }
+                Ok(())
+            }
+            None => Err(SimDisk::not_found(path)),
+        };
+        ready(result)
+    }
+
+    fn fsync_dir(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        let disk = &self.0;
+        if disk.chance(disk.faults.borrow().fsync_failure_ppm) {
+            disk.count("fsync failure");
+            return ready(Err(io::Error::other("simulated fsync failure")));
+        }
+        if disk.faults.borrow().lying_fsync {
+            return ready(Ok(()));
+        }
+        let mut state = disk.state.borrow_mut();
+        if !state.dirs.contains(dir) {
+            return ready(Err(SimDisk::not_found(dir)));
+        }
+        let in_dir = |path: &Path| path.parent() == Some(dir);
+        let current: Vec<(PathBuf, usize)> =
+            state.names.iter().filter(|(p, _)| in_dir(p)).map(|(p, &i)| (p.clone(), i)).collect();
+        state.durable_names.retain(|path, _| !in_dir(path));
+        state.durable_names.extend(current);
+        let subdirs: Vec<PathBuf> = state.dirs.iter().filter(|p| in_dir(p)).cloned().collect();
+        state.durable_dirs.retain(|path| !in_dir(path));
+        state.durable_dirs.extend(subdirs);
+        ready(Ok(()))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        let mut state = self.0.state.borrow_mut();
+        let result = match state.names.remove(from) {
+            Some(inode) => SimDisk::parent_exists(&state, to).map(|()| {
+                state.names.insert(to.to_path_buf(), inode);
+            }),
+            None => Err(SimDisk::not_found(from)),
+        };
+        ready(result)
+    }
+
+    fn remove(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        let mut state = self.0.state.borrow_mut();
+        ready(state.names.remove(path).map(|_| ()).ok_or_else(|| SimDisk::not_found(path)))
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        let mut state = self.0.state.borrow_mut();
+        let mut current = Some(dir);
+        while let Some(d) = current {
+            state.dirs.insert(d.to_path_buf());
+            current = d.parent();
+        }
+        ready(Ok(()))
+    }
+
+    fn list(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<Vec<String>>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        let state = self.0.state.borrow();
+        if !state.dirs.contains(dir) {
+            return ready(Err(SimDisk::not_found(dir)));
+        }
+        let mut names: Vec<String> = state
+            .names
+            .keys()
+            .chain(state.dirs.iter())
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        names.dedup();
+        ready(Ok(names))
+    }
+
+    fn exists(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<bool>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        let state = self.0.state.borrow();
+        ready(Ok(state.names.contains_key(path) || state.dirs.contains(path)))
+    }
+
+    fn try_lock(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Option<DiskLock>>> {
+        if self.0.crash_now() {
+            return pending_forever();
+        }
+        let mut state = self.0.state.borrow_mut();
+        if state.locks.contains(path) {
+            return ready(Ok(None));
+        }
+        state.locks.insert(path.to_path_buf());
+        // The lock file itself is a zero-length file, as flock leaves it.
+        if !state.names.contains_key(path) && path.parent().is_some_and(|p| state.dirs.contains(p)) {
+            state.inodes.push(Inode::default());
+            let inode = state.inodes.len() - 1;
+            state.names.insert(path.to_path_buf(), inode);
+        }
+        ready(Ok(Some(DiskLock::new(Box::new(LockHolder(path.to_path_buf()))))))
+    }
+}
+
+/// Releasing a simulated lock happens at the crash (all locks drop) or when the instance's
+/// env is dropped; the holder itself carries only the path, since `DiskLock` must be `Send`.
+struct LockHolder(#[allow(dead_code)] PathBuf);

@@ -1,0 +1,157 @@
+//! A deterministic single-threaded executor. The next ready task is chosen by the seeded
+//! RNG; when nothing is ready, virtual time jumps to the next timer. Dropping the executor
+//! drops every task: that is how a simulated crash kills a server instance.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::RngCore;
+use warden::env::{LocalBoxFuture, Spawn};
+
+use crate::clock::SimClock;
+
+/// The most tasks one instance may hold: a bound, so a runaway spawner is a failure.
+pub const TASKS_MAX: usize = 100_000;
+
+struct TaskWaker {
+    id: u64,
+    ready: Arc<Mutex<BTreeSet<u64>>>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.ready.lock().expect("ready set").insert(self.id);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ready.lock().expect("ready set").insert(self.id);
+    }
+}
+
+#[derive(Default)]
+struct Spawned {
+    queue: RefCell<Vec<LocalBoxFuture<'static, ()>>>,
+}
+
+/// What stopped `run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// No task is ready and no timer is due within the horizon.
+    Quiet,
+    /// The instance crashed (a fault fired).
+    Crashed,
+    /// The step budget ran out: a livelock or an unbounded loop.
+    StepBudget,
+}
+
+pub struct Executor {
+    tasks: RefCell<BTreeMap<u64, LocalBoxFuture<'static, ()>>>,
+    ready: Arc<Mutex<BTreeSet<u64>>>,
+    spawned: Rc<Spawned>,
+    next_id: Cell<u64>,
+    rng: RefCell<ChaCha8Rng>,
+    clock: Rc<SimClock>,
+    crashed: Rc<Cell<bool>>,
+    pub polls: Cell<u64>,
+}
+
+/// The `Spawn` half of the seam, handed to the server.
+pub struct SimSpawn {
+    spawned: Rc<Spawned>,
+}
+
+impl Spawn for SimSpawn {
+    fn spawn(&self, task: LocalBoxFuture<'static, ()>) {
+        self.spawned.queue.borrow_mut().push(task);
+    }
+
+    fn run_blocking(&self, job: Box<dyn FnOnce() + Send>) -> LocalBoxFuture<'static, ()> {
+        // Inline: the simulator has one thread, and Starlark is deterministic.
+        let mut job = Some(job);
+        Box::pin(std::future::poll_fn(move |_| {
+            if let Some(job) = job.take() {
+                job();
+            }
+            Poll::Ready(())
+        }))
+    }
+}
+
+impl Executor {
+    pub fn new(rng: ChaCha8Rng, clock: Rc<SimClock>, crashed: Rc<Cell<bool>>) -> Executor {
+        Executor {
+            tasks: RefCell::new(BTreeMap::new()),
+            ready: Arc::new(Mutex::new(BTreeSet::new())),
+            spawned: Rc::new(Spawned::default()),
+            next_id: Cell::new(0),
+            rng: RefCell::new(rng),
+            clock,
+            crashed,
+            polls: Cell::new(0),
+        }
+    }
+
+    pub fn spawner(&self) -> SimSpawn {
+        SimSpawn { spawned: Rc::clone(&self.spawned) }
+    }
+
+    pub fn spawn(&self, task: LocalBoxFuture<'static, ()>) {
+        self.spawned.queue.borrow_mut().push(task);
+    }
+
+    fn admit_spawned(&self) {
+        let new: Vec<_> = self.spawned.queue.borrow_mut().drain(..).collect();
+        for task in new {
+            let id = self.next_id.get();
+            self.next_id.set(id + 1);
+            self.tasks.borrow_mut().insert(id, task);
+            self.ready.lock().expect("ready set").insert(id);
+        }
+        assert!(self.tasks.borrow().len() <= TASKS_MAX, "more than {TASKS_MAX} tasks in one instance");
+    }
+
+    pub fn task_count(&self) -> usize {
+        self.tasks.borrow().len() + self.spawned.queue.borrow().len()
+    }
+
+    /// Runs until quiet, crashed, or `steps` polls. Timers due within `horizon_ms` of the
+    /// current virtual time fire (time jumps to them); later ones wait for the next run.
+    pub fn run(&self, horizon_ms: u64, steps: u64) -> Stop {
+        let until = self.clock.now().saturating_add(horizon_ms);
+        for _ in 0..steps {
+            if self.crashed.get() {
+                return Stop::Crashed;
+            }
+            self.admit_spawned();
+            let next = {
+                let ready = self.ready.lock().expect("ready set");
+                if ready.is_empty() {
+                    None
+                } else {
+                    let index = (self.rng.borrow_mut().next_u64() % ready.len() as u64) as usize;
+                    ready.iter().nth(index).copied()
+                }
+            };
+            let Some(id) = next else {
+                if self.clock.fire_next_timer(until) {
+                    continue;
+                }
+                return Stop::Quiet;
+            };
+            self.ready.lock().expect("ready set").remove(&id);
+            let task = self.tasks.borrow_mut().remove(&id);
+            let Some(mut task) = task else { continue };
+            let waker = Waker::from(Arc::new(TaskWaker { id, ready: Arc::clone(&self.ready) }));
+            let mut context = Context::from_waker(&waker);
+            self.polls.set(self.polls.get() + 1);
+            if task.as_mut().poll(&mut context).is_pending() {
+                self.tasks.borrow_mut().insert(id, task);
+            }
+        }
+        Stop::StepBudget
+    }
+}

@@ -1,0 +1,10 @@
+//! Warden's deterministic simulator: the real server code (the `warden` crate) on a
+//! simulated `Env` — executor, clock, disk, stdio — with faults injected and invariants
+//! checked. See `docs/ARCHITECTURE.md`, "The simulator".
+
+pub mod check;
+pub mod clock;
+pub mod disk;
+pub mod executor;
+pub mod stdio;
+pub mod world;

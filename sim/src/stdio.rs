@@ -1,0 +1,87 @@
+//! The simulated protocol stream: the client model pushes bytes in and reads whole lines
+//! out. Once the instance has crashed, nothing more is written.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::io;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+use warden::env::{LocalBoxFuture, Stdio};
+
+#[derive(Default)]
+pub struct Pipe {
+    input: RefCell<VecDeque<u8>>,
+    eof: Cell<bool>,
+    reader: RefCell<Option<Waker>>,
+    pub output: RefCell<Vec<Vec<u8>>>,
+    pub log: RefCell<Vec<String>>,
+    /// When set, writes fail: the client has gone away.
+    pub broken: Cell<bool>,
+}
+
+impl Pipe {
+    pub fn new() -> Rc<Pipe> {
+        Rc::new(Pipe::default())
+    }
+
+    pub fn push(&self, bytes: &[u8]) {
+        self.input.borrow_mut().extend(bytes.iter().copied());
+        if let Some(waker) = self.reader.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    pub fn close(&self) {
+        self.eof.set(true);
+        if let Some(waker) = self.reader.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    pub fn take_output(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.output.borrow_mut())
+    }
+}
+
+pub struct SimStdio {
+    pub pipe: Rc<Pipe>,
+    pub crashed: Rc<Cell<bool>>,
+}
+
+impl Stdio for SimStdio {
+    fn read(&self, max: usize) -> LocalBoxFuture<'static, io::Result<Vec<u8>>> {
+        let pipe = Rc::clone(&self.pipe);
+        let crashed = Rc::clone(&self.crashed);
+        Box::pin(std::future::poll_fn(move |cx| {
+            if crashed.get() {
+                return Poll::Pending;
+            }
+            let mut input = pipe.input.borrow_mut();
+            if !input.is_empty() {
+                let n = input.len().min(max);
+                return Poll::Ready(Ok(input.drain(..n).collect()));
+            }
+            if pipe.eof.get() {
+                return Poll::Ready(Ok(Vec::new()));
+            }
+            *pipe.reader.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        }))
+    }
+
+    fn write_line(&self, line: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
+        if self.crashed.get() {
+            return Box::pin(std::future::pending());
+        }
+        if self.pipe.broken.get() {
+            return Box::pin(std::future::ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "the client is gone"))));
+        }
+        self.pipe.output.borrow_mut().push(line);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn log(&self, line: &str) {
+        self.pipe.log.borrow_mut().push(line.to_string());
+    }
+}

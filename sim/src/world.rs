@@ -1,0 +1,237 @@
+//! A simulated world: one disk and one clock that outlive server instances, and the
+//! instances started on them. A crash drops an instance's every task and applies the disk's
+//! crash semantics; the next instance recovers through the normal start-up path.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use serde_json::Value;
+use warden::env::{
+    Db, DbReply, DbRequest, Env, HttpRequest, HttpResponse, LocalBoxFuture, Net, NetError, Point, Probe, Process,
+    ProcessOutcome, ProcessRequest, Rng,
+};
+
+use crate::clock::{SimClock, SimClockHandle};
+use crate::disk::{SimDisk, SimDiskHandle};
+use crate::executor::{Executor, Stop};
+use crate::stdio::{Pipe, SimStdio};
+
+/// Virtual time an instance may run ahead while quiet (timers due within it fire).
+pub const HORIZON_MS: u64 = 60_000;
+/// Polls one `run` may take before it is called a livelock.
+pub const STEPS_MAX: u64 = 5_000_000;
+
+/// Where the simulator puts the operator's files.
+pub const ROOT: &str = "/srv/warden";
+
+/// Crash when `point` is reached for the `nth` time (1-based), counting across instances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrashAt {
+    pub point: Point,
+    pub nth: u32,
+}
+
+#[derive(Default)]
+pub struct Probes {
+    pub seen: RefCell<Vec<(Point, String)>>,
+    pub crash_at: Cell<Option<CrashAt>>,
+    pub crashes: RefCell<Vec<Point>>,
+}
+
+struct SimProbe {
+    probes: Rc<Probes>,
+    crashed: Rc<Cell<bool>>,
+}
+
+impl Probe for SimProbe {
+    fn reached(&self, point: Point, run: &str) {
+        if self.crashed.get() {
+            return;
+        }
+        self.probes.seen.borrow_mut().push((point, run.to_string()));
+        if let Some(at) = self.probes.crash_at.get() {
+            let count = self.probes.seen.borrow().iter().filter(|(p, _)| *p == point).count() as u32;
+            if at.point == point && at.nth == count {
+                self.probes.crashes.borrow_mut().push(point);
+                self.crashed.set(true);
+            }
+        }
+    }
+}
+
+struct SimRng(RefCell<ChaCha8Rng>);
+
+impl Rng for SimRng {
+    fn fill(&self, bytes: &mut [u8]) {
+        self.0.borrow_mut().fill_bytes(bytes);
+    }
+}
+
+/// No service answers yet: every request certainly was not sent.
+struct NoNet;
+
+impl Net for NoNet {
+    fn request(&self, _request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>> {
+        Box::pin(std::future::ready(Err(NetError {
+            may_have_been_sent: false,
+            message: "no simulated service".into(),
+        })))
+    }
+}
+
+struct NoDb;
+
+impl Db for NoDb {
+    fn execute(&self, _request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>> {
+        Box::pin(std::future::ready(Err("no simulated database".to_string())))
+    }
+
+    fn action_recorded(&self, _path: &Path, _run: &str, _action: u64) -> LocalBoxFuture<'static, Result<bool, String>> {
+        Box::pin(std::future::ready(Err("no simulated database".to_string())))
+    }
+}
+
+struct QuietProcess;
+
+impl Process for QuietProcess {
+    fn run(&self, _request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>> {
+        Box::pin(std::future::ready(Ok(ProcessOutcome { exit_code: Some(0) })))
+    }
+
+    fn var(&self, _name: &str) -> Option<String> {
+        None
+    }
+}
+
+pub struct World {
+    pub seed: u64,
+    rng: RefCell<ChaCha8Rng>,
+    pub clock: Rc<SimClock>,
+    pub disk: Rc<SimDisk>,
+    pub crashed: Rc<Cell<bool>>,
+    pub probes: Rc<Probes>,
+    pub instances: Cell<u32>,
+}
+
+pub struct Instance {
+    executor: Executor,
+    pub pipe: Rc<Pipe>,
+    pub exit: Rc<RefCell<Option<Result<(), String>>>>,
+    disk: Rc<SimDisk>,
+}
+
+impl World {
+    pub fn new(seed: u64) -> World {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let crashed = Rc::new(Cell::new(false));
+        let disk = SimDisk::new(ChaCha8Rng::seed_from_u64(rng.next_u64()), Rc::clone(&crashed));
+        World {
+            seed,
+            rng: RefCell::new(rng),
+            clock: SimClock::new(),
+            disk,
+            crashed,
+            probes: Rc::new(Probes::default()),
+            instances: Cell::new(0),
+        }
+    }
+
+    pub fn path(relative: &str) -> PathBuf {
+        Path::new(ROOT).join(relative)
+    }
+
+    pub fn install(&self, relative: &str, bytes: &[u8]) {
+        self.disk.install(&World::path(relative), bytes);
+    }
+
+    pub fn next_u64(&self) -> u64 {
+        self.rng.borrow_mut().next_u64()
+    }
+
+    /// Starts a server instance serving `manifest` (relative to the root).
+    pub fn start(&self, manifest: &str) -> Instance {
+        self.instances.set(self.instances.get() + 1);
+        let executor =
+            Executor::new(ChaCha8Rng::seed_from_u64(self.next_u64()), Rc::clone(&self.clock), Rc::clone(&self.crashed));
+        let pipe = Pipe::new();
+        let env = Env {
+            clock: Rc::new(SimClockHandle(Rc::clone(&self.clock))),
+            disk: Rc::new(SimDiskHandle(Rc::clone(&self.disk))),
+            stdio: Rc::new(SimStdio { pipe: Rc::clone(&pipe), crashed: Rc::clone(&self.crashed) }),
+            net: Rc::new(NoNet),
+            db: Rc::new(NoDb),
+            rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),
+            spawn: Rc::new(executor.spawner()),
+            process: Rc::new(QuietProcess),
+            probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
+        };
+        let exit = Rc::new(RefCell::new(None));
+        let slot = Rc::clone(&exit);
+        let manifest = World::path(manifest);
+        executor.spawn(Box::pin(async move {
+            let outcome = warden::commands::serve_mcp(&env, &manifest).await;
+            *slot.borrow_mut() = Some(outcome);
+        }));
+        Instance { executor, pipe, exit, disk: Rc::clone(&self.disk) }
+    }
+
+    /// Kills the instance as a power cut would: its tasks are dropped mid-flight, unsynced
+    /// data is lost or torn, and its lock is freed.
+    pub fn crash(&self, instance: Instance) {
+        drop(instance);
+        self.clock.clear_timers();
+        self.disk.crash();
+        self.crashed.set(false);
+    }
+}
+
+impl Instance {
+    pub fn send(&self, message: &Value) {
+        let mut line = serde_json::to_vec(message).expect("JSON values serialise");
+        line.push(b'\n');
+        self.pipe.push(&line);
+    }
+
+    pub fn send_raw(&self, bytes: &[u8]) {
+        self.pipe.push(bytes);
+    }
+
+    pub fn close_stdin(&self) {
+        self.pipe.close();
+    }
+
+    pub fn run(&self) -> Stop {
+        self.executor.run(HORIZON_MS, STEPS_MAX)
+    }
+
+    /// Every message written since the last call.
+    pub fn outputs(&self) -> Vec<Value> {
+        self.pipe
+            .take_output()
+            .iter()
+            .map(|line| serde_json::from_slice(line).expect("the server writes JSON lines"))
+            .collect()
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.pipe.log.borrow().clone()
+    }
+
+    pub fn exited(&self) -> Option<Result<(), String>> {
+        self.exit.borrow().clone()
+    }
+
+    pub fn polls(&self) -> u64 {
+        self.executor.polls.get()
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.disk.release_locks();
+    }
+}
