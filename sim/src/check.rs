@@ -42,15 +42,21 @@ pub fn journal(disk: &SimDisk, journals: &Path, tool: &str, run: &str) -> Option
 /// enforced by parsing; here, the ledger and the journals must agree, and a `once` key
 /// maps to at most one run that did not get released.
 pub fn at_rest(disk: &SimDisk, journals: &Path) -> Vec<Violation> {
+    at_rest_with_once_keep(disk, journals, u64::MAX)
+}
+
+/// As `at_rest`, for tools whose `once.keep` is `once_keep_ms`: a key may map to a new run
+/// once the earlier run's key expired (counted from its end).
+pub fn at_rest_with_once_keep(disk: &SimDisk, journals: &Path, once_keep_ms: u64) -> Vec<Violation> {
     let mut found = Vec::new();
     let state = match ledger_state(disk, journals) {
         Ok(state) => state,
         Err(v) => return vec![v],
     };
-    let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, Vec<&warden::ledger::RunEntry>> = BTreeMap::new();
     for entry in state.runs.values() {
         if let (Some(once), false) = (&entry.once, matches!(entry.phase, RunPhase::Released { .. })) {
-            by_key.entry(once.key.clone()).or_default().push(entry.run.clone());
+            by_key.entry(once.key.clone()).or_default().push(entry);
         }
         let files = RunFiles::new(journals, &entry.tool, &entry.run);
         let journal = journal(disk, journals, &entry.tool, &entry.run);
@@ -73,9 +79,17 @@ pub fn at_rest(disk: &SimDisk, journals: &Path) -> Vec<Violation> {
             found.push(violation(6, format!("run {} ended but its inputs file is still kept", entry.run)));
         }
     }
-    for (key, runs) in by_key {
-        if runs.len() > 1 {
-            found.push(violation(3, format!("once key {key} maps to {} runs: {runs:?}", runs.len())));
+    for (key, mut runs) in by_key {
+        runs.sort_by_key(|entry| entry.sequence);
+        for pair in runs.windows(2) {
+            let (earlier, later) = (pair[0], pair[1]);
+            let still_held = earlier.once_expires_at(once_keep_ms).is_none_or(|expires| later.reserved_at_ms < expires);
+            if still_held {
+                found.push(violation(
+                    3,
+                    format!("once key {key} maps to runs {} and {} while held", earlier.run, later.run),
+                ));
+            }
         }
     }
     found
