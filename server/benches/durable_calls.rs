@@ -1,0 +1,174 @@
+//! Benchmark: durable `tools/call` of a trivial program over stdio, on the real disk.
+//!
+//!   cargo bench -p warden --bench durable_calls            # 400 calls per figure
+//!   BENCH_CALLS=2000 cargo bench -p warden --bench durable_calls
+//!
+//! Prints, for the journals on the real disk and on tmpfs (where fsync costs nearly
+//! nothing, to show durability's share): median and p99 latency of sequential calls, and
+//! throughput with 8 calls in flight. When strace is installed, also the fsyncs per call.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const IN_FLIGHT: usize = 8;
+
+const PROGRAM: &str = r#"
+def main(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    return a + b
+"#;
+
+fn manifest(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("add.star"), PROGRAM).unwrap();
+    let manifest = dir.join("manifest.json");
+    let text = json!({
+        "server": {"name": "bench", "journals": "journals", "max_concurrent_runs": IN_FLIGHT},
+        "tools": [{"name": "add", "program": "add.star", "limits": {"max_steps": 1000}}]
+    });
+    std::fs::write(&manifest, text.to_string()).unwrap();
+    manifest
+}
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Server {
+    fn start(program: &str, args: &[&str]) -> Server {
+        let mut child = Command::new(program).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Server { child, stdin, lines }
+    }
+
+    fn send_call(&mut self, id: u64) {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "add", "arguments": {"a": id, "b": 1},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+        writeln!(self.stdin, "{call}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn answer(&mut self) -> Value {
+        let line = self.lines.next().expect("an answer").unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+        answer
+    }
+
+    fn stop(mut self) {
+        drop(self.stdin);
+        self.child.wait().unwrap();
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+struct Figures {
+    median: Duration,
+    p99: Duration,
+    throughput: f64,
+}
+
+fn measure(dir: &Path, calls: u64) -> Figures {
+    let _ = std::fs::remove_dir_all(dir);
+    let manifest = manifest(dir);
+    let warden = env!("CARGO_BIN_EXE_warden");
+    let mut server = Server::start(warden, &["mcp", manifest.to_str().unwrap()]);
+    // Warm up (program compiled, directories created).
+    for id in 0..20 {
+        server.send_call(1_000_000 + id);
+        server.answer();
+    }
+    let mut latencies = Vec::with_capacity(calls as usize);
+    for id in 0..calls {
+        let started = Instant::now();
+        server.send_call(id);
+        server.answer();
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    let started = Instant::now();
+    let mut sent = 0;
+    for _ in 0..IN_FLIGHT {
+        server.send_call(2_000_000 + sent);
+        sent += 1;
+    }
+    for _ in 0..calls {
+        server.answer();
+        if sent < calls {
+            server.send_call(2_000_000 + sent);
+            sent += 1;
+        }
+    }
+    let throughput = calls as f64 / started.elapsed().as_secs_f64();
+    server.stop();
+    Figures { median: percentile(&latencies, 0.5), p99: percentile(&latencies, 0.99), throughput }
+}
+
+/// fsync and fdatasync calls per tools/call, counted by strace over `calls` sequential calls.
+fn fsyncs_per_call(dir: &Path, calls: u64) -> Option<f64> {
+    Command::new("strace").arg("-V").output().ok()?;
+    let _ = std::fs::remove_dir_all(dir);
+    let manifest = manifest(dir);
+    let count = |calls: u64| -> Option<u64> {
+        let out = dir.join(format!("strace-{calls}.txt"));
+        let warden = env!("CARGO_BIN_EXE_warden");
+        let args = ["-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out.to_str()?, warden, "mcp", manifest.to_str()?];
+        let mut server = Server::start("strace", &args);
+        for id in 0..calls {
+            server.send_call(id);
+            server.answer();
+        }
+        server.stop();
+        let text = std::fs::read_to_string(&out).ok()?;
+        let total: u64 = text
+            .lines()
+            .filter(|l| l.contains("fsync") || l.contains("fdatasync"))
+            .filter_map(|l| l.split_whitespace().nth(3)?.parse().ok())
+            .sum();
+        Some(total)
+    };
+    // The difference between two runs removes start-up's own fsyncs.
+    let (few, many) = (count(10)?, count(10 + calls)?);
+    Some((many - few) as f64 / calls as f64)
+}
+
+fn main() {
+    let calls: u64 = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
+    let disk_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-durable-calls");
+    let tmpfs_dir = Path::new("/dev/shm").join(format!("warden-bench-{}", std::process::id()));
+    println!("durable tools/call of a trivial program, {calls} calls per figure, {IN_FLIGHT} in flight for throughput");
+    println!("| journals on | median | p99 | throughput ({IN_FLIGHT} in flight) |");
+    println!("|---|---|---|---|");
+    for (name, dir) in [("real disk", &disk_dir), ("tmpfs (fsync ~free)", &tmpfs_dir)] {
+        if name.starts_with("tmpfs") && !Path::new("/dev/shm").is_dir() {
+            continue;
+        }
+        let figures = measure(dir, calls);
+        println!("| {name} | {:.2} ms | {:.2} ms | {:.0} calls/s |", ms(figures.median), ms(figures.p99), figures.throughput);
+    }
+    match fsyncs_per_call(&disk_dir, calls.min(100)) {
+        Some(per_call) => println!("fsync + fdatasync per call (strace): {per_call:.1}"),
+        None => println!("fsyncs per call: strace not available"),
+    }
+    let _ = std::fs::remove_dir_all(&tmpfs_dir);
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
