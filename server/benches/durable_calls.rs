@@ -47,7 +47,13 @@ struct Server {
 
 impl Server {
     fn start(program: &str, args: &[&str]) -> Server {
-        let mut child = Command::new(program).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         Server { child, stdin, lines }
@@ -160,7 +166,12 @@ fn main() {
             continue;
         }
         let figures = measure(dir, calls);
-        println!("| {name} | {:.2} ms | {:.2} ms | {:.0} calls/s |", ms(figures.median), ms(figures.p99), figures.throughput);
+        println!(
+            "| {name} | {:.2} ms | {:.2} ms | {:.0} calls/s |",
+            ms(figures.median),
+            ms(figures.p99),
+            figures.throughput
+        );
     }
     match fsyncs_per_call(&disk_dir, calls.min(100)) {
         Some(per_call) => println!("fsync + fdatasync per call (strace): {per_call:.1}"),

@@ -221,7 +221,8 @@ pub async fn call_tool(
     };
     drop(running);
     let reply = match outcome {
-        Ok(end) => runs::answer(&run, &end),
+        Ok(runs::RunEnd::Ended(end)) => runs::answer(&run, &end),
+        Ok(runs::RunEnd::Stopped { .. }) => stopped_result(&run),
         Err(fatal) => {
             runs.stop(&fatal);
             error_result(format!(

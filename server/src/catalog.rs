@@ -5,8 +5,9 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
+use crate::broker::kinds;
 use crate::env::Env;
-use crate::manifest::{Manifest, ToolConfig};
+use crate::manifest::{CapabilityGrant, Grant, Manifest, ToolConfig};
 use crate::program::Program;
 
 pub struct Tool {
@@ -31,13 +32,13 @@ impl Catalog {
         let mut tools = Vec::new();
         let mut problems = Vec::new();
         for (index, config) in manifest.tools.iter().enumerate() {
-            if !config.grants.is_empty() {
-                problems.push(format!(
-                    "{}: tools[{index}].grants: capability grants are validated but not yet performed by this \
-                     version of Warden; remove them or upgrade",
-                    manifest.path.display()
-                ));
-                continue;
+            for variable in secret_variables(&config.grants) {
+                if env.process.var(&variable).is_none() {
+                    problems.push(format!(
+                        "{}: tools[{index}].grants: the environment variable {variable} is not set (it holds a secret the grants attach)",
+                        manifest.path.display()
+                    ));
+                }
             }
             match load_program(env, config).await {
                 Ok(program) => tools.push(Tool { config: config.clone(), program }),
@@ -81,12 +82,48 @@ impl Tool {
         Value::Object(tool)
     }
 
-    /// Hints derived from the grants, never claiming more than the broker enforces. A tool
-    /// without grants can only compute: it reads nothing and changes nothing outside.
-    fn annotations(&self) -> Value {
-        assert!(self.config.grants.is_empty(), "tools with grants are refused at load");
-        json!({"readOnlyHint": true, "openWorldHint": false})
+    /// Hints derived from the grants (seed 000 section 5), never claiming more than the
+    /// broker enforces. A tool without grants can only compute. Read-only means every grant
+    /// only reads. Idempotent is claimed only with `once`, which makes a repeated call the same
+    /// run; an idempotency key guards retries within a run, not repeated calls. Open world
+    /// means a grant reaches the network.
+    pub fn annotations(&self) -> Value {
+        let grants: Vec<&CapabilityGrant> = self
+            .config
+            .grants
+            .values()
+            .filter_map(|grant| match grant {
+                Grant::Capability(grant) => Some(grant),
+                Grant::Secret { .. } => None,
+            })
+            .collect();
+        let read_only = grants.iter().all(|grant| crate::broker::grant_reads_only(grant));
+        let open_world = grants.iter().any(|grant| kinds::find(&grant.cap).is_some_and(|kind| kind.network));
+        let mut hints = json!({"readOnlyHint": read_only, "openWorldHint": open_world});
+        if !read_only {
+            hints["destructiveHint"] = json!(true);
+            hints["idempotentHint"] = json!(self.config.once.is_some());
+        }
+        hints
     }
+}
+
+/// The environment variables a tool's grants read secrets from.
+pub fn secret_variables(grants: &std::collections::BTreeMap<String, Grant>) -> Vec<String> {
+    fn collect(grant: &Grant, out: &mut Vec<String>) {
+        match grant {
+            Grant::Secret { env } => out.push(env.clone()),
+            Grant::Capability(grant) => {
+                out.extend(grant.headers.values().map(|(_, env)| env.clone()));
+                grant.needs.values().for_each(|need| collect(need, out));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    grants.values().for_each(|grant| collect(grant, &mut out));
+    out.sort();
+    out.dedup();
+    out
 }
 
 async fn load_program(env: &Env, config: &ToolConfig) -> Result<Program, String> {

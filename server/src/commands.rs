@@ -164,3 +164,38 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
     };
     Ok(serde_json::to_string_pretty(&described).expect("JSON values serialise") + "\n")
 }
+
+/// `warden resolve --journal <path> --op N --happened '<json>' | --did-not-happen`: the
+/// operator's answer for an action in doubt, appended durably to the run's journal. The
+/// next start of the server resumes the run from it. Resolution never travels over MCP.
+pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&str>) -> Result<String, String> {
+    let shown = journal_path.display();
+    let bytes = env.disk.read(journal_path).await.map_err(|e| format!("{shown}: cannot read the journal: {e}"))?;
+    let journal = crate::journal::Journal::parse(journal_path, &bytes)?;
+    if journal.end.is_some() {
+        return Err(format!("{shown}: the run has ended; there is nothing to resolve"));
+    }
+    match journal.ops.get(&op) {
+        Some(crate::journal::OpState::Begun(_)) => {}
+        Some(_) => return Err(format!("{shown}: action {op} is not in doubt")),
+        None => return Err(format!("{shown}: the run has no action {op}")),
+    }
+    if journal.torn_tail_bytes > 0 {
+        return Err(format!(
+            "{shown}: the journal ends in a torn line; start the server once to repair it, then resolve"
+        ));
+    }
+    let result = match happened {
+        Some(text) => {
+            Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?)
+        }
+        None => None,
+    };
+    let record =
+        crate::journal::JournalRecord::Resolved { op, happened: result.is_some(), result, at_ms: env.clock.now_ms() };
+    crate::journal::append_durably(env, journal_path, &record)
+        .await
+        .map_err(|e| format!("{shown}: appending the resolution failed: {e}"))?;
+    let verdict = if happened.is_some() { "happened" } else { "did not happen (it may be performed again)" };
+    Ok(format!("{shown}: action {op} recorded as {verdict}; the next start of the server resumes the run\n"))
+}

@@ -83,16 +83,37 @@ pub enum JournalRecord {
         op: u64,
         result: Value,
     },
+    /// An operator's answer for an action in doubt (`warden resolve`): it happened, with
+    /// this result, or it did not (and may be performed again).
+    Resolved {
+        op: u64,
+        happened: bool,
+        result: Option<Value>,
+        at_ms: u64,
+    },
     End(EndRecord),
+}
+
+/// Where one action stands in a journal.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpState {
+    /// Begun, not done: in doubt after a crash.
+    Begun(Value),
+    Done {
+        action: Value,
+        result: Value,
+    },
+    /// An operator said it did not happen: it may be performed again.
+    NotHappened(Value),
 }
 
 /// A journal read back.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Journal {
     pub header: Option<(String, Binding, String)>,
+    pub header_at_ms: u64,
     pub prints: u64,
-    pub begun: Vec<(u64, Value)>,
-    pub done: Vec<(u64, Value)>,
+    pub ops: std::collections::BTreeMap<u64, OpState>,
     pub end: Option<EndRecord>,
     pub torn_tail_bytes: usize,
     pub intact_len: usize,
@@ -115,12 +136,52 @@ impl Journal {
                 JournalRecord::Header { .. } => return Err(at("a second header")),
                 _ if journal.end.is_some() => return Err(at("a record after the end")),
                 JournalRecord::Print { .. } => journal.prints += 1,
-                JournalRecord::Begin { op, action } => journal.begun.push((op, action)),
-                JournalRecord::Done { op, result } => journal.done.push((op, result)),
+                JournalRecord::Begin { op, action } => match journal.ops.get(&op) {
+                    None | Some(OpState::NotHappened(_))
+                        if op == journal.ops.len() as u64 || journal.ops.contains_key(&op) =>
+                    {
+                        journal.ops.insert(op, OpState::Begun(action));
+                    }
+                    _ => return Err(at(&format!("a begin record for action {op} out of order"))),
+                },
+                JournalRecord::Done { op, result }
+                | JournalRecord::Resolved { op, happened: true, result: Some(result), .. } => {
+                    match journal.ops.get(&op) {
+                        Some(OpState::Begun(action)) => {
+                            let action = action.clone();
+                            journal.ops.insert(op, OpState::Done { action, result });
+                        }
+                        _ => return Err(at(&format!("a done record for action {op}, which is not begun"))),
+                    }
+                }
+                JournalRecord::Resolved { op, happened: false, .. } => match journal.ops.get(&op) {
+                    Some(OpState::Begun(action)) => {
+                        let action = action.clone();
+                        journal.ops.insert(op, OpState::NotHappened(action));
+                    }
+                    _ => return Err(at(&format!("a resolution for action {op}, which is not in doubt"))),
+                },
+                JournalRecord::Resolved { op, .. } => {
+                    return Err(at(&format!("a resolution of action {op} that happened without a result")))
+                }
                 JournalRecord::End(end) => journal.end = Some(end),
             }
         }
         Ok(journal)
+    }
+
+    /// The completed actions from action 0 on, in order, up to the first one not done.
+    pub fn completed(&self) -> Vec<(Value, Value)> {
+        let mut completed = Vec::new();
+        for (op, state) in &self.ops {
+            match state {
+                OpState::Done { action, result } if *op == completed.len() as u64 => {
+                    completed.push((action.clone(), result.clone()))
+                }
+                _ => break,
+            }
+        }
+        completed
     }
 }
 

@@ -10,6 +10,7 @@ pub mod journal;
 pub mod ledger;
 pub mod manifest;
 pub mod money;
+pub mod notify;
 pub mod program;
 pub mod protocol;
 pub mod record;

@@ -26,6 +26,21 @@ enum Command {
     Check { manifest: PathBuf },
     /// Print the tools' schemas as `tools/list` gives them.
     Schema { manifest: PathBuf, tool: Option<String> },
+    /// Settle an action in doubt of a run waiting for an operator.
+    Resolve {
+        /// The run's journal (as `warden mcp status` names it).
+        #[arg(long)]
+        journal: PathBuf,
+        /// The action number in doubt.
+        #[arg(long)]
+        op: u64,
+        /// It happened; its result, as JSON (what the service's own records show).
+        #[arg(long, conflicts_with = "did_not_happen", required_unless_present = "did_not_happen")]
+        happened: Option<String>,
+        /// It did not happen: the resumed run may perform it again.
+        #[arg(long)]
+        did_not_happen: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -63,6 +78,10 @@ fn main() -> ExitCode {
         Command::Check { manifest } => {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::check(&env, &manifest)))
+        }
+        Command::Resolve { journal, op, happened, did_not_happen: _ } => {
+            let env = warden::io::command_env();
+            report(warden::io::run(warden::commands::resolve(&env, &journal, op, happened.as_deref())))
         }
         Command::Schema { manifest, tool } => {
             let env = warden::io::command_env();

@@ -22,10 +22,12 @@ use std::rc::Rc;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::broker::{perform, scrub, Action, Broker, Completed, ACTIONS_PER_RUN_MAX};
 use crate::catalog::{Catalog, Tool};
 use crate::env::{Env, Point};
-use crate::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord, RunFiles};
+use crate::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord, OpState, RunFiles};
 use crate::ledger::{Event, Ledger, LedgerError, MoneyRecord};
+use crate::manifest::Grant;
 use crate::program::{self, FailureKind, Outcome, RunLimits};
 use crate::record;
 use crate::sync::Signal;
@@ -165,12 +167,7 @@ impl Runs {
 
     /// Step 4 to 6: executes the program against its journal, records its end, settles.
     /// Used by fresh calls and by runs resumed at start alike.
-    pub async fn execute_to_end(
-        &self,
-        tool: &Tool,
-        run: &str,
-        inputs: &Map<String, Value>,
-    ) -> Result<EndRecord, Fatal> {
+    pub async fn execute_to_end(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<RunEnd, Fatal> {
         let _running = self.running(run);
         self.execute_and_settle(tool, run, inputs).await
     }
@@ -181,56 +178,217 @@ impl Runs {
         InProgress { runs: self, run: run.to_string() }
     }
 
-    async fn execute_and_settle(
-        &self,
-        tool: &Tool,
-        run: &str,
-        inputs: &Map<String, Value>,
-    ) -> Result<EndRecord, Fatal> {
+    async fn execute_and_settle(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<RunEnd, Fatal> {
         let name = &tool.config.name;
         let files = self.files(name, run);
-        let journal = match self.read_journal(name, run).await.map_err(Fatal)? {
-            Some(journal) if journal.end.is_some() => {
-                let end = journal.end.expect("checked");
+        let secrets = perform::secret_values(&self.env, &tool.config.grants);
+        let capabilities: Vec<(String, String)> = tool
+            .config
+            .grants
+            .iter()
+            .filter_map(|(param, grant)| match grant {
+                Grant::Capability(grant) => Some((param.clone(), grant.cap.clone())),
+                Grant::Secret { .. } => None,
+            })
+            .collect();
+        // Each pass executes the program against the journal so far; each suspension adds
+        // at least one done record (or stops the run), so the passes are bounded.
+        for _pass in 0..=ACTIONS_PER_RUN_MAX + 1 {
+            let journal = match self.read_journal(name, run).await.map_err(Fatal)? {
+                Some(journal) => journal,
+                None => return Err(Fatal(format!("the journal of run {run} is missing"))),
+            };
+            if let Some(end) = journal.end.clone() {
                 self.settle(tool, run, &end).await?;
-                return Ok(end);
+                return Ok(RunEnd::Ended(end));
             }
-            Some(journal) => journal,
-            None => return Err(Fatal(format!("the journal of run {run} is missing"))),
-        };
-        let program = tool.program.clone();
-        let limits = RunLimits { max_steps: tool.config.max_steps };
-        let job_inputs = inputs.clone();
-        let execution = self.env.blocking(move || program::execute(&program, &job_inputs, limits)).await;
-        let at_ms = self.env.clock.now_ms();
-        let end = match execution {
-            Ok(execution) => {
-                for (index, text) in execution.prints.iter().enumerate().skip(journal.prints as usize) {
-                    let print = JournalRecord::Print { index: index as u64, text: text.clone() };
-                    journal::append_durably(&self.env, &files.journal, &print)
-                        .await
-                        .map_err(|e| Fatal(format!("journaling a print of run {run} failed: {e}")))?;
-                    self.log_run(name, run, &format!("print: {text}")).await;
+            let completed: Vec<Completed> = journal
+                .completed()
+                .into_iter()
+                .filter_map(|(action, result)| Some(Completed { action: serde_json::from_value(action).ok()?, result }))
+                .collect();
+            let mut broker = Broker::new(run, &tool.config.grants, completed);
+            if let Some(deadline) = tool.config.deadline_ms {
+                broker.deadline_passed = self.env.clock.now_ms() > journal.header_at_ms.saturating_add(deadline);
+                broker.deadline_text = crate::ledger::duration_text(deadline);
+            }
+            let program = tool.program.clone();
+            let limits = RunLimits { max_steps: tool.config.max_steps };
+            let job_inputs = inputs.clone();
+            let job_capabilities = capabilities.clone();
+            let executed = self
+                .env
+                .blocking(move || {
+                    let execution = program::execute_with(&program, &job_inputs, limits, &broker, &job_capabilities);
+                    let usage = broker.usage.borrow().clone();
+                    (execution, usage)
+                })
+                .await;
+            let at_ms = self.env.clock.now_ms();
+            let (execution, usage) = match executed {
+                Ok(done) => done,
+                Err(panic) => {
+                    let end = EndRecord {
+                        outcome: FailureKind::Internal.name().to_string(),
+                        result: None,
+                        message: Some(format!("the program runtime panicked: {panic}")),
+                        usage: json!({}),
+                        at_ms,
+                    };
+                    return self.finish(tool, run, end).await;
                 }
-                end_record(&execution.outcome, at_ms)
+            };
+            for (index, text) in execution.prints.iter().enumerate().skip(journal.prints as usize) {
+                let print = JournalRecord::Print { index: index as u64, text: scrub(text, &secrets) };
+                journal::append_durably(&self.env, &files.journal, &print)
+                    .await
+                    .map_err(|e| Fatal(format!("journaling a print of run {run} failed: {e}")))?;
+                self.log_run(name, run, &format!("print: {}", scrub(text, &secrets))).await;
             }
-            Err(panic) => EndRecord {
-                outcome: FailureKind::Internal.name().to_string(),
-                result: None,
-                message: Some(format!("the program runtime panicked: {panic}")),
-                usage: json!({}),
-                at_ms,
-            },
-        };
+            let action = match execution.outcome {
+                Outcome::Suspended(action) => action,
+                outcome => {
+                    let mut end = end_record(&outcome, at_ms);
+                    end.usage = crate::broker::usage_json(&usage);
+                    return self.finish(tool, run, end).await;
+                }
+            };
+            if let Some(stopped) = self.perform_action(tool, run, &journal, action, &secrets).await? {
+                return Ok(stopped);
+            }
+        }
+        Err(Fatal(format!("run {run} did not end within {ACTIONS_PER_RUN_MAX} actions (a bug)")))
+    }
+
+    /// Journals the end, then settles.
+    async fn finish(&self, tool: &Tool, run: &str, end: EndRecord) -> Result<RunEnd, Fatal> {
+        let name = &tool.config.name;
         if end.outcome == FailureKind::Internal.name() {
             self.log_run(name, run, &format!("internal error: {}", end.message.as_deref().unwrap_or(""))).await;
         }
-        journal::append_durably(&self.env, &files.journal, &JournalRecord::End(end.clone()))
+        journal::append_durably(&self.env, &self.files(name, run).journal, &JournalRecord::End(end.clone()))
             .await
             .map_err(|e| Fatal(format!("journaling the end of run {run} failed: {e}")))?;
         self.env.reached(Point::RunRecorded, run);
         self.settle(tool, run, &end).await?;
-        Ok(end)
+        Ok(RunEnd::Ended(end))
+    }
+
+    /// Performs one suspended action durably: begin record, the action, done record. After
+    /// a crash between the two records, the action is re-sent only when that is safe; a
+    /// `db.sqlite` write is looked up; anything else stops the run in doubt.
+    async fn perform_action(
+        &self,
+        tool: &Tool,
+        run: &str,
+        journal: &Journal,
+        action: Action,
+        secrets: &[String],
+    ) -> Result<Option<RunEnd>, Fatal> {
+        let name = &tool.config.name;
+        let path = self.files(name, run).journal;
+        let op = action.op;
+        let Some(Grant::Capability(grant)) = tool.config.grants.get(&action.grant) else {
+            return Err(Fatal(format!("run {run}: action {op} names no grant")));
+        };
+        let recorded = serde_json::to_value(&action).expect("actions serialise");
+        let in_doubt = match journal.ops.get(&op) {
+            Some(OpState::Begun(begun)) => {
+                if begun != &recorded {
+                    return Err(Fatal(format!("run {run}: action {op} differs from its begin record after a restart")));
+                }
+                true
+            }
+            Some(OpState::Done { .. }) => {
+                return Err(Fatal(format!("run {run}: action {op} was replayed as not done")))
+            }
+            None | Some(OpState::NotHappened(_)) => false,
+        };
+        if in_doubt {
+            if grant.cap == "db.sqlite" && action.method == "EXECUTE" {
+                let happened = perform::sql_write_happened(&self.env, grant, run, op)
+                    .await
+                    .map_err(|e| Fatal(format!("run {run}: looking up action {op} in warden_actions failed: {e}")))?;
+                if happened {
+                    self.log_run(name, run, &format!("action {op}: found in warden_actions; not repeated")).await;
+                    let done =
+                        JournalRecord::Done { op, result: json!({"rows": [], "changes": null, "recovered": true}) };
+                    journal::append_durably(&self.env, &path, &done)
+                        .await
+                        .map_err(|e| Fatal(format!("journaling action {op} of run {run} failed: {e}")))?;
+                    return Ok(None);
+                }
+                self.log_run(name, run, &format!("action {op}: not in warden_actions; performing it")).await;
+            } else if !perform::resend_is_safe(&action) {
+                let reason = format!(
+                    "action {op} ({} {}) was begun before a crash and may have happened",
+                    action.method, action.kind
+                );
+                return self.stop_in_doubt(tool, run, &action, &reason).await.map(Some);
+            } else {
+                self.log_run(name, run, &format!("action {op}: begun before a crash; sending it again (safe)")).await;
+            }
+        } else {
+            let begin = JournalRecord::Begin { op, action: recorded };
+            journal::append_durably(&self.env, &path, &begin)
+                .await
+                .map_err(|e| Fatal(format!("journaling action {op} of run {run} failed: {e}")))?;
+            self.env.reached(Point::ActionBegun, run);
+        }
+        match perform::perform(&self.env, grant, &tool.config.net, run, &action, secrets).await {
+            perform::Performed::Done(result) => {
+                let done = JournalRecord::Done { op, result };
+                journal::append_durably(&self.env, &path, &done)
+                    .await
+                    .map_err(|e| Fatal(format!("journaling action {op} of run {run} failed: {e}")))?;
+                Ok(None)
+            }
+            perform::Performed::InDoubt(problem) => {
+                let reason =
+                    format!("action {op} ({} {}) may have reached the service: {problem}", action.method, action.kind);
+                self.stop_in_doubt(tool, run, &action, &reason).await.map(Some)
+            }
+        }
+    }
+
+    /// Step 5: the waiting record, durable; the run keeps its whole reservation.
+    async fn stop_in_doubt(&self, tool: &Tool, run: &str, action: &Action, reason: &str) -> Result<RunEnd, Fatal> {
+        let name = &tool.config.name;
+        let files = self.files(name, run);
+        let command = format!(
+            "warden resolve --journal {} --op {} (--happened '<result json>' | --did-not-happen)",
+            files.journal.display(),
+            action.op
+        );
+        let exists = self
+            .env
+            .disk
+            .exists(&files.waiting)
+            .await
+            .map_err(|e| Fatal(format!("{}: {e}", files.waiting.display())))?;
+        if !exists {
+            let record = WaitingRecord {
+                run: run.to_string(),
+                tool: name.clone(),
+                op: action.op,
+                action: serde_json::to_value(action).expect("actions serialise"),
+                reason: reason.to_string(),
+                journal: files.journal.display().to_string(),
+                resolve: command.clone(),
+                at_ms: self.env.clock.now_ms(),
+            };
+            let waiting_dir = self.journals.join(journal::WAITING_DIR);
+            journal::create_dirs_durably(&self.env, &self.journals, &waiting_dir)
+                .await
+                .map_err(|e| Fatal(format!("creating {} failed: {e}", waiting_dir.display())))?;
+            journal::write_new_durably(&self.env, &files.waiting, record::encode(&record))
+                .await
+                .map_err(|e| Fatal(format!("writing the waiting record of run {run} failed: {e}")))?;
+        }
+        self.env.reached(Point::WaitingRecorded, run);
+        self.log_run(name, run, &format!("stopped, waiting for an operator: {reason}; resolve with: {command}")).await;
+        crate::notify::spawn(self, run, &files.waiting);
+        Ok(RunEnd::Stopped { op: action.op })
     }
 
     /// Step 6: the settle event, then the kept arguments and any waiting record go.
@@ -240,7 +398,7 @@ impl Runs {
             let open = self.ledger.state().run(run).is_some_and(|entry| entry.is_open());
             if open {
                 let at_ms = self.ledger.stamp();
-                let charged: Vec<MoneyRecord> = Vec::new();
+                let charged = charged_of(&end.usage);
                 let event = Event::Settle { run: run.to_string(), at_ms, charged, outcome: end.outcome.clone() };
                 self.ledger.append(&held, event).await?;
                 self.env.reached(Point::Settled, run);
@@ -280,6 +438,50 @@ impl Runs {
     }
 }
 
+/// How a run's execution ended for now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    Ended(EndRecord),
+    /// Stopped in doubt at action `op`, waiting for an operator (not settled).
+    Stopped {
+        op: u64,
+    },
+}
+
+/// The waiting record of a run stopped in doubt (`waiting/<run>.json`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WaitingRecord {
+    pub run: String,
+    pub tool: String,
+    pub op: u64,
+    pub action: Value,
+    pub reason: String,
+    pub journal: String,
+    pub resolve: String,
+    pub at_ms: u64,
+}
+
+/// Money actually charged, summed per currency from a run's usage.
+fn charged_of(usage: &Value) -> Vec<MoneyRecord> {
+    let mut by_currency: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for grant in usage.as_object().into_iter().flat_map(|o| o.values()) {
+        for charge in grant.get("charged").and_then(Value::as_array).into_iter().flatten() {
+            let money = charge
+                .get("amount")
+                .and_then(Value::as_str)
+                .zip(charge.get("currency").and_then(Value::as_str))
+                .and_then(|(a, c)| crate::money::Money::parse(a, c).ok());
+            if let Some(money) = money {
+                *by_currency.entry(money.currency).or_insert(0) += money.minor;
+            }
+        }
+    }
+    by_currency
+        .into_iter()
+        .map(|(currency, minor)| MoneyRecord::from(&crate::money::Money { minor, currency }))
+        .collect()
+}
+
 /// A run executing in this process (see `Runs::running`).
 pub struct InProgress<'a> {
     runs: &'a Runs,
@@ -294,6 +496,7 @@ impl Drop for InProgress<'_> {
 
 fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
     match outcome {
+        Outcome::Suspended(_) => unreachable!("a suspended execution has no end"),
         Outcome::Done(result) => {
             EndRecord { outcome: "done".into(), result: Some(result.clone()), message: None, usage: json!({}), at_ms }
         }

@@ -40,7 +40,12 @@ fn the_lock_is_freed_when_a_server_is_killed() {
 #[test]
 fn status_beside_a_running_server_and_run_status_of_a_run_in_progress() {
     let mut wire = Wire::start(&fixture("wire/manifest.json"));
-    let mut call = Wire::request_message(Era::Modern, json!(1), "tools/call", json!({"name": "slow", "arguments": {"rounds": 30}}));
+    let mut call = Wire::request_message(
+        Era::Modern,
+        json!(1),
+        "tools/call",
+        json!({"name": "slow", "arguments": {"rounds": 30}}),
+    );
     call["params"]["_meta"]["progressToken"] = json!("slow-1");
     wire.expect_era(&json!(1), Era::Modern, "tools/call");
     wire.send_line(&call);
@@ -57,18 +62,33 @@ fn status_beside_a_running_server_and_run_status_of_a_run_in_progress() {
     let report = String::from_utf8_lossy(&status.stdout);
     assert!(report.contains(&format!("slow {run}: in progress")), "{report}");
 
-    let running = wire.request(Era::Modern, json!(2), "tools/call", json!({"name": "warden_run_status", "arguments": {"run": run}}));
+    let running = wire.request(
+        Era::Modern,
+        json!(2),
+        "tools/call",
+        json!({"name": "warden_run_status", "arguments": {"run": run}}),
+    );
     assert_eq!(running["result"]["structuredContent"]["result"]["status"], json!("running"), "{running}");
 
     let done = wire.recv();
     assert_eq!(done["id"], json!(1));
     assert_eq!(done["result"]["structuredContent"]["result"], json!(3_000_000));
-    let after = wire.request(Era::Modern, json!(3), "tools/call", json!({"name": "warden_run_status", "arguments": {"run": run}}));
+    let after = wire.request(
+        Era::Modern,
+        json!(3),
+        "tools/call",
+        json!({"name": "warden_run_status", "arguments": {"run": run}}),
+    );
     assert_eq!(after["result"]["structuredContent"]["result"]["status"], json!("done"));
 
     // The records survive a restart.
     let mut restarted = wire.restart();
-    let again = restarted.request(Era::Modern, json!(4), "tools/call", json!({"name": "warden_run_status", "arguments": {"run": run}}));
+    let again = restarted.request(
+        Era::Modern,
+        json!(4),
+        "tools/call",
+        json!({"name": "warden_run_status", "arguments": {"run": run}}),
+    );
     assert_eq!(again["result"]["structuredContent"]["result"]["result"], json!(3_000_000));
 }
 
@@ -76,7 +96,8 @@ fn status_beside_a_running_server_and_run_status_of_a_run_in_progress() {
 fn the_status_tool_is_listed_last() {
     let mut wire = Wire::start(&fixture("wire/manifest.json"));
     let listed = wire.request(Era::Modern, json!(1), "tools/list", json!({}));
-    let names: Vec<&str> = listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names.last(), Some(&"warden_run_status"));
     assert_eq!(names[0], "echo", "manifest order");
 }

@@ -52,7 +52,9 @@ pub struct CapKind {
 use GrantKey::*;
 
 const HTTP_READ_KEYS: &[GrantKey] = &[Only, Uses, Headers];
-const HTTP_WRITE_KEYS: &[GrantKey] = &[Only, Each, Max, Uses, IdempotencyKey, Headers];
+// Money limits need a kind that builds its own request (so the checked amount is the sent
+// one): raw HTTP kinds take none.
+const HTTP_WRITE_KEYS: &[GrantKey] = &[Only, Uses, IdempotencyKey, Headers];
 
 pub const KINDS: &[CapKind] = &[
     CapKind {

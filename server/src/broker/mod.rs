@@ -1,4 +1,279 @@
-//! Grants and capabilities. Today: the registry of capability kinds the manifest check
-//! uses. The broker that performs and journals actions comes with the grants work.
+//! Grants and capabilities (DESIGN.md section 5). A program acts on the world only through
+//! capability handles bound to the operator's grants; the broker checks every action against
+//! its grant before it is journaled, and never lets a call's arguments add or widen one.
+//!
+//! Inside an execution the broker is pure: a capability method either returns the result the
+//! journal already holds for that action number (replay), refuses the action (a capability
+//! failure), or suspends the program with the request to perform. The runtime (`runs.rs`)
+//! performs a suspended request durably outside Starlark, then executes the program again.
 
 pub mod kinds;
+pub mod perform;
+pub mod urls;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::manifest::{CapabilityGrant, DbMode, Grant};
+use crate::money::Money;
+
+/// The most actions one run may take; a bound on every replay loop.
+pub const ACTIONS_PER_RUN_MAX: u64 = 1000;
+/// The largest request body a program may send.
+pub const REQUEST_BODY_BYTES_MAX: usize = 1024 * 1024;
+/// What journals and logs hold in place of a secret's value.
+pub const REDACTED: &str = "[redacted]";
+
+/// An action as the journal records it: everything needed to perform it again, except
+/// secret values (headers from secrets are named, never written).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Action {
+    pub op: u64,
+    /// The capability parameter it was taken through.
+    pub grant: String,
+    pub kind: String,
+    pub method: String,
+    /// HTTP: the URL; SQLite: the statement.
+    pub target: String,
+    /// HTTP headers the program set (secrets are added at send time).
+    pub headers: BTreeMap<String, String>,
+    /// HTTP body text, or SQLite parameters as JSON text.
+    pub body: String,
+    /// The money the request moves, read from the request itself.
+    pub amount: Option<Value>,
+    pub idempotency_key: Option<String>,
+}
+
+impl Action {
+    pub fn is_read(&self) -> bool {
+        self.method == "GET" || self.method == "QUERY"
+    }
+
+    pub fn money(&self) -> Option<Money> {
+        let amount = self.amount.as_ref()?;
+        Money::parse(amount.get("amount")?.as_str()?, amount.get("currency")?.as_str()?).ok()
+    }
+}
+
+/// What one capability parameter has done in the run so far (the result's `usage`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Usage {
+    pub actions: u64,
+    /// Minor units charged, per currency.
+    pub charged: BTreeMap<String, i64>,
+}
+
+pub fn usage_json(usage: &BTreeMap<String, Usage>) -> Value {
+    let mut out = serde_json::Map::new();
+    for (grant, use_) in usage {
+        let charged: Vec<Value> = use_
+            .charged
+            .iter()
+            .map(|(currency, &minor)| Money { minor, currency: currency.clone() }.to_json())
+            .collect();
+        out.insert(grant.clone(), json!({"actions": use_.actions, "charged": charged}));
+    }
+    Value::Object(out)
+}
+
+/// Why an action is refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    Capability(String),
+    Deadline(String),
+}
+
+/// One completed action as the journal holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completed {
+    pub action: Action,
+    pub result: Value,
+}
+
+/// The broker of one execution: the grants, the journal's completed actions, and what this
+/// execution asked for. Lives in `Evaluator::extra`.
+#[derive(starlark::any::ProvidesStaticType)]
+pub struct Broker {
+    pub grants: BTreeMap<String, CapabilityGrant>,
+    pub completed: Vec<Completed>,
+    pub deadline_passed: bool,
+    pub deadline_text: String,
+    next_op: RefCell<u64>,
+    pub usage: RefCell<BTreeMap<String, Usage>>,
+    pub suspended: RefCell<Option<Action>>,
+    pub refused: RefCell<Option<Refusal>>,
+    pub mismatch: RefCell<Option<String>>,
+    pub run: String,
+}
+
+impl Broker {
+    pub fn new(run: &str, grants: &BTreeMap<String, Grant>, completed: Vec<Completed>) -> Broker {
+        let grants = grants
+            .iter()
+            .filter_map(|(name, grant)| match grant {
+                Grant::Capability(grant) => Some((name.clone(), grant.clone())),
+                Grant::Secret { .. } => None,
+            })
+            .collect();
+        Broker {
+            grants,
+            completed,
+            deadline_passed: false,
+            deadline_text: String::new(),
+            next_op: RefCell::new(0),
+            usage: RefCell::new(BTreeMap::new()),
+            suspended: RefCell::new(None),
+            refused: RefCell::new(None),
+            mismatch: RefCell::new(None),
+            run: run.to_string(),
+        }
+    }
+
+    /// Takes the next action number and checks `action` against its grant. Returns the
+    /// journaled result when the action was already performed, or the reason to stop.
+    pub fn act(&self, mut action: Action) -> Result<Value, Stop> {
+        let op = {
+            let mut next = self.next_op.borrow_mut();
+            let op = *next;
+            *next += 1;
+            op
+        };
+        action.op = op;
+        if op >= ACTIONS_PER_RUN_MAX {
+            return self.refuse(Refusal::Capability(format!("a run may take at most {ACTIONS_PER_RUN_MAX} actions")));
+        }
+        if let Some(grant) = self.grants.get(&action.grant) {
+            if grant.idempotency_key && !action.is_read() {
+                action.idempotency_key = Some(format!("warden-{}-{op}", self.run));
+            }
+        }
+        if let Some(done) = self.completed.get(op as usize) {
+            if done.action != action {
+                *self.mismatch.borrow_mut() = Some(format!(
+                    "action {op} differs from the one journaled: the program did not replay deterministically"
+                ));
+                return Err(Stop::Mismatch);
+            }
+            self.count(&action, &done.result);
+            return Ok(done.result.clone());
+        }
+        if let Err(refusal) = self.check(&action) {
+            return self.refuse(refusal);
+        }
+        *self.suspended.borrow_mut() = Some(action);
+        Err(Stop::Suspend)
+    }
+
+    fn refuse(&self, refusal: Refusal) -> Result<Value, Stop> {
+        *self.refused.borrow_mut() = Some(refusal);
+        Err(Stop::Refused)
+    }
+
+    fn count(&self, action: &Action, result: &Value) {
+        let mut usage = self.usage.borrow_mut();
+        let use_ = usage.entry(action.grant.clone()).or_default();
+        use_.actions += 1;
+        let succeeded = result.get("status").and_then(Value::as_u64).is_some_and(|s| (200..300).contains(&s));
+        if let (Some(money), true) = (action.money(), succeeded) {
+            *use_.charged.entry(money.currency).or_insert(0) += money.minor;
+        }
+    }
+
+    /// The grant's limits, for an action not yet performed.
+    fn check(&self, action: &Action) -> Result<(), Refusal> {
+        let Some(grant) = self.grants.get(&action.grant) else {
+            return Err(Refusal::Capability(format!("`{}` is not a grant of this tool", action.grant)));
+        };
+        let cap = &grant.cap;
+        if self.deadline_passed {
+            return Err(Refusal::Deadline(format!(
+                "the tool's deadline ({}) passed before action {} could start; nothing more was done",
+                self.deadline_text, action.op
+            )));
+        }
+        if let Some(uses) = grant.uses {
+            let used = self.usage.borrow().get(&action.grant).map(|u| u.actions).unwrap_or(0);
+            if used >= uses {
+                return Err(Refusal::Capability(format!(
+                    "'{cap}' allows at most {uses} action(s) per run; this is action {}",
+                    used + 1
+                )));
+            }
+        }
+        if let Some(money) = action.money() {
+            if let Some(each) = &grant.each {
+                if money.currency != each.currency || money.minor > each.minor {
+                    return Err(Refusal::Capability(format!(
+                        "'{cap}' allows at most {each} per action; this action needs {money}"
+                    )));
+                }
+            }
+            if let Some(max) = &grant.max {
+                let spent = self
+                    .usage
+                    .borrow()
+                    .get(&action.grant)
+                    .and_then(|u| u.charged.get(&max.currency).copied())
+                    .unwrap_or(0);
+                if money.currency != max.currency || spent + money.minor > max.minor {
+                    let spent = Money { minor: spent, currency: max.currency.clone() };
+                    return Err(Refusal::Capability(format!(
+                        "'{cap}' allows at most {max} per run; {spent} is spent and this action needs {money}"
+                    )));
+                }
+            }
+        }
+        if grant.mode == Some(DbMode::Read) && action.method == "EXECUTE" {
+            return Err(Refusal::Capability(format!("'{cap}' is granted read-only; `execute` is refused")));
+        }
+        Ok(())
+    }
+
+    /// Records the usage of an action just performed (the runtime does not re-execute the
+    /// program to learn it).
+    pub fn op_count(&self) -> u64 {
+        *self.next_op.borrow()
+    }
+}
+
+/// Why a capability method stopped the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Suspend,
+    Refused,
+    Mismatch,
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Suspend => write!(f, "suspended until the action is performed"),
+            Stop::Refused => write!(f, "the broker refused the action"),
+            Stop::Mismatch => write!(f, "the program did not replay deterministically"),
+        }
+    }
+}
+
+impl std::error::Error for Stop {}
+
+/// The worst case of one grant, for annotations and reservations: whether it only reads.
+pub fn grant_reads_only(grant: &CapabilityGrant) -> bool {
+    match grant.cap.as_str() {
+        "db.sqlite" => grant.mode == Some(DbMode::Read),
+        cap => kinds::find(cap).is_some_and(|kind| kind.read_only),
+    }
+}
+
+/// Replaces every secret value in `text` (the broker scrubs what services send back, so a
+/// service echoing a header cannot put a secret into a journal).
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for secret in secrets.iter().filter(|s| s.len() >= 4) {
+        out = out.replace(secret.as_str(), REDACTED);
+    }
+    out
+}

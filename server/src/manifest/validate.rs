@@ -356,6 +356,13 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
             }
         }
     }
+    if cap == "payments.stripe.refund" {
+        if let Some(Grant::Capability(post)) = needs.get("post") {
+            if post.only.len() != 1 || post.only[0].contains('*') {
+                problems.add(&format!("{at}.needs.post.only"), "must name exactly one refunds URL, without `*`");
+            }
+        }
+    }
     let mut headers = BTreeMap::new();
     for (header, secret) in raw.headers.iter().flatten() {
         check_env_name(&secret.env, &format!("{at}.headers.{header}.env"), problems);

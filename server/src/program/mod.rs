@@ -6,6 +6,7 @@
 //! here, naming the file and line, so the server never starts with a tool it cannot
 //! describe truthfully.
 
+mod capability;
 mod run;
 mod starlark_money;
 pub mod types;
@@ -20,7 +21,7 @@ use starlark::environment::{FrozenModule, Globals, GlobalsBuilder, LibraryExtens
 use starlark::eval::Evaluator;
 use starlark::syntax::{AstModule, Dialect, DialectTypes};
 
-pub use run::{execute, Failure, FailureKind, Outcome, RunLimits};
+pub use run::{execute, execute_with, Execution, Failure, FailureKind, Outcome, RunLimits};
 use types::{ArgType, INPUT_PROBLEMS_MAX};
 
 /// The largest program file accepted.

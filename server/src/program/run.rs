@@ -13,9 +13,11 @@ use starlark::values::list::AllocList;
 use starlark::values::{Heap, Value as StarlarkValue};
 use starlark::PrintHandler;
 
+use super::capability::Capability;
 use super::starlark_money::StarlarkMoney;
 use super::types::ArgType;
 use super::Program;
+use crate::broker::{Action, Broker, Refusal};
 
 /// Ticks allowed while loading a file or evaluating a default (top-level code only).
 pub const LOAD_TICKS_MAX: u64 = 1_000_000;
@@ -71,6 +73,9 @@ pub struct Failure {
 pub enum Outcome {
     Done(Value),
     Failed(Failure),
+    /// The program asked for an action the journal has not completed: perform it, then
+    /// execute again.
+    Suspended(Action),
 }
 
 /// What one execution produced.
@@ -100,13 +105,27 @@ impl PrintHandler for Prints {
     }
 }
 
-/// Runs the entry with checked, normalised inputs.
+/// Runs the entry of a program without capabilities (tests, and tools with no grants).
 pub fn execute(program: &Program, inputs: &Map<String, Value>, limits: RunLimits) -> Execution {
+    let broker = Broker::new("", &Default::default(), Vec::new());
+    execute_with(program, inputs, limits, &broker, &[])
+}
+
+/// Runs the entry with checked, normalised inputs; `capabilities` are (parameter, kind) of
+/// the tool's grants, handed to the program through `broker`.
+pub fn execute_with(
+    program: &Program,
+    inputs: &Map<String, Value>,
+    limits: RunLimits,
+    broker: &Broker,
+    capabilities: &[(String, String)],
+) -> Execution {
     let prints = Prints::default();
     let (outcome, ticks) = Module::with_temp_heap(|module| {
         let heap = module.heap();
         let mut eval = Evaluator::new(&module);
         eval.set_print_handler(&prints);
+        eval.extra = Some(broker);
         let configured = eval
             .set_max_tick_count(limits.max_steps)
             .and_then(|_| eval.set_max_callstack_size(CALLSTACK_MAX))
@@ -123,13 +142,17 @@ pub fn execute(program: &Program, inputs: &Map<String, Value>, limits: RunLimits
             let value = inputs.get(&input.name).cloned().unwrap_or(Value::Null);
             named.push((input.name.as_str(), to_starlark(&value, &input.ty, heap)));
         }
-        // Capabilities arrive with the broker; until then a program may declare none.
-        if !program.capabilities.is_empty() {
-            return (internal("capabilities are not available in this build".to_string()), 0);
+        for name in &program.capabilities {
+            let Some((_, kind)) = capabilities.iter().find(|(param, _)| param == name) else {
+                return (internal(format!("capability `{name}` has no grant")), 0);
+            };
+            named.push((name.as_str(), heap.alloc(Capability { name: name.clone(), kind: kind.clone() })));
         }
         let result = eval.eval_function(function, &[], &named);
         let ticks = eval.get_total_tick_count();
+        let stopped = broker_stop(broker);
         let outcome = match result {
+            Err(_) if stopped.is_some() => stopped.expect("checked"),
             Ok(value) => result_json(value, program.returns.as_ref()),
             Err(_) if ticks >= limits.max_steps => Outcome::Failed(Failure {
                 kind: FailureKind::Budget,
@@ -153,6 +176,20 @@ fn concise(rendered: &str) -> String {
         Some(location) => format!("{error} (at {location})"),
         None => error.to_string(),
     }
+}
+
+/// What the broker stopped the program for, if it did.
+fn broker_stop(broker: &Broker) -> Option<Outcome> {
+    if let Some(action) = broker.suspended.borrow().clone() {
+        return Some(Outcome::Suspended(action));
+    }
+    if let Some(refusal) = broker.refused.borrow().clone() {
+        return Some(Outcome::Failed(match refusal {
+            Refusal::Capability(message) => Failure { kind: FailureKind::Capability, message },
+            Refusal::Deadline(message) => Failure { kind: FailureKind::Deadline, message },
+        }));
+    }
+    broker.mismatch.borrow().clone().map(internal)
 }
 
 fn internal(message: String) -> Outcome {

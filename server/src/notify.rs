@@ -1,0 +1,52 @@
+//! Telling the operator about a run that waits (seed 000 section 7): `server.notify` is run
+//! with the waiting record on its standard input, and retried with backoff until it
+//! succeeds, as its own task, so it never blocks a call. The record on disk, `warden mcp
+//! status` and stderr already tell the operator; the command only makes the news faster.
+
+use std::path::Path;
+
+use crate::env::ProcessRequest;
+use crate::runs::Runs;
+
+/// How long one attempt of the notify command may run.
+pub const NOTIFY_TIMEOUT_MS: u64 = 10_000;
+/// The first wait between attempts; it doubles up to `NOTIFY_BACKOFF_MAX_MS`.
+pub const NOTIFY_BACKOFF_MS: u64 = 1_000;
+pub const NOTIFY_BACKOFF_MAX_MS: u64 = 60_000;
+
+pub fn spawn(runs: &Runs, run: &str, waiting: &Path) {
+    let server = &runs.catalog.manifest.server;
+    if server.notify.is_empty() {
+        return;
+    }
+    let env = runs.env.clone();
+    let argv = server.notify.clone();
+    let variables: Vec<(String, String)> =
+        server.notify_env.iter().filter_map(|name| env.process.var(name).map(|value| (name.clone(), value))).collect();
+    let run = run.to_string();
+    let waiting = waiting.to_path_buf();
+    let task_env = env.clone();
+    env.spawn.spawn(Box::pin(async move {
+        let env = task_env;
+        let details = env.disk.read(&waiting).await.unwrap_or_default();
+        let mut backoff = NOTIFY_BACKOFF_MS;
+        let mut attempt = 1u64;
+        loop {
+            let request = ProcessRequest { argv: argv.clone(), env: variables.clone(), stdin: details.clone(), timeout_ms: NOTIFY_TIMEOUT_MS };
+            match env.process.run(request).await {
+                Ok(outcome) if outcome.exit_code == Some(0) => {
+                    env.log(&format!("run {run}: the operator was notified (attempt {attempt})"));
+                    return;
+                }
+                Ok(outcome) => env.log(&format!(
+                    "run {run}: the notify command failed (attempt {attempt}, exit {:?}); retrying in {} ms",
+                    outcome.exit_code, backoff
+                )),
+                Err(error) => env.log(&format!("run {run}: the notify command could not run (attempt {attempt}): {error}; retrying in {backoff} ms")),
+            }
+            env.clock.sleep(backoff).await;
+            backoff = (backoff * 2).min(NOTIFY_BACKOFF_MAX_MS);
+            attempt += 1;
+        }
+    }));
+}

@@ -1,0 +1,301 @@
+//! Capability handles as programs see them: one value per granted parameter, whose methods
+//! ask the broker (in `Evaluator::extra`) to act. A method either returns the journaled
+//! result of its action, or stops the program (suspended to perform it, or refused).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use allocative::Allocative;
+use serde_json::{json, Value};
+use starlark::any::ProvidesStaticType;
+use starlark::environment::{Methods, MethodsBuilder};
+use starlark::eval::Evaluator;
+use starlark::starlark_module;
+use starlark::values::none::NoneOr;
+use starlark::values::starlark_value;
+use starlark::values::{
+    AllocValue, Heap, NoSerialize, StarlarkPagable, StarlarkValue, Value as StarlarkValue_, ValueLike,
+};
+
+use super::starlark_money::StarlarkMoney;
+use crate::broker::{Action, Broker, REQUEST_BODY_BYTES_MAX};
+
+#[derive(Debug, Clone, ProvidesStaticType, NoSerialize, Allocative, StarlarkPagable)]
+pub struct Capability {
+    pub name: String,
+    pub kind: String,
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<capability {} ({})>", self.name, self.kind)
+    }
+}
+
+starlark::methods_static!(CAPABILITY_METHODS = capability_methods);
+
+#[starlark_value(type = "capability")]
+impl<'v> StarlarkValue<'v> for Capability {
+    fn get_methods() -> Option<&'static Methods> {
+        Some(CAPABILITY_METHODS.methods())
+    }
+}
+
+impl<'v> AllocValue<'v> for Capability {
+    fn alloc_value(self, heap: Heap<'v>) -> StarlarkValue_<'v> {
+        heap.alloc_simple(self)
+    }
+}
+
+fn broker<'a>(eval: &'a Evaluator<'_, '_, '_>) -> starlark::Result<&'a Broker> {
+    eval.extra
+        .and_then(|extra| extra.downcast_ref::<Broker>())
+        .ok_or_else(|| starlark::Error::new_other(anyhow_free("capabilities work only inside a tool run")))
+}
+
+/// A plain error type, so the crate needs no `anyhow` of its own.
+#[derive(Debug)]
+struct Message(String);
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Message {}
+
+fn anyhow_free(text: &str) -> Message {
+    Message(text.to_string())
+}
+
+fn refused(text: String) -> starlark::Error {
+    starlark::Error::new_other(Message(text))
+}
+
+fn this(value: StarlarkValue_) -> starlark::Result<Capability> {
+    value.downcast_ref::<Capability>().cloned().ok_or_else(|| refused("not a capability".into()))
+}
+
+fn to_json(value: StarlarkValue_) -> starlark::Result<Value> {
+    let text = value.to_json().map_err(|e| refused(format!("not JSON: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| refused(format!("not JSON: {e}")))
+}
+
+fn headers_of(value: Option<StarlarkValue_>) -> starlark::Result<BTreeMap<String, String>> {
+    let Some(value) = value else { return Ok(BTreeMap::new()) };
+    match to_json(value)? {
+        Value::Object(map) => map
+            .into_iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k, s)),
+                _ => Err(refused(format!("header `{k}` must be a string"))),
+            })
+            .collect(),
+        Value::Null => Ok(BTreeMap::new()),
+        _ => Err(refused("headers must be a dict of strings".into())),
+    }
+}
+
+/// Asks the broker; a stop becomes a Starlark error the program cannot catch.
+fn act<'v>(eval: &mut Evaluator<'v, '_, '_>, action: Action) -> starlark::Result<StarlarkValue_<'v>> {
+    let result = broker(eval)?.act(action).map_err(starlark::Error::new_other)?;
+    Ok(eval.heap().alloc(result))
+}
+
+fn expect_kind(cap: &Capability, kinds: &[&str], method: &str) -> starlark::Result<()> {
+    if kinds.contains(&cap.kind.as_str()) {
+        Ok(())
+    } else {
+        Err(refused(format!("`{}` ({}) has no method `{method}`", cap.name, cap.kind)))
+    }
+}
+
+fn http(
+    cap: &Capability,
+    method: &str,
+    url: &str,
+    body: String,
+    headers: BTreeMap<String, String>,
+) -> starlark::Result<Action> {
+    if body.len() > REQUEST_BODY_BYTES_MAX {
+        return Err(refused(format!("the request body is over {REQUEST_BODY_BYTES_MAX} bytes")));
+    }
+    Ok(Action {
+        op: 0,
+        grant: cap.name.clone(),
+        kind: cap.kind.clone(),
+        method: method.to_string(),
+        target: url.to_string(),
+        headers,
+        body,
+        amount: None,
+        idempotency_key: None,
+    })
+}
+
+fn body_of(
+    body: Option<&str>,
+    json: Option<StarlarkValue_>,
+    headers: &mut BTreeMap<String, String>,
+) -> starlark::Result<String> {
+    match (body, json) {
+        (Some(_), Some(_)) => Err(refused("give `body` or `json`, not both".into())),
+        (Some(body), None) => Ok(body.to_string()),
+        (None, Some(json)) => {
+            headers.entry("content-type".into()).or_insert_with(|| "application/json".into());
+            Ok(serde_json::to_string(&to_json(json)?).expect("JSON values serialise"))
+        }
+        (None, None) => Ok(String::new()),
+    }
+}
+
+#[starlark_module]
+fn capability_methods(builder: &mut MethodsBuilder) {
+    /// GET `url`. Returns {"status", "headers", "body", "json"} (json is None unless the
+    /// body is JSON), or {"error", "may_have_been_sent"} when the request failed.
+    fn get<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] url: &str,
+        #[starlark(require = named)] headers: Option<StarlarkValue_<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        let cap = this_cap(this)?;
+        expect_kind(&cap, &["net.http.get", "payments.stripe.refund"], "get")?;
+        let action = http(&cap, "GET", url, String::new(), headers_of(headers)?)?;
+        act(eval, action)
+    }
+
+    /// POST to `url` with a text `body` or a `json` value.
+    fn post<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] url: &str,
+        #[starlark(require = named)] body: Option<&str>,
+        #[starlark(require = named)] json: Option<StarlarkValue_<'v>>,
+        #[starlark(require = named)] headers: Option<StarlarkValue_<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        write_method(this, "POST", url, body, json, headers, eval)
+    }
+
+    /// PUT to `url` with a text `body` or a `json` value.
+    fn put<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] url: &str,
+        #[starlark(require = named)] body: Option<&str>,
+        #[starlark(require = named)] json: Option<StarlarkValue_<'v>>,
+        #[starlark(require = named)] headers: Option<StarlarkValue_<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        write_method(this, "PUT", url, body, json, headers, eval)
+    }
+
+    /// PATCH `url` with a text `body` or a `json` value.
+    fn patch<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] url: &str,
+        #[starlark(require = named)] body: Option<&str>,
+        #[starlark(require = named)] json: Option<StarlarkValue_<'v>>,
+        #[starlark(require = named)] headers: Option<StarlarkValue_<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        write_method(this, "PATCH", url, body, json, headers, eval)
+    }
+
+    /// DELETE `url`.
+    fn delete<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] url: &str,
+        #[starlark(require = named)] headers: Option<StarlarkValue_<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        write_method(this, "DELETE", url, None, None, headers, eval)
+    }
+
+    /// Refund `amount` of a payment intent. The broker builds the request itself, so the
+    /// amount refunded is the amount checked against the grant.
+    fn refund<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] payment_intent: &str,
+        #[starlark(require = pos)] amount: StarlarkValue_<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        let cap = this_cap(this)?;
+        expect_kind(&cap, &["payments.stripe.refund"], "refund")?;
+        let Some(money) = amount.downcast_ref::<StarlarkMoney>() else {
+            return Err(refused("`amount` must be money".into()));
+        };
+        if payment_intent.is_empty() || !payment_intent.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(refused(format!("`{payment_intent}` is not a payment intent id")));
+        }
+        let mut action = http(&cap, "REFUND", "", String::new(), BTreeMap::new())?;
+        action.body = payment_intent.to_string();
+        action.amount = Some(json!({"amount": money.amount, "currency": money.currency}));
+        act(eval, action)
+    }
+
+    /// Run a read-only SQL statement with `params`; returns a list of rows (dicts).
+    fn query<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] sql: &str,
+        #[starlark(require = pos, default = NoneOr::None)] params: NoneOr<StarlarkValue_<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        sql_method(this, "QUERY", sql, params, eval)
+    }
+
+    /// Run a writing SQL statement with `params`, exactly once per run; returns
+    /// {"changes": n, "rows": [...]}.
+    fn execute<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] sql: &str,
+        #[starlark(require = pos, default = NoneOr::None)] params: NoneOr<StarlarkValue_<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        sql_method(this, "EXECUTE", sql, params, eval)
+    }
+}
+
+fn this_cap(value: StarlarkValue_) -> starlark::Result<Capability> {
+    this(value)
+}
+
+fn write_method<'v>(
+    this: StarlarkValue_<'v>,
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+    json: Option<StarlarkValue_<'v>>,
+    headers: Option<StarlarkValue_<'v>>,
+    eval: &mut Evaluator<'v, '_, '_>,
+) -> starlark::Result<StarlarkValue_<'v>> {
+    let cap = this_cap(this)?;
+    let kind = format!("net.http.{}", method.to_ascii_lowercase());
+    expect_kind(&cap, &[kind.as_str()], &method.to_ascii_lowercase())?;
+    let mut headers = headers_of(headers)?;
+    let body = body_of(body, json, &mut headers)?;
+    let action = http(&cap, method, url, body, headers)?;
+    act(eval, action)
+}
+
+fn sql_method<'v>(
+    this: StarlarkValue_<'v>,
+    method: &str,
+    sql: &str,
+    params: NoneOr<StarlarkValue_<'v>>,
+    eval: &mut Evaluator<'v, '_, '_>,
+) -> starlark::Result<StarlarkValue_<'v>> {
+    let cap = this_cap(this)?;
+    expect_kind(&cap, &["db.sqlite"], &method.to_ascii_lowercase())?;
+    let params = match params.into_option() {
+        None => Value::Array(vec![]),
+        Some(value) => match to_json(value)? {
+            Value::Array(items) => Value::Array(items),
+            _ => return Err(refused("`params` must be a list".into())),
+        },
+    };
+    let mut action =
+        http(&cap, method, sql, serde_json::to_string(&params).expect("JSON values serialise"), BTreeMap::new())?;
+    action.target = sql.to_string();
+    act(eval, action)
+}
