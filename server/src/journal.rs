@@ -129,8 +129,9 @@ impl Journal {
         for (index, record) in parsed.records.into_iter().enumerate() {
             let at = |problem: &str| format!("{}:{}: the journal is damaged: {problem}", file.display(), index + 1);
             match record {
-                JournalRecord::Header { run, binding, inputs, .. } if index == 0 => {
-                    journal.header = Some((run, binding, inputs))
+                JournalRecord::Header { run, binding, inputs, at_ms, .. } if index == 0 => {
+                    journal.header = Some((run, binding, inputs));
+                    journal.header_at_ms = at_ms;
                 }
                 _ if index == 0 => return Err(at("the first record is not the header")),
                 JournalRecord::Header { .. } => return Err(at("a second header")),

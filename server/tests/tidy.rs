@@ -37,6 +37,13 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("dbg!", "log through Env::stdio"),
 ];
 
+/// Single tokens a file may use, and why.
+const ALLOWED: &[(&str, &str, &str)] = &[(
+    "sim/src/services.rs",
+    "rusqlite",
+    "the simulated world's SQLite is in memory and deterministic: it is the service side of Env::db",
+)];
+
 /// Files allowed to touch the outside world: the real Env and the binaries' `main`.
 fn exempt(path: &Path) -> bool {
     let text = path.to_string_lossy();
@@ -95,8 +102,13 @@ fn core_code_reaches_the_world_only_through_env() {
     let mut report = Vec::new();
     for file in files.iter().filter(|f| !exempt(f)) {
         let text = std::fs::read_to_string(file).unwrap();
+        let relative = file.strip_prefix(&root).unwrap().display().to_string();
         for violation in violations(&text) {
-            report.push(format!("{}:{violation}", file.strip_prefix(&root).unwrap().display()));
+            let allowed =
+                ALLOWED.iter().any(|(path, token, _)| relative == *path && violation.contains(&format!("`{token}`")));
+            if !allowed {
+                report.push(format!("{relative}:{violation}"));
+            }
         }
     }
     assert!(report.is_empty(), "code outside server/src/io/ bypasses the Env seam:\n{}", report.join("\n"));

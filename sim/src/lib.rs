@@ -6,5 +6,6 @@ pub mod check;
 pub mod clock;
 pub mod disk;
 pub mod executor;
+pub mod services;
 pub mod stdio;
 pub mod world;

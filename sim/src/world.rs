@@ -3,21 +3,18 @@
 //! crash semantics; the next instance recovers through the normal start-up path.
 
 use std::cell::{Cell, RefCell};
-use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::Value;
-use warden::env::{
-    Db, DbReply, DbRequest, Env, HttpRequest, HttpResponse, LocalBoxFuture, Net, NetError, Point, Probe, Process,
-    ProcessOutcome, ProcessRequest, Rng,
-};
+use warden::env::{Env, LocalBoxFuture, Point, Probe, Rng};
 
 use crate::clock::{SimClock, SimClockHandle};
 use crate::disk::{SimDisk, SimDiskHandle};
 use crate::executor::{Executor, Stop};
+use crate::services::{Services, SimDb, SimNet, SimProcess};
 use crate::stdio::{Pipe, SimStdio};
 
 /// Virtual time an instance may run ahead while quiet (timers due within it fire).
@@ -71,42 +68,6 @@ impl Rng for SimRng {
     }
 }
 
-/// No service answers yet: every request certainly was not sent.
-struct NoNet;
-
-impl Net for NoNet {
-    fn request(&self, _request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>> {
-        Box::pin(std::future::ready(Err(NetError {
-            may_have_been_sent: false,
-            message: "no simulated service".into(),
-        })))
-    }
-}
-
-struct NoDb;
-
-impl Db for NoDb {
-    fn execute(&self, _request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>> {
-        Box::pin(std::future::ready(Err("no simulated database".to_string())))
-    }
-
-    fn action_recorded(&self, _path: &Path, _run: &str, _action: u64) -> LocalBoxFuture<'static, Result<bool, String>> {
-        Box::pin(std::future::ready(Err("no simulated database".to_string())))
-    }
-}
-
-struct QuietProcess;
-
-impl Process for QuietProcess {
-    fn run(&self, _request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>> {
-        Box::pin(std::future::ready(Ok(ProcessOutcome { exit_code: Some(0) })))
-    }
-
-    fn var(&self, _name: &str) -> Option<String> {
-        None
-    }
-}
-
 pub struct World {
     pub seed: u64,
     rng: RefCell<ChaCha8Rng>,
@@ -115,6 +76,7 @@ pub struct World {
     pub crashed: Rc<Cell<bool>>,
     pub probes: Rc<Probes>,
     pub instances: Cell<u32>,
+    pub services: Rc<Services>,
 }
 
 pub struct Instance {
@@ -129,6 +91,8 @@ impl World {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let crashed = Rc::new(Cell::new(false));
         let disk = SimDisk::new(ChaCha8Rng::seed_from_u64(rng.next_u64()), Rc::clone(&crashed));
+        let services = Services::new();
+        *services.crashed.borrow_mut() = Some(Rc::clone(&crashed));
         World {
             seed,
             rng: RefCell::new(rng),
@@ -137,6 +101,7 @@ impl World {
             crashed,
             probes: Rc::new(Probes::default()),
             instances: Cell::new(0),
+            services,
         }
     }
 
@@ -152,23 +117,27 @@ impl World {
         self.rng.borrow_mut().next_u64()
     }
 
+    fn env(&self, executor: &Executor, pipe: &Rc<Pipe>) -> Env {
+        Env {
+            clock: Rc::new(SimClockHandle(Rc::clone(&self.clock))),
+            disk: Rc::new(SimDiskHandle(Rc::clone(&self.disk))),
+            stdio: Rc::new(SimStdio { pipe: Rc::clone(pipe), crashed: Rc::clone(&self.crashed) }),
+            net: Rc::new(SimNet(Rc::clone(&self.services))),
+            db: Rc::new(SimDb(Rc::clone(&self.services))),
+            rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),
+            spawn: Rc::new(executor.spawner()),
+            process: Rc::new(SimProcess(Rc::clone(&self.services))),
+            probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
+        }
+    }
+
     /// Starts a server instance serving `manifest` (relative to the root).
     pub fn start(&self, manifest: &str) -> Instance {
         self.instances.set(self.instances.get() + 1);
         let executor =
             Executor::new(ChaCha8Rng::seed_from_u64(self.next_u64()), Rc::clone(&self.clock), Rc::clone(&self.crashed));
         let pipe = Pipe::new();
-        let env = Env {
-            clock: Rc::new(SimClockHandle(Rc::clone(&self.clock))),
-            disk: Rc::new(SimDiskHandle(Rc::clone(&self.disk))),
-            stdio: Rc::new(SimStdio { pipe: Rc::clone(&pipe), crashed: Rc::clone(&self.crashed) }),
-            net: Rc::new(NoNet),
-            db: Rc::new(NoDb),
-            rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),
-            spawn: Rc::new(executor.spawner()),
-            process: Rc::new(QuietProcess),
-            probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
-        };
+        let env = self.env(&executor, &pipe);
         let exit = Rc::new(RefCell::new(None));
         let slot = Rc::clone(&exit);
         let manifest = World::path(manifest);
@@ -177,6 +146,26 @@ impl World {
             *slot.borrow_mut() = Some(outcome);
         }));
         Instance { executor, pipe, exit, disk: Rc::clone(&self.disk) }
+    }
+
+    /// Runs an operator command (`warden resolve`, `warden mcp status`) to its end.
+    pub fn start_command<F>(&self, command: F) -> Result<String, String>
+    where
+        F: FnOnce(Env) -> LocalBoxFuture<'static, Result<String, String>>,
+    {
+        let executor =
+            Executor::new(ChaCha8Rng::seed_from_u64(self.next_u64()), Rc::clone(&self.clock), Rc::clone(&self.crashed));
+        let pipe = Pipe::new();
+        let env = self.env(&executor, &pipe);
+        let outcome = Rc::new(RefCell::new(None));
+        let slot = Rc::clone(&outcome);
+        let future = command(env);
+        executor.spawn(Box::pin(async move {
+            *slot.borrow_mut() = Some(future.await);
+        }));
+        executor.run(HORIZON_MS, STEPS_MAX);
+        let result = outcome.borrow_mut().take();
+        result.unwrap_or_else(|| Err("the command did not finish".to_string()))
     }
 
     /// Kills the instance as a power cut would: its tasks are dropped mid-flight, unsynced

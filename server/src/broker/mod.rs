@@ -63,6 +63,9 @@ impl Action {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Usage {
     pub actions: u64,
+    /// Actions that count against the grant's `uses` (for a composite kind, only its own
+    /// action: a refund, not the lookups before it).
+    pub limited: u64,
     /// Minor units charged, per currency.
     pub charged: BTreeMap<String, i64>,
 }
@@ -146,10 +149,8 @@ impl Broker {
         if op >= ACTIONS_PER_RUN_MAX {
             return self.refuse(Refusal::Capability(format!("a run may take at most {ACTIONS_PER_RUN_MAX} actions")));
         }
-        if let Some(grant) = self.grants.get(&action.grant) {
-            if grant.idempotency_key && !action.is_read() {
-                action.idempotency_key = Some(format!("warden-{}-{op}", self.run));
-            }
+        if self.grants.get(&action.grant).is_some_and(|grant| sends_idempotency_key(grant, &action)) {
+            action.idempotency_key = Some(format!("warden-{}-{op}", self.run));
         }
         if let Some(done) = self.completed.get(op as usize) {
             if done.action != action {
@@ -177,6 +178,9 @@ impl Broker {
         let mut usage = self.usage.borrow_mut();
         let use_ = usage.entry(action.grant.clone()).or_default();
         use_.actions += 1;
+        if self.grants.get(&action.grant).is_some_and(|grant| counts_against_uses(grant, action)) {
+            use_.limited += 1;
+        }
         let succeeded = result.get("status").and_then(Value::as_u64).is_some_and(|s| (200..300).contains(&s));
         if let (Some(money), true) = (action.money(), succeeded) {
             *use_.charged.entry(money.currency).or_insert(0) += money.minor;
@@ -195,8 +199,8 @@ impl Broker {
                 self.deadline_text, action.op
             )));
         }
-        if let Some(uses) = grant.uses {
-            let used = self.usage.borrow().get(&action.grant).map(|u| u.actions).unwrap_or(0);
+        if let (Some(uses), true) = (grant.uses, counts_against_uses(grant, action)) {
+            let used = self.usage.borrow().get(&action.grant).map(|u| u.limited).unwrap_or(0);
             if used >= uses {
                 return Err(Refusal::Capability(format!(
                     "'{cap}' allows at most {uses} action(s) per run; this is action {}",
@@ -238,6 +242,22 @@ impl Broker {
     pub fn op_count(&self) -> u64 {
         *self.next_op.borrow()
     }
+}
+
+/// Whether the broker sends an `Idempotency-Key` with this action: the grant asks for it
+/// (for a composite kind, its `needs.post` does), and the action writes.
+fn sends_idempotency_key(grant: &CapabilityGrant, action: &Action) -> bool {
+    if action.is_read() {
+        return false;
+    }
+    match grant.needs.get("post") {
+        Some(Grant::Capability(post)) => post.idempotency_key,
+        _ => grant.idempotency_key,
+    }
+}
+
+fn counts_against_uses(grant: &CapabilityGrant, action: &Action) -> bool {
+    grant.cap != "payments.stripe.refund" || action.method == "REFUND"
 }
 
 /// Why a capability method stopped the program.

@@ -1,0 +1,327 @@
+//! Simulated services behind the seam: a payment API (Stripe-shaped, with its own
+//! idempotency-key store and a ground-truth record of every effect), a plain HTTP endpoint
+//! that records each write, SQLite in memory, and the operator's notify command.
+//!
+//! Faults: a request refused before sending, a timeout after the service acted (the case
+//! that puts an action in doubt), and a crash of the server right after the service acted.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use serde_json::{json, Map, Value};
+use warden::env::{
+    Db, DbReply, DbRequest, HttpRequest, HttpResponse, LocalBoxFuture, Net, NetError, Process, ProcessOutcome,
+    ProcessRequest,
+};
+
+pub const PAYMENTS_HOST: &str = "https://payments.sim";
+pub const NOTES_HOST: &str = "https://notes.sim";
+
+/// A fault for the next matching request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetFault {
+    /// Refused before sending: certainly not sent.
+    Refuse,
+    /// The service acts, then the response is lost (timeout after sending).
+    LoseResponse,
+    /// The service acts, then the server crashes before it reads the response.
+    CrashAfterActing,
+}
+
+/// One effect the outside world really saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Effect {
+    pub kind: String,
+    pub key: Option<String>,
+    pub detail: String,
+    pub minor: i64,
+}
+
+#[derive(Default)]
+pub struct Services {
+    pub effects: RefCell<Vec<Effect>>,
+    pub requests: RefCell<Vec<HttpRequest>>,
+    idempotency: RefCell<BTreeMap<String, HttpResponse>>,
+    /// The canary: a payment service that ignores idempotency keys.
+    pub ignore_idempotency_keys: Cell<bool>,
+    pub faults: RefCell<Vec<(String, NetFault)>>,
+    pub crashed: RefCell<Option<Rc<Cell<bool>>>>,
+    /// Payment intents: id -> (amount in minor units, currency).
+    pub intents: RefCell<BTreeMap<String, (i64, String)>>,
+    pub notify_calls: RefCell<Vec<Vec<u8>>>,
+    /// The notify command fails this many times before it succeeds.
+    pub notify_failures: Cell<u32>,
+    pub variables: RefCell<BTreeMap<String, String>>,
+    databases: RefCell<BTreeMap<PathBuf, rusqlite::Connection>>,
+    /// Crash the server right after the next committed write.
+    pub crash_after_commit: Cell<bool>,
+}
+
+fn response(status: u16, body: Value) -> HttpResponse {
+    HttpResponse {
+        status,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: body.to_string().into_bytes(),
+    }
+}
+
+impl Services {
+    pub fn new() -> Rc<Services> {
+        let services = Services::default();
+        services.intents.borrow_mut().insert("pi_1001".into(), (5000, "usd".into()));
+        services.intents.borrow_mut().insert("pi_1002".into(), (30000, "usd".into()));
+        Rc::new(services)
+    }
+
+    pub fn fault_next(&self, url_contains: &str, fault: NetFault) {
+        self.faults.borrow_mut().push((url_contains.to_string(), fault));
+    }
+
+    fn take_fault(&self, url: &str) -> Option<NetFault> {
+        let mut faults = self.faults.borrow_mut();
+        let index = faults.iter().position(|(part, _)| url.contains(part.as_str()))?;
+        Some(faults.remove(index).1)
+    }
+
+    /// Refunds the payment service really made, in minor units.
+    pub fn refunded_minor(&self) -> i64 {
+        self.effects.borrow().iter().filter(|e| e.kind == "refund").map(|e| e.minor).sum()
+    }
+
+    pub fn effects_of(&self, kind: &str) -> usize {
+        self.effects.borrow().iter().filter(|e| e.kind == kind).count()
+    }
+
+    fn header<'a>(request: &'a HttpRequest, name: &str) -> Option<&'a str> {
+        request.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    fn serve(&self, request: &HttpRequest) -> HttpResponse {
+        let url = request.url.as_str();
+        if let Some(id) = url.strip_prefix(&format!("{PAYMENTS_HOST}/v1/payment_intents/")) {
+            return match self.intents.borrow().get(id) {
+                Some((amount, currency)) => {
+                    response(200, json!({"id": id, "amount": amount, "currency": currency, "status": "succeeded"}))
+                }
+                None => response(404, json!({"error": {"message": format!("No such payment_intent: {id}")}})),
+            };
+        }
+        if url == format!("{PAYMENTS_HOST}/v1/refunds") && request.method == "POST" {
+            let key = Services::header(request, "idempotency-key").map(str::to_string);
+            if let (Some(key), false) = (&key, self.ignore_idempotency_keys.get()) {
+                if let Some(earlier) = self.idempotency.borrow().get(key) {
+                    return earlier.clone();
+                }
+            }
+            let form: BTreeMap<String, String> = form_urlencoded::parse(&request.body).into_owned().collect();
+            let minor: i64 = form.get("amount").and_then(|a| a.parse().ok()).unwrap_or(0);
+            let intent = form.get("payment_intent").cloned().unwrap_or_default();
+            let number = self.effects.borrow().len();
+            self.effects.borrow_mut().push(Effect {
+                kind: "refund".into(),
+                key: key.clone(),
+                detail: intent.clone(),
+                minor,
+            });
+            let answer = response(
+                200,
+                json!({"id": format!("re_{number}"), "amount": minor, "payment_intent": intent, "status": "succeeded"}),
+            );
+            if let Some(key) = key {
+                self.idempotency.borrow_mut().insert(key, answer.clone());
+            }
+            return answer;
+        }
+        if url.starts_with(NOTES_HOST) {
+            if request.method == "GET" {
+                return response(200, json!({"notes": self.effects_of("note")}));
+            }
+            let key = Services::header(request, "idempotency-key").map(str::to_string);
+            if let Some(key) = &key {
+                if let Some(earlier) = self.idempotency.borrow().get(key) {
+                    return earlier.clone();
+                }
+            }
+            self.effects.borrow_mut().push(Effect {
+                kind: "note".into(),
+                key: key.clone(),
+                detail: String::from_utf8_lossy(&request.body).into_owned(),
+                minor: 0,
+            });
+            let answer = response(201, json!({"saved": true}));
+            if let Some(key) = key {
+                self.idempotency.borrow_mut().insert(key, answer.clone());
+            }
+            return answer;
+        }
+        response(404, json!({"error": "no such endpoint"}))
+    }
+
+    /// Whether the server instance has crashed: then it can reach no service.
+    fn server_crashed(&self) -> bool {
+        self.crashed.borrow().as_ref().is_some_and(|crashed| crashed.get())
+    }
+
+    fn crash_server(&self) {
+        if let Some(crashed) = self.crashed.borrow().as_ref() {
+            crashed.set(true);
+        }
+    }
+}
+
+pub struct SimNet(pub Rc<Services>);
+
+impl Net for SimNet {
+    fn request(&self, request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>> {
+        let services = &self.0;
+        if services.server_crashed() {
+            return Box::pin(std::future::pending());
+        }
+        services.requests.borrow_mut().push(request.clone());
+        let outcome = match services.take_fault(&request.url) {
+            Some(NetFault::Refuse) => Err(NetError { may_have_been_sent: false, message: "connection refused".into() }),
+            Some(NetFault::LoseResponse) => {
+                services.serve(&request);
+                Err(NetError { may_have_been_sent: true, message: "timed out after sending".into() })
+            }
+            Some(NetFault::CrashAfterActing) => {
+                services.serve(&request);
+                services.crash_server();
+                return Box::pin(std::future::pending());
+            }
+            None => Ok(services.serve(&request)),
+        };
+        Box::pin(std::future::ready(outcome))
+    }
+}
+
+fn to_sql(value: &Value) -> SqlValue {
+    match value {
+        Value::Null => SqlValue::Null,
+        Value::Bool(b) => SqlValue::Integer(*b as i64),
+        Value::Number(n) => {
+            n.as_i64().map(SqlValue::Integer).unwrap_or_else(|| SqlValue::Real(n.as_f64().unwrap_or(0.0)))
+        }
+        Value::String(s) => SqlValue::Text(s.clone()),
+        other => SqlValue::Text(other.to_string()),
+    }
+}
+
+fn from_sql(value: ValueRef) -> Value {
+    match value {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => json!(i),
+        ValueRef::Real(f) => json!(f),
+        ValueRef::Text(t) => json!(String::from_utf8_lossy(t)),
+        ValueRef::Blob(b) => json!(b.len()),
+    }
+}
+
+const ACTIONS_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS warden_actions (run TEXT NOT NULL, action INTEGER NOT NULL, PRIMARY KEY (run, action))";
+
+impl Services {
+    /// Runs SQL against a database directly (test set-up and ground truth).
+    pub fn sql(&self, path: &Path, sql: &str) -> Vec<Map<String, Value>> {
+        let mut databases = self.databases.borrow_mut();
+        let connection = databases
+            .entry(path.to_path_buf())
+            .or_insert_with(|| rusqlite::Connection::open_in_memory().expect("in-memory SQLite"));
+        let mut statement = connection.prepare(sql).expect("test SQL");
+        let names: Vec<String> = statement.column_names().iter().map(|s| s.to_string()).collect();
+        let mut rows = Vec::new();
+        let mut cursor = statement.query([]).expect("test SQL");
+        while let Some(row) = cursor.next().expect("test SQL") {
+            rows.push(names.iter().enumerate().map(|(i, n)| (n.clone(), from_sql(row.get_ref(i).unwrap()))).collect());
+        }
+        rows
+    }
+
+    fn execute(&self, request: &DbRequest) -> Result<DbReply, String> {
+        let mut databases = self.databases.borrow_mut();
+        let connection = databases
+            .entry(request.path.clone())
+            .or_insert_with(|| rusqlite::Connection::open_in_memory().expect("in-memory SQLite"));
+        let transaction = connection.transaction().map_err(|e| e.to_string())?;
+        let params: Vec<SqlValue> = request.params.iter().map(to_sql).collect();
+        let mut rows = Vec::new();
+        let changes;
+        {
+            let mut statement = transaction.prepare(&request.sql).map_err(|e| e.to_string())?;
+            if !request.write && !statement.readonly() {
+                return Err("attempt to write a readonly database".into());
+            }
+            let names: Vec<String> = statement.column_names().iter().map(|s| s.to_string()).collect();
+            let mut cursor = statement.query(rusqlite::params_from_iter(params.iter())).map_err(|e| e.to_string())?;
+            while let Some(row) = cursor.next().map_err(|e| e.to_string())? {
+                rows.push(
+                    names.iter().enumerate().map(|(i, n)| (n.clone(), from_sql(row.get_ref(i).unwrap()))).collect(),
+                );
+            }
+            changes = transaction.changes();
+        }
+        if let Some((run, action)) = &request.action {
+            transaction.execute(ACTIONS_TABLE, []).map_err(|e| e.to_string())?;
+            transaction
+                .execute(
+                    "INSERT INTO warden_actions (run, action) VALUES (?1, ?2)",
+                    rusqlite::params![run, *action as i64],
+                )
+                .map_err(|e| e.to_string())?;
+        }
+        transaction.commit().map_err(|e| e.to_string())?;
+        Ok(DbReply { rows, changes })
+    }
+}
+
+pub struct SimDb(pub Rc<Services>);
+
+impl Db for SimDb {
+    fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>> {
+        if self.0.server_crashed() {
+            return Box::pin(std::future::pending());
+        }
+        let reply = self.0.execute(&request);
+        if request.write && reply.is_ok() && self.0.crash_after_commit.replace(false) {
+            self.0.crash_server();
+            return Box::pin(std::future::pending());
+        }
+        Box::pin(std::future::ready(reply))
+    }
+
+    fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>> {
+        let _ = self.0.sql(path, ACTIONS_TABLE);
+        let rows = self
+            .0
+            .sql(path, &format!("SELECT COUNT(*) AS n FROM warden_actions WHERE run = '{run}' AND action = {action}"));
+        let found = rows.first().and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0) > 0;
+        Box::pin(std::future::ready(Ok(found)))
+    }
+}
+
+pub struct SimProcess(pub Rc<Services>);
+
+impl Process for SimProcess {
+    fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>> {
+        if self.0.server_crashed() {
+            return Box::pin(std::future::pending());
+        }
+        self.0.notify_calls.borrow_mut().push(request.stdin.clone());
+        let failing = self.0.notify_failures.get();
+        let exit_code = if failing > 0 {
+            self.0.notify_failures.set(failing - 1);
+            Some(1)
+        } else {
+            Some(0)
+        };
+        Box::pin(std::future::ready(Ok(ProcessOutcome { exit_code })))
+    }
+
+    fn var(&self, name: &str) -> Option<String> {
+        self.0.variables.borrow().get(name).cloned()
+    }
+}
