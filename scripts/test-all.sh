@@ -21,15 +21,30 @@ cargo build --workspace --all-targets --locked
 step "cargo test (unit, tidy, end-to-end)"
 cargo test --workspace --locked
 
-step "real MCP clients against the bundled example"
+clients_dir="${MCP_CLIENTS_DIR:-$HOME/.cache/mcp-clients}"
+validate() {
+  "$clients_dir/.venv/bin/python" "$root/scripts/validate_transcripts.py" "$clients_dir/out" "$root/tests/fixtures/mcp-schema"
+}
+
+step "real MCP clients against the support desk example (SQLite)"
 bash "$shared/clients/setup.sh"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+cp -r "$root/examples/support-desk" "$scratch/support-desk"
+rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db"
+bash "$shared/clients/run_all.sh" --tool search_tickets --args '{"query":"Refund"}' \
+  --expect-text '[{"id":1,"title":"Refund not received after 10 days"},{"id":4,"title":"Refund requested for a duplicate order"}]' \
+  --error-tool close_ticket -- "$root/target/debug/warden" mcp "$scratch/support-desk/manifest.json"
+step "every message the clients received validates against its era's official schema"
+validate
+
+step "real MCP clients against the toolbox example (pure programs)"
+cp -r "$root/examples/toolbox" "$scratch/toolbox"
+rm -rf "$scratch/toolbox/journals"
 bash "$shared/clients/run_all.sh" --tool convert_length --args '{"value":2,"from_unit":"km","to_unit":"m"}' \
   --expect-text 2000.0 --error-tool always_fails \
-  -- "$root/target/debug/warden" mcp "$root/examples/toolbox/manifest.json"
-
-step "every message the clients received validates against its era's official schema"
-"${MCP_CLIENTS_DIR:-$HOME/.cache/mcp-clients}/.venv/bin/python" "$root/scripts/validate_transcripts.py" \
-  "${MCP_CLIENTS_DIR:-$HOME/.cache/mcp-clients}/out" "$root/tests/fixtures/mcp-schema"
+  -- "$root/target/debug/warden" mcp "$scratch/toolbox/manifest.json"
+validate
 
 echo
 echo "all tests passed"

@@ -23,6 +23,7 @@ const LOCK_RETRY_MS: u64 = 100;
 /// protocol stream until EOF. An error here stops the server before it answers anything.
 pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
     let catalog = Rc::new(load(env, manifest_path).await?);
+    initialize_databases(env, &catalog).await?;
     let journals = catalog.manifest.server.journals.clone();
     create_root(env, &journals).await?;
     let _lock = take_lock(env, &journals).await?;
@@ -56,6 +57,28 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// Creates each `db.sqlite` database that has an `init` file and does not exist yet.
+async fn initialize_databases(env: &Env, catalog: &Catalog) -> Result<(), String> {
+    for tool in &catalog.tools {
+        for grant in tool.config.grants.values() {
+            let crate::manifest::Grant::Capability(grant) = grant else { continue };
+            let (Some(path), Some(init)) = (&grant.path, &grant.init) else { continue };
+            if env.disk.exists(path).await.map_err(|e| format!("{}: {e}", path.display()))? {
+                continue;
+            }
+            let sql =
+                env.disk.read(init).await.map_err(|e| format!("{}: cannot read the init file: {e}", init.display()))?;
+            let sql = String::from_utf8(sql).map_err(|_| format!("{}: is not UTF-8", init.display()))?;
+            env.db
+                .initialize(path, &sql)
+                .await
+                .map_err(|e| format!("{}: initializing from {} failed: {e}", path.display(), init.display()))?;
+            env.log(&format!("created {} from {}", path.display(), init.display()));
+        }
+    }
+    Ok(())
 }
 
 async fn create_root(env: &Env, journals: &Path) -> Result<(), String> {

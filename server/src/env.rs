@@ -127,6 +127,9 @@ pub struct DbReply {
 
 pub trait Db {
     fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>>;
+    /// Creates the database at `path` by running `sql` (several statements) in one
+    /// transaction. Used only when the database does not exist yet.
+    fn initialize(&self, path: &Path, sql: &str) -> LocalBoxFuture<'static, Result<(), String>>;
     /// Whether `warden_actions` holds (run id, action number): the write is known to have
     /// happened. `Ok(false)` means it is known not to have happened.
     fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>>;

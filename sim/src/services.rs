@@ -281,6 +281,14 @@ impl Services {
 pub struct SimDb(pub Rc<Services>);
 
 impl Db for SimDb {
+    fn initialize(&self, path: &Path, sql: &str) -> LocalBoxFuture<'static, Result<(), String>> {
+        let mut databases = self.0.databases.borrow_mut();
+        let connection = databases
+            .entry(path.to_path_buf())
+            .or_insert_with(|| rusqlite::Connection::open_in_memory().expect("in-memory SQLite"));
+        Box::pin(std::future::ready(connection.execute_batch(sql).map_err(|e| e.to_string())))
+    }
+
     fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>> {
         if self.0.server_crashed() {
             return Box::pin(std::future::pending());

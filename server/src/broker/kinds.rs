@@ -15,6 +15,7 @@ pub enum GrantKey {
     Headers,
     Path,
     Mode,
+    Init,
 }
 
 impl GrantKey {
@@ -29,6 +30,7 @@ impl GrantKey {
             GrantKey::Headers => "headers",
             GrantKey::Path => "path",
             GrantKey::Mode => "mode",
+            GrantKey::Init => "init",
         }
     }
 }
@@ -107,7 +109,7 @@ pub const KINDS: &[CapKind] = &[
     },
     CapKind {
         name: "db.sqlite",
-        keys: &[Path, Mode, Uses],
+        keys: &[Path, Mode, Uses, Init],
         required: &[Path, Mode],
         network: false,
         read_only: false,

@@ -92,7 +92,21 @@ fn recorded(path: PathBuf, run: String, action: u64) -> rusqlite::Result<bool> {
     Ok(count > 0)
 }
 
+fn initialize(path: PathBuf, sql: String) -> rusqlite::Result<()> {
+    let mut connection = open(&path, true)?;
+    let transaction = connection.transaction()?;
+    transaction.execute_batch(&sql)?;
+    transaction.commit()
+}
+
 impl Db for RealDb {
+    fn initialize(&self, path: &Path, sql: &str) -> LocalBoxFuture<'static, Result<(), String>> {
+        let (path, sql) = (path.to_path_buf(), sql.to_string());
+        Box::pin(async move {
+            off_reactor(move || initialize(path, sql).map_err(std::io::Error::other)).await.map_err(|e| e.to_string())
+        })
+    }
+
     fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>> {
         Box::pin(async move {
             off_reactor(move || execute(request).map_err(std::io::Error::other)).await.map_err(|e| e.to_string())

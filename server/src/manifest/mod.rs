@@ -110,6 +110,7 @@ pub struct CapabilityGrant {
     pub headers: BTreeMap<String, (String, String)>,
     pub path: Option<PathBuf>,
     pub mode: Option<DbMode>,
+    pub init: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -74,6 +74,8 @@ pub struct RawGrant {
     pub headers: Option<BTreeMap<String, RawHeaderSecret>>,
     pub path: Option<String>,
     pub mode: Option<String>,
+    /// `db.sqlite`: an SQL file run once, when the database does not exist yet.
+    pub init: Option<String>,
 }
 
 /// A header whose value comes from an environment variable: `prefix` + the variable's value.

@@ -290,6 +290,7 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
         (GrantKey::Headers, raw.headers.is_some()),
         (GrantKey::Path, raw.path.is_some()),
         (GrantKey::Mode, raw.mode.is_some()),
+        (GrantKey::Init, raw.init.is_some()),
     ];
     for (key, is_present) in &present {
         if *is_present && !kind.keys.contains(key) {
@@ -388,6 +389,7 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
         headers,
         path: raw.path.as_ref().map(|p| base.join(p)),
         mode,
+        init: raw.init.as_ref().map(|p| base.join(p)),
     };
     Some((grant, network))
 }
