@@ -27,13 +27,31 @@ def main(a: int, b: int) -> int:
     return a + b
 "#;
 
+const WRITE_PROGRAM: &str = r#"
+def main(db, a: int, b: int) -> int:
+    """Record a sum in SQLite.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    db.execute("INSERT INTO sums (a, b) VALUES (?, ?)", [a, b])
+    return a + b
+"#;
+
 fn manifest(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("add.star"), PROGRAM).unwrap();
+    std::fs::write(dir.join("write.star"), WRITE_PROGRAM).unwrap();
+    std::fs::write(dir.join("sums.sql"), "CREATE TABLE sums (a INTEGER, b INTEGER);").unwrap();
     let manifest = dir.join("manifest.json");
     let text = json!({
         "server": {"name": "bench", "journals": "journals", "max_concurrent_runs": IN_FLIGHT},
-        "tools": [{"name": "add", "program": "add.star", "limits": {"max_steps": 1000}}]
+        "tools": [
+            {"name": "add", "program": "add.star", "limits": {"max_steps": 1000}},
+            {"name": "add_and_record", "program": "write.star", "limits": {"max_steps": 1000},
+             "grants": {"db": {"cap": "db.sqlite", "path": "sums.db", "mode": "write", "init": "sums.sql"}}}
+        ]
     });
     std::fs::write(&manifest, text.to_string()).unwrap();
     manifest
@@ -59,9 +77,9 @@ impl Server {
         Server { child, stdin, lines }
     }
 
-    fn send_call(&mut self, id: u64) {
+    fn send_call(&mut self, tool: &str, id: u64) {
         let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-            "name": "add", "arguments": {"a": id, "b": 1},
+            "name": tool, "arguments": {"a": id, "b": 1},
             "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
         writeln!(self.stdin, "{call}").unwrap();
         self.stdin.flush().unwrap();
@@ -90,20 +108,20 @@ struct Figures {
     throughput: f64,
 }
 
-fn measure(dir: &Path, calls: u64) -> Figures {
+fn measure(dir: &Path, tool: &str, calls: u64) -> Figures {
     let _ = std::fs::remove_dir_all(dir);
     let manifest = manifest(dir);
     let warden = env!("CARGO_BIN_EXE_warden");
     let mut server = Server::start(warden, &["mcp", manifest.to_str().unwrap()]);
     // Warm up (program compiled, directories created).
     for id in 0..20 {
-        server.send_call(1_000_000 + id);
+        server.send_call(tool, 1_000_000 + id);
         server.answer();
     }
     let mut latencies = Vec::with_capacity(calls as usize);
     for id in 0..calls {
         let started = Instant::now();
-        server.send_call(id);
+        server.send_call(tool, id);
         server.answer();
         latencies.push(started.elapsed());
     }
@@ -111,13 +129,13 @@ fn measure(dir: &Path, calls: u64) -> Figures {
     let started = Instant::now();
     let mut sent = 0;
     for _ in 0..IN_FLIGHT {
-        server.send_call(2_000_000 + sent);
+        server.send_call(tool, 2_000_000 + sent);
         sent += 1;
     }
     for _ in 0..calls {
         server.answer();
         if sent < calls {
-            server.send_call(2_000_000 + sent);
+            server.send_call(tool, 2_000_000 + sent);
             sent += 1;
         }
     }
@@ -127,7 +145,7 @@ fn measure(dir: &Path, calls: u64) -> Figures {
 }
 
 /// fsync and fdatasync calls per tools/call, counted by strace over `calls` sequential calls.
-fn fsyncs_per_call(dir: &Path, calls: u64) -> Option<f64> {
+fn fsyncs_per_call(dir: &Path, tool: &str, calls: u64) -> Option<f64> {
     Command::new("strace").arg("-V").output().ok()?;
     let _ = std::fs::remove_dir_all(dir);
     let manifest = manifest(dir);
@@ -137,7 +155,7 @@ fn fsyncs_per_call(dir: &Path, calls: u64) -> Option<f64> {
         let args = ["-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out.to_str()?, warden, "mcp", manifest.to_str()?];
         let mut server = Server::start("strace", &args);
         for id in 0..calls {
-            server.send_call(id);
+            server.send_call(tool, id);
             server.answer();
         }
         server.stop();

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod payments;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -124,6 +126,12 @@ impl Wire {
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
         let manifest = dir.path().join("manifest.json");
         Wire::spawn_in(dir, &manifest, &[], true)
+    }
+
+    /// Starts a server on a prepared folder holding `manifest.json`.
+    pub fn start_dir(dir: tempfile::TempDir, env: &[(&str, &str)]) -> Wire {
+        let manifest = dir.path().join("manifest.json");
+        Wire::spawn_in(dir, &manifest, env, true)
     }
 
     fn spawn_in(dir: tempfile::TempDir, manifest: &Path, env: &[(&str, &str)], reading: bool) -> Wire {

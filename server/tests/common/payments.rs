@@ -1,0 +1,130 @@
+//! A local payments test service on 127.0.0.1, shaped like Stripe's: payment intents to look
+//! up, refunds (form-encoded) with an idempotency-key store, and a record of what it really
+//! did. One thread per connection, `Connection: close`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use serde_json::{json, Value};
+
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub headers: BTreeMap<String, String>,
+    pub body: String,
+}
+
+#[derive(Default)]
+pub struct Ledger {
+    pub requests: Vec<Seen>,
+    /// Refunds really made: (payment intent, minor units).
+    pub refunds: Vec<(String, i64)>,
+    answered: BTreeMap<String, Value>,
+}
+
+pub struct Payments {
+    pub port: u16,
+    pub ledger: Arc<Mutex<Ledger>>,
+}
+
+impl Payments {
+    pub fn start() -> Payments {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1");
+        let port = listener.local_addr().unwrap().port();
+        let ledger = Arc::new(Mutex::new(Ledger::default()));
+        let shared = Arc::clone(&ledger);
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let ledger = Arc::clone(&shared);
+                thread::spawn(move || serve(stream, &ledger));
+            }
+        });
+        Payments { port, ledger }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn refunded_minor(&self) -> i64 {
+        self.ledger.lock().unwrap().refunds.iter().map(|(_, minor)| minor).sum()
+    }
+}
+
+fn serve(stream: TcpStream, ledger: &Mutex<Ledger>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string());
+    let mut headers = BTreeMap::new();
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
+        }
+    }
+    let length: usize = headers.get("content-length").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let mut body = vec![0u8; length];
+    let _ = reader.read_exact(&mut body);
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let seen = Seen { method: method.clone(), path: path.clone(), headers: headers.clone(), body: body.clone() };
+    let (status, answer) = {
+        let mut ledger = ledger.lock().unwrap();
+        ledger.requests.push(seen);
+        answer(&mut ledger, &method, &path, &headers, &body)
+    };
+    let text = answer.to_string();
+    let mut stream = stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+        text.len()
+    );
+}
+
+fn answer(
+    ledger: &mut Ledger,
+    method: &str,
+    path: &str,
+    headers: &BTreeMap<String, String>,
+    body: &str,
+) -> (u16, Value) {
+    if let Some(id) = path.strip_prefix("/v1/payment_intents/") {
+        return match id {
+            "pi_1001" => (200, json!({"id": id, "amount": 5000, "currency": "usd", "status": "succeeded"})),
+            "pi_1002" => (200, json!({"id": id, "amount": 30000, "currency": "usd", "status": "succeeded"})),
+            _ => (404, json!({"error": {"message": format!("No such payment_intent: '{id}'")}})),
+        };
+    }
+    if path == "/v1/refunds" && method == "POST" {
+        let key = headers.get("idempotency-key").cloned();
+        if let Some(earlier) = key.as_ref().and_then(|k| ledger.answered.get(k)) {
+            return (200, earlier.clone());
+        }
+        let form: BTreeMap<String, String> = form_pairs(body);
+        let minor: i64 = form.get("amount").and_then(|a| a.parse().ok()).unwrap_or(0);
+        let intent = form.get("payment_intent").cloned().unwrap_or_default();
+        ledger.refunds.push((intent.clone(), minor));
+        let refund = json!({"id": format!("re_{}", ledger.refunds.len()), "amount": minor, "payment_intent": intent, "status": "succeeded"});
+        if let Some(key) = key {
+            ledger.answered.insert(key, refund.clone());
+        }
+        return (200, refund);
+    }
+    (404, json!({"error": {"message": "no such endpoint"}}))
+}
+
+fn form_pairs(body: &str) -> BTreeMap<String, String> {
+    body.split('&').filter_map(|pair| pair.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
