@@ -163,7 +163,7 @@ fn fsyncs_per_call(dir: &Path, tool: &str, calls: u64) -> Option<f64> {
         let total: u64 = text
             .lines()
             .filter(|l| l.contains("fsync") || l.contains("fdatasync"))
-            .filter_map(|l| l.split_whitespace().nth(3)?.parse().ok())
+            .filter_map(|l| l.split_whitespace().nth(3)?.parse::<u64>().ok())
             .sum();
         Some(total)
     };
@@ -176,24 +176,21 @@ fn main() {
     let calls: u64 = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
     let disk_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-durable-calls");
     let tmpfs_dir = Path::new("/dev/shm").join(format!("warden-bench-{}", std::process::id()));
-    println!("durable tools/call of a trivial program, {calls} calls per figure, {IN_FLIGHT} in flight for throughput");
-    println!("| journals on | median | p99 | throughput ({IN_FLIGHT} in flight) |");
-    println!("|---|---|---|---|");
-    for (name, dir) in [("real disk", &disk_dir), ("tmpfs (fsync ~free)", &tmpfs_dir)] {
-        if name.starts_with("tmpfs") && !Path::new("/dev/shm").is_dir() {
-            continue;
+    println!("durable tools/call, {calls} calls per figure, {IN_FLIGHT} in flight for throughput");
+    println!("| tool | journals on | median | p99 | throughput ({IN_FLIGHT} in flight) | fsyncs per call |");
+    println!("|---|---|---|---|---|---|");
+    for tool in ["add", "add_and_record"] {
+        let fsyncs = match fsyncs_per_call(&disk_dir, tool, calls.min(100)) {
+            Some(per_call) => format!("{per_call:.1}"),
+            None => "strace not available".to_string(),
+        };
+        for (name, dir) in [("real disk", &disk_dir), ("tmpfs (fsync ~free)", &tmpfs_dir)] {
+            if name.starts_with("tmpfs") && !Path::new("/dev/shm").is_dir() {
+                continue;
+            }
+            let f = measure(dir, tool, calls);
+            println!("| {tool} | {name} | {:.2} ms | {:.2} ms | {:.0} calls/s | {fsyncs} |", ms(f.median), ms(f.p99), f.throughput);
         }
-        let figures = measure(dir, calls);
-        println!(
-            "| {name} | {:.2} ms | {:.2} ms | {:.0} calls/s |",
-            ms(figures.median),
-            ms(figures.p99),
-            figures.throughput
-        );
-    }
-    match fsyncs_per_call(&disk_dir, calls.min(100)) {
-        Some(per_call) => println!("fsync + fdatasync per call (strace): {per_call:.1}"),
-        None => println!("fsyncs per call: strace not available"),
     }
     let _ = std::fs::remove_dir_all(&tmpfs_dir);
 }
