@@ -1,1 +1,122 @@
-pub fn placeholder() {}
+//! The fault vocabulary of Warden's simulator: what can go wrong, and when. A fault plan is
+//! data (a list of faults, each attached to the call before which it is armed), so a failing
+//! seed can be written down as a scenario file, shrunk, and replayed exactly.
+
+use serde::{Deserialize, Serialize};
+
+/// A durable step of a call (seed 000 section 7), named as the server's probe names it.
+pub const POINTS: &[&str] =
+    &["reserved", "inputs-kept", "journal-created", "run-recorded", "waiting-recorded", "settled", "answered", "action-begun"];
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Fault {
+    /// Crash the server the next time it reaches `point` (a name from `POINTS`).
+    CrashAtPoint { point: String },
+    /// Crash the server at its `after`-th disk operation from now (unsynced data is lost or torn).
+    CrashAtDiskOperation { after: u64 },
+    /// Fail the next fsync (the server must stop, not go on).
+    FailFsync,
+    /// The disk is full for the next write of this call.
+    FillDisk,
+    /// Step the wall clock by `ms` (negative: backwards).
+    StepClock { ms: i64 },
+    /// Let virtual time pass.
+    AdvanceTime { ms: u64 },
+    /// The next request to a URL containing `url` gets this network fault.
+    Network { url: String, kind: NetworkFault },
+    /// The notify command fails this many times before it succeeds.
+    NotifyFails { times: u32 },
+    /// A malformed line arrives before the call.
+    MalformedLine,
+    /// The client cancels the call right after sending it.
+    Cancel,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkFault {
+    Refuse,
+    LoseResponse,
+    CrashAfterActing,
+}
+
+impl Fault {
+    /// The kind, for the simulator's table of faults injected.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::CrashAtPoint { .. } => "crash at a step",
+            Fault::CrashAtDiskOperation { .. } => "crash at a disk operation",
+            Fault::FailFsync => "fsync failure",
+            Fault::FillDisk => "full disk",
+            Fault::StepClock { .. } => "clock step",
+            Fault::AdvanceTime { .. } => "time passes",
+            Fault::Network { kind: NetworkFault::Refuse, .. } => "request refused",
+            Fault::Network { kind: NetworkFault::LoseResponse, .. } => "response lost after acting",
+            Fault::Network { kind: NetworkFault::CrashAfterActing, .. } => "crash after the service acted",
+            Fault::NotifyFails { .. } => "notify command fails",
+            Fault::MalformedLine => "malformed line",
+            Fault::Cancel => "cancellation",
+        }
+    }
+}
+
+/// Faults armed before a given call of the workload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Planned {
+    pub before_call: u32,
+    pub fault: Fault,
+}
+
+/// What a scenario expects: to pass, or to fail naming an invariant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expect {
+    Pass,
+    Fails { invariant: u8 },
+}
+
+/// A canary: a planted bug the checker must find.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Canary {
+    /// fsync acknowledges without making anything durable.
+    LyingFsync,
+    /// The payment service ignores idempotency keys.
+    IgnoreIdempotencyKeys,
+}
+
+/// A scenario: a seed (which drives the workload and scheduling), a fault plan, and what is
+/// expected. `warden-sim replay` runs one exactly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub description: String,
+    pub seed: u64,
+    pub calls: u32,
+    pub faults: Vec<Planned>,
+    #[serde(default)]
+    pub canary: Option<Canary>,
+    pub expect: Expect,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_round_trips_as_json() {
+        let scenario = Scenario {
+            description: "d".into(),
+            seed: 3,
+            calls: 4,
+            faults: vec![Planned { before_call: 1, fault: Fault::CrashAtPoint { point: "settled".into() } }],
+            canary: None,
+            expect: Expect::Fails { invariant: 7 },
+        };
+        let text = serde_json::to_string(&scenario).unwrap();
+        assert_eq!(serde_json::from_str::<Scenario>(&text).unwrap(), scenario);
+        assert!(serde_json::from_str::<Scenario>(&text.replace("\"calls\"", "\"callz\"")).is_err());
+    }
+}
