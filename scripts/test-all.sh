@@ -46,5 +46,14 @@ bash "$shared/clients/run_all.sh" --tool convert_length --args '{"value":2,"from
   -- "$root/target/debug/warden" mcp "$scratch/toolbox/manifest.json"
 validate
 
+step "simulator: a seed sweep with faults on, the determinism check, and the two canaries"
+sim="$root/target/debug/warden-sim"
+"$sim" explore --seeds 0..500 --out "$scratch/found"
+for seed in 1 2 3 42 500; do "$sim" run --seed "$seed" --check-determinism; done
+# The checker is itself tested: each planted bug must be found within 1,000 seeds.
+"$sim" explore --seeds 0..1000 --canary lying-fsync --expect-violation --out "$scratch/canary"
+"$sim" explore --seeds 0..1000 --canary ignore-idempotency-keys --expect-violation --out "$scratch/canary"
+"$sim" replay "$root"/scenarios/*.json
+
 echo
 echo "all tests passed"

@@ -5,8 +5,16 @@
 use serde::{Deserialize, Serialize};
 
 /// A durable step of a call (seed 000 section 7), named as the server's probe names it.
-pub const POINTS: &[&str] =
-    &["reserved", "inputs-kept", "journal-created", "run-recorded", "waiting-recorded", "settled", "answered", "action-begun"];
+pub const POINTS: &[&str] = &[
+    "reserved",
+    "inputs-kept",
+    "journal-created",
+    "run-recorded",
+    "waiting-recorded",
+    "settled",
+    "answered",
+    "action-begun",
+];
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "fault", rename_all = "snake_case", deny_unknown_fields)]
@@ -98,6 +106,10 @@ pub struct Scenario {
     pub faults: Vec<Planned>,
     #[serde(default)]
     pub canary: Option<Canary>,
+    /// Which tool each call uses, in turn (the seed picks the arguments); when absent, the
+    /// seed picks the tools too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
     pub expect: Expect,
 }
 
@@ -113,6 +125,7 @@ mod tests {
             calls: 4,
             faults: vec![Planned { before_call: 1, fault: Fault::CrashAtPoint { point: "settled".into() } }],
             canary: None,
+            tools: None,
             expect: Expect::Fails { invariant: 7 },
         };
         let text = serde_json::to_string(&scenario).unwrap();

@@ -189,7 +189,12 @@ fn main() {
                 continue;
             }
             let f = measure(dir, tool, calls);
-            println!("| {tool} | {name} | {:.2} ms | {:.2} ms | {:.0} calls/s | {fsyncs} |", ms(f.median), ms(f.p99), f.throughput);
+            println!(
+                "| {tool} | {name} | {:.2} ms | {:.2} ms | {:.0} calls/s | {fsyncs} |",
+                ms(f.median),
+                ms(f.p99),
+                f.throughput
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&tmpfs_dir);

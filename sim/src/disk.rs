@@ -54,6 +54,8 @@ pub struct SimDisk {
     /// Operations so far (all instances), and the one to crash at.
     pub operations: Cell<u64>,
     pub crash_at_operation: Cell<Option<u64>>,
+    /// Fail the next fsync (one shot).
+    pub fail_next_fsync: Cell<bool>,
     /// Shared with the executor: set when a fault crashed the instance.
     pub crashed: Rc<Cell<bool>>,
     /// Counts of injected faults by kind, for the simulator's report.
@@ -76,6 +78,7 @@ impl SimDisk {
             faults: RefCell::new(DiskFaults::default()),
             operations: Cell::new(0),
             crash_at_operation: Cell::new(None),
+            fail_next_fsync: Cell::new(false),
             crashed,
             injected: RefCell::new(BTreeMap::new()),
         };
@@ -108,6 +111,10 @@ impl SimDisk {
             return true;
         }
         false
+    }
+
+    pub fn used(&self) -> usize {
+        Self::used_bytes(&self.state.borrow())
     }
 
     fn used_bytes(state: &State) -> usize {
@@ -261,7 +268,7 @@ impl Disk for SimDiskHandle {
             return pending_forever();
         }
         let disk = &self.0;
-        if disk.chance(disk.faults.borrow().fsync_failure_ppm) {
+        if disk.fail_next_fsync.replace(false) || disk.chance(disk.faults.borrow().fsync_failure_ppm) {
             disk.count("fsync failure");
             return ready(Err(io::Error::other("simulated fsync failure")));
         }

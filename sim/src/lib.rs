@@ -8,4 +8,6 @@ pub mod disk;
 pub mod executor;
 pub mod services;
 pub mod stdio;
+pub mod sweep;
+pub mod timeline;
 pub mod world;

@@ -69,9 +69,14 @@ impl Connection {
         let mut splitter = LineSplitter::new();
         loop {
             let read = self.env.stdio.read(READ_CHUNK_BYTES);
-            let chunk = match select(read, self.client_gone.wait()).await {
-                Either::Right(()) => {
+            let stop = Box::pin(select(self.client_gone.wait(), self.runs.fatal.wait()));
+            let chunk = match select(read, stop).await {
+                Either::Right(Either::Left(())) => {
                     self.env.log("the client is gone (a write failed); no more requests are read");
+                    break;
+                }
+                Either::Right(Either::Right(())) => {
+                    self.env.log("a durable write failed; no more requests are read");
                     break;
                 }
                 Either::Left(Ok(chunk)) => chunk,

@@ -1,0 +1,39 @@
+//! Replays every scenario file in `scenarios/` and checks each one's stated expectation.
+
+use warden_faults::{Expect, Scenario};
+use warden_sim::sweep::simulate;
+
+#[test]
+fn every_scenario_meets_its_expectation() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 15, "expected the hand-written scenarios, found {}", files.len());
+    let mut failures = Vec::new();
+    for file in &files {
+        let scenario: Scenario = serde_json::from_str(&std::fs::read_to_string(file).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let report = simulate(&scenario);
+        let found: Vec<u8> = report.violations.iter().map(|v| v.invariant).collect();
+        let met = match scenario.expect {
+            Expect::Pass => found.is_empty(),
+            Expect::Fails { invariant } => found.contains(&invariant),
+        };
+        if !met {
+            failures.push(format!("{}: expected {:?}, found {:?}", file.display(), scenario.expect, report.violations));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_same_seed_gives_the_same_trace() {
+    for seed in [3, 17, 29] {
+        let scenario = warden_sim::sweep::plan_for_seed(seed);
+        assert_eq!(simulate(&scenario).trace_hash, simulate(&scenario).trace_hash, "seed {seed}");
+    }
+}
