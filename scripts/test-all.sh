@@ -55,5 +55,8 @@ for seed in 1 2 3 42 500; do "$sim" run --seed "$seed" --check-determinism; done
 "$sim" explore --seeds 0..1000 --canary ignore-idempotency-keys --expect-violation --out "$scratch/canary"
 "$sim" replay "$root"/scenarios/*.json
 
+step "fuzzing (nightly): each target for a bounded time, and the canary"
+"$root/scripts/fuzz-ci.sh"
+
 echo
 echo "all tests passed"

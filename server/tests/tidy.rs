@@ -31,18 +31,21 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("print!(", "stdout is the protocol stream; log through Env::stdio"),
     ("eprintln!", "log through Env::stdio"),
     ("eprint!(", "log through Env::stdio"),
-    ("stdout()", "stdout is the protocol stream"),
-    ("stderr()", "log through Env::stdio"),
-    ("stdin()", "the protocol stream goes through Env::stdio"),
+    ("io::stdout", "stdout is the protocol stream"),
+    ("io::stderr", "log through Env::stdio"),
+    ("io::stdin", "the protocol stream goes through Env::stdio"),
     ("dbg!", "log through Env::stdio"),
 ];
 
 /// Single tokens a file may use, and why.
-const ALLOWED: &[(&str, &str, &str)] = &[(
-    "sim/src/services.rs",
-    "rusqlite",
-    "the simulated world's SQLite is in memory and deterministic: it is the service side of Env::db",
-)];
+const ALLOWED: &[(&str, &str, &str)] = &[
+    (
+        "sim/src/services.rs",
+        "rusqlite",
+        "the simulated world's SQLite is in memory and deterministic: it is the service side of Env::db",
+    ),
+    ("sim/src/fuzzing.rs", "std::fs", "the fuzz properties read the official MCP schema fixture once; not server code"),
+];
 
 /// Files allowed to touch the outside world: the real Env and the binaries' `main`.
 fn exempt(path: &Path) -> bool {

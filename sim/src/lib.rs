@@ -11,3 +11,4 @@ pub mod stdio;
 pub mod sweep;
 pub mod timeline;
 pub mod world;
+pub mod fuzzing;

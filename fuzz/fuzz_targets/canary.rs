@@ -1,0 +1,3 @@
+#![no_main]
+//! See `warden_sim::fuzzing::canary` for the property this target checks.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| warden_sim::fuzzing::canary(data));

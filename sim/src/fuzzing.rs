@@ -1,0 +1,247 @@
+//! The properties the fuzz targets check, as plain functions over bytes, so the cargo-fuzz
+//! targets (nightly, `fuzz/`) and the stable replay test (`sim/tests/fuzz_replay.rs`) run
+//! exactly the same code. Each panics when its property is broken.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+use warden::journal::Journal;
+use warden::ledger::{self, Event, MoneyRecord, OnceRecord};
+use warden::manifest::Manifest;
+use warden::program::Program;
+use warden::record;
+use warden_faults::{Fault, NetworkFault, Planned, Scenario, POINTS};
+
+use crate::executor::Stop;
+use crate::world::World;
+
+/// Bytes a fuzz input may hold; longer inputs are cut (the framing limit is tested by the
+/// end-to-end tests, not by making every input 4 MiB).
+pub const INPUT_BYTES_MAX: usize = 64 * 1024;
+
+const PURE_MANIFEST: &str = r#"{ "server": { "name": "fuzz", "journals": "journals" },
+  "tools": [ { "name": "echo", "program": "echo.star", "limits": { "max_steps": 10000 } } ] }"#;
+const ECHO: &str = "def main(text: str = \"\") -> str:\n    \"\"\"Echo.\n\n    Args:\n        text: The text.\n    \"\"\"\n    return text\n";
+
+fn schema_validators() -> &'static [(jsonschema::Validator, jsonschema::Validator)] {
+    static VALIDATORS: OnceLock<Vec<(jsonschema::Validator, jsonschema::Validator)>> = OnceLock::new();
+    VALIDATORS.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mcp-schema");
+        ["2025-11-25", "2026-07-28"]
+            .iter()
+            .map(|era| {
+                let text = std::fs::read_to_string(root.join(era).join("schema.json")).expect("the official schema");
+                let base: Value = serde_json::from_str(&text).expect("the schema is JSON");
+                let compile = |definition: &str| {
+                    let mut schema = base.clone();
+                    schema["$ref"] = json!(format!("#/$defs/{definition}"));
+                    jsonschema::validator_for(&schema).expect("the schema compiles")
+                };
+                (compile("JSONRPCMessage"), compile("JSONRPCErrorResponse"))
+            })
+            .collect()
+    })
+}
+
+/// `framing`: arbitrary bytes on the protocol stream, then one good request. Every line
+/// written is one JSON-RPC message valid under an era's official schema, and the good
+/// request is answered whatever came before it.
+pub fn framing(data: &[u8]) {
+    let data = &data[..data.len().min(INPUT_BYTES_MAX)];
+    let world = World::new(0);
+    world.install("manifest.json", PURE_MANIFEST.as_bytes());
+    world.install("echo.star", ECHO.as_bytes());
+    let instance = world.start("manifest.json");
+    instance.send_raw(data);
+    instance.send_raw(b"\n");
+    instance.send(&json!({"jsonrpc": "2.0", "id": "probe-after-fuzz", "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}));
+    instance.close_stdin();
+    let stop = instance.run();
+    assert_eq!(stop, Stop::Quiet, "the server did not go quiet");
+    assert!(instance.exited().is_some(), "the server did not exit at EOF");
+    let mut probe_answered = false;
+    for line in instance.pipe.take_output() {
+        assert_eq!(line.last(), Some(&b'\n'), "a message without its newline");
+        assert!(!line[..line.len() - 1].contains(&b'\n'), "a message with an embedded newline");
+        let message: Value = serde_json::from_slice(&line).expect("every line written is JSON");
+        let valid = schema_validators().iter().any(|(message_schema, _)| message_schema.is_valid(&message));
+        assert!(valid, "a message valid in neither era: {message}");
+        if message.get("id") == Some(&json!("probe-after-fuzz")) {
+            probe_answered = true;
+        }
+    }
+    assert!(probe_answered, "a good line after the fuzz input was not answered");
+}
+
+/// Events derived from bytes, for building valid ledgers.
+fn events_from(data: &[u8]) -> Vec<Event> {
+    let mut events = Vec::new();
+    let mut open: Vec<String> = Vec::new();
+    for (index, chunk) in data.chunks(3).enumerate().take(64) {
+        let run = format!("{:032x}", index as u128 + 1);
+        let choice = chunk[0] % 3;
+        if choice == 0 || open.is_empty() {
+            let money = if chunk.get(1).is_some_and(|b| b % 2 == 0) {
+                vec![MoneyRecord { amount: format!("{}.00", chunk.get(2).copied().unwrap_or(1)), currency: "USD".into() }]
+            } else {
+                vec![]
+            };
+            let once = chunk.get(1).filter(|b| **b > 200).map(|b| OnceRecord { key: format!("k{b}"), arguments: "a".into() });
+            events.push(Event::Reserve { run: run.clone(), tool: "t".into(), at_ms: index as u64, calls: 1, money, once });
+            open.push(run);
+        } else {
+            let run = open.remove(chunk[0] as usize % open.len());
+            events.push(if choice == 1 {
+                Event::Settle { run, at_ms: index as u64, charged: vec![], outcome: "done".into() }
+            } else {
+                Event::Release { run, at_ms: index as u64 }
+            });
+        }
+    }
+    events
+}
+
+/// `ledger`: arbitrary bytes as `server.ledger` give a state or a typed damage error, never a
+/// panic; a valid ledger with a torn tail recovers to the state without the tail; damage
+/// anywhere but the tail is always reported.
+pub fn ledger(data: &[u8]) {
+    let data = &data[..data.len().min(INPUT_BYTES_MAX)];
+    let file = Path::new("server.ledger");
+    if let Ok((state, parsed)) = ledger::parse(file, data) {
+        let (again, _) = ledger::parse(file, &data[..parsed.intact_len]).expect("the intact prefix parses");
+        assert_eq!(state, again, "the intact prefix recovers a different state");
+    }
+    let events = events_from(data);
+    let lines: Vec<Vec<u8>> = events.iter().map(record::encode).collect();
+    let whole: Vec<u8> = lines.concat();
+    let (state, _) = ledger::parse(file, &whole).expect("a ledger of valid events parses");
+    if let Some(last) = lines.last() {
+        let cut = data.first().copied().unwrap_or(0) as usize % last.len();
+        let torn = &whole[..whole.len() - last.len() + cut];
+        let (without, _) = ledger::parse(file, &whole[..whole.len() - last.len()]).expect("valid");
+        let (recovered, parsed) = ledger::parse(file, torn).expect("a torn tail is not damage");
+        assert_eq!(recovered, without, "a torn tail changed the state");
+        assert_eq!(parsed.torn_tail_bytes, cut);
+    }
+    if lines.len() >= 2 {
+        let line = data.get(1).copied().unwrap_or(0) as usize % (lines.len() - 1);
+        let start: usize = lines[..line].iter().map(Vec::len).sum();
+        let offset = data.get(2).copied().unwrap_or(0) as usize % lines[line].len();
+        let mut damaged = whole.clone();
+        damaged[start + offset] ^= 1 << (data.get(3).copied().unwrap_or(0) % 8);
+        match ledger::parse(file, &damaged) {
+            Err(ledger::LedgerError::Damaged { line: reported, .. }) => assert!(reported <= line + 2, "damage reported at the wrong line"),
+            Err(other) => panic!("damage reported as {other}"),
+            Ok((damaged_state, _)) => panic!("damage at line {} went unreported ({} runs, was {})", line + 1, damaged_state.runs.len(), state.runs.len()),
+        }
+    }
+}
+
+/// `journal`: the same discipline for journals.
+pub fn journal(data: &[u8]) {
+    let data = &data[..data.len().min(INPUT_BYTES_MAX)];
+    let file = Path::new("run.journal");
+    if let Ok(journal) = Journal::parse(file, data) {
+        let again = Journal::parse(file, &data[..journal.intact_len]).expect("the intact prefix parses");
+        assert_eq!(journal.ops, again.ops);
+        assert_eq!(journal.end, again.end);
+        assert_eq!(journal.prints, again.prints);
+    }
+}
+
+/// `manifest`: arbitrary bytes as a manifest give a manifest or problems that each name the
+/// file, never a panic.
+pub fn manifest(data: &[u8]) {
+    let data = &data[..data.len().min(INPUT_BYTES_MAX)];
+    match Manifest::parse(Path::new("fuzz.json"), data) {
+        Ok(manifest) => assert!(manifest.tools.len() <= warden::manifest::TOOLS_MAX),
+        Err(error) => {
+            assert!(!error.problems.is_empty(), "a refusal with no problem named");
+            assert!(error.problems.iter().all(|p| p.starts_with("fuzz.json: ")), "a problem that does not name the file");
+        }
+    }
+}
+
+const TYPED: &str = r#"
+def main(s: str, i: int, f: float = 1.5, b: bool = False, m: None | money = None, l: list[str] = [], d: dict[str, int] = {}, n: None | list[dict[str, float]] = None) -> str:
+    """Every input type.
+
+    Args:
+        s: A string.
+        i: An integer.
+        f: A float.
+        b: A boolean.
+        m: Money.
+        l: Strings.
+        d: Integers by name.
+        n: Nested.
+    """
+    return s
+"#;
+
+fn typed_program() -> &'static (Program, jsonschema::Validator) {
+    static PROGRAM: OnceLock<(Program, jsonschema::Validator)> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        let program = Program::load(Path::new("typed.star"), TYPED, "main", &[]).expect("the typed program loads");
+        let validator = jsonschema::validator_for(&program.input_schema()).expect("the input schema compiles");
+        (program, validator)
+    })
+}
+
+/// `inputs`: whatever Warden's input check accepts, a JSON Schema validator also accepts
+/// under the advertised `inputSchema` (the schema informs; the check decides).
+pub fn inputs(data: &[u8]) {
+    let Ok(arguments) = serde_json::from_slice::<Value>(&data[..data.len().min(INPUT_BYTES_MAX)]) else { return };
+    let Some(arguments) = arguments.as_object() else { return };
+    let (program, validator) = typed_program();
+    if let Ok(normalised) = program.check_inputs(arguments) {
+        assert!(validator.is_valid(&Value::Object(arguments.clone())), "accepted by the check, refused by the schema: {arguments:?}");
+        assert!(validator.is_valid(&Value::Object(normalised.clone())), "the normalised inputs break the schema: {normalised:?}");
+    }
+}
+
+/// A scenario built from fuzzer bytes: the seed, the size of the workload and the faults.
+pub fn scenario_from(data: &[u8]) -> Scenario {
+    let mut seed_bytes = [0u8; 8];
+    for (i, b) in data.iter().take(8).enumerate() {
+        seed_bytes[i] = *b;
+    }
+    let seed = u64::from_le_bytes(seed_bytes);
+    let rest = data.get(8..).unwrap_or(&[]);
+    let calls = 1 + rest.first().copied().unwrap_or(4) as u32 % 12;
+    let mut faults = Vec::new();
+    for chunk in rest.get(1..).unwrap_or(&[]).chunks(3).take(24) {
+        let at = chunk[0] as u32 % calls;
+        let param = chunk.get(2).copied().unwrap_or(0);
+        let fault = match chunk.get(1).copied().unwrap_or(0) % 9 {
+            0 => Fault::CrashAtPoint { point: POINTS[param as usize % POINTS.len()].to_string() },
+            1 => Fault::CrashAtDiskOperation { after: 1 + param as u64 % 40 },
+            2 => Fault::Network { url: "notes.sim".into(), kind: NetworkFault::LoseResponse },
+            3 => Fault::Network { url: "refunds".into(), kind: NetworkFault::CrashAfterActing },
+            4 => Fault::StepClock { ms: (param as i64 - 128) * 60_000 },
+            5 => Fault::AdvanceTime { ms: param as u64 * 60_000 },
+            6 => Fault::FailFsync,
+            7 => Fault::Cancel,
+            _ => Fault::MalformedLine,
+        };
+        faults.push(Planned { before_call: at, fault });
+    }
+    Scenario { description: "from fuzzer bytes".into(), seed, calls, faults, canary: None, tools: None, expect: warden_faults::Expect::Pass }
+}
+
+/// `sim`: the simulator driven by fuzzer bytes instead of a seed: every invariant must hold.
+pub fn sim(data: &[u8]) {
+    let scenario = scenario_from(data);
+    let report = crate::sweep::simulate(&scenario);
+    assert!(report.violations.is_empty(), "{:?}\nscenario: {}", report.violations, serde_json::to_string(&scenario).unwrap_or_default());
+}
+
+/// `canary`: a planted bug the fuzzer must find, proving the set-up finds things: any input
+/// starting with `WARDEN` panics (libFuzzer's comparison tracing finds it in seconds).
+pub fn canary(data: &[u8]) {
+    if data.len() >= 6 && &data[..6] == b"WARDEN" {
+        panic!("the canary's planted bug was found, as it must be");
+    }
+}
