@@ -44,28 +44,32 @@ pub fn real_env(stdio: ProtectedStdio) -> Env {
     }
 }
 
-/// Crash points for tests of the real binary: `WARDEN_CRASH_AFTER=<point name>` makes the
-/// process abort right after that durable step, as a power cut would. Honoured only in
-/// builds with the `crash-points` feature, so a production binary ignores it.
+/// Crash points for tests of the real binary, with tikv's `fail` crate: in a build with the
+/// `crash-points` feature, `FAILPOINTS="reserved=return"` (or `"action-begun=1*off->return"`,
+/// and so on, named by `Point::name`) makes the process abort right after that durable step,
+/// as a power cut would. A build without the feature has no failpoints at all.
 struct RealProbe {
-    crash_after: Option<String>,
+    #[cfg(feature = "crash-points")]
+    _scenario: fail::FailScenario<'static>,
 }
-
-const CRASH_AFTER_VARIABLE: &str = "WARDEN_CRASH_AFTER";
 
 impl RealProbe {
     fn from_environment() -> RealProbe {
-        let crash_after = if cfg!(feature = "crash-points") { std::env::var(CRASH_AFTER_VARIABLE).ok() } else { None };
-        RealProbe { crash_after }
+        RealProbe {
+            #[cfg(feature = "crash-points")]
+            _scenario: fail::FailScenario::setup(),
+        }
     }
 }
 
 impl Probe for RealProbe {
+    #[allow(unused_variables)]
     fn reached(&self, point: Point, run: &str) {
-        if self.crash_after.as_deref() == Some(point.name()) {
+        #[cfg(feature = "crash-points")]
+        fail::eval(point.name(), |_| {
             eprintln!("warden: crash point `{}` reached for run {run}; aborting", point.name());
-            std::process::abort();
-        }
+            std::process::abort()
+        });
     }
 }
 

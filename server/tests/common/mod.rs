@@ -287,6 +287,14 @@ impl Wire {
         }
     }
 
+    /// Kills the process with SIGKILL (no chance to clean up); true when it was still running.
+    pub fn kill_now(&mut self) -> bool {
+        let running = self.child.try_wait().unwrap().is_none();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        running
+    }
+
     /// Every line left on stdout until it closes (call after `wait_exit`).
     pub fn drain(&mut self) -> Vec<Value> {
         let mut rest = Vec::new();

@@ -21,6 +21,8 @@ pub struct Seen {
 #[derive(Default)]
 pub struct Ledger {
     pub requests: Vec<Seen>,
+    /// Notes really saved (their bodies).
+    pub notes: Vec<String>,
     /// Refunds really made: (payment intent, minor units).
     pub refunds: Vec<(String, i64)>,
     answered: BTreeMap<String, Value>,
@@ -84,6 +86,10 @@ fn serve(stream: TcpStream, ledger: &Mutex<Ledger>) {
         ledger.requests.push(seen);
         answer(&mut ledger, &method, &path, &headers, &body)
     };
+    if path == "/v1/notes" && body.contains("slow") {
+        // The note is saved; the answer comes too late for the client's timeout.
+        thread::sleep(std::time::Duration::from_millis(1500));
+    }
     let text = answer.to_string();
     let mut stream = stream;
     let _ = write!(
@@ -104,6 +110,7 @@ fn answer(
         return match id {
             "pi_1001" => (200, json!({"id": id, "amount": 5000, "currency": "usd", "status": "succeeded"})),
             "pi_1002" => (200, json!({"id": id, "amount": 30000, "currency": "usd", "status": "succeeded"})),
+            _ if id.starts_with("pi_9") => (200, json!({"id": id, "amount": 100000, "currency": "usd", "status": "succeeded"})),
             _ => (404, json!({"error": {"message": format!("No such payment_intent: '{id}'")}})),
         };
     }
@@ -121,6 +128,10 @@ fn answer(
             ledger.answered.insert(key, refund.clone());
         }
         return (200, refund);
+    }
+    if path == "/v1/notes" && method == "POST" {
+        ledger.notes.push(body.to_string());
+        return (201, json!({"saved": ledger.notes.len()}));
     }
     (404, json!({"error": {"message": "no such endpoint"}}))
 }

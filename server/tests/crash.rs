@@ -1,0 +1,264 @@
+//! Crash tests of the real binary: built with the `crash-points` feature, `warden` aborts right
+//! after each durable step (tikv's `fail` crate, `FAILPOINTS=<point>=return`), and between an
+//! action's begin and done records. Each test makes the call that reaches the point, lets the
+//! process die for real, restarts it, and checks through the client and the local payments
+//! test service that the recovery rule held. Then a bounded kill -9 test under load.
+//!
+//!   cargo test -p warden --features crash-points --test crash
+
+#![cfg(feature = "crash-points")]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::payments::Payments;
+use common::{fixture, private_copy, Era, Wire};
+use serde_json::{json, Value};
+
+const SECRET: &str = "sk_test_CRASH_SECRET_1";
+
+fn folder(payments: &Payments) -> tempfile::TempDir {
+    let dir = private_copy(&fixture("crash"));
+    for file in ["manifest.json", "refund.star", "note.star"] {
+        let path = dir.path().join(file);
+        let text = std::fs::read_to_string(&path).unwrap().replace("PAYMENTS", &payments.base());
+        std::fs::write(&path, text).unwrap();
+    }
+    dir
+}
+
+fn start(dir: tempfile::TempDir, failpoints: Option<&str>) -> Wire {
+    let mut env = vec![("STRIPE_SECRET_KEY", SECRET)];
+    if let Some(failpoints) = failpoints {
+        env.push(("FAILPOINTS", failpoints));
+    }
+    Wire::start_dir(dir, &env)
+}
+
+fn refund(order: &str, amount: &str) -> Value {
+    json!({"name": "refund_order", "arguments": {"order": order, "amount": {"amount": amount, "currency": "USD"}}})
+}
+
+/// Sends `call`, expects the process to abort at the crash point, and restarts it.
+fn crash_and_restart(payments: &Payments, failpoints: &str, call: Value) -> Wire {
+    let mut wire = start(folder(payments), Some(failpoints));
+    wire.send_request(Era::Modern, json!(1), "tools/call", call);
+    let status = wire.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "the process did not die at {failpoints}");
+    assert!(wire.stderr().contains("crash point"), "{}", wire.stderr());
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let mut restarted = start(dir, None);
+    restarted.assert_serving(900);
+    restarted
+}
+
+fn status_report(wire: &Wire) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_warden")).args(["mcp", "status"]).arg(wire.dir.path().join("manifest.json")).output().unwrap();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// After a crash in one of steps 1 to 7 of a refund, the repeated call gets one refund, once.
+fn refund_survives(point: &str, expect_first_run_kept: bool) {
+    let payments = Payments::start();
+    let mut wire = crash_and_restart(&payments, &format!("{point}=return"), refund("pi_1001", "10.00"));
+    let before = payments.refunded_minor();
+    let answer = wire.request(Era::Modern, json!(2), "tools/call", refund("pi_1001", "10.00"));
+    assert_eq!(answer["result"]["isError"], json!(false), "{point}: {answer}");
+    assert_eq!(payments.refunded_minor(), 1000, "{point}: exactly one refund of 10.00 (before the repeat: {before})");
+    let ledger = std::fs::read_to_string(wire.dir.path().join("journals/server.ledger")).unwrap();
+    let settled = ledger.matches("\"event\":\"settle\"").count();
+    assert_eq!(settled, 1, "{point}: one run settled: {ledger}");
+    if expect_first_run_kept {
+        assert!(!ledger.contains("\"event\":\"release\""), "{point}: the started run was kept, not released");
+    }
+    assert!(status_report(&wire).contains("unfinished runs: none"), "{point}: {}", status_report(&wire));
+    let again = wire.request(Era::Modern, json!(3), "tools/call", refund("pi_1001", "10.00"));
+    assert_eq!(again["result"]["structuredContent"], answer["result"]["structuredContent"], "{point}: once answers the original run");
+    println!("crash after {point}: recovered; refunds made: 1; settled runs: 1");
+}
+
+#[test]
+fn step_1_reserved() {
+    refund_survives("reserved", false);
+}
+
+#[test]
+fn step_2_inputs_kept() {
+    refund_survives("inputs-kept", false);
+}
+
+#[test]
+fn step_3_journal_created() {
+    refund_survives("journal-created", true);
+}
+
+#[test]
+fn step_4_run_recorded() {
+    refund_survives("run-recorded", true);
+}
+
+#[test]
+fn step_6_settled() {
+    refund_survives("settled", true);
+}
+
+#[test]
+fn step_7_answered() {
+    refund_survives("answered", true);
+}
+
+#[test]
+fn between_begin_and_done_a_get_is_sent_again() {
+    let payments = Payments::start();
+    let mut wire = crash_and_restart(&payments, "action-begun=return", refund("pi_1001", "5.00"));
+    let gets = payments.ledger.lock().unwrap().requests.iter().filter(|r| r.method == "GET").count();
+    assert!(gets >= 1, "the GET begun before the crash was sent again at restart");
+    assert_eq!(payments.refunded_minor(), 500);
+    assert!(wire.stderr().contains("sending it again (safe)"), "{}", wire.stderr());
+    let answer = wire.request(Era::Modern, json!(2), "tools/call", refund("pi_1001", "5.00"));
+    assert_eq!(answer["result"]["isError"], json!(false));
+}
+
+#[test]
+fn between_begin_and_done_an_idempotent_refund_is_sent_again_and_happens_once() {
+    let payments = Payments::start();
+    // The second action (the refund POST) crashes after its begin record.
+    let mut wire = crash_and_restart(&payments, "action-begun=1*off->return", refund("pi_1001", "7.00"));
+    assert_eq!(payments.refunded_minor(), 700, "the refund was made once, at restart");
+    let answer = wire.request(Era::Modern, json!(2), "tools/call", refund("pi_1001", "7.00"));
+    assert_eq!(answer["result"]["isError"], json!(false));
+    assert_eq!(payments.refunded_minor(), 700);
+}
+
+#[test]
+fn between_begin_and_done_a_sqlite_write_is_looked_up() {
+    let payments = Payments::start();
+    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 2, "note": "duplicate of 1"}});
+    let mut wire = crash_and_restart(&payments, "action-begun=return", call.clone());
+    assert!(wire.stderr().contains("not in warden_actions; performing it"), "{}", wire.stderr());
+    let answer = wire.request(Era::Modern, json!(2), "tools/call", call);
+    assert_eq!(answer["result"]["structuredContent"]["result"], json!({"ticket_id": 2, "status": "closed"}));
+    let db = rusqlite_count(&wire.dir.path().join("desk.db"));
+    assert_eq!(db, 1, "exactly one warden_actions row");
+}
+
+fn rusqlite_count(path: &Path) -> i64 {
+    let output = Command::new("python3")
+        .args(["-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from warden_actions').fetchone()[0])"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(-1)
+}
+
+#[test]
+fn between_begin_and_done_a_plain_post_waits_for_the_operator_who_resolves_it() {
+    let payments = Payments::start();
+    let call = json!({"name": "add_note", "arguments": {"text": "remember the milk"}});
+    let mut wire = crash_and_restart(&payments, "action-begun=return", call.clone());
+    // At restart the run was resumed and stopped in doubt: never sent again.
+    assert_eq!(payments.ledger.lock().unwrap().notes.len(), 0);
+    let report = status_report(&wire);
+    assert!(report.contains("waiting for an operator; resolve with: warden resolve --journal"), "{report}");
+    let waiting: Vec<_> = std::fs::read_dir(wire.dir.path().join("journals/waiting")).unwrap().collect();
+    assert_eq!(waiting.len(), 1);
+    // The notify command failed once, then succeeded (retried with backoff).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !wire.stderr().contains("the operator was notified (attempt 2)") {
+        assert!(Instant::now() < deadline, "notify was not retried: {}", wire.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let inbox = std::fs::read_to_string(wire.dir.path().join("inbox.jsonl")).unwrap();
+    assert!(inbox.contains("remember the milk") && !inbox.contains(SECRET));
+    // A repeat of the call is a new run (no `once`), so the operator settles the first one.
+    let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let resolved = Command::new(env!("CARGO_BIN_EXE_warden")).args(["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"]).output().unwrap();
+    assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let mut resumed = start(dir, None);
+    resumed.assert_serving(5);
+    assert!(status_report(&resumed).contains("unfinished runs: none"), "{}", status_report(&resumed));
+    assert_eq!(payments.ledger.lock().unwrap().notes, vec!["remember the milk".to_string()], "performed once, after the resolution");
+}
+
+#[test]
+fn a_lost_response_of_a_plain_post_stops_the_run_then_crashing_after_the_waiting_record_keeps_it() {
+    let payments = Payments::start();
+    // The service saves the note but answers after the 500 ms timeout: in doubt.
+    let call = json!({"name": "add_note", "arguments": {"text": "slow note"}});
+    let mut wire = crash_and_restart(&payments, "waiting-recorded=return", call);
+    assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "the service acted once");
+    let report = status_report(&wire);
+    assert!(report.contains("waiting for an operator"), "{report}");
+    let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let resolved = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["resolve", "--journal", &journal, "--op", "0", "--happened", r#"{"status": 201, "json": {"saved": 1}}"#])
+        .output()
+        .unwrap();
+    assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let mut resumed = start(dir, None);
+    resumed.assert_serving(5);
+    assert!(status_report(&resumed).contains("unfinished runs: none"));
+    assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "nothing was sent again");
+}
+
+/// Random kill -9 under load: concurrent refunds (one per order, `once` by order), the server
+/// killed at pseudo-random moments, restarted, and the calls resent. At the end: no order
+/// refunded twice, every answered call backed by a settled run, nothing left unfinished.
+#[test]
+fn random_kill_9_under_load() {
+    const ROUNDS: u64 = 6;
+    const ORDERS_PER_ROUND: u64 = 12;
+    let payments = Payments::start();
+    let mut dir = folder(&payments);
+    let mut answered = 0;
+    let mut kills = 0;
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for round in 0..ROUNDS {
+        let mut wire = start(dir, None);
+        wire.assert_serving(1);
+        for n in 0..ORDERS_PER_ROUND {
+            let order = format!("pi_9{:03}", round * 100 + n);
+            // Resend the previous round's orders too: once must answer them from their runs.
+            wire.send_request(Era::Modern, json!(format!("{round}-{n}")), "tools/call", refund(&order, "1.00"));
+            if round > 0 {
+                let earlier = format!("pi_9{:03}", (round - 1) * 100 + n);
+                wire.send_request(Era::Modern, json!(format!("{round}-again-{n}")), "tools/call", refund(&earlier, "1.00"));
+            }
+        }
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let wait = Duration::from_millis(5 + seed % 60);
+        std::thread::sleep(wait);
+        let killed = wire.kill_now();
+        kills += killed as u64;
+        answered += wire.drain().iter().filter(|m| m.get("id").is_some() && m["result"]["isError"] == json!(false)).count();
+        dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    }
+    let mut last = start(dir, None);
+    last.assert_serving(2);
+    let mut by_order = std::collections::BTreeMap::new();
+    for (intent, minor) in payments.ledger.lock().unwrap().refunds.iter() {
+        *by_order.entry(intent.clone()).or_insert(0) += minor;
+    }
+    assert!(by_order.values().all(|&minor| minor == 100), "an order was refunded twice: {by_order:?}");
+    let report = status_report(&last);
+    assert!(report.contains("unfinished runs: none"), "{report}");
+    let ledger = std::fs::read_to_string(last.dir.path().join("journals/server.ledger")).unwrap();
+    let settled = ledger.matches("\"event\":\"settle\"").count();
+    assert_eq!(settled, by_order.len(), "every refund made belongs to one settled run");
+    println!(
+        "kill -9 under load: {ROUNDS} rounds, {kills} kills, {} calls sent, {answered} answered before a kill, \
+         {} refunds made (one per order), {settled} runs settled",
+        ROUNDS * ORDERS_PER_ROUND * 2 - ORDERS_PER_ROUND,
+        by_order.len()
+    );
+}
