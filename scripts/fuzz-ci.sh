@@ -26,11 +26,15 @@ for target in "${targets[@]}"; do
   cp corpus/"$target"/* "$work/$target/"
   echo "fuzz: $target for ${seconds}s"
   cargo +nightly fuzz run -O "$target" "$work/$target" -- -max_total_time="$seconds" -print_final_stats=1 2>&1 \
-    | grep -E "stat::number_of_executed_units|stat::average_exec_per_sec|cov:|SUMMARY|panicked" | tail -4
+    | grep -E "stat::number_of_executed_units|stat::average_exec_per_sec|DONE|SUMMARY|panicked" | tail -4
 done
 echo "fuzz: canary (must crash)"
-if cargo +nightly fuzz run -O canary "$work/canary-corpus" -- -max_total_time="$seconds" -artifact_prefix="$work/" >/dev/null 2>&1; then
+mkdir -p "$work/canary-corpus" "$work/canary-artifacts"
+cargo +nightly fuzz run -O canary "$work/canary-corpus" -- -max_total_time="$seconds" \
+  -artifact_prefix="$work/canary-artifacts/" >"$work/canary.log" 2>&1 || true
+if ! ls "$work/canary-artifacts"/crash-* >/dev/null 2>&1 || ! grep -q "planted bug was found" "$work/canary.log"; then
   echo "fuzz: the canary did not crash: the fuzzing set-up finds nothing" >&2
+  tail -5 "$work/canary.log" >&2
   exit 1
 fi
-echo "fuzz: the canary crashed, as it must"
+echo "fuzz: the canary crashed, as it must ($(grep -o 'stat::number_of_executed_units: [0-9]*' "$work/canary.log" || echo 'found quickly'))"
