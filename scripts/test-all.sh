@@ -18,8 +18,16 @@ step() { printf '\n== %s\n' "$*"; }
 step "build"
 cargo build --workspace --all-targets --locked
 
-step "cargo test (unit, tidy, end-to-end)"
+step "cargo test (unit, tidy, end-to-end, simulator, fuzz replay)"
 cargo test --workspace --locked
+
+step "crash tests of the real binary: failpoints after each durable step, kill -9 under load"
+cargo test -p warden --features crash-points --test crash --locked -- --nocapture 2>&1 \
+  | grep -E "^test |test result|crash after|kill -9|panicked|FAILED" || true
+cargo test -p warden --features crash-points --test crash --locked -q >/dev/null 2>&1 || {
+  echo "the crash tests failed"; exit 1; }
+# The steps below use the plain binary, without failpoints.
+cargo build -p warden --locked
 
 clients_dir="${MCP_CLIENTS_DIR:-$HOME/.cache/mcp-clients}"
 validate() {

@@ -31,15 +31,7 @@ impl Catalog {
     pub async fn load(env: &Env, manifest: Manifest) -> Result<Catalog, String> {
         let mut tools = Vec::new();
         let mut problems = Vec::new();
-        for (index, config) in manifest.tools.iter().enumerate() {
-            for variable in secret_variables(&config.grants) {
-                if env.process.var(&variable).is_none() {
-                    problems.push(format!(
-                        "{}: tools[{index}].grants: the environment variable {variable} is not set (it holds a secret the grants attach)",
-                        manifest.path.display()
-                    ));
-                }
-            }
+        for config in &manifest.tools {
             match load_program(env, config).await {
                 Ok(program) => tools.push(Tool { config: config.clone(), program }),
                 Err(problem) => problems.push(problem),
@@ -49,6 +41,27 @@ impl Catalog {
             return Err(problems.join("\n"));
         }
         Ok(Catalog { manifest, tools })
+    }
+
+    /// Every environment variable a grant reads a secret from must be set before serving
+    /// (the operator's commands that only read records do not need them).
+    pub fn check_secrets(&self, env: &Env) -> Result<(), String> {
+        let mut problems = Vec::new();
+        for (index, tool) in self.tools.iter().enumerate() {
+            for variable in secret_variables(&tool.config.grants) {
+                if env.process.var(&variable).is_none() {
+                    problems.push(format!(
+                        "{}: tools[{index}].grants: the environment variable {variable} is not set (it holds a secret the grants attach)",
+                        self.manifest.path.display()
+                    ));
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
     }
 
     pub fn tool(&self, name: &str) -> Option<&Tool> {

@@ -23,6 +23,7 @@ const LOCK_RETRY_MS: u64 = 100;
 /// protocol stream until EOF. An error here stops the server before it answers anything.
 pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
     let catalog = Rc::new(load(env, manifest_path).await?);
+    catalog.check_secrets(env)?;
     initialize_databases(env, &catalog).await?;
     let journals = catalog.manifest.server.journals.clone();
     create_root(env, &journals).await?;
@@ -163,6 +164,7 @@ pub async fn status(env: &Env, manifest_path: &Path) -> Result<String, String> {
 /// `warden check <manifest>`: every problem, or a one-line summary per tool.
 pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
+    catalog.check_secrets(env)?;
     let mut report = format!("{}: ok, {} tool(s)\n", manifest_path.display(), catalog.tools.len());
     for tool in &catalog.tools {
         let inputs: Vec<&str> = tool.program.inputs.iter().map(|i| i.name.as_str()).collect();

@@ -151,6 +151,8 @@ pub trait Spawn {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessRequest {
     pub argv: Vec<String>,
+    /// The working directory (the manifest's folder for the notify command).
+    pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
     pub stdin: Vec<u8>,
     pub timeout_ms: u64,

@@ -1,5 +1,6 @@
 //! Telling the operator about a run that waits (seed 000 section 7): `server.notify` is run
-//! with the waiting record on its standard input, and retried with backoff until it
+//! in the manifest's folder, with only the `notify_env` variables, and the waiting record on
+//! its standard input, and retried with backoff until it
 //! succeeds, as its own task, so it never blocks a call. The record on disk, `warden mcp
 //! status` and stderr already tell the operator; the command only makes the news faster.
 
@@ -21,6 +22,7 @@ pub fn spawn(runs: &Runs, run: &str, waiting: &Path) {
     }
     let env = runs.env.clone();
     let argv = server.notify.clone();
+    let cwd = runs.catalog.manifest.path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
     let variables: Vec<(String, String)> =
         server.notify_env.iter().filter_map(|name| env.process.var(name).map(|value| (name.clone(), value))).collect();
     let run = run.to_string();
@@ -32,7 +34,13 @@ pub fn spawn(runs: &Runs, run: &str, waiting: &Path) {
         let mut backoff = NOTIFY_BACKOFF_MS;
         let mut attempt = 1u64;
         loop {
-            let request = ProcessRequest { argv: argv.clone(), env: variables.clone(), stdin: details.clone(), timeout_ms: NOTIFY_TIMEOUT_MS };
+            let request = ProcessRequest {
+                argv: argv.clone(),
+                cwd: cwd.clone(),
+                env: variables.clone(),
+                stdin: details.clone(),
+                timeout_ms: NOTIFY_TIMEOUT_MS,
+            };
             match env.process.run(request).await {
                 Ok(outcome) if outcome.exit_code == Some(0) => {
                     env.log(&format!("run {run}: the operator was notified (attempt {attempt})"));

@@ -57,7 +57,11 @@ fn crash_and_restart(payments: &Payments, failpoints: &str, call: Value) -> Wire
 }
 
 fn status_report(wire: &Wire) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_warden")).args(["mcp", "status"]).arg(wire.dir.path().join("manifest.json")).output().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["mcp", "status"])
+        .arg(wire.dir.path().join("manifest.json"))
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
@@ -77,7 +81,10 @@ fn refund_survives(point: &str, expect_first_run_kept: bool) {
     }
     assert!(status_report(&wire).contains("unfinished runs: none"), "{point}: {}", status_report(&wire));
     let again = wire.request(Era::Modern, json!(3), "tools/call", refund("pi_1001", "10.00"));
-    assert_eq!(again["result"]["structuredContent"], answer["result"]["structuredContent"], "{point}: once answers the original run");
+    assert_eq!(
+        again["result"]["structuredContent"], answer["result"]["structuredContent"],
+        "{point}: once answers the original run"
+    );
     println!("crash after {point}: recovered; refunds made: 1; settled runs: 1");
 }
 
@@ -176,14 +183,21 @@ fn between_begin_and_done_a_plain_post_waits_for_the_operator_who_resolves_it() 
     assert!(inbox.contains("remember the milk") && !inbox.contains(SECRET));
     // A repeat of the call is a new run (no `once`), so the operator settles the first one.
     let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
-    let resolved = Command::new(env!("CARGO_BIN_EXE_warden")).args(["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"]).output().unwrap();
+    let resolved = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"])
+        .output()
+        .unwrap();
     assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
     let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
     drop(wire);
     let mut resumed = start(dir, None);
     resumed.assert_serving(5);
     assert!(status_report(&resumed).contains("unfinished runs: none"), "{}", status_report(&resumed));
-    assert_eq!(payments.ledger.lock().unwrap().notes, vec!["remember the milk".to_string()], "performed once, after the resolution");
+    assert_eq!(
+        payments.ledger.lock().unwrap().notes,
+        vec!["remember the milk".to_string()],
+        "performed once, after the resolution"
+    );
 }
 
 #[test]
@@ -230,7 +244,12 @@ fn random_kill_9_under_load() {
             wire.send_request(Era::Modern, json!(format!("{round}-{n}")), "tools/call", refund(&order, "1.00"));
             if round > 0 {
                 let earlier = format!("pi_9{:03}", (round - 1) * 100 + n);
-                wire.send_request(Era::Modern, json!(format!("{round}-again-{n}")), "tools/call", refund(&earlier, "1.00"));
+                wire.send_request(
+                    Era::Modern,
+                    json!(format!("{round}-again-{n}")),
+                    "tools/call",
+                    refund(&earlier, "1.00"),
+                );
             }
         }
         seed ^= seed << 13;
@@ -240,7 +259,8 @@ fn random_kill_9_under_load() {
         std::thread::sleep(wait);
         let killed = wire.kill_now();
         kills += killed as u64;
-        answered += wire.drain().iter().filter(|m| m.get("id").is_some() && m["result"]["isError"] == json!(false)).count();
+        answered +=
+            wire.drain().iter().filter(|m| m.get("id").is_some() && m["result"]["isError"] == json!(false)).count();
         dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
     }
     let mut last = start(dir, None);

@@ -28,7 +28,9 @@ fn mount(args: &[&str], target: &Path) -> Option<Mount> {
 fn folder_with_journals(journals: &Path) -> tempfile::TempDir {
     let dir = private_copy(&fixture("wire"));
     let manifest = dir.path().join("manifest.json");
-    let text = std::fs::read_to_string(&manifest).unwrap().replace("\"journals\": \"journals\"", &format!("\"journals\": {:?}", journals.display().to_string()));
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .replace("\"journals\": \"journals\"", &format!("\"journals\": {:?}", journals.display().to_string()));
     std::fs::write(&manifest, text).unwrap();
     dir
 }
@@ -46,7 +48,7 @@ fn a_full_disk_stops_the_server_with_a_clear_message_and_loses_nothing() {
     let place = tempfile::tempdir().unwrap();
     let journals = place.path().join("journals");
     std::fs::create_dir_all(&journals).unwrap();
-    let Some(_mounted) = mount(&["-t", "tmpfs", "-o", "size=256k"], &journals) else {
+    let Some(_mounted) = mount(&["-t", "tmpfs", "-o", "size=256k", "tmpfs"], &journals) else {
         println!("SKIPPED: this process may not mount a tmpfs (not root?); the full-disk test did not run");
         return;
     };
@@ -88,7 +90,8 @@ fn a_read_only_journal_directory_refuses_to_start_and_loses_nothing() {
     assert!(wire.wait_exit(Duration::from_secs(20)).success());
     let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
     drop(wire);
-    let Some(bound) = mount(&["--bind"], &journals) else {
+    let source = journals.display().to_string();
+    let Some(bound) = mount(&["--bind", &source], &journals) else {
         println!("SKIPPED: this process may not bind-mount (not root?); the read-only test did not run");
         return;
     };

@@ -55,7 +55,8 @@ pub fn framing(data: &[u8]) {
     let instance = world.start("manifest.json");
     instance.send_raw(data);
     instance.send_raw(b"\n");
-    instance.send(&json!({"jsonrpc": "2.0", "id": "probe-after-fuzz", "method": "server/discover", "params": {"_meta": {
+    instance
+        .send(&json!({"jsonrpc": "2.0", "id": "probe-after-fuzz", "method": "server/discover", "params": {"_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}));
     instance.close_stdin();
     let stop = instance.run();
@@ -84,12 +85,23 @@ fn events_from(data: &[u8]) -> Vec<Event> {
         let choice = chunk[0] % 3;
         if choice == 0 || open.is_empty() {
             let money = if chunk.get(1).is_some_and(|b| b % 2 == 0) {
-                vec![MoneyRecord { amount: format!("{}.00", chunk.get(2).copied().unwrap_or(1)), currency: "USD".into() }]
+                vec![MoneyRecord {
+                    amount: format!("{}.00", chunk.get(2).copied().unwrap_or(1)),
+                    currency: "USD".into(),
+                }]
             } else {
                 vec![]
             };
-            let once = chunk.get(1).filter(|b| **b > 200).map(|b| OnceRecord { key: format!("k{b}"), arguments: "a".into() });
-            events.push(Event::Reserve { run: run.clone(), tool: "t".into(), at_ms: index as u64, calls: 1, money, once });
+            let once =
+                chunk.get(1).filter(|b| **b > 200).map(|b| OnceRecord { key: format!("k{b}"), arguments: "a".into() });
+            events.push(Event::Reserve {
+                run: run.clone(),
+                tool: "t".into(),
+                at_ms: index as u64,
+                calls: 1,
+                money,
+                once,
+            });
             open.push(run);
         } else {
             let run = open.remove(chunk[0] as usize % open.len());
@@ -132,9 +144,16 @@ pub fn ledger(data: &[u8]) {
         let mut damaged = whole.clone();
         damaged[start + offset] ^= 1 << (data.get(3).copied().unwrap_or(0) % 8);
         match ledger::parse(file, &damaged) {
-            Err(ledger::LedgerError::Damaged { line: reported, .. }) => assert!(reported <= line + 2, "damage reported at the wrong line"),
+            Err(ledger::LedgerError::Damaged { line: reported, .. }) => {
+                assert!(reported <= line + 2, "damage reported at the wrong line")
+            }
             Err(other) => panic!("damage reported as {other}"),
-            Ok((damaged_state, _)) => panic!("damage at line {} went unreported ({} runs, was {})", line + 1, damaged_state.runs.len(), state.runs.len()),
+            Ok((damaged_state, _)) => panic!(
+                "damage at line {} went unreported ({} runs, was {})",
+                line + 1,
+                damaged_state.runs.len(),
+                state.runs.len()
+            ),
         }
     }
 }
@@ -159,7 +178,10 @@ pub fn manifest(data: &[u8]) {
         Ok(manifest) => assert!(manifest.tools.len() <= warden::manifest::TOOLS_MAX),
         Err(error) => {
             assert!(!error.problems.is_empty(), "a refusal with no problem named");
-            assert!(error.problems.iter().all(|p| p.starts_with("fuzz.json: ")), "a problem that does not name the file");
+            assert!(
+                error.problems.iter().all(|p| p.starts_with("fuzz.json: ")),
+                "a problem that does not name the file"
+            );
         }
     }
 }
@@ -197,8 +219,14 @@ pub fn inputs(data: &[u8]) {
     let Some(arguments) = arguments.as_object() else { return };
     let (program, validator) = typed_program();
     if let Ok(normalised) = program.check_inputs(arguments) {
-        assert!(validator.is_valid(&Value::Object(arguments.clone())), "accepted by the check, refused by the schema: {arguments:?}");
-        assert!(validator.is_valid(&Value::Object(normalised.clone())), "the normalised inputs break the schema: {normalised:?}");
+        assert!(
+            validator.is_valid(&Value::Object(arguments.clone())),
+            "accepted by the check, refused by the schema: {arguments:?}"
+        );
+        assert!(
+            validator.is_valid(&Value::Object(normalised.clone())),
+            "the normalised inputs break the schema: {normalised:?}"
+        );
     }
 }
 
@@ -228,14 +256,27 @@ pub fn scenario_from(data: &[u8]) -> Scenario {
         };
         faults.push(Planned { before_call: at, fault });
     }
-    Scenario { description: "from fuzzer bytes".into(), seed, calls, faults, canary: None, tools: None, expect: warden_faults::Expect::Pass }
+    Scenario {
+        description: "from fuzzer bytes".into(),
+        seed,
+        calls,
+        faults,
+        canary: None,
+        tools: None,
+        expect: warden_faults::Expect::Pass,
+    }
 }
 
 /// `sim`: the simulator driven by fuzzer bytes instead of a seed: every invariant must hold.
 pub fn sim(data: &[u8]) {
     let scenario = scenario_from(data);
     let report = crate::sweep::simulate(&scenario);
-    assert!(report.violations.is_empty(), "{:?}\nscenario: {}", report.violations, serde_json::to_string(&scenario).unwrap_or_default());
+    assert!(
+        report.violations.is_empty(),
+        "{:?}\nscenario: {}",
+        report.violations,
+        serde_json::to_string(&scenario).unwrap_or_default()
+    );
 }
 
 /// `canary`: a planted bug the fuzzer must find, proving the set-up finds things: an input

@@ -37,7 +37,9 @@ fn every_committed_input_replays() {
             match (outcome.is_ok(), is_canary_crash) {
                 (true, false) | (false, true) => replayed += 1,
                 (false, false) => panic!("{} breaks the `{target}` property", file.display()),
-                (true, true) => panic!("{}: the canary's crash no longer crashes: the planted bug is gone", file.display()),
+                (true, true) => {
+                    panic!("{}: the canary's crash no longer crashes: the planted bug is gone", file.display())
+                }
             }
         }
     }

@@ -16,6 +16,7 @@ impl Process for RealProcess {
             let (program, args) = request.argv.split_first().ok_or_else(|| io::Error::other("empty command"))?;
             let mut child = tokio::process::Command::new(program)
                 .args(args)
+                .current_dir(&request.cwd)
                 .env_clear()
                 .envs(request.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::piped())
