@@ -2,8 +2,8 @@
 //!
 //! A line is `{"sum":"<16 hex>","rec":<record JSON>}\n`, where the sum is the first 8 bytes
 //! of the SHA-256 of the record's exact bytes. The sum lets recovery tell a **torn tail** (the
-//! last line incomplete or failing its sum: a crash mid-append, discarded) from **damage**
-//! (any other bad line: refused, naming the file and line).
+//! last line without its newline: a crash mid-append, discarded) from **damage** (any
+//! complete line that fails its sum or does not parse: refused, naming the file and line).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -81,16 +81,15 @@ pub fn parse_file<T: DeserializeOwned>(bytes: &[u8]) -> Result<Records<T>, Damag
             Some(n) => (&bytes[offset..offset + n], offset + n + 1),
             None => (&bytes[offset..], bytes.len()),
         };
-        let is_last = next >= bytes.len();
-        // A line without its newline was never completely written: torn, whatever it holds.
-        let complete = newline.is_some();
-        match decode::<T>(line) {
-            Ok(record) if complete => records.push(record),
-            Ok(_) | Err(_) if is_last => {
+        // Only an unterminated last line can be torn: an append cut short by a crash never
+        // ends in its newline. A line that has its newline and fails to decode is damage, even
+        // the last one (a corrupted newline could otherwise merge two lines into a "tail").
+        match (decode::<T>(line), newline.is_some()) {
+            (Ok(record), true) => records.push(record),
+            (_, false) => {
                 return Ok(Records { records, torn_tail_bytes: bytes.len() - offset, intact_len: offset });
             }
-            Ok(_) => unreachable!("a line without a newline is the last line"),
-            Err(problem) => return Err(Damage { line: number, problem }),
+            (Err(problem), true) => return Err(Damage { line: number, problem }),
         }
         offset = next;
     }
@@ -126,6 +125,19 @@ mod tests {
             assert_eq!(parsed.torn_tail_bytes, expected, "cut at {cut}");
             assert_eq!(parsed.intact_len, first_len);
         }
+    }
+
+    #[test]
+    fn a_complete_last_line_that_fails_its_sum_is_damage_not_a_torn_tail() {
+        let mut bytes = file(&[json!({"a": 1}), json!({"b": 2})]);
+        let last = bytes.len() - 5;
+        bytes[last] ^= 0x01;
+        assert_eq!(parse_file::<Value>(&bytes).unwrap_err().line, 2);
+        // A corrupted newline merges two lines: damage too, never a silently dropped tail.
+        let mut merged = file(&[json!({"a": 1}), json!({"b": 2}), json!({"c": 3})]);
+        let newline = encode(&json!({"a": 1})).len() + encode(&json!({"b": 2})).len() - 1;
+        merged[newline] = b' ';
+        assert!(parse_file::<Value>(&merged).is_err());
     }
 
     #[test]
