@@ -161,6 +161,7 @@ fn explore(args: &[String], canary: Option<Canary>) -> ExitCode {
     let out = flag(args, "--out").unwrap_or_else(|| "scenarios/found".to_string());
     let started = Instant::now();
     let mut calls = 0u64;
+    let mut simulated_ms = 0u64;
     let mut crashes = [0u64; 8];
     let mut faults: std::collections::BTreeMap<&'static str, u64> = Default::default();
     let mut failing = Vec::new();
@@ -170,6 +171,7 @@ fn explore(args: &[String], canary: Option<Canary>) -> ExitCode {
         scenario.canary = canary;
         let report = simulate(&scenario);
         calls += report.calls as u64;
+        simulated_ms += report.sim_ms;
         for (i, c) in report.crashes.iter().enumerate() {
             crashes[i] += c;
         }
@@ -207,6 +209,11 @@ fn explore(args: &[String], canary: Option<Canary>) -> ExitCode {
     let elapsed = started.elapsed().as_secs_f64();
     eprintln!();
     println!("seeds {from}..{to}: {calls} calls in {elapsed:.1} s ({:.0} calls/s)", calls as f64 / elapsed.max(1e-9));
+    println!(
+        "simulated time: {:.1} h in {elapsed:.1} s of wall time ({:.0}x faster)",
+        simulated_ms as f64 / 3_600_000.0,
+        simulated_ms as f64 / 1000.0 / elapsed.max(1e-9)
+    );
     println!("crashes by the step they followed:");
     for step in 1..=7 {
         let flag = if crashes[step] == 0 { "   <- never hit" } else { "" };
