@@ -67,3 +67,34 @@ fn check_and_schema_on_the_example() {
     assert_eq!(code, 1);
     assert!(stderr.contains("no tool named `nope`"));
 }
+
+/// Annotations derived from grants (seed 000 section 5), one tool per rule, never claiming
+/// more than the broker enforces.
+#[test]
+fn annotations_follow_the_grants() {
+    let manifest = fixture("annotations/manifest.json");
+    let (code, stdout, stderr) = warden(&["schema", manifest.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    let tools: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let hints = |name: &str| {
+        tools.as_array().unwrap().iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("{name}"))["annotations"]
+            .clone()
+    };
+    use serde_json::json;
+    assert_eq!(hints("no_grants"), json!({"readOnlyHint": true, "openWorldHint": false}));
+    assert_eq!(hints("only_reads"), json!({"readOnlyHint": true, "openWorldHint": false}));
+    assert_eq!(
+        hints("reads_and_writes"),
+        json!({"readOnlyHint": false, "openWorldHint": false, "destructiveHint": true, "idempotentHint": false})
+    );
+    // Narrowed to one URL, it still reaches the network: open world, read-only.
+    assert_eq!(hints("narrowed"), json!({"readOnlyHint": true, "openWorldHint": true}));
+    // An idempotency key guards retries within a run, not repeated calls: not idempotent.
+    assert_eq!(
+        hints("idempotency_key"),
+        json!({"readOnlyHint": false, "openWorldHint": true, "destructiveHint": true, "idempotentHint": false})
+    );
+    // With `once`, a repeated call is the same run: idempotent.
+    assert_eq!(hints("idempotency_key_and_once")["idempotentHint"], json!(true));
+    assert_eq!(hints("network_reads_only"), json!({"readOnlyHint": true, "openWorldHint": true}));
+}

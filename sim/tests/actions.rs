@@ -34,6 +34,9 @@ const MANIFEST: &str = r#"{
                              "headers": { "Authorization": { "env": "NOTES_TOKEN", "prefix": "Bearer " } } } } },
     { "name": "add_note_safely", "program": "note.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
       "grants": { "notes": { "cap": "net.http.post", "only": ["https://notes.sim/notes"], "idempotency_key": true } } },
+    { "name": "add_note_once", "program": "note.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "once": { "by": ["text"], "keep": "1d" },
+      "grants": { "notes": { "cap": "net.http.post", "only": ["https://notes.sim/notes"] } } },
     { "name": "fetch", "program": "fetch.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
       "grants": { "web": { "cap": "net.http.get", "only": ["https://notes.sim/notes", "https://payments.sim/v1/payment_intents/*"] } } },
     { "name": "close_ticket", "program": "close.star",
@@ -203,15 +206,16 @@ fn each_refusal_carries_the_brokers_message() {
         text(&over_uses)
     );
     assert_eq!(world.services.effects_of("note"), 2, "the refused third post was never sent");
+    let requests_before = world.services.requests.borrow().len();
     let outside = ask(&instance, &call(4, "fetch", json!({"url": "https://payments.sim/v1/refunds"})));
-    assert_eq!(outside["isError"], json!(false));
-    assert!(
-        outside["structuredContent"]["result"]["error"].as_str().unwrap().contains("outside the grant's `only` list"),
-        "{outside}"
-    );
+    assert_eq!(outside["isError"], json!(true));
+    let refusal =
+        "'net.http.get' refused the request: `https://payments.sim/v1/refunds` is outside the grant's `only` list";
+    assert!(text(&outside).starts_with(refusal), "{}", text(&outside));
     let tricked =
         ask(&instance, &call(5, "fetch", json!({"url": "https://payments.sim/v1/payment_intents/x/../../refunds"})));
-    assert!(tricked["structuredContent"]["result"]["error"].as_str().unwrap().contains("`..`"), "{tricked}");
+    assert!(text(&tricked).contains("has a `.` or `..` path segment"), "{}", text(&tricked));
+    assert_eq!(world.services.requests.borrow().len(), requests_before, "refused requests were never sent");
     assert!(world.services.requests.borrow().iter().all(|r| !r.url.contains("refunds") || r.method == "POST"));
     let read_only = ask(&instance, &call(6, "read_tickets", json!({})));
     assert_eq!(read_only["structuredContent"]["result"].as_array().unwrap().len(), 3);
@@ -425,4 +429,17 @@ fn secrets_appear_in_no_byte_written() {
     }
     // The services did receive them.
     assert!(world.services.requests.borrow().iter().any(|r| r.headers.iter().any(|(_, v)| v.contains(STRIPE_KEY))));
+}
+
+#[test]
+fn once_repeated_while_its_run_waits_for_an_operator_gets_the_same_stopped_answer() {
+    let world = world(11);
+    world.services.fault_next("notes.sim", NetFault::LoseResponse);
+    let instance = world.start("manifest.json");
+    let stopped = ask(&instance, &call(1, "add_note_once", json!({"text": "once"})));
+    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"));
+    let again = ask(&instance, &call(2, "add_note_once", json!({"text": "once"})));
+    assert_eq!(again, stopped, "the repeat gets the same stopped result, and nothing runs");
+    assert_eq!(world.services.effects_of("note"), 1);
+    assert_eq!(check::open_runs(&world.disk, &journals()).len(), 1);
 }

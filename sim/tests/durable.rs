@@ -350,3 +350,17 @@ fn run_status_answers_done_failed_and_unknown() {
     let bad = ask(&instance, &status_call(6, "nope"));
     assert_eq!(bad["isError"], json!(true));
 }
+
+#[test]
+fn run_status_answers_expired_when_the_journal_is_gone_but_the_ledger_keeps_the_run() {
+    // keep is 2 days; a 7-day quota window keeps the run in the ledger after its files go.
+    let world = world(12, r#", "quota": { "window": "7d", "calls": 100 }"#);
+    let instance = world.start("manifest.json");
+    ask(&instance, &call(1, json!({"text": "a"})));
+    let run = started(&world)[0].clone();
+    drop(instance);
+    world.clock.advance(3 * 24 * 3600 * 1000);
+    let again = world.start("manifest.json");
+    let status = ask(&again, &status_call(2, &run));
+    assert_eq!(status["structuredContent"]["result"]["status"], json!("expired"), "{status}");
+}

@@ -231,6 +231,11 @@ impl Broker {
                 }
             }
         }
+        if let Some(only) = only_list(grant, action) {
+            if let Err(problem) = urls::allowed(only, &action.target) {
+                return Err(Refusal::Capability(format!("'{}' refused the request: {problem}", action.kind)));
+            }
+        }
         if grant.mode == Some(DbMode::Read) && action.method == "EXECUTE" {
             return Err(Refusal::Capability(format!("'{cap}' is granted read-only; `execute` is refused")));
         }
@@ -254,6 +259,21 @@ fn sends_idempotency_key(grant: &CapabilityGrant, action: &Action) -> bool {
         Some(Grant::Capability(post)) => post.idempotency_key,
         _ => grant.idempotency_key,
     }
+}
+
+/// The `only` list an HTTP action is checked against: the grant's own, or for a composite
+/// kind the one of the `needs` entry it goes through. `None` for actions with no URL.
+fn only_list<'a>(grant: &'a CapabilityGrant, action: &Action) -> Option<&'a [String]> {
+    if action.kind == "db.sqlite" || action.method == "REFUND" {
+        return None;
+    }
+    if grant.cap == "payments.stripe.refund" {
+        return match grant.needs.get("get") {
+            Some(Grant::Capability(get)) => Some(&get.only),
+            _ => Some(&[]),
+        };
+    }
+    Some(&grant.only)
 }
 
 fn counts_against_uses(grant: &CapabilityGrant, action: &Action) -> bool {
