@@ -74,7 +74,7 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_fa17);
     let mut chance = |per_mille: u64| rng.next_u64() % 1000 < per_mille;
     let calls = 8 + (seed % (CALLS_MAX as u64 - 8)) as u32;
-    let kinds = 9;
+    let kinds = 10;
     let enabled: Vec<bool> = (0..kinds).map(|_| chance(500)).collect();
     let rates: Vec<u64> = (0..kinds).map(|k| 30 + (seed.rotate_left(k as u32 * 7) % 250)).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xfa17_5eed);
@@ -97,6 +97,7 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
                 5 => Fault::MalformedLine,
                 6 => Fault::Cancel,
                 7 => Fault::FailFsync,
+                8 => Fault::FillDisk,
                 _ => Fault::NotifyFails { times: (rng.next_u64() % 3) as u32 },
             };
             faults.push(Planned { before_call: call, fault });
@@ -130,12 +131,23 @@ struct Client {
 }
 
 impl Client {
-    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+    /// A new connection: the client opens a 2025-11-25 session too, so each call can use
+    /// either era on the same connection.
+    fn connect(&mut self, instance: &Instance) {
+        instance.send(&json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "sim-client", "version": "1"}}}));
+        instance.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+
+    fn call(&mut self, tool: &str, arguments: Value, legacy: bool) -> Value {
         let id = self.next_id;
         self.next_id += 1;
-        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-            "name": tool, "arguments": arguments,
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": id}}});
+        let meta = if legacy {
+            json!({"progressToken": id})
+        } else {
+            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": id})
+        };
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": meta}});
         self.unanswered.insert(id, message.clone());
         self.tools.insert(id, tool.to_string());
         message
@@ -228,6 +240,7 @@ fn install(world: &World, canary: Option<Canary>) {
 }
 
 fn workload_call(rng: &mut ChaCha8Rng, client: &mut Client, index: u32, tools: Option<&Vec<String>>) -> Value {
+    let legacy = rng.next_u64() % 3 == 0;
     let mut pick = rng.next_u64() % 100;
     if let Some(tools) = tools.filter(|t| !t.is_empty()) {
         pick = match tools[index as usize % tools.len()].as_str() {
@@ -245,16 +258,16 @@ fn workload_call(rng: &mut ChaCha8Rng, client: &mut Client, index: u32, tools: O
             } else {
                 format!("e{index}")
             };
-            client.call("echo", json!({"text": text}))
+            client.call("echo", json!({"text": text}), legacy)
         }
         20..=49 => {
             let order = format!("pi_{}", 2000 + rng.next_u64() % 20);
             let cents = 100 + rng.next_u64() % 5400;
-            client.call("refund", json!({"order": order, "amount": {"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"}}))
+            client.call("refund", json!({"order": order, "amount": {"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"}}), legacy)
         }
-        50..=64 => client.call("note", json!({"text": format!("n{index}")})),
-        65..=79 => client.call("note_safe", json!({"text": format!("s{index}")})),
-        _ => client.call("close", json!({"ticket": 1 + rng.next_u64() % 20})),
+        50..=64 => client.call("note", json!({"text": format!("n{index}")}), legacy),
+        65..=79 => client.call("note_safe", json!({"text": format!("s{index}")}), legacy),
+        _ => client.call("close", json!({"ticket": 1 + rng.next_u64() % 20}), legacy),
     }
 }
 
@@ -331,6 +344,7 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
         }
         count_crash(world, report);
         instance = restart(world, instance, report);
+        client.connect(&instance);
         client.resend_after_restart(&instance);
     }
     report.violations.push(Violation { invariant: 10, message: format!("no progress after {RESTARTS_MAX} restarts") });
@@ -388,6 +402,7 @@ pub fn simulate(scenario: &Scenario) -> Report {
         trace: Vec::new(),
     };
     let mut instance = world.start("manifest.json");
+    client.connect(&instance);
     for index in 0..scenario.calls {
         let mut malformed = false;
         let mut cancel = false;
@@ -434,6 +449,7 @@ pub fn simulate(scenario: &Scenario) -> Report {
         report.log.push("---- restart after the operator resolved ----".into());
         drop(instance);
         instance = world.start("manifest.json");
+        client.connect(&instance);
         instance = settle_down(&world, instance, &mut client, &mut report);
     }
     client.resend_after_restart(&instance);
