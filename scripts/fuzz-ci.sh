@@ -30,7 +30,8 @@ for target in "${targets[@]}"; do
 done
 echo "fuzz: canary (must crash)"
 mkdir -p "$work/canary-corpus" "$work/canary-artifacts"
-cargo +nightly fuzz run -O canary "$work/canary-corpus" -- -max_total_time="$seconds" \
+cp corpus/canary/* "$work/canary-corpus/"
+cargo +nightly fuzz run -O canary "$work/canary-corpus" -- -max_total_time=$(( seconds > 30 ? seconds : 30 )) \
   -artifact_prefix="$work/canary-artifacts/" >"$work/canary.log" 2>&1 || true
 if ! ls "$work/canary-artifacts"/crash-* >/dev/null 2>&1 || ! grep -q "planted bug was found" "$work/canary.log"; then
   echo "fuzz: the canary did not crash: the fuzzing set-up finds nothing" >&2

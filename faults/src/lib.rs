@@ -31,10 +31,16 @@ pub enum Fault {
     StepClock { ms: i64 },
     /// Let virtual time pass.
     AdvanceTime { ms: u64 },
+    /// Make the wall clock drift by `ppm` millionths (negative: slow) from now on.
+    DriftClock { ppm: i64 },
     /// The next request to a URL containing `url` gets this network fault.
     Network { url: String, kind: NetworkFault },
     /// The notify command fails this many times before it succeeds.
     NotifyFails { times: u32 },
+    /// The notify command hangs this many times (killed at its timeout) before it succeeds.
+    NotifyHangs { times: u32 },
+    /// A line over the 4 MiB limit arrives before the call.
+    OversizedLine,
     /// A malformed line arrives before the call.
     MalformedLine,
     /// The client cancels the call right after sending it.
@@ -59,6 +65,9 @@ impl Fault {
             Fault::FillDisk => "full disk",
             Fault::StepClock { .. } => "clock step",
             Fault::AdvanceTime { .. } => "time passes",
+            Fault::DriftClock { .. } => "clock drift",
+            Fault::NotifyHangs { .. } => "notify command hangs",
+            Fault::OversizedLine => "oversized line",
             Fault::Network { kind: NetworkFault::Refuse, .. } => "request refused",
             Fault::Network { kind: NetworkFault::LoseResponse, .. } => "response lost after acting",
             Fault::Network { kind: NetworkFault::CrashAfterActing, .. } => "crash after the service acted",

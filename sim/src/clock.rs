@@ -19,6 +19,8 @@ pub struct SimClock {
     now: Cell<u64>,
     /// Wall-clock skew, ms (negative: the clock is behind).
     skew: Cell<i64>,
+    /// Wall-clock drift, in millionths of elapsed virtual time (negative: it runs slow).
+    drift_ppm: Cell<i64>,
     /// (deadline, sequence) -> waker of a pending sleep.
     timers: RefCell<BTreeMap<(u64, u64), Option<Waker>>>,
     next_timer: Cell<u64>,
@@ -43,6 +45,11 @@ impl SimClock {
 
     pub fn skew(&self) -> i64 {
         self.skew.get()
+    }
+
+    /// Makes the wall clock run fast or slow against virtual time from now on.
+    pub fn set_drift_ppm(&self, ppm: i64) {
+        self.drift_ppm.set(ppm);
     }
 
     /// Forgets timers of a crashed instance.
@@ -71,7 +78,9 @@ pub struct SimClockHandle(pub Rc<SimClock>);
 
 impl Clock for SimClockHandle {
     fn now_ms(&self) -> u64 {
-        (EPOCH_MS as i64 + self.0.now.get() as i64 + self.0.skew.get()).max(0) as u64
+        let now = self.0.now.get() as i64;
+        let drift = now.saturating_mul(self.0.drift_ppm.get()) / 1_000_000;
+        (EPOCH_MS as i64 + now + self.0.skew.get() + drift).max(0) as u64
     }
 
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {

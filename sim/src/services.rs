@@ -11,7 +11,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use rusqlite::types::{Value as SqlValue, ValueRef};
+use rusqlite::types::Value as SqlValue;
 use serde_json::{json, Map, Value};
 use warden::env::{
     Db, DbReply, DbRequest, HttpRequest, HttpResponse, LocalBoxFuture, Net, NetError, Process, ProcessOutcome,
@@ -55,6 +55,10 @@ pub struct Services {
     pub notify_calls: RefCell<Vec<Vec<u8>>>,
     /// The notify command fails this many times before it succeeds.
     pub notify_failures: Cell<u32>,
+    /// The notify command hangs this many times (until its timeout) before it succeeds.
+    pub notify_hangs: Cell<u32>,
+    /// Virtual time, for a hanging command's timeout.
+    pub clock: RefCell<Option<Rc<crate::clock::SimClock>>>,
     pub variables: RefCell<BTreeMap<String, String>>,
     databases: RefCell<BTreeMap<PathBuf, rusqlite::Connection>>,
     /// Crash the server right after the next committed write.
@@ -199,27 +203,7 @@ impl Net for SimNet {
     }
 }
 
-fn to_sql(value: &Value) -> SqlValue {
-    match value {
-        Value::Null => SqlValue::Null,
-        Value::Bool(b) => SqlValue::Integer(*b as i64),
-        Value::Number(n) => {
-            n.as_i64().map(SqlValue::Integer).unwrap_or_else(|| SqlValue::Real(n.as_f64().unwrap_or(0.0)))
-        }
-        Value::String(s) => SqlValue::Text(s.clone()),
-        other => SqlValue::Text(other.to_string()),
-    }
-}
-
-fn from_sql(value: ValueRef) -> Value {
-    match value {
-        ValueRef::Null => Value::Null,
-        ValueRef::Integer(i) => json!(i),
-        ValueRef::Real(f) => json!(f),
-        ValueRef::Text(t) => json!(String::from_utf8_lossy(t)),
-        ValueRef::Blob(b) => json!(b.len()),
-    }
-}
+use warden::io::db::{from_sql, to_sql};
 
 const ACTIONS_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS warden_actions (run TEXT NOT NULL, action INTEGER NOT NULL, PRIMARY KEY (run, action))";
@@ -319,6 +303,18 @@ impl Process for SimProcess {
             return Box::pin(std::future::pending());
         }
         self.0.notify_calls.borrow_mut().push(request.stdin.clone());
+        let hanging = self.0.notify_hangs.get();
+        if hanging > 0 {
+            self.0.notify_hangs.set(hanging - 1);
+            // The command never exits; the server's timeout kills it.
+            if let Some(clock) = self.0.clock.borrow().as_ref() {
+                let sleep = warden::env::Clock::sleep(&crate::clock::SimClockHandle(Rc::clone(clock)), request.timeout_ms);
+                return Box::pin(async move {
+                    sleep.await;
+                    Ok(ProcessOutcome { exit_code: None })
+                });
+            }
+        }
         let failing = self.0.notify_failures.get();
         let exit_code = if failing > 0 {
             self.0.notify_failures.set(failing - 1);

@@ -74,7 +74,7 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_fa17);
     let mut chance = |per_mille: u64| rng.next_u64() % 1000 < per_mille;
     let calls = 8 + (seed % (CALLS_MAX as u64 - 8)) as u32;
-    let kinds = 10;
+    let kinds = 13;
     let enabled: Vec<bool> = (0..kinds).map(|_| chance(500)).collect();
     let rates: Vec<u64> = (0..kinds).map(|k| 30 + (seed.rotate_left(k as u32 * 7) % 250)).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xfa17_5eed);
@@ -82,6 +82,10 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
     for call in 0..calls {
         for kind in 0..kinds {
             if !enabled[kind] || rng.next_u64() % 1000 >= rates[kind] {
+                continue;
+            }
+            // A 4 MiB line costs real time to build and scan: keep it rare.
+            if kind == 11 && rng.next_u64() % 10 != 0 {
                 continue;
             }
             let fault = match kind {
@@ -98,6 +102,9 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
                 6 => Fault::Cancel,
                 7 => Fault::FailFsync,
                 8 => Fault::FillDisk,
+                9 => Fault::DriftClock { ppm: (rng.next_u64() % 200_001) as i64 - 100_000 },
+                10 => Fault::NotifyHangs { times: 1 + (rng.next_u64() % 2) as u32 },
+                11 => Fault::OversizedLine,
                 _ => Fault::NotifyFails { times: (rng.next_u64() % 3) as u32 },
             };
             faults.push(Planned { before_call: call, fault });
@@ -297,7 +304,9 @@ fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
             },
         ),
         Fault::NotifyFails { times } => world.services.notify_failures.set(*times),
-        Fault::MalformedLine | Fault::Cancel => return true,
+        Fault::NotifyHangs { times } => world.services.notify_hangs.set(*times),
+        Fault::DriftClock { ppm } => world.clock.set_drift_ppm(*ppm),
+        Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine => return true,
     }
     false
 }
@@ -405,15 +414,23 @@ pub fn simulate(scenario: &Scenario) -> Report {
     client.connect(&instance);
     for index in 0..scenario.calls {
         let mut malformed = false;
+        let mut oversized = false;
         let mut cancel = false;
         for planned in scenario.faults.iter().filter(|p| p.before_call == index) {
             if arm(&world, &planned.fault, &mut report) {
                 malformed |= planned.fault == Fault::MalformedLine;
+                oversized |= planned.fault == Fault::OversizedLine;
                 cancel |= planned.fault == Fault::Cancel;
             }
         }
         if malformed {
             instance.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":\n");
+        }
+        if oversized {
+            let mut line = vec![b' '; warden::protocol::framing::LINE_BYTES_MAX + 1];
+            line[0] = b'{';
+            line.push(b'\n');
+            instance.send_raw(&line);
         }
         let message = workload_call(&mut rng, &mut client, index, scenario.tools.as_ref());
         instance.send(&message);
@@ -441,6 +458,8 @@ pub fn simulate(scenario: &Scenario) -> Report {
     world.disk.fail_next_fsync.set(false);
     world.services.faults.borrow_mut().clear();
     world.services.notify_failures.set(0);
+    world.services.notify_hangs.set(0);
+    world.clock.set_drift_ppm(0);
     for _ in 0..3 {
         if !operator(&world, &mut report) {
             break;

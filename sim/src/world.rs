@@ -93,10 +93,12 @@ impl World {
         let disk = SimDisk::new(ChaCha8Rng::seed_from_u64(rng.next_u64()), Rc::clone(&crashed));
         let services = Services::new();
         *services.crashed.borrow_mut() = Some(Rc::clone(&crashed));
+        let clock = SimClock::new();
+        *services.clock.borrow_mut() = Some(Rc::clone(&clock));
         World {
             seed,
             rng: RefCell::new(rng),
-            clock: SimClock::new(),
+            clock,
             disk,
             crashed,
             probes: Rc::new(Probes::default()),

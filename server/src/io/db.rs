@@ -29,7 +29,8 @@ fn open(path: &Path, write: bool) -> rusqlite::Result<Connection> {
     Ok(connection)
 }
 
-fn to_sql(value: &Value) -> SqlValue {
+/// JSON to an SQLite value (shared with the simulator's in-memory SQLite).
+pub fn to_sql(value: &Value) -> SqlValue {
     match value {
         Value::Null => SqlValue::Null,
         Value::Bool(b) => SqlValue::Integer(*b as i64),
@@ -41,7 +42,8 @@ fn to_sql(value: &Value) -> SqlValue {
     }
 }
 
-fn from_sql(value: ValueRef) -> Value {
+/// An SQLite value to JSON (shared with the simulator's in-memory SQLite).
+pub fn from_sql(value: ValueRef) -> Value {
     match value {
         ValueRef::Null => Value::Null,
         ValueRef::Integer(i) => Value::from(i),

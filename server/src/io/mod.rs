@@ -1,7 +1,7 @@
 //! The production side of the seam: the only code in the server that touches tokio, the
 //! filesystem, sockets, processes, the clock or OS randomness (DESIGN.md section 3).
 
-mod db;
+pub mod db;
 mod disk;
 mod net;
 mod process;
