@@ -219,7 +219,7 @@ fn explore(args: &[String], canary: Option<Canary>) -> ExitCode {
         let flag = if crashes[step] == 0 { "   <- never hit" } else { "" };
         println!("  step {step}: {}{flag}", crashes[step]);
     }
-    println!("  at a disk operation: {}", crashes[0]);
+    println!("  at a disk operation, or stopped by a failed write: {}", crashes[0]);
     println!("faults injected:");
     for (kind, count) in &faults {
         println!("  {kind}: {count}");
