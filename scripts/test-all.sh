@@ -13,7 +13,8 @@ cd "$root"
 shared="$root/../shared"
 export WITH_RMCP="${WITH_RMCP:-1}"
 
-step() { printf '\n== %s\n' "$*"; }
+started=$SECONDS
+step() { printf '\n== %s  (%ss so far)\n' "$*" "$((SECONDS - started))"; }
 
 step "build"
 cargo build --workspace --all-targets --locked
@@ -66,4 +67,4 @@ step "fuzzing (nightly): each target for a bounded time, and the canary"
 "$root/scripts/fuzz-ci.sh"
 
 echo
-echo "all tests passed"
+echo "all tests passed in $((SECONDS - started))s"
