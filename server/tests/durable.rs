@@ -44,7 +44,7 @@ fn status_beside_a_running_server_and_run_status_of_a_run_in_progress() {
         Era::Modern,
         json!(1),
         "tools/call",
-        json!({"name": "slow", "arguments": {"rounds": 30}}),
+        json!({"name": "slow", "arguments": {"rounds": 60}}),
     );
     call["params"]["_meta"]["progressToken"] = json!("slow-1");
     wire.expect_era(&json!(1), Era::Modern, "tools/call");
@@ -72,7 +72,7 @@ fn status_beside_a_running_server_and_run_status_of_a_run_in_progress() {
 
     let done = wire.recv();
     assert_eq!(done["id"], json!(1));
-    assert_eq!(done["result"]["structuredContent"]["result"], json!(3_000_000));
+    assert_eq!(done["result"]["structuredContent"]["result"], json!(6_000_000));
     let after = wire.request(
         Era::Modern,
         json!(3),
@@ -89,7 +89,7 @@ fn status_beside_a_running_server_and_run_status_of_a_run_in_progress() {
         "tools/call",
         json!({"name": "warden_run_status", "arguments": {"run": run}}),
     );
-    assert_eq!(again["result"]["structuredContent"]["result"]["result"], json!(3_000_000));
+    assert_eq!(again["result"]["structuredContent"]["result"]["result"], json!(6_000_000));
 }
 
 #[test]
