@@ -162,8 +162,13 @@ pub async fn call_tool(
     let held = runs.ledger.lock().await;
     let now = runs.ledger.stamp();
     if let (Some(once), Some(config)) = (&once, &tool.config.once) {
-        if let OnceLookup::Found(earlier) = runs.ledger.state().once_lookup(&once.key, config.keep_ms, now) {
-            let earlier = earlier.clone();
+        // Copy the entry out: the state's borrow must end before any await, or a concurrent
+        // append would find the state borrowed.
+        let found = match runs.ledger.state().once_lookup(&once.key, config.keep_ms, now) {
+            OnceLookup::Found(earlier) => Some(earlier.clone()),
+            OnceLookup::None => None,
+        };
+        if let Some(earlier) = found {
             drop(held);
             let reply = repeated(runs, tool, &earlier, once).await;
             return CallReply::Result(reply, Some(earlier.run));

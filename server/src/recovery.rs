@@ -113,6 +113,9 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
                 let Some((run, kind)) = file.split_once('.') else {
                     continue;
                 };
+                if !is_run_id(run) {
+                    continue;
+                }
                 let entry = found.entry(run.to_string()).or_insert(Found {
                     tool: tool.clone(),
                     inputs: false,
@@ -130,7 +133,7 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
     let waiting_dir = root.join(WAITING_DIR);
     if env.disk.exists(&waiting_dir).await.map_err(|e| io("cannot see the waiting directory", e))? {
         for file in env.disk.list(&waiting_dir).await.map_err(|e| io("cannot list waiting", e))? {
-            if let Some(run) = file.strip_suffix(".json") {
+            if let Some(run) = file.strip_suffix(".json").filter(|run| is_run_id(run)) {
                 let tool = runs.ledger.state().run(run).map(|e| e.tool.clone()).unwrap_or_default();
                 found
                     .entry(run.to_string())
@@ -160,7 +163,11 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             Some(RunPhase::Settled { .. }) => LedgerPhase::Settled,
             Some(RunPhase::Released { .. }) => LedgerPhase::Released,
         };
-        let journal = if files.is_some_and(|f| f.journal) {
+        let journal_exists = match &entry {
+            Some(_) if is_run_id(&run) => runs.env.disk.exists(&runs.files(&tool, &run).journal).await.unwrap_or(false),
+            _ => files.is_some_and(|f| f.journal),
+        };
+        let journal = if journal_exists {
             match runs.read_journal(&tool, &run).await {
                 Ok(journal) => journal,
                 Err(problem) => {
@@ -177,8 +184,17 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             Some(j) if j.end.is_some() => JournalState::Ended,
             Some(_) => JournalState::Started,
         };
-        let inputs = files.is_some_and(|f| f.inputs);
-        let waiting = files.is_some_and(|f| f.waiting);
+        // A run the ledger knows is checked at its own paths, not only through the scan.
+        let (inputs, waiting) = match &entry {
+            Some(_) if is_run_id(&run) => {
+                let paths = runs.files(&tool, &run);
+                let exists = |path: std::path::PathBuf| async move { runs.env.disk.exists(&path).await };
+                let inputs = exists(paths.inputs).await.map_err(|e| Fatal(format!("run {run}: {e}")))?;
+                let waiting = exists(paths.waiting).await.map_err(|e| Fatal(format!("run {run}: {e}")))?;
+                (inputs, waiting)
+            }
+            _ => (files.is_some_and(|f| f.inputs), files.is_some_and(|f| f.waiting)),
+        };
         match decide(phase, inputs, journal_state, waiting) {
             Action::Nothing => {}
             Action::Refuse(why) => refusals.push(format!("run {run} of tool `{tool}`: {why}")),
@@ -244,6 +260,11 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
         }
     }
     Ok(report)
+}
+
+/// Run ids are 32 lowercase hexadecimal characters; any other name is not a run's file.
+fn is_run_id(text: &str) -> bool {
+    text.len() == 32 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn binding_problem(journal: &Journal, tool: &crate::catalog::Tool) -> Option<String> {

@@ -228,11 +228,19 @@ impl Runs {
             let (execution, usage) = match executed {
                 Ok(done) => done,
                 Err(panic) => {
+                    let completed = journal
+                        .completed()
+                        .into_iter()
+                        .filter_map(|(action, result)| {
+                            Some(Completed { action: serde_json::from_value(action).ok()?, result })
+                        })
+                        .collect();
+                    let usage = Broker::new(run, &tool.config.grants, completed).journaled_usage();
                     let end = EndRecord {
                         outcome: FailureKind::Internal.name().to_string(),
                         result: None,
                         message: Some(format!("the program runtime panicked: {panic}")),
-                        usage: json!({}),
+                        usage: crate::broker::usage_json(&usage),
                         at_ms,
                     };
                     return self.finish(tool, run, end).await;

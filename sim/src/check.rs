@@ -18,7 +18,10 @@ pub struct Violation {
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "invariant {}: {}", self.invariant, self.message)
+        match self.invariant {
+            0 => write!(f, "a broken assertion: {}", self.message),
+            n => write!(f, "invariant {n}: {}", self.message),
+        }
     }
 }
 

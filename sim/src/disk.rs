@@ -70,6 +70,21 @@ fn ready<T: 'static>(value: T) -> LocalBoxFuture<'static, T> {
     Box::pin(std::future::ready(value))
 }
 
+/// Completes after yielding once: the operation has happened, but the caller resumes only
+/// after other tasks had their turn, as with a real disk's latency.
+fn after_a_turn<T: 'static>(value: T) -> LocalBoxFuture<'static, T> {
+    let mut value = Some(value);
+    let mut yielded = false;
+    Box::pin(std::future::poll_fn(move |cx| {
+        if !yielded {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(value.take().expect("polled after completion"))
+    }))
+}
+
 impl SimDisk {
     pub fn new(rng: ChaCha8Rng, crashed: Rc<Cell<bool>>) -> Rc<SimDisk> {
         let disk = SimDisk {
@@ -238,6 +253,17 @@ impl SimDisk {
     }
 }
 
+impl SimDisk {
+    /// Half the operations let other tasks run before their caller resumes.
+    fn complete<T: 'static>(&self, value: T) -> LocalBoxFuture<'static, T> {
+        if self.rng.borrow_mut().next_u32() % 2 == 0 {
+            after_a_turn(value)
+        } else {
+            ready(value)
+        }
+    }
+}
+
 /// The `Disk` half of the seam over a shared `SimDisk`.
 pub struct SimDiskHandle(pub Rc<SimDisk>);
 
@@ -246,21 +272,21 @@ impl Disk for SimDiskHandle {
         if self.0.crash_now() {
             return pending_forever();
         }
-        ready(self.0.peek(path).ok_or_else(|| SimDisk::not_found(path)))
+        self.0.complete(self.0.peek(path).ok_or_else(|| SimDisk::not_found(path)))
     }
 
     fn append(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
         if self.0.crash_now() {
             return pending_forever();
         }
-        ready(self.0.modify(path, bytes, true))
+        self.0.complete(self.0.modify(path, bytes, true))
     }
 
     fn write(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
         if self.0.crash_now() {
             return pending_forever();
         }
-        ready(self.0.modify(path, bytes, false))
+        self.0.complete(self.0.modify(path, bytes, false))
     }
 
     fn fsync(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
@@ -270,7 +296,7 @@ impl Disk for SimDiskHandle {
         let disk = &self.0;
         if disk.fail_next_fsync.replace(false) || disk.chance(disk.faults.borrow().fsync_failure_ppm) {
             disk.count("fsync failure");
-            return ready(Err(io::Error::other("simulated fsync failure")));
+            return self.0.complete(Err(io::Error::other("simulated fsync failure")));
         }
         let lying = disk.faults.borrow().lying_fsync;
         let mut state = disk.state.borrow_mut();
@@ -284,7 +310,7 @@ impl Disk for SimDiskHandle {
             }
             None => Err(SimDisk::not_found(path)),
         };
-        ready(result)
+        self.0.complete(result)
     }
 
     fn fsync_dir(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
@@ -294,14 +320,14 @@ impl Disk for SimDiskHandle {
         let disk = &self.0;
         if disk.chance(disk.faults.borrow().fsync_failure_ppm) {
             disk.count("fsync failure");
-            return ready(Err(io::Error::other("simulated fsync failure")));
+            return self.0.complete(Err(io::Error::other("simulated fsync failure")));
         }
         if disk.faults.borrow().lying_fsync {
-            return ready(Ok(()));
+            return self.0.complete(Ok(()));
         }
         let mut state = disk.state.borrow_mut();
         if !state.dirs.contains(dir) {
-            return ready(Err(SimDisk::not_found(dir)));
+            return self.0.complete(Err(SimDisk::not_found(dir)));
         }
         let in_dir = |path: &Path| path.parent() == Some(dir);
         let current: Vec<(PathBuf, usize)> =
@@ -311,7 +337,7 @@ impl Disk for SimDiskHandle {
         let subdirs: Vec<PathBuf> = state.dirs.iter().filter(|p| in_dir(p)).cloned().collect();
         state.durable_dirs.retain(|path| !in_dir(path));
         state.durable_dirs.extend(subdirs);
-        ready(Ok(()))
+        self.0.complete(Ok(()))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
@@ -325,7 +351,7 @@ impl Disk for SimDiskHandle {
             }),
             None => Err(SimDisk::not_found(from)),
         };
-        ready(result)
+        self.0.complete(result)
     }
 
     fn remove(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
@@ -333,7 +359,7 @@ impl Disk for SimDiskHandle {
             return pending_forever();
         }
         let mut state = self.0.state.borrow_mut();
-        ready(state.names.remove(path).map(|_| ()).ok_or_else(|| SimDisk::not_found(path)))
+        self.0.complete(state.names.remove(path).map(|_| ()).ok_or_else(|| SimDisk::not_found(path)))
     }
 
     fn create_dir_all(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
@@ -346,7 +372,7 @@ impl Disk for SimDiskHandle {
             state.dirs.insert(d.to_path_buf());
             current = d.parent();
         }
-        ready(Ok(()))
+        self.0.complete(Ok(()))
     }
 
     fn list(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<Vec<String>>> {
@@ -355,7 +381,7 @@ impl Disk for SimDiskHandle {
         }
         let state = self.0.state.borrow();
         if !state.dirs.contains(dir) {
-            return ready(Err(SimDisk::not_found(dir)));
+            return self.0.complete(Err(SimDisk::not_found(dir)));
         }
         let mut names: Vec<String> = state
             .names
@@ -366,7 +392,7 @@ impl Disk for SimDiskHandle {
             .collect();
         names.sort();
         names.dedup();
-        ready(Ok(names))
+        self.0.complete(Ok(names))
     }
 
     fn exists(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<bool>> {
@@ -374,7 +400,7 @@ impl Disk for SimDiskHandle {
             return pending_forever();
         }
         let state = self.0.state.borrow();
-        ready(Ok(state.names.contains_key(path) || state.dirs.contains(path)))
+        self.0.complete(Ok(state.names.contains_key(path) || state.dirs.contains(path)))
     }
 
     fn try_lock(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Option<DiskLock>>> {
@@ -383,7 +409,7 @@ impl Disk for SimDiskHandle {
         }
         let mut state = self.0.state.borrow_mut();
         if state.locks.contains(path) {
-            return ready(Ok(None));
+            return self.0.complete(Ok(None));
         }
         state.locks.insert(path.to_path_buf());
         // The lock file itself is a zero-length file, as flock leaves it.
@@ -392,7 +418,7 @@ impl Disk for SimDiskHandle {
             let inode = state.inodes.len() - 1;
             state.names.insert(path.to_path_buf(), inode);
         }
-        ready(Ok(Some(DiskLock::new(Box::new(LockHolder(path.to_path_buf()))))))
+        self.0.complete(Ok(Some(DiskLock::new(Box::new(LockHolder(path.to_path_buf()))))))
     }
 }
 

@@ -308,7 +308,8 @@ impl Process for SimProcess {
             self.0.notify_hangs.set(hanging - 1);
             // The command never exits; the server's timeout kills it.
             if let Some(clock) = self.0.clock.borrow().as_ref() {
-                let sleep = warden::env::Clock::sleep(&crate::clock::SimClockHandle(Rc::clone(clock)), request.timeout_ms);
+                let sleep =
+                    warden::env::Clock::sleep(&crate::clock::SimClockHandle(Rc::clone(clock)), request.timeout_ms);
                 return Box::pin(async move {
                     sleep.await;
                     Ok(ProcessOutcome { exit_code: None })

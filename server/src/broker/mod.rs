@@ -182,7 +182,10 @@ impl Broker {
             use_.limited += 1;
         }
         let succeeded = result.get("status").and_then(Value::as_u64).is_some_and(|s| (200..300).contains(&s));
-        if let (Some(money), true) = (action.money(), succeeded) {
+        // A request that may have reached the service is charged as if it did: a retry with a
+        // new key must not slip past `max` or the quota on the strength of a lost answer.
+        let maybe_sent = result.get("may_have_been_sent") == Some(&Value::Bool(true));
+        if let (Some(money), true) = (action.money(), succeeded || maybe_sent) {
             *use_.charged.entry(money.currency).or_insert(0) += money.minor;
         }
     }
@@ -242,10 +245,13 @@ impl Broker {
         Ok(())
     }
 
-    /// Records the usage of an action just performed (the runtime does not re-execute the
-    /// program to learn it).
-    pub fn op_count(&self) -> u64 {
-        *self.next_op.borrow()
+    /// The usage of every completed action in the journal (what a run that ended without
+    /// reporting its usage, such as a runtime panic, is settled with).
+    pub fn journaled_usage(&self) -> BTreeMap<String, Usage> {
+        for done in &self.completed {
+            self.count(&done.action, &done.result);
+        }
+        self.usage.borrow().clone()
     }
 }
 

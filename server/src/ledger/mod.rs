@@ -157,6 +157,18 @@ impl Ledger {
         };
         let (state, parsed) = parse(&file, &bytes)?;
         if parsed.torn_tail_bytes > 0 {
+            // Rewrite the intact prefix before anything is appended: an event written after
+            // the fragment would share its line and read back as damage.
+            let temp = dir.join(LEDGER_TEMP_FILE);
+            let intact = bytes[..parsed.intact_len].to_vec();
+            let repaired = async {
+                env.disk.write(&temp, intact).await?;
+                env.disk.fsync(&temp).await?;
+                env.disk.rename(&temp, &file).await?;
+                env.disk.fsync_dir(dir).await
+            }
+            .await;
+            repaired.map_err(|e| io(format!("removing the torn last line failed: {e}")))?;
             env.log(&format!(
                 "{}: discarded a torn last line ({} bytes) left by a crash during a write",
                 file.display(),

@@ -254,6 +254,14 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
 }
 
 fn check_tool_name(name: &str, at: &str, problems: &mut Problems) {
+    if name == crate::journal::WAITING_DIR || name.starts_with("server.") || name.starts_with('.') {
+        problems.add(
+            at,
+            format!(
+                "`{name}` is reserved: the journals directory uses it (`waiting`, `server.*`, names starting with `.`)"
+            ),
+        );
+    }
     if name == RUN_STATUS_TOOL {
         problems.add(at, format!("`{RUN_STATUS_TOOL}` is reserved for the server's own status tool"));
     }
@@ -356,6 +364,9 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
                 problems.add(&format!("{at}.needs.{name}"), format!("is required by `{cap}`"));
             }
         }
+    }
+    if cap == "payments.stripe.refund" && raw.each.is_none() && raw.max.is_none() {
+        problems.add(at, "a payments grant must limit its money with `each`, `max` or both");
     }
     if cap == "payments.stripe.refund" {
         if let Some(Grant::Capability(post)) = needs.get("post") {
@@ -495,6 +506,23 @@ mod tests {
         ] {
             assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn names_the_journals_directory_uses_and_unlimited_payments_are_refused() {
+        for name in ["waiting", "server.refunds", ".hidden"] {
+            let found = problems(&format!(r#"{{"server":{{"name":"s","journals":"j"}},"tools":[{{"name":"{name}","program":"a.star"}}]}}"#));
+            assert!(found.iter().any(|p| p.contains("is reserved: the journals directory uses it")), "{name}: {found:?}");
+        }
+        let found = problems(
+            r#"{"server":{"name":"s","journals":"j"},
+                "tools":[{"name":"refund","program":"r.star","net":{"timeout_ms":1,"connect_timeout_ms":1},
+                  "grants":{"pay":{"cap":"payments.stripe.refund",
+                    "needs":{"get":{"cap":"net.http.get","only":["https://x/v1/payment_intents/*"]},
+                             "post":{"cap":"net.http.post","only":["https://x/v1/refunds"]},
+                             "key":{"env":"K"}}}}}]}"#,
+        );
+        assert!(found.iter().any(|p| p.contains("must limit its money with `each`, `max` or both")), "{found:?}");
     }
 
     #[test]
