@@ -166,7 +166,9 @@ impl Client {
     fn resend_after_restart(&mut self, instance: &Instance) {
         let tools = &self.tools;
         self.unanswered.retain(|id, _| matches!(tools.get(id).map(String::as_str), Some("echo" | "refund" | "close")));
-        for message in self.unanswered.values() {
+        for (id, message) in &self.unanswered {
+            // A resent call starts afresh: a run named before the crash does not answer it.
+            self.runs.remove(id);
             instance.send(message);
         }
     }
