@@ -155,3 +155,13 @@ impl Executor {
         Stop::StepBudget
     }
 }
+
+impl Drop for Executor {
+    /// Drops every task, including those spawned but never polled: a queued task holds an
+    /// `Env`, whose spawner holds the queue, so leaving it would be a reference cycle.
+    fn drop(&mut self) {
+        self.tasks.borrow_mut().clear();
+        let queued: Vec<_> = self.spawned.queue.borrow_mut().drain(..).collect();
+        drop(queued);
+    }
+}
