@@ -65,6 +65,24 @@ fn status_report(wire: &Wire) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// The operator's runbook: resolve action 0 of the waiting run `report` names (as `warden mcp
+/// status` printed it), restart the server, and check nothing is left unfinished.
+fn resolve_and_restart(mut wire: Wire, report: &str, verdict: &[&str]) -> Wire {
+    let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let resolved = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["resolve", "--journal", &journal, "--op", "0"])
+        .args(verdict)
+        .output()
+        .unwrap();
+    assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let mut resumed = start(dir, None);
+    resumed.assert_serving(5);
+    assert!(status_report(&resumed).contains("unfinished runs: none"), "{}", status_report(&resumed));
+    resumed
+}
+
 /// After a crash in one of steps 1 to 7 of a refund, the repeated call gets one refund, once.
 fn refund_survives(point: &str, expect_first_run_kept: bool) {
     let payments = Payments::start();
@@ -182,17 +200,7 @@ fn between_begin_and_done_a_plain_post_waits_for_the_operator_who_resolves_it() 
     let inbox = std::fs::read_to_string(wire.dir.path().join("inbox.jsonl")).unwrap();
     assert!(inbox.contains("remember the milk") && !inbox.contains(SECRET));
     // A repeat of the call is a new run (no `once`), so the operator settles the first one.
-    let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
-    let resolved = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"])
-        .output()
-        .unwrap();
-    assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
-    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
-    drop(wire);
-    let mut resumed = start(dir, None);
-    resumed.assert_serving(5);
-    assert!(status_report(&resumed).contains("unfinished runs: none"), "{}", status_report(&resumed));
+    let _resumed = resolve_and_restart(wire, &report, &["--did-not-happen"]);
     assert_eq!(
         payments.ledger.lock().unwrap().notes,
         vec!["remember the milk".to_string()],
@@ -209,17 +217,7 @@ fn a_lost_response_of_a_plain_post_stops_the_run_then_crashing_after_the_waiting
     assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "the service acted once");
     let report = status_report(&wire);
     assert!(report.contains("waiting for an operator"), "{report}");
-    let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
-    let resolved = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(["resolve", "--journal", &journal, "--op", "0", "--happened", r#"{"status": 201, "json": {"saved": 1}}"#])
-        .output()
-        .unwrap();
-    assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
-    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
-    drop(wire);
-    let mut resumed = start(dir, None);
-    resumed.assert_serving(5);
-    assert!(status_report(&resumed).contains("unfinished runs: none"));
+    let _resumed = resolve_and_restart(wire, &report, &["--happened", r#"{"status": 201, "json": {"saved": 1}}"#]);
     assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "nothing was sent again");
 }
 

@@ -511,8 +511,13 @@ mod tests {
     #[test]
     fn names_the_journals_directory_uses_and_unlimited_payments_are_refused() {
         for name in ["waiting", "server.refunds", ".hidden"] {
-            let found = problems(&format!(r#"{{"server":{{"name":"s","journals":"j"}},"tools":[{{"name":"{name}","program":"a.star"}}]}}"#));
-            assert!(found.iter().any(|p| p.contains("is reserved: the journals directory uses it")), "{name}: {found:?}");
+            let found = problems(&format!(
+                r#"{{"server":{{"name":"s","journals":"j"}},"tools":[{{"name":"{name}","program":"a.star"}}]}}"#
+            ));
+            assert!(
+                found.iter().any(|p| p.contains("is reserved: the journals directory uses it")),
+                "{name}: {found:?}"
+            );
         }
         let found = problems(
             r#"{"server":{"name":"s","journals":"j"},
