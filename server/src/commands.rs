@@ -195,6 +195,33 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
 /// next start of the server resumes the run from it. Resolution never travels over MCP.
 pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&str>) -> Result<String, String> {
     let shown = journal_path.display();
+    // A journal lives at <journals>/<tool>/<shard>/<run>.journal.
+    let (Some(root), Some(run)) = (
+        journal_path.parent().and_then(Path::parent).and_then(Path::parent),
+        journal_path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".journal")),
+    ) else {
+        return Err(format!("{shown}: not a run's journal (<journals>/<tool>/<shard>/<run>.journal)"));
+    };
+    // A live server owns the journal: an append beside it could interleave with its own.
+    let lock = root.join(LOCK_FILE);
+    let _lock = match env.disk.try_lock(&lock).await {
+        Ok(Some(held)) => held,
+        Ok(None) => {
+            return Err(format!(
+                "{}: a Warden server is using this journal directory; stop it, then resolve",
+                lock.display()
+            ))
+        }
+        Err(e) => return Err(format!("{}: cannot take the lock: {e}", lock.display())),
+    };
+    let waiting = root.join(crate::journal::WAITING_DIR).join(format!("{run}.json"));
+    if !env.disk.exists(&waiting).await.map_err(|e| format!("{}: {e}", waiting.display()))? {
+        return Err(format!(
+            "{shown}: run {run} is not waiting for an operator (no {}); the next start of the server \
+             decides its actions",
+            waiting.display()
+        ));
+    }
     let bytes = env.disk.read(journal_path).await.map_err(|e| format!("{shown}: cannot read the journal: {e}"))?;
     let journal = crate::journal::Journal::parse(journal_path, &bytes)?;
     if journal.end.is_some() {

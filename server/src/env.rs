@@ -24,6 +24,9 @@ pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 pub trait Clock {
     /// The wall clock. It may be skewed or stepped (both ways); the ledger guards against it.
     fn now_ms(&self) -> u64;
+    /// A clock that never steps: milliseconds since an arbitrary origin. Deadlines are
+    /// measured on it, so a wall-clock step cannot expire (or extend) a run in progress.
+    fn monotonic_ms(&self) -> u64;
     /// Completes after `ms` milliseconds of (real or virtual) time.
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()>;
 }
@@ -85,6 +88,9 @@ pub struct HttpRequest {
     pub body: Vec<u8>,
     pub connect_timeout_ms: u64,
     pub timeout_ms: u64,
+    /// The longest body the caller keeps: an implementation may stop reading after one byte
+    /// more (the caller sees the body is over and fails the action).
+    pub body_bytes_max: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -137,14 +137,19 @@ impl Journal {
                 JournalRecord::Header { .. } => return Err(at("a second header")),
                 _ if journal.end.is_some() => return Err(at("a record after the end")),
                 JournalRecord::Print { .. } => journal.prints += 1,
-                JournalRecord::Begin { op, action } => match journal.ops.get(&op) {
-                    None | Some(OpState::NotHappened(_))
-                        if op == journal.ops.len() as u64 || journal.ops.contains_key(&op) =>
-                    {
-                        journal.ops.insert(op, OpState::Begun(action));
+                // As strict as the writer: one action at a time, in order. A new action begins
+                // only when every earlier one is done; an action the operator said did not
+                // happen may begin again, and only if it is the last one.
+                JournalRecord::Begin { op, action } => {
+                    let all_done = journal.ops.values().all(|state| matches!(state, OpState::Done { .. }));
+                    let last = journal.ops.len() as u64;
+                    let fresh = journal.ops.get(&op).is_none() && op == last && all_done;
+                    let again = matches!(journal.ops.get(&op), Some(OpState::NotHappened(_))) && op + 1 == last;
+                    if !(fresh || again) {
+                        return Err(at(&format!("a begin record for action {op} out of order")));
                     }
-                    _ => return Err(at(&format!("a begin record for action {op} out of order"))),
-                },
+                    journal.ops.insert(op, OpState::Begun(action));
+                }
                 JournalRecord::Done { op, result }
                 | JournalRecord::Resolved { op, happened: true, result: Some(result), .. } => {
                     match journal.ops.get(&op) {
@@ -165,10 +170,18 @@ impl Journal {
                 JournalRecord::Resolved { op, .. } => {
                     return Err(at(&format!("a resolution of action {op} that happened without a result")))
                 }
+                JournalRecord::End(_) if journal.begun_op().is_some() => {
+                    return Err(at("an end record while an action is begun and not done"))
+                }
                 JournalRecord::End(end) => journal.end = Some(end),
             }
         }
         Ok(journal)
+    }
+
+    /// The action begun and not done, if any (at most one: the reader refuses more).
+    pub fn begun_op(&self) -> Option<u64> {
+        self.ops.iter().find_map(|(op, state)| matches!(state, OpState::Begun(_)).then_some(*op))
     }
 
     /// The completed actions from action 0 on, in order, up to the first one not done.
@@ -219,7 +232,12 @@ pub async fn write_new_durably(env: &Env, path: &Path, bytes: Vec<u8>) -> std::i
 
 /// Appends one record and fsyncs it.
 pub async fn append_durably(env: &Env, path: &Path, record: &JournalRecord) -> std::io::Result<()> {
-    env.disk.append(path, record::encode(record)).await?;
+    append_line_durably(env, path, record::encode(record)).await
+}
+
+/// Appends one encoded record line and fsyncs it.
+pub async fn append_line_durably(env: &Env, path: &Path, line: Vec<u8>) -> std::io::Result<()> {
+    env.disk.append(path, line).await?;
     env.disk.fsync(path).await
 }
 
@@ -256,5 +274,40 @@ mod tests {
         assert!(Journal::parse(Path::new("j"), &headless).unwrap_err().contains("j:1: the journal is damaged"));
         let after_end: Vec<u8> = [&header, &end, &print, &print].iter().flat_map(|r| record::encode(*r)).collect();
         assert!(Journal::parse(Path::new("j"), &after_end).unwrap_err().contains("a record after the end"));
+    }
+
+    /// The reader is as strict as the writer: one action at a time, in order.
+    #[test]
+    fn a_begin_while_another_action_is_begun_is_damage() {
+        let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
+        let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
+        let begin = |op| JournalRecord::Begin { op, action: Value::Null };
+        let done = |op| JournalRecord::Done { op, result: Value::Null };
+        let not_happened = |op| JournalRecord::Resolved { op, happened: false, result: None, at_ms: 2 };
+        let end = JournalRecord::End(EndRecord {
+            outcome: "done".into(),
+            result: None,
+            message: None,
+            usage: Value::Null,
+            at_ms: 3,
+        });
+        let parse = |records: &[&JournalRecord]| {
+            let bytes: Vec<u8> = records.iter().flat_map(|r| record::encode(*r)).collect();
+            Journal::parse(Path::new("j"), &bytes)
+        };
+        let (b0, b1, d0, d1, n0) = (begin(0), begin(1), done(0), done(1), not_happened(0));
+        assert!(parse(&[&header, &b0, &d0, &b1, &d1, &end]).is_ok());
+        assert!(parse(&[&header, &b0, &n0, &b0, &d0]).is_ok());
+        let damaged = [
+            vec![&header, &b0, &b1],
+            vec![&header, &b1],
+            vec![&header, &b0, &d0, &b0],
+            vec![&header, &b0, &n0, &b1],
+            vec![&header, &b0, &end],
+        ];
+        for records in damaged {
+            let error = parse(&records).unwrap_err();
+            assert!(error.contains("the journal is damaged"), "{error}");
+        }
     }
 }

@@ -163,8 +163,13 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             Some(RunPhase::Settled { .. }) => LedgerPhase::Settled,
             Some(RunPhase::Released { .. }) => LedgerPhase::Released,
         };
+        // An I/O error is not "absent": reading it so could release an open run and delete
+        // its journal. Recovery stops instead, naming the file.
         let journal_exists = match &entry {
-            Some(_) if is_run_id(&run) => runs.env.disk.exists(&runs.files(&tool, &run).journal).await.unwrap_or(false),
+            Some(_) if is_run_id(&run) => {
+                let path = runs.files(&tool, &run).journal;
+                runs.env.disk.exists(&path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))?
+            }
             _ => files.is_some_and(|f| f.journal),
         };
         let journal = if journal_exists {

@@ -22,14 +22,14 @@ use std::rc::Rc;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::broker::{perform, scrub, Action, Broker, Completed, ACTIONS_PER_RUN_MAX};
+use crate::broker::{perform, scrub, scrub_value, Action, Broker, Completed, ACTIONS_PER_RUN_MAX};
 use crate::catalog::{Catalog, Tool};
 use crate::env::{Env, Point};
 use crate::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord, OpState, RunFiles};
 use crate::ledger::{Event, Ledger, LedgerError, MoneyRecord};
 use crate::manifest::Grant;
 use crate::program::{self, FailureKind, Outcome, RunLimits};
-use crate::record;
+use crate::record::{self, RECORD_LINE_BYTES_MAX};
 use crate::sync::Signal;
 
 /// Everything durable the server owns while it holds `server.lock`.
@@ -43,6 +43,8 @@ pub struct Runs {
     /// Set when a durable write failed: the server stops serving.
     pub fatal: Signal,
     fatal_message: RefCell<Option<String>>,
+    /// Every secret value any grant can attach: scrubbed at every output boundary.
+    pub secrets: Vec<String>,
 }
 
 /// A durable step failed: the server cannot go on safely.
@@ -71,7 +73,9 @@ pub fn binding(tool: &Tool) -> Binding {
 impl Runs {
     pub fn new(env: Env, catalog: Rc<Catalog>, ledger: Ledger) -> Runs {
         let journals = catalog.manifest.server.journals.clone();
+        let secrets = catalog.tools.iter().flat_map(|tool| perform::secret_values(&env, &tool.config.grants)).collect();
         Runs {
+            secrets,
             env,
             catalog,
             journals,
@@ -103,9 +107,63 @@ impl Runs {
         self.fatal_message.borrow().clone()
     }
 
+    /// A journal record as it is written: scrubbed of secrets in every form a reader decodes.
+    fn encoded(&self, record: &JournalRecord) -> Vec<u8> {
+        let value = serde_json::to_value(record).expect("records serialise");
+        record::encode(&scrub_value(&value, &self.secrets))
+    }
+
+    /// Appends one record durably. The caller made it fit (`fitted_done`, `fitted_end`; the
+    /// other records are bounded where their contents enter): a writer never writes a line
+    /// its reader refuses, or recovery could never read the journal again.
+    async fn append_record(&self, path: &Path, record: &JournalRecord, run: &str) -> Result<(), Fatal> {
+        let line = self.encoded(record);
+        assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
+        journal::append_line_durably(&self.env, path, line)
+            .await
+            .map_err(|e| Fatal(format!("journaling a record of run {run} failed: {e}")))
+    }
+
+    /// An action's done record, fitting a journal line: a result too large to keep is
+    /// replaced by an error saying so (the action happened; only its answer is not kept).
+    fn fitted_done(&self, op: u64, result: Value) -> JournalRecord {
+        let done = JournalRecord::Done { op, result };
+        let size = self.encoded(&done).len();
+        if size <= RECORD_LINE_BYTES_MAX {
+            return done;
+        }
+        let JournalRecord::Done { result, .. } = done else { unreachable!("built above") };
+        let error = format!(
+            "the result of action {op} is {size} bytes as a journal record, over the limit of \
+             {RECORD_LINE_BYTES_MAX}; the action happened but its result was not kept"
+        );
+        JournalRecord::Done { op, result: json!({"status": result.get("status"), "error": error}) }
+    }
+
+    /// A run's end record, fitting a journal line: a result or message too large to keep
+    /// ends the run as `budget`, saying so.
+    fn fitted_end(&self, end: EndRecord) -> EndRecord {
+        let size = self.encoded(&JournalRecord::End(end.clone())).len();
+        if size <= RECORD_LINE_BYTES_MAX {
+            return end;
+        }
+        let what = if end.result.is_some() { "result" } else { "failure message" };
+        EndRecord {
+            outcome: FailureKind::Budget.name().to_string(),
+            result: None,
+            message: Some(format!(
+                "the run's {what} is {size} bytes as a journal record, over the limit of {RECORD_LINE_BYTES_MAX}; \
+                 it was not kept"
+            )),
+            usage: end.usage,
+            at_ms: end.at_ms,
+        }
+    }
+
     /// Appends one line to the run's log (best effort: the log is for people, and the
     /// journal is the record).
     pub async fn log_run(&self, tool: &str, run: &str, line: &str) {
+        let line = &scrub(line, &self.secrets);
         self.env.log(&format!("tool {tool} run {run}: {line}"));
         let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
         let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");
@@ -191,6 +249,11 @@ impl Runs {
                 Grant::Secret { .. } => None,
             })
             .collect();
+        // The deadline runs on the monotonic clock from this execution's start, plus what the
+        // wall clock says had elapsed before it (nonzero only for a run resumed at start: the
+        // wall clock is all that survives a restart).
+        let started_monotonic = self.env.clock.monotonic_ms();
+        let mut elapsed_before: Option<u64> = None;
         // Each pass executes the program against the journal so far; each suspension adds
         // at least one done record (or stops the run), so the passes are bounded.
         for _pass in 0..=ACTIONS_PER_RUN_MAX + 1 {
@@ -202,14 +265,14 @@ impl Runs {
                 self.settle(tool, run, &end).await?;
                 return Ok(RunEnd::Ended(end));
             }
-            let completed: Vec<Completed> = journal
-                .completed()
-                .into_iter()
-                .filter_map(|(action, result)| Some(Completed { action: serde_json::from_value(action).ok()?, result }))
-                .collect();
+            let completed = completed_actions(&journal, run)?;
             let mut broker = Broker::new(run, &tool.config.grants, completed);
+            broker.begun = journal.begun_op();
+            let before =
+                *elapsed_before.get_or_insert_with(|| self.env.clock.now_ms().saturating_sub(journal.header_at_ms));
             if let Some(deadline) = tool.config.deadline_ms {
-                broker.deadline_passed = self.env.clock.now_ms() > journal.header_at_ms.saturating_add(deadline);
+                let elapsed = before.saturating_add(self.env.clock.monotonic_ms().saturating_sub(started_monotonic));
+                broker.deadline_passed = elapsed > deadline;
                 broker.deadline_text = crate::ledger::duration_text(deadline);
             }
             let program = tool.program.clone();
@@ -228,13 +291,7 @@ impl Runs {
             let (execution, usage) = match executed {
                 Ok(done) => done,
                 Err(panic) => {
-                    let completed = journal
-                        .completed()
-                        .into_iter()
-                        .filter_map(|(action, result)| {
-                            Some(Completed { action: serde_json::from_value(action).ok()?, result })
-                        })
-                        .collect();
+                    let completed = completed_actions(&journal, run)?;
                     let usage = Broker::new(run, &tool.config.grants, completed).journaled_usage();
                     let end = EndRecord {
                         outcome: FailureKind::Internal.name().to_string(),
@@ -248,9 +305,7 @@ impl Runs {
             };
             for (index, text) in execution.prints.iter().enumerate().skip(journal.prints as usize) {
                 let print = JournalRecord::Print { index: index as u64, text: scrub(text, &secrets) };
-                journal::append_durably(&self.env, &files.journal, &print)
-                    .await
-                    .map_err(|e| Fatal(format!("journaling a print of run {run} failed: {e}")))?;
+                self.append_record(&files.journal, &print, run).await?;
                 self.log_run(name, run, &format!("print: {}", scrub(text, &secrets))).await;
             }
             let action = match execution.outcome {
@@ -274,9 +329,8 @@ impl Runs {
         if end.outcome == FailureKind::Internal.name() {
             self.log_run(name, run, &format!("internal error: {}", end.message.as_deref().unwrap_or(""))).await;
         }
-        journal::append_durably(&self.env, &self.files(name, run).journal, &JournalRecord::End(end.clone()))
-            .await
-            .map_err(|e| Fatal(format!("journaling the end of run {run} failed: {e}")))?;
+        let end = self.fitted_end(end);
+        self.append_record(&self.files(name, run).journal, &JournalRecord::End(end.clone()), run).await?;
         self.env.reached(Point::RunRecorded, run);
         self.settle(tool, run, &end).await?;
         Ok(RunEnd::Ended(end))
@@ -321,9 +375,7 @@ impl Runs {
                     self.log_run(name, run, &format!("action {op}: found in warden_actions; not repeated")).await;
                     let done =
                         JournalRecord::Done { op, result: json!({"rows": [], "changes": null, "recovered": true}) };
-                    journal::append_durably(&self.env, &path, &done)
-                        .await
-                        .map_err(|e| Fatal(format!("journaling action {op} of run {run} failed: {e}")))?;
+                    self.append_record(&path, &done, run).await?;
                     return Ok(None);
                 }
                 self.log_run(name, run, &format!("action {op}: not in warden_actions; performing it")).await;
@@ -338,17 +390,13 @@ impl Runs {
             }
         } else {
             let begin = JournalRecord::Begin { op, action: recorded };
-            journal::append_durably(&self.env, &path, &begin)
-                .await
-                .map_err(|e| Fatal(format!("journaling action {op} of run {run} failed: {e}")))?;
+            self.append_record(&path, &begin, run).await?;
             self.env.reached(Point::ActionBegun, run);
         }
         match perform::perform(&self.env, grant, &tool.config.net, run, &action, secrets).await {
             perform::Performed::Done(result) => {
-                let done = JournalRecord::Done { op, result };
-                journal::append_durably(&self.env, &path, &done)
-                    .await
-                    .map_err(|e| Fatal(format!("journaling action {op} of run {run} failed: {e}")))?;
+                let done = self.fitted_done(op, result);
+                self.append_record(&path, &done, run).await?;
                 Ok(None)
             }
             perform::Performed::InDoubt(problem) => {
@@ -389,6 +437,7 @@ impl Runs {
             journal::create_dirs_durably(&self.env, &self.journals, &waiting_dir)
                 .await
                 .map_err(|e| Fatal(format!("creating {} failed: {e}", waiting_dir.display())))?;
+            let record = scrub_value(&serde_json::to_value(&record).expect("records serialise"), &self.secrets);
             journal::write_new_durably(&self.env, &files.waiting, record::encode(&record))
                 .await
                 .map_err(|e| Fatal(format!("writing the waiting record of run {run} failed: {e}")))?;
@@ -467,6 +516,20 @@ pub struct WaitingRecord {
     pub journal: String,
     pub resolve: String,
     pub at_ms: u64,
+}
+
+/// The journal's completed actions, each read back strictly: an action that does not parse
+/// is damage, never skipped (skipping would shift every later action's number).
+fn completed_actions(journal: &Journal, run: &str) -> Result<Vec<Completed>, Fatal> {
+    journal
+        .completed()
+        .into_iter()
+        .enumerate()
+        .map(|(op, (action, result))| match serde_json::from_value(action) {
+            Ok(action) => Ok(Completed { action, result }),
+            Err(e) => Err(Fatal(format!("run {run}: the begin record of action {op} does not parse: {e}"))),
+        })
+        .collect()
 }
 
 /// Money actually charged, summed per currency from a run's usage.

@@ -130,6 +130,25 @@ pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
     Ok(out)
 }
 
+/// What a waiting run needs: its action in doubt and the command that resolves it, from
+/// its waiting record.
+async fn waiting_line(env: &Env, path: &Path) -> String {
+    let record = match env.disk.read(path).await {
+        Ok(bytes) => {
+            let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+            crate::record::decode::<crate::runs::WaitingRecord>(line)
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    match record {
+        Ok(record) => format!(
+            "waiting for an operator at action {}: {}; resolve with: {}",
+            record.op, record.reason, record.resolve
+        ),
+        Err(problem) => format!("waiting for an operator, but {} cannot be read: {problem}", path.display()),
+    }
+}
+
 async fn unfinished(env: &Env, journals: &Path, state: &State) -> String {
     let open: Vec<_> = state.runs.values().filter(|e| e.is_open()).collect();
     if open.is_empty() {
@@ -140,12 +159,7 @@ async fn unfinished(env: &Env, journals: &Path, state: &State) -> String {
         let files = RunFiles::new(journals, &entry.tool, &entry.run);
         let waiting = env.disk.exists(&files.waiting).await.unwrap_or(false);
         if waiting {
-            out.push_str(&format!(
-                "  {} {}: waiting for an operator; resolve with: warden resolve --journal {} --op N (--happened '<result json>' | --did-not-happen)\n",
-                entry.tool,
-                entry.run,
-                files.journal.display()
-            ));
+            out.push_str(&format!("  {} {}: {}\n", entry.tool, entry.run, waiting_line(env, &files.waiting).await));
         } else {
             out.push_str(&format!(
                 "  {} {}: in progress, or interrupted and resumed at the next start\n",

@@ -98,3 +98,19 @@ fn annotations_follow_the_grants() {
     assert_eq!(hints("idempotency_key_and_once")["idempotentHint"], json!(true));
     assert_eq!(hints("network_reads_only"), json!({"readOnlyHint": true, "openWorldHint": true}));
 }
+
+/// Numbers that once overflowed (a panic, exit 101) or overspent a quota are refused at
+/// check, each with its path.
+#[test]
+fn overflowing_numbers_and_unbounded_money_are_refused_with_their_paths() {
+    let manifest = fixture("broken/overflow.json");
+    let (code, stdout, stderr) = warden(&["check", manifest.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    for expected in [
+        "server.keep: `213503982336` is not a number of days in 1..=36500",
+        "tools[0].grants.pay.uses: 9223372036854775808 is outside 1..=1000",
+        "tools[0].quota.money: is in EUR but `tools[0].grants.pay` moves USD",
+    ] {
+        assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
+    }
+}

@@ -69,14 +69,22 @@ fn status_report(wire: &Wire) -> String {
 /// status` printed it), restart the server, and check nothing is left unfinished.
 fn resolve_and_restart(mut wire: Wire, report: &str, verdict: &[&str]) -> Wire {
     let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    // Resolving beside a live server is refused: the operator stops it first.
+    let refused = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["resolve", "--journal", &journal, "--op", "0"])
+        .args(verdict)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("a Warden server is using"), "{refused:?}");
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
     let resolved = Command::new(env!("CARGO_BIN_EXE_warden"))
         .args(["resolve", "--journal", &journal, "--op", "0"])
         .args(verdict)
         .output()
         .unwrap();
     assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
-    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
-    drop(wire);
     let mut resumed = start(dir, None);
     resumed.assert_serving(5);
     assert!(status_report(&resumed).contains("unfinished runs: none"), "{}", status_report(&resumed));
@@ -188,7 +196,8 @@ fn between_begin_and_done_a_plain_post_waits_for_the_operator_who_resolves_it() 
     // At restart the run was resumed and stopped in doubt: never sent again.
     assert_eq!(payments.ledger.lock().unwrap().notes.len(), 0);
     let report = status_report(&wire);
-    assert!(report.contains("waiting for an operator; resolve with: warden resolve --journal"), "{report}");
+    assert!(report.contains("waiting for an operator at action 0: "), "{report}");
+    assert!(report.contains("resolve with: warden resolve --journal") && report.contains(" --op 0 "), "{report}");
     let waiting: Vec<_> = std::fs::read_dir(wire.dir.path().join("journals/waiting")).unwrap().collect();
     assert_eq!(waiting.len(), 1);
     // The notify command failed once, then succeeded (retried with backoff).

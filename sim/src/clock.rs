@@ -83,6 +83,10 @@ impl Clock for SimClockHandle {
         (EPOCH_MS as i64 + now + self.0.skew.get() + drift).max(0) as u64
     }
 
+    fn monotonic_ms(&self) -> u64 {
+        self.0.now.get()
+    }
+
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
         let clock = Rc::clone(&self.0);
         let deadline = clock.now.get().saturating_add(ms);

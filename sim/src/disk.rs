@@ -56,6 +56,8 @@ pub struct SimDisk {
     pub crash_at_operation: Cell<Option<u64>>,
     /// Fail the next fsync (one shot).
     pub fail_next_fsync: Cell<bool>,
+    /// `exists` of a path containing this text fails with an I/O error (not "absent").
+    pub fail_exists_containing: RefCell<Option<String>>,
     /// Shared with the executor: set when a fault crashed the instance.
     pub crashed: Rc<Cell<bool>>,
     /// Counts of injected faults by kind, for the simulator's report.
@@ -94,6 +96,7 @@ impl SimDisk {
             operations: Cell::new(0),
             crash_at_operation: Cell::new(None),
             fail_next_fsync: Cell::new(false),
+            fail_exists_containing: RefCell::new(None),
             crashed,
             injected: RefCell::new(BTreeMap::new()),
         };
@@ -174,6 +177,15 @@ impl SimDisk {
     /// Frees every lock (an instance ended).
     pub fn release_locks(&self) {
         self.state.borrow_mut().locks.clear();
+    }
+
+    pub fn held_locks(&self) -> BTreeSet<PathBuf> {
+        self.state.borrow().locks.clone()
+    }
+
+    /// Frees the locks taken since `before` (an operator command ended).
+    pub fn release_locks_since(&self, before: &BTreeSet<PathBuf>) {
+        self.state.borrow_mut().locks.retain(|path| before.contains(path));
     }
 
     /// Applies crash semantics: unsynced data is lost or torn, namespaces revert to their
@@ -398,6 +410,11 @@ impl Disk for SimDiskHandle {
     fn exists(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<bool>> {
         if self.0.crash_now() {
             return pending_forever();
+        }
+        let failing = self.0.fail_exists_containing.borrow().clone();
+        if failing.is_some_and(|part| path.to_string_lossy().contains(part.as_str())) {
+            self.0.count("exists failure");
+            return self.0.complete(Err(io::Error::other("simulated I/O error")));
         }
         let state = self.0.state.borrow();
         self.0.complete(Ok(state.names.contains_key(path) || state.dirs.contains(path)))

@@ -20,6 +20,10 @@ use warden::env::{
 
 pub const PAYMENTS_HOST: &str = "https://payments.sim";
 pub const NOTES_HOST: &str = "https://notes.sim";
+/// A misbehaving service: reflects the request's Authorization header back in a JSON body,
+/// escaped as PHP (`/echo/php`: `\/`) or Go (`/echo/go`: `\u00XX` for `<`, `>`, `&`) would,
+/// or answers `/big/<bytes>` with a body of that size.
+pub const ECHO_HOST: &str = "https://echo.sim";
 
 /// A fault for the next matching request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +67,8 @@ pub struct Services {
     databases: RefCell<BTreeMap<PathBuf, rusqlite::Connection>>,
     /// Crash the server right after the next committed write.
     pub crash_after_commit: Cell<bool>,
+    /// Step the wall clock by this much (ms) when the next request reaches a service.
+    pub step_wall_on_next_request: Cell<i64>,
 }
 
 fn response(status: u16, body: Value) -> HttpResponse {
@@ -78,6 +84,7 @@ impl Services {
         let services = Services::default();
         services.intents.borrow_mut().insert("pi_1001".into(), (5000, "usd".into()));
         services.intents.borrow_mut().insert("pi_1002".into(), (30000, "usd".into()));
+        services.intents.borrow_mut().insert("pi_2001".into(), (9000, "eur".into()));
         Rc::new(services)
     }
 
@@ -140,6 +147,9 @@ impl Services {
             }
             return answer;
         }
+        if let Some(path) = url.strip_prefix(ECHO_HOST) {
+            return Services::echo(request, path);
+        }
         if url.starts_with(NOTES_HOST) {
             if request.method == "GET" {
                 return response(200, json!({"notes": self.effects_of("note")}));
@@ -165,6 +175,29 @@ impl Services {
         response(404, json!({"error": "no such endpoint"}))
     }
 
+    fn echo(request: &HttpRequest, path: &str) -> HttpResponse {
+        if let Some(size) = path.strip_prefix("/big/").and_then(|n| n.parse::<usize>().ok()) {
+            let body = format!("{{\"data\":\"{}\"}}", "x".repeat(size.saturating_sub(11)));
+            return HttpResponse { status: 200, headers: vec![], body: body.into_bytes() };
+        }
+        let seen = Services::header(request, "authorization").unwrap_or_default();
+        let plain = json!({"authorization": seen}).to_string();
+        let body = match path {
+            "/echo/php" => plain.replace('/', "\\/"),
+            "/echo/go" => plain.replace('<', "\\u003c").replace('>', "\\u003e").replace('&', "\\u0026"),
+            "/echo/unicode" => {
+                let escaped: String = seen.chars().map(|c| format!("\\u{:04x}", c as u32)).collect();
+                format!("{{\"authorization\":\"{escaped}\"}}")
+            }
+            _ => plain,
+        };
+        HttpResponse {
+            status: 200,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.into_bytes(),
+        }
+    }
+
     /// Whether the server instance has crashed: then it can reach no service.
     fn server_crashed(&self) -> bool {
         self.crashed.borrow().as_ref().is_some_and(|crashed| crashed.get())
@@ -186,6 +219,10 @@ impl Net for SimNet {
             return Box::pin(std::future::pending());
         }
         services.requests.borrow_mut().push(request.clone());
+        let step = services.step_wall_on_next_request.replace(0);
+        if let (true, Some(clock)) = (step != 0, services.clock.borrow().as_ref()) {
+            clock.step_wall(step);
+        }
         let outcome = match services.take_fault(&request.url) {
             Some(NetFault::Refuse) => Err(NetError { may_have_been_sent: false, message: "connection refused".into() }),
             Some(NetFault::LoseResponse) => {

@@ -165,7 +165,10 @@ impl World {
         executor.spawn(Box::pin(async move {
             *slot.borrow_mut() = Some(future.await);
         }));
+        let locks_before = self.disk.held_locks();
         executor.run(HORIZON_MS, STEPS_MAX);
+        // The command's process exits: the locks it took are freed, a server's are not.
+        self.disk.release_locks_since(&locks_before);
         let result = outcome.borrow_mut().take();
         result.unwrap_or_else(|| Err("the command did not finish".to_string()))
     }

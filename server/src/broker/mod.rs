@@ -26,6 +26,17 @@ pub const ACTIONS_PER_RUN_MAX: u64 = 1000;
 pub const REQUEST_BODY_BYTES_MAX: usize = 1024 * 1024;
 /// What journals and logs hold in place of a secret's value.
 pub const REDACTED: &str = "[redacted]";
+/// The longest URL or SQL statement a program may send.
+pub const TARGET_BYTES_MAX: usize = 64 * 1024;
+/// The most bytes of header names and values a program may set on one request.
+pub const HEADERS_BYTES_MAX: usize = 64 * 1024;
+/// How deep `scrub_value` decodes JSON held inside strings (a body's text is one level).
+const NESTED_JSON_DEPTH_MAX: usize = 4;
+/// Headers only Warden sets: the ones that frame the request or carry its authority. A
+/// program setting one could send a second `Authorization`, a `Host` the `only` check never
+/// approved, or a truncated body.
+pub const RESERVED_HEADERS: &[&str] =
+    &["host", "authorization", "idempotency-key", "content-length", "transfer-encoding", "connection", "te", "upgrade"];
 
 /// An action as the journal records it: everything needed to perform it again, except
 /// secret values (headers from secrets are named, never written).
@@ -105,6 +116,10 @@ pub struct Broker {
     pub completed: Vec<Completed>,
     pub deadline_passed: bool,
     pub deadline_text: String,
+    /// The action the journal holds as begun and not done (in doubt after a crash). It is
+    /// resolved first, whatever the deadline: a deadline never cuts an action, it only
+    /// refuses the next new one (seed 000 section 3).
+    pub begun: Option<u64>,
     next_op: RefCell<u64>,
     pub usage: RefCell<BTreeMap<String, Usage>>,
     pub suspended: RefCell<Option<Action>>,
@@ -127,6 +142,7 @@ impl Broker {
             completed,
             deadline_passed: false,
             deadline_text: String::new(),
+            begun: None,
             next_op: RefCell::new(0),
             usage: RefCell::new(BTreeMap::new()),
             suspended: RefCell::new(None),
@@ -162,6 +178,12 @@ impl Broker {
             self.count(&action, &done.result);
             return Ok(done.result.clone());
         }
+        if self.deadline_passed && self.begun != Some(op) {
+            return self.refuse(Refusal::Deadline(format!(
+                "the tool's deadline ({}) passed before action {op} could start; nothing more was done",
+                self.deadline_text
+            )));
+        }
         if let Err(refusal) = self.check(&action) {
             return self.refuse(refusal);
         }
@@ -196,12 +218,6 @@ impl Broker {
             return Err(Refusal::Capability(format!("`{}` is not a grant of this tool", action.grant)));
         };
         let cap = &grant.cap;
-        if self.deadline_passed {
-            return Err(Refusal::Deadline(format!(
-                "the tool's deadline ({}) passed before action {} could start; nothing more was done",
-                self.deadline_text, action.op
-            )));
-        }
         if let (Some(uses), true) = (grant.uses, counts_against_uses(grant, action)) {
             let used = self.usage.borrow().get(&action.grant).map(|u| u.limited).unwrap_or(0);
             if used >= uses {
@@ -234,6 +250,7 @@ impl Broker {
                 }
             }
         }
+        check_headers(grant, action)?;
         if let Some(only) = only_list(grant, action) {
             if let Err(problem) = urls::allowed(only, &action.target) {
                 return Err(Refusal::Capability(format!("'{}' refused the request: {problem}", action.kind)));
@@ -253,6 +270,29 @@ impl Broker {
         }
         self.usage.borrow().clone()
     }
+}
+
+/// A program's headers: none Warden sets itself (reserved, or set by the grant from a
+/// secret), names that are HTTP tokens, values without line breaks.
+fn check_headers(grant: &CapabilityGrant, action: &Action) -> Result<(), Refusal> {
+    let refuse = |why: String| Err(Refusal::Capability(format!("'{}' refused the request: {why}", action.kind)));
+    for (name, value) in &action.headers {
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) {
+            return refuse(format!("header `{name}` is set by Warden, never by a program"));
+        }
+        if grant.headers.keys().any(|granted| granted.eq_ignore_ascii_case(name)) {
+            return refuse(format!("header `{name}` is set by the grant from a secret, never by a program"));
+        }
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty() || !name.bytes().all(token) {
+            return refuse(format!("header name `{}` is not an HTTP token", name.escape_debug()));
+        }
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            return refuse(format!("header `{name}` has a line break or NUL in its value"));
+        }
+    }
+    Ok(())
 }
 
 /// Whether the broker sends an `Idempotency-Key` with this action: the grant asks for it
@@ -322,4 +362,42 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
         out = out.replace(secret.as_str(), REDACTED);
     }
     out
+}
+
+/// Scrubs every string in `value` as a reader decodes it: JSON strings are compared after
+/// their escapes are decoded (`\/`, `\u00XX`), and a string that is itself JSON (a response
+/// body's text) is decoded, scrubbed, and written again when it held a secret. Every output
+/// boundary (journal, answer, waiting record) passes its JSON through this.
+pub fn scrub_value(value: &Value, secrets: &[String]) -> Value {
+    scrub_value_at(value, secrets, 0)
+}
+
+fn scrub_value_at(value: &Value, secrets: &[String], depth: usize) -> Value {
+    match value {
+        Value::String(text) => Value::String(scrub_string(text, secrets, depth)),
+        Value::Array(items) => Value::Array(items.iter().map(|item| scrub_value_at(item, secrets, depth)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter().map(|(k, v)| (scrub_string(k, secrets, depth), scrub_value_at(v, secrets, depth))).collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn scrub_string(text: &str, secrets: &[String], depth: usize) -> String {
+    let scrubbed = scrub(text, secrets);
+    let looks_like_json = matches!(scrubbed.trim_start().as_bytes().first(), Some(b'{' | b'[' | b'"'));
+    if depth >= NESTED_JSON_DEPTH_MAX || !looks_like_json || secrets.is_empty() {
+        return scrubbed;
+    }
+    match serde_json::from_str::<Value>(&scrubbed) {
+        Ok(inner) => {
+            let clean = scrub_value_at(&inner, secrets, depth + 1);
+            if clean == inner {
+                scrubbed
+            } else {
+                serde_json::to_string(&clean).expect("JSON values serialise")
+            }
+        }
+        Err(_) => scrubbed,
+    }
 }

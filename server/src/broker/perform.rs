@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{scrub, urls, Action};
-use crate::env::{DbRequest, Env, HttpRequest};
+use super::{scrub, scrub_value, urls, Action};
+use crate::env::{DbRequest, Env, HttpRequest, HttpResponse};
 use crate::manifest::{CapabilityGrant, Grant, NetConfig};
 
 /// What performing an action produced.
@@ -18,15 +18,18 @@ pub enum Performed {
     InDoubt(String),
 }
 
-/// The secret values a grant attaches, by environment variable name. Missing variables are
-/// refused at start, so a missing one here is a bug.
-fn secret(env: &Env, name: &str) -> String {
-    env.process.var(name).unwrap_or_default()
+/// The secret value a grant attaches, by environment variable name. Missing variables are
+/// refused at start; one gone since fails the action loudly, and nothing is sent without it.
+fn secret(env: &Env, name: &str) -> Result<String, String> {
+    match env.process.var(name) {
+        Some(value) if !value.is_empty() => Ok(value),
+        _ => Err(format!("the secret variable `{name}` is not set in the server's environment; nothing was sent")),
+    }
 }
 
 /// Every secret value a tool's grants can attach (for scrubbing).
 pub fn secret_values(env: &Env, grants: &BTreeMap<String, Grant>) -> Vec<String> {
-    crate::catalog::secret_variables(grants).iter().map(|name| secret(env, name)).filter(|v| !v.is_empty()).collect()
+    crate::catalog::secret_variables(grants).iter().filter_map(|name| secret(env, name).ok()).collect()
 }
 
 fn need<'a>(grant: &'a CapabilityGrant, name: &str) -> Option<&'a CapabilityGrant> {
@@ -52,8 +55,8 @@ fn http_request(
 ) -> Result<(HttpRequest, bool), String> {
     let mut headers: Vec<(String, String)> = action.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let (method, url, body, safe) = if grant.cap == "payments.stripe.refund" {
-        let key = need_secret(grant, "key").map(|name| secret(env, &name)).unwrap_or_default();
-        headers.push(("authorization".into(), format!("Bearer {key}")));
+        let key = need_secret(grant, "key").ok_or("the grant has no `needs.key`")?;
+        headers.push(("authorization".into(), format!("Bearer {}", secret(env, &key)?)));
         if action.method == "GET" {
             let get = need(grant, "get").ok_or("the grant has no `needs.get`")?;
             let url = urls::allowed(&get.only, &action.target)?;
@@ -76,7 +79,7 @@ fn http_request(
     } else {
         let url = urls::allowed(&grant.only, &action.target)?;
         for (name, (prefix, variable)) in &grant.headers {
-            headers.push((name.to_ascii_lowercase(), format!("{prefix}{}", secret(env, variable))));
+            headers.push((name.to_ascii_lowercase(), format!("{prefix}{}", secret(env, variable)?)));
         }
         if let Some(key) = &action.idempotency_key {
             headers.push(("idempotency-key".into(), key.clone()));
@@ -91,6 +94,7 @@ fn http_request(
         body: body.into_bytes(),
         connect_timeout_ms: net.connect_timeout_ms.unwrap_or(0),
         timeout_ms: net.timeout_ms.unwrap_or(0),
+        body_bytes_max: net.response_bytes_max,
     };
     Ok((request, safe))
 }
@@ -112,18 +116,19 @@ pub async fn perform(
     if grant.cap == "db.sqlite" {
         return perform_sql(env, grant, run, action).await;
     }
+    let not_sent =
+        |problem: String| Performed::Done(json!({"error": scrub(&problem, secrets), "may_have_been_sent": false}));
+    if action.method == "REFUND" {
+        if let Err(problem) = check_intent_currency(env, grant, net, action).await {
+            return not_sent(problem);
+        }
+    }
     let (request, safe) = match http_request(env, grant, net, action) {
         Ok(built) => built,
-        Err(problem) => return Performed::Done(json!({"error": problem, "may_have_been_sent": false})),
+        Err(problem) => return not_sent(problem),
     };
     match env.net.request(request).await {
-        Ok(response) => {
-            let body = scrub(&String::from_utf8_lossy(&response.body), secrets);
-            let parsed = serde_json::from_str::<Value>(&body).unwrap_or(Value::Null);
-            let headers: serde_json::Map<String, Value> =
-                response.headers.iter().map(|(k, v)| (k.to_ascii_lowercase(), json!(scrub(v, secrets)))).collect();
-            Performed::Done(json!({"status": response.status, "headers": headers, "body": body, "json": parsed}))
-        }
+        Ok(response) => Performed::Done(response_result(&response, net, secrets)),
         Err(error) if error.may_have_been_sent && !safe => Performed::InDoubt(scrub(&error.message, secrets)),
         Err(error) => Performed::Done(
             json!({"error": scrub(&error.message, secrets), "may_have_been_sent": error.may_have_been_sent}),
@@ -131,9 +136,68 @@ pub async fn perform(
     }
 }
 
+/// What a program sees of a response, with every secret scrubbed from every string a
+/// reader could decode (the raw text, the parsed JSON, and JSON held inside strings).
+fn response_result(response: &HttpResponse, net: &NetConfig, secrets: &[String]) -> Value {
+    let headers: serde_json::Map<String, Value> =
+        response.headers.iter().map(|(k, v)| (k.to_ascii_lowercase(), json!(v))).collect();
+    if response.body.len() > net.response_bytes_max {
+        let error = format!(
+            "the response body is over the limit of {} bytes (net.response_bytes_max); it was not kept",
+            net.response_bytes_max
+        );
+        return scrub_value(&json!({"status": response.status, "headers": headers, "error": error}), secrets);
+    }
+    let body = String::from_utf8_lossy(&response.body).into_owned();
+    let parsed = serde_json::from_str::<Value>(&body).unwrap_or(Value::Null);
+    scrub_value(&json!({"status": response.status, "headers": headers, "body": body, "json": parsed}), secrets)
+}
+
+/// A refund moves money in its payment intent's currency, which the request does not name:
+/// read the intent first (through the grant's `needs.get`) and refuse a currency other than
+/// the one `each` and `max` were checked in.
+async fn check_intent_currency(
+    env: &Env,
+    grant: &CapabilityGrant,
+    net: &NetConfig,
+    action: &Action,
+) -> Result<(), String> {
+    let money = action.money().ok_or("a refund without an amount")?;
+    let get = need(grant, "get").ok_or("the grant has no `needs.get`")?;
+    let intent = &action.body;
+    let url = get
+        .only
+        .iter()
+        .map(|pattern| pattern.replacen('*', intent, 1))
+        .find(|url| urls::allowed(&get.only, url).is_ok())
+        .ok_or_else(|| format!("no URL of `needs.get.only` reads payment intent `{intent}`"))?;
+    let read = Action { method: "GET".into(), target: url, amount: None, idempotency_key: None, ..action.clone() };
+    let (request, _) = http_request(env, grant, net, &read)?;
+    let unreadable = |why: String| {
+        format!("could not read payment intent `{intent}` to check its currency: {why}; nothing was refunded")
+    };
+    let response = env.net.request(request).await.map_err(|e| unreadable(e.message))?;
+    if response.body.len() > net.response_bytes_max || !(200..300).contains(&response.status) {
+        return Err(unreadable(format!("the service answered {}", response.status)));
+    }
+    let parsed: Value = serde_json::from_slice(&response.body).map_err(|e| unreadable(format!("not JSON: {e}")))?;
+    let currency = parsed.get("currency").and_then(Value::as_str).ok_or_else(|| unreadable("no `currency`".into()))?;
+    if !currency.eq_ignore_ascii_case(&money.currency) {
+        return Err(format!(
+            "payment intent `{intent}` is in {}, but the refund of {money} was checked in {}; refused, nothing was refunded",
+            currency.to_ascii_uppercase(),
+            money.currency
+        ));
+    }
+    Ok(())
+}
+
 async fn perform_sql(env: &Env, grant: &CapabilityGrant, run: &str, action: &Action) -> Performed {
     let write = action.method == "EXECUTE";
-    let params: Vec<Value> = serde_json::from_str(&action.body).unwrap_or_default();
+    let params: Vec<Value> = match serde_json::from_str(&action.body) {
+        Ok(params) => params,
+        Err(e) => return Performed::Done(json!({"error": format!("the statement's parameters do not parse: {e}")})),
+    };
     let request = DbRequest {
         path: grant.path.clone().unwrap_or_default(),
         write,

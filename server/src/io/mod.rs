@@ -86,6 +86,11 @@ impl Clock for RealClock {
         SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
     }
 
+    fn monotonic_ms(&self) -> u64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+    }
+
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
         Box::pin(tokio::time::sleep(std::time::Duration::from_millis(ms)))
     }

@@ -211,7 +211,11 @@ impl State {
         if let Some(max) = money_max {
             let used = money.get(&max.currency).copied().unwrap_or(0);
             let asked: i64 = worst_case.iter().filter(|m| m.currency == max.currency).map(|m| m.minor).sum();
-            if used + asked > max.minor {
+            // Checked: an overflow is over the quota. A call that may spend nothing is still
+            // refused once the quota is used up.
+            let over =
+                used.checked_add(asked).is_none_or(|total| total > max.minor) || (asked == 0 && used >= max.minor);
+            if over {
                 let used_text = Money { minor: used, currency: max.currency.clone() };
                 let asked_text = Money { minor: asked, currency: max.currency.clone() };
                 return Err(QuotaRefusal {
@@ -340,5 +344,17 @@ mod tests {
         assert!(refused.message.contains("in 9s"), "{}", refused.message);
         // After the settled run leaves the window, only the open run counts.
         assert_eq!(state.quota_use("t", 10_000, 12_001).0, 1);
+    }
+
+    #[test]
+    fn a_full_money_quota_refuses_even_a_call_that_asks_for_nothing() {
+        let usd = |a: &str| Money::parse(a, "USD").unwrap();
+        let mut state = State::default();
+        state.apply(&reserve("a", 1000, &[("100.00", "USD")])).unwrap();
+        let max = usd("100.00");
+        assert!(state.quota_admits("t", 10_000, None, Some(&max), &[], 2000).is_err(), "full: 0 more is refused");
+        assert!(state.quota_admits("t", 10_000, None, Some(&usd("100.01")), &[], 2000).is_ok());
+        let huge = Money { minor: i64::MAX, currency: "USD".into() };
+        assert!(state.quota_admits("t", 10_000, None, Some(&max), &[huge], 2000).is_err(), "overflow is over");
     }
 }

@@ -29,6 +29,20 @@ pub const MAX_STEPS_LIMIT: u64 = 1_000_000_000;
 pub const MANIFEST_BYTES_MAX: usize = 1024 * 1024;
 /// The most tools one manifest may serve.
 pub const TOOLS_MAX: usize = 256;
+/// `server.keep`: at most 100 years of days.
+pub const KEEP_DAYS_LIMIT: u64 = 36_500;
+/// `net.timeout_ms` and `net.connect_timeout_ms`: at most 10 minutes.
+pub const NET_TIMEOUT_MS_LIMIT: u64 = 600_000;
+/// `net.response_bytes_max` when the manifest leaves it out.
+pub const RESPONSE_BYTES_DEFAULT: usize = 1024 * 1024;
+/// The largest `net.response_bytes_max`: a done record holds the body twice (text and
+/// parsed), escaped, and must stay under the journal reader's line limit.
+pub const RESPONSE_BYTES_LIMIT: usize = 2 * 1024 * 1024;
+/// `quota.calls`: at most a billion per window.
+pub const QUOTA_CALLS_LIMIT: u64 = 1_000_000_000;
+/// `model.timeout_ms`: at most 10 minutes; `model.retries`: at most 10.
+pub const MODEL_TIMEOUT_MS_LIMIT: u64 = 600_000;
+pub const MODEL_RETRIES_LIMIT: u64 = 10;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -86,6 +100,8 @@ pub struct ToolConfig {
 pub struct NetConfig {
     pub timeout_ms: Option<u64>,
     pub connect_timeout_ms: Option<u64>,
+    /// The largest response body kept; a larger one fails the action (`net.response_bytes_max`).
+    pub response_bytes_max: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -98,6 +98,7 @@ pub struct RawMoney {
 pub struct RawNet {
     pub timeout_ms: Option<u64>,
     pub connect_timeout_ms: Option<u64>,
+    pub response_bytes_max: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

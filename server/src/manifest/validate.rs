@@ -7,7 +7,8 @@ use std::path::Path;
 use super::raw::*;
 use super::*;
 use crate::broker::kinds::{self, GrantKey};
-use crate::money::Money;
+use crate::broker::ACTIONS_PER_RUN_MAX;
+use crate::money::{Money, MONEY_MINOR_MAX};
 
 /// Which units a duration field takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,9 +110,12 @@ fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> Serve
         None => Keep::Days(KEEP_DAYS_DEFAULT),
         Some(serde_json::Value::String(text)) if text == "forever" => Keep::Forever,
         Some(value) => match value.as_u64() {
-            Some(days) if days >= 1 => Keep::Days(days),
+            Some(days) if (1..=KEEP_DAYS_LIMIT).contains(&days) => Keep::Days(days),
             _ => {
-                problems.add("server.keep", format!("`{value}` is not a number of days of at least 1, or \"forever\""));
+                problems.add(
+                    "server.keep",
+                    format!("`{value}` is not a number of days in 1..={KEEP_DAYS_LIMIT}, or \"forever\""),
+                );
                 Keep::Days(KEEP_DAYS_DEFAULT)
             }
         },
@@ -153,11 +157,19 @@ fn concurrency(value: Option<u64>, default: u64, at: &str, problems: &mut Proble
 fn model_config(raw: &RawModel, problems: &mut Problems) -> ModelConfig {
     check_env_name(&raw.api_key.env, "model.api_key.env", problems);
     // In a tool, the defaults of a script are not good enough: both are required.
-    if raw.timeout_ms.is_none() {
-        problems.add("model.timeout_ms", "is required in a tool server");
+    match raw.timeout_ms {
+        None => problems.add("model.timeout_ms", "is required in a tool server"),
+        Some(ms) if !(1..=MODEL_TIMEOUT_MS_LIMIT).contains(&ms) => {
+            problems.add("model.timeout_ms", format!("{ms} is outside 1..={MODEL_TIMEOUT_MS_LIMIT}"))
+        }
+        Some(_) => {}
     }
-    if raw.retries.is_none() {
-        problems.add("model.retries", "is required in a tool server");
+    match raw.retries {
+        None => problems.add("model.retries", "is required in a tool server"),
+        Some(n) if n > MODEL_RETRIES_LIMIT => {
+            problems.add("model.retries", format!("{n} is outside 0..={MODEL_RETRIES_LIMIT}"))
+        }
+        Some(_) => {}
     }
     ModelConfig {
         provider: raw.provider.clone(),
@@ -180,10 +192,7 @@ fn check_env_name(name: &str, at: &str, problems: &mut Problems) {
 fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, problems: &mut Problems) -> ToolConfig {
     check_tool_name(&raw.name, &format!("{at}.name"), problems);
     let entry = raw.entry.clone().unwrap_or_else(|| "main".to_string());
-    let net = NetConfig {
-        timeout_ms: raw.net.as_ref().and_then(|net| net.timeout_ms),
-        connect_timeout_ms: raw.net.as_ref().and_then(|net| net.connect_timeout_ms),
-    };
+    let net = net_config(raw.net.as_ref(), at, problems);
     let mut grants = BTreeMap::new();
     let mut needs_network = false;
     for (name, grant) in &raw.grants {
@@ -199,7 +208,6 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
                 None => {
                     problems.add(&format!("{at}.net.{key}"), "is required: a grant of this tool reaches the network")
                 }
-                Some(0) => problems.add(&format!("{at}.net.{key}"), "must be positive"),
                 Some(_) => {}
             }
         }
@@ -221,6 +229,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
     }
     let once = raw.once.as_ref().map(|once| once_config(once, &format!("{at}.once"), server, problems));
     let quota = raw.quota.as_ref().map(|quota| quota_config(quota, &format!("{at}.quota"), problems));
+    check_money_limits(&grants, quota.as_ref(), at, problems);
     let max_steps = match raw.limits.as_ref().and_then(|limits| limits.max_steps) {
         None => MAX_STEPS_DEFAULT,
         Some(steps) if (1..=MAX_STEPS_LIMIT).contains(&steps) => steps,
@@ -325,8 +334,9 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
             problems.add(&format!("{at}.max"), format!("is in {} but `each` is in {}", max.currency, each.currency));
         }
     }
-    if raw.uses == Some(0) {
-        problems.add(&format!("{at}.uses"), "must be at least 1");
+    if let Some(uses) = raw.uses.filter(|uses| !(1..=ACTIONS_PER_RUN_MAX).contains(uses)) {
+        problems
+            .add(&format!("{at}.uses"), format!("{uses} is outside 1..={ACTIONS_PER_RUN_MAX} (a run's most actions)"));
     }
     let mut needs = BTreeMap::new();
     let mut network = kind.network;
@@ -405,6 +415,93 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
     Some((grant, network))
 }
 
+fn net_config(raw: Option<&RawNet>, at: &str, problems: &mut Problems) -> NetConfig {
+    let timeout = |value: Option<u64>, key: &str, problems: &mut Problems| match value {
+        Some(ms) if !(1..=NET_TIMEOUT_MS_LIMIT).contains(&ms) => {
+            problems.add(&format!("{at}.net.{key}"), format!("{ms} is outside 1..={NET_TIMEOUT_MS_LIMIT}"));
+            None
+        }
+        value => value,
+    };
+    let response_bytes_max = match raw.and_then(|net| net.response_bytes_max) {
+        None => RESPONSE_BYTES_DEFAULT,
+        Some(bytes) if (1..=RESPONSE_BYTES_LIMIT as u64).contains(&bytes) => bytes as usize,
+        Some(bytes) => {
+            problems
+                .add(&format!("{at}.net.response_bytes_max"), format!("{bytes} is outside 1..={RESPONSE_BYTES_LIMIT}"));
+            RESPONSE_BYTES_DEFAULT
+        }
+    };
+    NetConfig {
+        timeout_ms: timeout(raw.and_then(|net| net.timeout_ms), "timeout_ms", problems),
+        connect_timeout_ms: timeout(raw.and_then(|net| net.connect_timeout_ms), "connect_timeout_ms", problems),
+        response_bytes_max,
+    }
+}
+
+/// Seed 000 section 6: a run's worst case per currency must be finite and held exactly, and
+/// a money quota must bound every grant that moves money, in its own currency. Otherwise a
+/// reservation holds less than a run can spend, and the quota is overspent.
+fn check_money_limits(
+    grants: &BTreeMap<String, Grant>,
+    quota: Option<&QuotaConfig>,
+    at: &str,
+    problems: &mut Problems,
+) {
+    let mut worst: BTreeMap<String, i64> = BTreeMap::new();
+    let mut currencies: BTreeSet<String> = BTreeSet::new();
+    let quota_money = quota.and_then(|quota| quota.money.as_ref());
+    for (name, grant) in grants {
+        let Grant::Capability(grant) = grant else { continue };
+        let grant_at = format!("{at}.grants.{name}");
+        let Some(currency) = grant.each.as_ref().or(grant.max.as_ref()).map(|m| m.currency.clone()) else {
+            continue;
+        };
+        currencies.insert(currency.clone());
+        let limit = match (&grant.max, &grant.each, grant.uses) {
+            (Some(max), _, _) => Some(max.minor),
+            (None, Some(each), Some(uses)) => each.minor.checked_mul(uses as i64),
+            _ => {
+                if quota_money.is_some() {
+                    problems.add(
+                        &format!("{at}.quota.money"),
+                        format!(
+                            "cannot bound `{grant_at}`: it has `each` without `uses` or `max`, so a run may spend \
+                             without limit; give the grant `uses` or `max`"
+                        ),
+                    );
+                }
+                continue;
+            }
+        };
+        let total = limit.and_then(|limit| worst.get(&currency).copied().unwrap_or(0).checked_add(limit));
+        match total.filter(|&total| total <= MONEY_MINOR_MAX) {
+            Some(total) => {
+                worst.insert(currency.clone(), total);
+            }
+            None => problems.add(
+                &format!("{grant_at}.uses"),
+                format!("a run's worst case in {currency} is larger than Warden holds exactly; lower `each`, `uses` or `max`"),
+            ),
+        }
+        if let Some(quota_money) = quota_money.filter(|m| m.currency != currency) {
+            problems.add(
+                &format!("{at}.quota.money"),
+                format!(
+                    "is in {} but `{grant_at}` moves {currency}: the quota would never limit it; use one currency",
+                    quota_money.currency
+                ),
+            );
+        }
+    }
+    if let Some(quota_money) = quota_money.filter(|m| !currencies.contains(&m.currency)) {
+        problems.add(
+            &format!("{at}.quota.money"),
+            format!("no grant of this tool moves {}: the quota would never limit anything", quota_money.currency),
+        );
+    }
+}
+
 fn money(raw: &RawMoney, at: &str, problems: &mut Problems) -> Option<Money> {
     Money::parse(&raw.amount, &raw.currency).map_err(|e| problems.add(at, e)).ok()
 }
@@ -439,13 +536,16 @@ fn quota_config(raw: &RawQuota, at: &str, problems: &mut Problems) -> QuotaConfi
     let window_ms = parse_duration_ms(&raw.window, DurationUnits::SecondsUp)
         .map_err(|e| problems.add(&format!("{at}.window"), e))
         .unwrap_or(0);
-    if raw.calls == Some(0) {
-        problems.add(&format!("{at}.calls"), "must be at least 1");
+    if let Some(calls) = raw.calls.filter(|calls| !(1..=QUOTA_CALLS_LIMIT).contains(calls)) {
+        problems.add(&format!("{at}.calls"), format!("{calls} is outside 1..={QUOTA_CALLS_LIMIT}"));
     }
     if raw.calls.is_none() && raw.money.is_none() {
         problems.add(at, "must limit `calls`, `money` or both");
     }
     let money = raw.money.as_ref().and_then(|m| money(m, &format!("{at}.money"), problems));
+    if money.as_ref().is_some_and(|m| m.minor == 0) {
+        problems.add(&format!("{at}.money"), "must be more than zero");
+    }
     QuotaConfig { window_ms, calls: raw.calls, money }
 }
 

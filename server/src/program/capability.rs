@@ -18,7 +18,7 @@ use starlark::values::{
 };
 
 use super::starlark_money::StarlarkMoney;
-use crate::broker::{Action, Broker, REQUEST_BODY_BYTES_MAX};
+use crate::broker::{Action, Broker, HEADERS_BYTES_MAX, REQUEST_BODY_BYTES_MAX, TARGET_BYTES_MAX};
 
 #[derive(Debug, Clone, ProvidesStaticType, NoSerialize, Allocative, StarlarkPagable)]
 pub struct Capability {
@@ -120,6 +120,13 @@ fn http(
 ) -> starlark::Result<Action> {
     if body.len() > REQUEST_BODY_BYTES_MAX {
         return Err(refused(format!("the request body is over {REQUEST_BODY_BYTES_MAX} bytes")));
+    }
+    if url.len() > TARGET_BYTES_MAX {
+        return Err(refused(format!("the URL or statement is over {TARGET_BYTES_MAX} bytes")));
+    }
+    let header_bytes: usize = headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if header_bytes > HEADERS_BYTES_MAX {
+        return Err(refused(format!("the headers are over {HEADERS_BYTES_MAX} bytes")));
     }
     Ok(Action {
         op: 0,

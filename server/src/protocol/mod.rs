@@ -191,6 +191,8 @@ impl Connection {
         if self.client_gone.is_set() {
             return;
         }
+        // The last boundary before the client: no secret in any form a reader decodes.
+        let message = crate::broker::scrub_value(&message, &self.runs.secrets);
         let mut line = serde_json::to_vec(&message).expect("JSON values serialise");
         assert!(!line.contains(&b'\n'), "a serialised message never holds a raw newline");
         line.push(b'\n');

@@ -1,0 +1,493 @@
+//! The defects a hostile client, a careless operator and a misbehaving service found (the
+//! correctness issue), each reproduced through the simulator, which runs the server's own code:
+//! a begun action dropped at the deadline, money quotas a grant could overspend, secrets
+//! reflected back through JSON escapes, records too large for their reader, overflowing
+//! manifest numbers, program headers overriding the broker's, refunds in another currency,
+//! `warden mcp status` naming no action, and the review's findings (resolve beside a live
+//! server, I/O errors read as "absent", missing secrets, a lax journal reader, deadlines on
+//! the wall clock).
+
+use serde_json::{json, Value};
+use warden::env::Point;
+use warden_sim::check;
+use warden_sim::executor::Stop;
+use warden_sim::services::NetFault;
+use warden_sim::world::{CrashAt, Instance, World};
+
+const STRIPE_KEY: &str = "sk_test_SECRETVALUE_4242";
+/// A token with the characters JSON encoders escape: `/` (PHP), `<`, `>`, `&` (Go).
+const ECHO_TOKEN: &str = "tok/ECHO<SECRET>&9/9";
+
+const MANIFEST: &str = r#"{
+  "server": { "name": "defects", "journals": "journals", "notify": ["/usr/local/bin/notify-operator"] },
+  "tools": [
+    { "name": "refund_order", "program": "refund.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "deadline": "10s",
+      "grants": { "pay": { "cap": "payments.stripe.refund", "each": { "amount": "50.00", "currency": "USD" }, "uses": 1,
+        "needs": { "get": { "cap": "net.http.get", "only": ["https://payments.sim/v1/payment_intents/*"] },
+                   "post": { "cap": "net.http.post", "only": ["https://payments.sim/v1/refunds"], "idempotency_key": true },
+                   "key": { "env": "STRIPE_SECRET_KEY" } } } },
+      "once": { "by": ["order"], "keep": "1d" },
+      "quota": { "window": "24h", "calls": 100, "money": { "amount": "500.00", "currency": "USD" } } },
+    { "name": "slow_note", "program": "note.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "deadline": "10s",
+      "grants": { "notes": { "cap": "net.http.post", "only": ["https://notes.sim/notes"] } } },
+    { "name": "echo", "program": "echo.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "grants": { "web": { "cap": "net.http.get", "only": ["https://echo.sim/echo/*", "https://echo.sim/big/*"],
+                           "headers": { "Authorization": { "env": "ECHO_TOKEN", "prefix": "Bearer " } } } } },
+    { "name": "echo_with", "program": "echo_with.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "grants": { "web": { "cap": "net.http.post", "only": ["https://echo.sim/echo/*"], "idempotency_key": true,
+                           "headers": { "X-Api-Key": { "env": "ECHO_TOKEN" } } } } },
+    { "name": "big_result", "program": "big.star" }
+  ]
+}"#;
+
+const REFUND: &str = r#"
+def main(pay, order: str, amount: money) -> dict:
+    """Refund part of an order.
+
+    Args:
+        order: The payment intent, e.g. "pi_1001".
+        amount: How much to refund.
+    """
+    intent = pay.get("https://payments.sim/v1/payment_intents/" + order)
+    if intent["status"] != 200:
+        fail("no such order: " + order)
+    refund = pay.refund(order, amount)
+    if "json" not in refund:
+        fail("refund failed: " + str(refund.get("error")))
+    return {"refund": refund["json"]["id"], "amount": amount.amount}
+"#;
+
+const NOTE: &str = r#"
+def main(notes, text: str, times: int = 1) -> list:
+    """Save a note.
+
+    Args:
+        text: The note.
+        times: How many times to save it.
+    """
+    return [notes.post("https://notes.sim/notes", json = {"text": text})["status"] for i in range(times)]
+"#;
+
+const ECHO: &str = r#"
+def main(web, path: str) -> dict:
+    """Fetch from the echo service.
+
+    Args:
+        path: The path.
+    """
+    r = web.get("https://echo.sim" + path)
+    return {"status": r.get("status"), "json": r.get("json"), "body": r.get("body"), "error": r.get("error")}
+"#;
+
+const ECHO_WITH: &str = r#"
+def main(web, name: str, value: str) -> dict:
+    """Post with one header of the caller's choice.
+
+    Args:
+        name: The header's name.
+        value: The header's value.
+    """
+    r = web.post("https://echo.sim/echo/plain", body = "x", headers = {name: value})
+    return {"status": r.get("status")}
+"#;
+
+const BIG: &str = r#"
+def main(size: int, failing: bool = False) -> str:
+    """Return or fail with a large text.
+
+    Args:
+        size: How many bytes.
+        failing: Fail instead of returning.
+    """
+    if failing:
+        fail("y" * size)
+    return "x" * size
+"#;
+
+fn world(seed: u64) -> World {
+    let world = World::new(seed);
+    world.install("manifest.json", MANIFEST.as_bytes());
+    for (name, text) in [
+        ("refund.star", REFUND),
+        ("note.star", NOTE),
+        ("echo.star", ECHO),
+        ("echo_with.star", ECHO_WITH),
+        ("big.star", BIG),
+    ] {
+        world.install(name, text.as_bytes());
+    }
+    let mut variables = world.services.variables.borrow_mut();
+    variables.insert("STRIPE_SECRET_KEY".into(), STRIPE_KEY.into());
+    variables.insert("ECHO_TOKEN".into(), ECHO_TOKEN.into());
+    drop(variables);
+    world
+}
+
+fn call(id: i64, tool: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": tool, "arguments": arguments,
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
+}
+
+fn ask(instance: &Instance, message: &Value) -> Value {
+    instance.send(message);
+    assert_eq!(instance.run(), Stop::Quiet, "log: {:?}", instance.log());
+    let outputs = instance.outputs();
+    let answer = outputs.iter().find(|m| m.get("id") == Some(&message["id"]));
+    answer.unwrap_or_else(|| panic!("no answer: {outputs:?}; log {:?}", instance.log()))["result"].clone()
+}
+
+fn text(result: &Value) -> String {
+    result["content"][0]["text"].as_str().unwrap_or_default().to_string()
+}
+
+fn usd(amount: &str) -> Value {
+    json!({"amount": amount, "currency": "USD"})
+}
+
+fn journals() -> std::path::PathBuf {
+    World::path("journals")
+}
+
+fn settled_charge(world: &World, run: &str) -> Option<Vec<String>> {
+    let state = check::ledger_state(&world.disk, &journals()).unwrap();
+    match &state.runs.get(run)?.phase {
+        warden::ledger::RunPhase::Settled { charged, .. } => {
+            Some(charged.iter().map(|m| format!("{} {}", m.amount, m.currency)).collect())
+        }
+        _ => None,
+    }
+}
+
+// --- Defect 1: a begun action is resolved before the deadline is looked at. -------------
+
+#[test]
+fn a_plain_post_in_doubt_still_waits_for_an_operator_after_the_deadline() {
+    let world = world(1);
+    world.services.fault_next("notes.sim", NetFault::LoseResponse);
+    let first = world.start("manifest.json");
+    let stopped = ask(&first, &call(1, "slow_note", json!({"text": "hello"})));
+    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"), "{stopped}");
+    let run = stopped["structuredContent"]["run"].as_str().unwrap().to_string();
+    drop(first);
+    world.clock.advance(60_000);
+    let second = world.start("manifest.json");
+    assert_eq!(second.run(), Stop::Quiet);
+    assert!(second.exited().is_none(), "{:?}", second.exited());
+    assert_eq!(check::open_runs(&world.disk, &journals()), vec![run.clone()], "the run still waits");
+    let files = warden::journal::RunFiles::new(&journals(), "slow_note", &run);
+    assert!(world.disk.peek(&files.waiting).is_some(), "the waiting record is kept");
+    assert_eq!(world.services.effects_of("note"), 1);
+}
+
+#[test]
+fn an_idempotent_refund_begun_before_a_crash_is_resent_after_the_deadline_and_charged() {
+    let world = world(2);
+    world.services.fault_next("/v1/refunds", NetFault::CrashAfterActing);
+    let first = world.start("manifest.json");
+    first.send(&call(1, "refund_order", json!({"order": "pi_1001", "amount": usd("20")})));
+    assert_eq!(first.run(), Stop::Crashed);
+    world.crash(first);
+    assert_eq!(world.services.refunded_minor(), 2000);
+    world.clock.advance(60_000);
+    let second = world.start("manifest.json");
+    assert_eq!(second.run(), Stop::Quiet);
+    assert!(second.exited().is_none(), "{:?}", second.exited());
+    let state = check::ledger_state(&world.disk, &journals()).unwrap();
+    let run = state.runs.keys().next().unwrap().clone();
+    assert_eq!(settled_charge(&world, &run), Some(vec!["20.00 USD".to_string()]), "the refund is charged");
+    let repeat = ask(&second, &call(2, "refund_order", json!({"order": "pi_1001", "amount": usd("20")})));
+    assert_eq!(repeat["isError"], json!(false), "{repeat}");
+    assert_eq!(world.services.effects_of("refund"), 1);
+}
+
+// --- Defect 2: every money quota has a finite worst case in its currency. ---------------
+
+fn check_manifest(world: &World, manifest: &str) -> Result<String, String> {
+    world.install("check.json", manifest.as_bytes());
+    world.start_command(|env| Box::pin(async move { warden::commands::check(&env, &World::path("check.json")).await }))
+}
+
+fn refund_tool(grant_limits: &str, quota_money: &str) -> String {
+    format!(
+        r#"{{ "server": {{ "name": "q", "journals": "journals" }},
+  "tools": [ {{ "name": "refund_order", "program": "refund.star", "net": {{ "timeout_ms": 1000, "connect_timeout_ms": 1000 }},
+      "grants": {{ "pay": {{ "cap": "payments.stripe.refund", {grant_limits},
+        "needs": {{ "get": {{ "cap": "net.http.get", "only": ["https://payments.sim/v1/payment_intents/*"] }},
+                   "post": {{ "cap": "net.http.post", "only": ["https://payments.sim/v1/refunds"], "idempotency_key": true }},
+                   "key": {{ "env": "STRIPE_SECRET_KEY" }} }} }} }},
+      "quota": {{ "window": "24h", "money": {quota_money} }} }} ] }}"#
+    )
+}
+
+#[test]
+fn a_money_quota_without_a_finite_worst_case_is_refused_at_check() {
+    let world = world(3);
+    let each_only = refund_tool(
+        r#""each": { "amount": "50.00", "currency": "USD" }"#,
+        r#"{"amount": "100.00", "currency": "USD"}"#,
+    );
+    let problems = check_manifest(&world, &each_only).unwrap_err();
+    assert!(problems.contains("tools[0].quota.money") && problems.contains("tools[0].grants.pay"), "{problems}");
+    let other_currency = refund_tool(
+        r#""each": { "amount": "50.00", "currency": "USD" }, "uses": 1"#,
+        r#"{"amount": "100.00", "currency": "EUR"}"#,
+    );
+    let problems = check_manifest(&world, &other_currency).unwrap_err();
+    assert!(problems.contains("tools[0].quota.money") && problems.contains("EUR"), "{problems}");
+    let fine = refund_tool(
+        r#""each": { "amount": "50.00", "currency": "USD" }, "uses": 2"#,
+        r#"{"amount": "100.00", "currency": "USD"}"#,
+    );
+    assert!(check_manifest(&world, &fine).is_ok());
+}
+
+// --- Defect 3: no secret leaves through a JSON escape. ----------------------------------
+
+/// Every string a reader could decode from `bytes`: JSON lines decoded, and strings that
+/// are JSON themselves decoded again.
+fn decoded_strings(bytes: &[u8]) -> Vec<String> {
+    fn walk(value: &Value, out: &mut Vec<String>, depth: usize) {
+        match value {
+            Value::String(s) => {
+                out.push(s.clone());
+                if depth < 4 {
+                    if let Ok(inner) = serde_json::from_str::<Value>(s) {
+                        walk(&inner, out, depth + 1);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out, depth)),
+            Value::Object(map) => map.iter().for_each(|(k, v)| {
+                out.push(k.clone());
+                walk(v, out, depth)
+            }),
+            _ => {}
+        }
+    }
+    let mut out = vec![String::from_utf8_lossy(bytes).into_owned()];
+    for line in bytes.split(|&b| b == b'\n') {
+        if let Ok(value) = serde_json::from_slice::<Value>(line) {
+            walk(&value, &mut out, 0);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_secret_reflected_through_json_escapes_appears_in_no_output() {
+    let world = world(4);
+    let instance = world.start("manifest.json");
+    let mut everything: Vec<u8> = Vec::new();
+    for (id, path) in [(1, "/echo/php"), (2, "/echo/go"), (3, "/echo/unicode"), (4, "/echo/plain")] {
+        let answer = ask(&instance, &call(id, "echo", json!({"path": path})));
+        everything.extend(answer.to_string().bytes());
+        everything.push(b'\n');
+    }
+    for path in world.disk.files() {
+        everything.extend(world.disk.peek(&path).unwrap());
+        everything.push(b'\n');
+    }
+    for line in instance.log() {
+        everything.extend(line.as_bytes());
+        everything.push(b'\n');
+    }
+    assert!(world.services.requests.borrow().iter().any(|r| r.headers.iter().any(|(_, v)| v.contains(ECHO_TOKEN))));
+    for decoded in decoded_strings(&everything) {
+        assert!(!decoded.contains(ECHO_TOKEN), "the secret can be decoded from an output: {decoded:.300}");
+    }
+}
+
+// --- Defect 4: nothing too large for its reader is written. -----------------------------
+
+fn still_serves_and_restarts(world: &World, instance: Instance) {
+    let ok = ask(&instance, &call(90, "big_result", json!({"size": 10})));
+    assert_eq!(ok["isError"], json!(false), "{ok}");
+    assert!(instance.exited().is_none(), "{:?}", instance.exited());
+    drop(instance);
+    let again = world.start("manifest.json");
+    assert_eq!(again.run(), Stop::Quiet);
+    assert!(again.exited().is_none(), "the server starts again: {:?}", again.exited());
+    let violations = check::at_rest(&world.disk, &journals());
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
+#[test]
+fn a_response_too_large_for_a_journal_line_fails_the_action_not_the_server() {
+    let world = world(5);
+    let instance = world.start("manifest.json");
+    let answer = ask(&instance, &call(1, "echo", json!({"path": "/big/9000000"})));
+    let result = &answer["structuredContent"]["result"];
+    assert!(result["error"].as_str().unwrap_or_default().contains("over the limit"), "{answer:.500}");
+    still_serves_and_restarts(&world, instance);
+}
+
+#[test]
+fn a_result_or_failure_too_large_for_a_journal_line_fails_the_run_not_the_server() {
+    let world = world(6);
+    let instance = world.start("manifest.json");
+    let answer = ask(&instance, &call(1, "big_result", json!({"size": 9_000_000})));
+    assert_eq!(answer["isError"], json!(true));
+    assert!(text(&answer).contains("over the limit"), "{}", text(&answer));
+    let failed = ask(&instance, &call(2, "big_result", json!({"size": 9_000_000, "failing": true})));
+    assert_eq!(failed["isError"], json!(true));
+    assert!(text(&failed).contains("over the limit"), "{:.300}", text(&failed));
+    still_serves_and_restarts(&world, instance);
+}
+
+// --- Defect 6: manifest numbers are range-checked, never overflow. ----------------------
+
+#[test]
+fn huge_manifest_numbers_are_refused_at_check_with_their_path() {
+    let world = world(7);
+    for (limits, path) in [
+        (r#""each": { "amount": "50.00", "currency": "USD" }, "uses": 9223372036854775808"#, "grants.pay.uses"),
+        (r#""each": { "amount": "5000000000.00", "currency": "USD" }, "uses": 1000000"#, "grants.pay.uses"),
+    ] {
+        let manifest = refund_tool(limits, r#"{"amount": "100.00", "currency": "USD"}"#);
+        let problems = check_manifest(&world, &manifest).unwrap_err();
+        assert!(problems.contains(path), "{problems}");
+    }
+    let keep = r#"{ "server": { "name": "k", "journals": "journals", "keep": 213503982336 },
+        "tools": [ { "name": "big_result", "program": "big.star" } ] }"#;
+    let problems = check_manifest(&world, keep).unwrap_err();
+    assert!(problems.contains("server.keep"), "{problems}");
+    let timeouts = r#"{ "server": { "name": "k", "journals": "journals" },
+        "tools": [ { "name": "echo", "program": "echo.star", "net": { "timeout_ms": 18446744073709551615, "connect_timeout_ms": 1000 },
+          "grants": { "web": { "cap": "net.http.get", "only": ["https://echo.sim/echo/*"] } } } ] }"#;
+    let problems = check_manifest(&world, timeouts).unwrap_err();
+    assert!(problems.contains("tools[0].net.timeout_ms"), "{problems}");
+}
+
+// --- Defect 7: a program cannot set the headers the broker owns. ------------------------
+
+#[test]
+fn headers_the_broker_sets_cannot_come_from_a_program() {
+    let world = world(8);
+    let instance = world.start("manifest.json");
+    for (id, name) in [
+        (1, "Host"),
+        (2, "authorization"),
+        (3, "Idempotency-Key"),
+        (4, "Content-Length"),
+        (5, "Transfer-Encoding"),
+        (6, "x-api-key"),
+    ] {
+        let answer = ask(&instance, &call(id, "echo_with", json!({"name": name, "value": "1"})));
+        assert_eq!(answer["isError"], json!(true), "{name}: {answer}");
+        assert!(text(&answer).contains("header"), "{name}: {}", text(&answer));
+    }
+    assert!(world.services.requests.borrow().is_empty(), "no refused request was sent");
+    let fine = ask(&instance, &call(7, "echo_with", json!({"name": "x-trace", "value": "1"})));
+    assert_eq!(fine["isError"], json!(false), "{fine}");
+}
+
+// --- Defect 8: a refund in the intent's currency is checked against the grant's. --------
+
+#[test]
+fn a_refund_of_an_intent_in_another_currency_is_refused_before_sending() {
+    let world = world(9);
+    let instance = world.start("manifest.json");
+    let answer = ask(&instance, &call(1, "refund_order", json!({"order": "pi_2001", "amount": usd("20")})));
+    assert_eq!(answer["isError"], json!(true), "{answer}");
+    assert!(text(&answer).contains("EUR") || text(&answer).contains("eur"), "{}", text(&answer));
+    assert_eq!(world.services.effects_of("refund"), 0);
+    assert!(world.services.requests.borrow().iter().all(|r| r.method != "POST"));
+}
+
+// --- Defect 9: `warden mcp status` names the action in doubt. ---------------------------
+
+#[test]
+fn status_names_the_action_waiting_for_an_operator() {
+    let world = world(10);
+    world.services.fault_next("notes.sim", NetFault::LoseResponse);
+    let instance = world.start("manifest.json");
+    let stopped = ask(&instance, &call(1, "slow_note", json!({"text": "hello"})));
+    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"));
+    let status = world.start_command(|env| {
+        Box::pin(async move { warden::commands::status(&env, &World::path("manifest.json")).await })
+    });
+    let status = status.unwrap();
+    assert!(status.contains("--op 0 ") && !status.contains("--op N"), "{status}");
+}
+
+// --- Defect 10: the code review's findings. --------------------------------------------
+
+fn waiting_run(world: &World) -> (Instance, String) {
+    world.services.fault_next("notes.sim", NetFault::LoseResponse);
+    let instance = world.start("manifest.json");
+    let stopped = ask(&instance, &call(1, "slow_note", json!({"text": "hello"})));
+    let run = stopped["structuredContent"]["run"].as_str().unwrap().to_string();
+    (instance, run)
+}
+
+fn resolve(world: &World, run: &str, tool: &str, happened: Option<&'static str>) -> Result<String, String> {
+    let journal = warden::journal::RunFiles::new(&journals(), tool, run).journal;
+    world
+        .start_command(move |env| Box::pin(async move { warden::commands::resolve(&env, &journal, 0, happened).await }))
+}
+
+#[test]
+fn resolve_refuses_beside_a_live_server_and_for_a_run_not_waiting() {
+    let world = world(11);
+    let (instance, run) = waiting_run(&world);
+    let refused = resolve(&world, &run, "slow_note", None).unwrap_err();
+    assert!(refused.contains("server is using"), "{refused}");
+    drop(instance);
+    assert!(resolve(&world, &run, "slow_note", Some(r#"{"status": 201}"#)).is_ok());
+
+    // A begun action whose run was never stopped (a crash right after the begin record):
+    // the next start decides it, not the operator.
+    // The count runs across instances: the first run's action was the first.
+    world.probes.crash_at.set(Some(CrashAt { point: Point::ActionBegun, nth: 2 }));
+    let crashing = world.start("manifest.json");
+    crashing.send(&call(2, "slow_note", json!({"text": "again"})));
+    assert_eq!(crashing.run(), Stop::Crashed, "{:?}", crashing.log());
+    world.crash(crashing);
+    world.probes.crash_at.set(None);
+    let open = check::open_runs(&world.disk, &journals());
+    let other = open.iter().find(|r| **r != run).expect("a second open run").clone();
+    let refused = resolve(&world, &other, "slow_note", None).unwrap_err();
+    assert!(refused.contains("not waiting for an operator"), "{refused}");
+}
+
+#[test]
+fn an_io_error_on_exists_stops_recovery_instead_of_meaning_absent() {
+    let world = world(12);
+    let (instance, run) = waiting_run(&world);
+    drop(instance);
+    *world.disk.fail_exists_containing.borrow_mut() = Some(format!("{run}.journal"));
+    let second = world.start("manifest.json");
+    assert_eq!(second.run(), Stop::Quiet);
+    let exited = second.exited().expect("recovery stops the server");
+    assert!(exited.as_ref().unwrap_err().contains("simulated I/O error"), "{exited:?}");
+    *world.disk.fail_exists_containing.borrow_mut() = None;
+    let files = warden::journal::RunFiles::new(&journals(), "slow_note", &run);
+    assert!(world.disk.peek(&files.journal).is_some(), "the journal was not deleted");
+    assert_eq!(check::open_runs(&world.disk, &journals()), vec![run]);
+}
+
+#[test]
+fn a_secret_gone_at_the_point_of_use_fails_the_action_loudly() {
+    let world = world(13);
+    let instance = world.start("manifest.json");
+    assert_eq!(instance.run(), Stop::Quiet, "started with the secret set");
+    world.services.variables.borrow_mut().remove("ECHO_TOKEN");
+    let answer = ask(&instance, &call(1, "echo", json!({"path": "/echo/plain"})));
+    let error = answer["structuredContent"]["result"]["error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("ECHO_TOKEN"), "{answer}");
+    assert!(world.services.requests.borrow().is_empty(), "nothing was sent with an empty secret");
+}
+
+#[test]
+fn a_wall_clock_step_forward_does_not_expire_a_running_run() {
+    let world = world(14);
+    let instance = world.start("manifest.json");
+    // The clock jumps an hour forward while the first note is in flight.
+    world.services.step_wall_on_next_request.set(3_600_000);
+    let answer = ask(&instance, &call(1, "slow_note", json!({"text": "hi", "times": 2})));
+    assert_eq!(answer["isError"], json!(false), "{answer}");
+    assert_eq!(world.services.effects_of("note"), 2);
+}
