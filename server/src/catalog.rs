@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 use crate::broker::kinds;
 use crate::env::Env;
 use crate::manifest::{CapabilityGrant, Grant, Manifest, ToolConfig};
+use crate::program::job::Job;
 use crate::program::Program;
 
 pub struct Tool {
@@ -148,5 +149,11 @@ async fn load_program(env: &Env, config: &ToolConfig) -> Result<Program, String>
         .map_err(|e| format!("{}: cannot read the program of tool `{}`: {e}", path.display(), config.name))?;
     let source = String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8", path.display()))?;
     let grant_names: Vec<String> = config.grants.keys().cloned().collect();
+    // Loading runs the program's top level, which one builtin can make spin or allocate
+    // without bound: load it first where that can be stopped, then here.
+    let job = Job::load(path.clone(), source.clone(), config.entry.clone(), grant_names.clone(), config.execution_ms);
+    if let Err(stopped) = env.sandbox.execute(job).await {
+        return Err(format!("{}: loading the program was stopped: {stopped}", path.display()));
+    }
     Program::load(path, &source, &config.entry, &grant_names)
 }

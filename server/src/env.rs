@@ -17,6 +17,8 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
+use crate::program::job::{Executed, Job, Stopped};
+
 /// A boxed, single-threaded future: what every seam method returns.
 pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
@@ -243,6 +245,12 @@ pub trait Probe {
     fn reached(&self, point: Point, run: &str);
 }
 
+/// Where programs execute: somewhere a limit holds even inside one builtin (a worker process
+/// for the real server; the simulator runs them in-process). See `program::job`.
+pub trait Sandbox {
+    fn execute(&self, job: Job) -> LocalBoxFuture<'static, Result<Executed, Stopped>>;
+}
+
 /// The whole seam, passed explicitly. Cloning is cheap.
 #[derive(Clone)]
 pub struct Env {
@@ -255,6 +263,7 @@ pub struct Env {
     pub spawn: Rc<dyn Spawn>,
     pub process: Rc<dyn Process>,
     pub probe: Rc<dyn Probe>,
+    pub sandbox: Rc<dyn Sandbox>,
 }
 
 impl Env {
@@ -280,10 +289,21 @@ impl Env {
         R: Send + 'static,
         F: FnOnce() -> R + Send + 'static,
     {
+        blocking_on(self.spawn.as_ref(), job).await
+    }
+}
+
+/// `Env::blocking` over a bare `Spawn` (for a sandbox that runs jobs in-process).
+pub async fn blocking_on<R, F>(spawn: &dyn Spawn, job: F) -> Result<R, String>
+where
+    R: Send + 'static,
+    F: FnOnce() -> R + Send + 'static,
+{
+    {
         type Slot<R> = Arc<Mutex<Option<Result<R, String>>>>;
         let slot: Slot<R> = Arc::new(Mutex::new(None));
         let filled = Arc::clone(&slot);
-        self.spawn
+        spawn
             .run_blocking(Box::new(move || {
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
                     .map_err(|panic| panic_message(panic.as_ref()));

@@ -26,6 +26,8 @@ enum Command {
     Check { manifest: PathBuf },
     /// Print the tools' schemas as `tools/list` gives them.
     Schema { manifest: PathBuf, tool: Option<String> },
+    #[command(flatten)]
+    Hidden(Hidden),
     /// Settle an action in doubt of a run waiting for an operator.
     Resolve {
         /// The run's journal (as `warden mcp status` names it).
@@ -41,6 +43,14 @@ enum Command {
         #[arg(long)]
         did_not_happen: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum Hidden {
+    /// A worker: runs one program execution from stdin, its reply to stdout (the server
+    /// starts these; see `program::job`).
+    #[command(name = "exec-program", hide = true)]
+    ExecProgram,
 }
 
 #[derive(Subcommand)]
@@ -83,6 +93,13 @@ fn main() -> ExitCode {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::resolve(&env, &journal, op, happened.as_deref())))
         }
+        Command::Hidden(Hidden::ExecProgram) => match warden::io::sandbox::worker_main() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(problem) => {
+                eprintln!("warden exec-program: {problem}");
+                ExitCode::from(1)
+            }
+        },
         Command::Schema { manifest, tool } => {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::schema(&env, &manifest, tool.as_deref())))

@@ -9,7 +9,7 @@ pub const MONEY_SCALE: u32 = 2;
 /// Larger amounts are refused by the input check (the schema cannot say so: seed 000 section 4).
 pub const MONEY_MINOR_MAX: i64 = 1_000_000_000_000_000;
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Money {
     /// The amount in minor units (cents for USD). Never negative.
     pub minor: i64,

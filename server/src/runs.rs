@@ -28,7 +28,8 @@ use crate::env::{Env, Point};
 use crate::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord, OpState, RunFiles};
 use crate::ledger::{Event, Ledger, LedgerError, MoneyRecord};
 use crate::manifest::Grant;
-use crate::program::{self, FailureKind, Outcome, RunLimits};
+use crate::program::job::{Executed, Job};
+use crate::program::{self, FailureKind, Outcome};
 use crate::record::{self, RECORD_LINE_BYTES_MAX};
 use crate::sync::Signal;
 
@@ -275,28 +276,32 @@ impl Runs {
                 broker.deadline_passed = elapsed > deadline;
                 broker.deadline_text = crate::ledger::duration_text(deadline);
             }
-            let program = tool.program.clone();
-            let limits = RunLimits { max_steps: tool.config.max_steps };
-            let job_inputs = inputs.clone();
-            let job_capabilities = capabilities.clone();
-            let executed = self
-                .env
-                .blocking(move || {
-                    let execution = program::execute_with(&program, &job_inputs, limits, &broker, &job_capabilities);
-                    let usage = broker.usage.borrow().clone();
-                    (execution, usage)
-                })
-                .await;
+            let job = Job {
+                path: tool.program.path.clone(),
+                source: tool.program.source.to_string(),
+                entry: tool.program.entry.clone(),
+                grant_names: tool.config.grants.keys().cloned().collect(),
+                capabilities: capabilities.clone(),
+                inputs: inputs.clone(),
+                max_steps: tool.config.max_steps,
+                time_ms: tool.config.execution_ms,
+                broker: broker.seed(),
+                load_only: false,
+                compiled: Some(tool.program.clone()),
+            };
+            let executed = self.env.sandbox.execute(job).await;
             let at_ms = self.env.clock.now_ms();
-            let (execution, usage) = match executed {
+            let Executed { execution, usage } = match executed {
                 Ok(done) => done,
-                Err(panic) => {
+                Err(stopped) => {
+                    // A stopped execution reported nothing: settle with what the journal
+                    // shows was done. Past a limit is `budget`; anything else a bug.
                     let completed = completed_actions(&journal, run)?;
                     let usage = Broker::new(run, &tool.config.grants, completed).journaled_usage();
                     let end = EndRecord {
-                        outcome: FailureKind::Internal.name().to_string(),
+                        outcome: FailureKind::Budget.name().to_string(),
                         result: None,
-                        message: Some(format!("the program runtime panicked: {panic}")),
+                        message: Some(stopped.to_string()),
                         usage: crate::broker::usage_json(&usage),
                         at_ms,
                     };

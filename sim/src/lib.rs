@@ -7,6 +7,7 @@ pub mod clock;
 pub mod disk;
 pub mod executor;
 pub mod fuzzing;
+pub mod sandbox;
 pub mod services;
 pub mod stdio;
 pub mod sweep;

@@ -128,6 +128,7 @@ impl World {
             db: Rc::new(SimDb(Rc::clone(&self.services))),
             rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),
             spawn: Rc::new(executor.spawner()),
+            sandbox: Rc::new(crate::sandbox::SimSandbox(Rc::new(executor.spawner()))),
             process: Rc::new(SimProcess(Rc::clone(&self.services))),
             probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
         }

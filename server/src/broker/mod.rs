@@ -71,7 +71,7 @@ impl Action {
 }
 
 /// What one capability parameter has done in the run so far (the result's `usage`).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     pub actions: u64,
     /// Actions that count against the grant's `uses` (for a composite kind, only its own
@@ -102,7 +102,7 @@ pub enum Refusal {
 }
 
 /// One completed action as the journal holds it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Completed {
     pub action: Action,
     pub result: Value,
@@ -128,7 +128,47 @@ pub struct Broker {
     pub run: String,
 }
 
+/// What a broker starts one execution with: everything it decides from, so the execution can
+/// run in a worker process (`program::job`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BrokerSeed {
+    pub run: String,
+    pub grants: BTreeMap<String, CapabilityGrant>,
+    pub completed: Vec<Completed>,
+    pub deadline_passed: bool,
+    pub deadline_text: String,
+    pub begun: Option<u64>,
+}
+
 impl Broker {
+    pub fn from_seed(seed: BrokerSeed) -> Broker {
+        Broker {
+            grants: seed.grants,
+            completed: seed.completed,
+            deadline_passed: seed.deadline_passed,
+            deadline_text: seed.deadline_text,
+            begun: seed.begun,
+            next_op: RefCell::new(0),
+            usage: RefCell::new(BTreeMap::new()),
+            suspended: RefCell::new(None),
+            refused: RefCell::new(None),
+            mismatch: RefCell::new(None),
+            run: seed.run,
+        }
+    }
+
+    /// The seed an execution of this broker would start from.
+    pub fn seed(&self) -> BrokerSeed {
+        BrokerSeed {
+            run: self.run.clone(),
+            grants: self.grants.clone(),
+            completed: self.completed.clone(),
+            deadline_passed: self.deadline_passed,
+            deadline_text: self.deadline_text.clone(),
+            begun: self.begun,
+        }
+    }
+
     pub fn new(run: &str, grants: &BTreeMap<String, Grant>, completed: Vec<Completed>) -> Broker {
         let grants = grants
             .iter()

@@ -5,6 +5,7 @@ pub mod db;
 mod disk;
 mod net;
 mod process;
+pub mod sandbox;
 mod stdio;
 
 use std::future::Future;
@@ -41,6 +42,7 @@ pub fn real_env(stdio: ProtectedStdio) -> Env {
         spawn: Rc::new(RealSpawn),
         process: Rc::new(process::RealProcess),
         probe: Rc::new(RealProbe::from_environment()),
+        sandbox: Rc::new(sandbox::WorkerSandbox),
     }
 }
 

@@ -25,6 +25,10 @@ pub const MAX_CONCURRENT_RUNS_LIMIT: u64 = 1024;
 pub const MAX_STEPS_DEFAULT: u64 = 1_000_000;
 /// Upper bound on `limits.max_steps`.
 pub const MAX_STEPS_LIMIT: u64 = 1_000_000_000;
+/// `limits.execution_ms` when the manifest leaves it out, and its range.
+pub const EXECUTION_MS_DEFAULT: u64 = 10_000;
+pub const EXECUTION_MS_MIN: u64 = 100;
+pub const EXECUTION_MS_LIMIT: u64 = 600_000;
 /// The largest manifest file read.
 pub const MANIFEST_BYTES_MAX: usize = 1024 * 1024;
 /// The most tools one manifest may serve.
@@ -92,6 +96,8 @@ pub struct ToolConfig {
     pub once: Option<OnceConfig>,
     pub quota: Option<QuotaConfig>,
     pub max_steps: u64,
+    /// The wall-clock limit of one execution of the program (`limits.execution_ms`).
+    pub execution_ms: u64,
     /// The tool's config as canonical JSON, hashed into each journal's header.
     pub config_json: String,
 }
@@ -104,7 +110,7 @@ pub struct NetConfig {
     pub response_bytes_max: usize,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Grant {
     Capability(CapabilityGrant),
     /// A secret reference inside `needs`: the environment variable's name, never its value.
@@ -113,7 +119,7 @@ pub enum Grant {
     },
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CapabilityGrant {
     pub cap: String,
     pub only: Vec<String>,
@@ -129,7 +135,7 @@ pub struct CapabilityGrant {
     pub init: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DbMode {
     Read,
     Write,

@@ -120,4 +120,5 @@ pub struct RawQuota {
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
     pub max_steps: Option<u64>,
+    pub execution_ms: Option<u64>,
 }

@@ -238,6 +238,17 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
             MAX_STEPS_DEFAULT
         }
     };
+    let execution_ms = match raw.limits.as_ref().and_then(|limits| limits.execution_ms) {
+        None => EXECUTION_MS_DEFAULT,
+        Some(ms) if (EXECUTION_MS_MIN..=EXECUTION_MS_LIMIT).contains(&ms) => ms,
+        Some(ms) => {
+            problems.add(
+                &format!("{at}.limits.execution_ms"),
+                format!("{ms} is outside {EXECUTION_MS_MIN}..={EXECUTION_MS_LIMIT}"),
+            );
+            EXECUTION_MS_DEFAULT
+        }
+    };
     if let Some(description) = &raw.description {
         if description.trim().is_empty() {
             problems
@@ -258,6 +269,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
         once,
         quota,
         max_steps,
+        execution_ms,
         config_json,
     }
 }

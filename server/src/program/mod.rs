@@ -7,6 +7,7 @@
 //! describe truthfully.
 
 mod capability;
+pub mod job;
 mod run;
 mod starlark_money;
 pub mod types;
@@ -49,6 +50,8 @@ pub struct Program {
     /// Names of the capability parameters, in declaration order.
     pub capabilities: Vec<String>,
     pub returns: Option<ArgType>,
+    /// The source it was compiled from, for a worker process to compile again.
+    pub source: Arc<str>,
     module: Arc<FrozenModule>,
 }
 
@@ -162,6 +165,7 @@ impl Program {
             inputs,
             capabilities,
             returns,
+            source: Arc::from(source),
             module: Arc::new(module),
         })
     }

@@ -36,7 +36,7 @@ pub struct RunLimits {
 }
 
 /// Why a run failed: seed 000 section 5's kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FailureKind {
     Validation,
     Action,
@@ -63,13 +63,13 @@ impl FailureKind {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Failure {
     pub kind: FailureKind,
     pub message: String,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     Done(Value),
     Failed(Failure),
@@ -79,7 +79,7 @@ pub enum Outcome {
 }
 
 /// What one execution produced.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Execution {
     pub outcome: Outcome,
     pub prints: Vec<String>,

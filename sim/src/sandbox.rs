@@ -1,0 +1,17 @@
+//! The simulator's sandbox: program executions run in this process, on the executor's
+//! blocking path, through the same `program::job::run` a worker process runs. A panic is an
+//! abnormal end, as a crashed worker would be.
+
+use std::rc::Rc;
+
+use warden::env::{blocking_on, LocalBoxFuture, Sandbox, Spawn};
+use warden::program::job::{self, Executed, Job, Stopped};
+
+pub struct SimSandbox(pub Rc<dyn Spawn>);
+
+impl Sandbox for SimSandbox {
+    fn execute(&self, job: Job) -> LocalBoxFuture<'static, Result<Executed, Stopped>> {
+        let spawn = Rc::clone(&self.0);
+        Box::pin(async move { blocking_on(spawn.as_ref(), move || job::run(job)).await.map_err(Stopped::Abnormal) })
+    }
+}
