@@ -22,14 +22,12 @@ use std::rc::Rc;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::broker::{perform, scrub, scrub_value, Action, Broker, Completed, ACTIONS_PER_RUN_MAX};
+use crate::broker::{perform, scrub, scrub_value, Action};
 use crate::catalog::{Catalog, Tool};
 use crate::env::{Env, Point};
-use crate::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord, OpState, RunFiles};
+use crate::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord, RunFiles};
 use crate::ledger::{Event, Ledger, LedgerError, MoneyRecord};
-use crate::manifest::Grant;
-use crate::program::job::{Executed, Job};
-use crate::program::{self, FailureKind, Outcome};
+use crate::program::{self, FailureKind};
 use crate::record::{self, RECORD_LINE_BYTES_MAX};
 use crate::sync::Signal;
 
@@ -117,7 +115,7 @@ impl Runs {
     /// Appends one record durably. The caller made it fit (`fitted_done`, `fitted_end`; the
     /// other records are bounded where their contents enter): a writer never writes a line
     /// its reader refuses, or recovery could never read the journal again.
-    async fn append_record(&self, path: &Path, record: &JournalRecord, run: &str) -> Result<(), Fatal> {
+    pub(crate) async fn append_record(&self, path: &Path, record: &JournalRecord, run: &str) -> Result<(), Fatal> {
         let line = self.encoded(record);
         assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
         journal::append_line_durably(&self.env, path, line)
@@ -125,25 +123,23 @@ impl Runs {
             .map_err(|e| Fatal(format!("journaling a record of run {run} failed: {e}")))
     }
 
-    /// An action's done record, fitting a journal line: a result too large to keep is
-    /// replaced by an error saying so (the action happened; only its answer is not kept).
-    fn fitted_done(&self, op: u64, result: Value) -> JournalRecord {
-        let done = JournalRecord::Done { op, result };
-        let size = self.encoded(&done).len();
+    /// An action's result, fitting its done record in a journal line: a result too large to
+    /// keep is replaced by an error saying so (the action happened; its answer is not kept).
+    pub(crate) fn fitted_result(&self, op: u64, result: Value) -> Value {
+        let size = self.encoded(&JournalRecord::Done { op, result: result.clone() }).len();
         if size <= RECORD_LINE_BYTES_MAX {
-            return done;
+            return result;
         }
-        let JournalRecord::Done { result, .. } = done else { unreachable!("built above") };
         let error = format!(
             "the result of action {op} is {size} bytes as a journal record, over the limit of \
              {RECORD_LINE_BYTES_MAX}; the action happened but its result was not kept"
         );
-        JournalRecord::Done { op, result: json!({"status": result.get("status"), "error": error}) }
+        json!({"status": result.get("status"), "error": error})
     }
 
     /// A run's end record, fitting a journal line: a result or message too large to keep
     /// ends the run as `budget`, saying so.
-    fn fitted_end(&self, end: EndRecord) -> EndRecord {
+    pub(crate) fn fitted_end(&self, end: EndRecord) -> EndRecord {
         let size = self.encoded(&JournalRecord::End(end.clone())).len();
         if size <= RECORD_LINE_BYTES_MAX {
             return end;
@@ -224,196 +220,20 @@ impl Runs {
         Ok(Some(kept.inputs))
     }
 
-    /// Step 4 to 6: executes the program against its journal, records its end, settles.
-    /// Used by fresh calls and by runs resumed at start alike.
-    pub async fn execute_to_end(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<RunEnd, Fatal> {
-        let _running = self.running(run);
-        self.execute_and_settle(tool, run, inputs).await
-    }
-
     /// Marks `run` as executing in this process until the guard drops.
     pub fn running(&self, run: &str) -> InProgress<'_> {
         self.in_progress.borrow_mut().insert(run.to_string());
         InProgress { runs: self, run: run.to_string() }
     }
 
-    async fn execute_and_settle(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<RunEnd, Fatal> {
-        let name = &tool.config.name;
-        let files = self.files(name, run);
-        let secrets = perform::secret_values(&self.env, &tool.config.grants);
-        let capabilities: Vec<(String, String)> = tool
-            .config
-            .grants
-            .iter()
-            .filter_map(|(param, grant)| match grant {
-                Grant::Capability(grant) => Some((param.clone(), grant.cap.clone())),
-                Grant::Secret { .. } => None,
-            })
-            .collect();
-        // The deadline runs on the monotonic clock from this execution's start, plus what the
-        // wall clock says had elapsed before it (nonzero only for a run resumed at start: the
-        // wall clock is all that survives a restart).
-        let started_monotonic = self.env.clock.monotonic_ms();
-        let mut elapsed_before: Option<u64> = None;
-        // Each pass executes the program against the journal so far; each suspension adds
-        // at least one done record (or stops the run), so the passes are bounded.
-        for _pass in 0..=ACTIONS_PER_RUN_MAX + 1 {
-            let journal = match self.read_journal(name, run).await.map_err(Fatal)? {
-                Some(journal) => journal,
-                None => return Err(Fatal(format!("the journal of run {run} is missing"))),
-            };
-            if let Some(end) = journal.end.clone() {
-                self.settle(tool, run, &end).await?;
-                return Ok(RunEnd::Ended(end));
-            }
-            let completed = completed_actions(&journal, run)?;
-            let mut broker = Broker::new(run, &tool.config.grants, completed);
-            broker.begun = journal.begun_op();
-            let before =
-                *elapsed_before.get_or_insert_with(|| self.env.clock.now_ms().saturating_sub(journal.header_at_ms));
-            if let Some(deadline) = tool.config.deadline_ms {
-                let elapsed = before.saturating_add(self.env.clock.monotonic_ms().saturating_sub(started_monotonic));
-                broker.deadline_passed = elapsed > deadline;
-                broker.deadline_text = crate::ledger::duration_text(deadline);
-            }
-            let job = Job {
-                path: tool.program.path.clone(),
-                source: tool.program.source.to_string(),
-                entry: tool.program.entry.clone(),
-                grant_names: tool.config.grants.keys().cloned().collect(),
-                capabilities: capabilities.clone(),
-                inputs: inputs.clone(),
-                max_steps: tool.config.max_steps,
-                time_ms: tool.config.execution_ms,
-                broker: broker.seed(),
-                load_only: false,
-                compiled: Some(tool.program.clone()),
-            };
-            let executed = self.env.sandbox.execute(job).await;
-            let at_ms = self.env.clock.now_ms();
-            let Executed { execution, usage } = match executed {
-                Ok(done) => done,
-                Err(stopped) => {
-                    // A stopped execution reported nothing: settle with what the journal
-                    // shows was done. Past a limit is `budget`; anything else a bug.
-                    let completed = completed_actions(&journal, run)?;
-                    let usage = Broker::new(run, &tool.config.grants, completed).journaled_usage();
-                    let end = EndRecord {
-                        outcome: FailureKind::Budget.name().to_string(),
-                        result: None,
-                        message: Some(stopped.to_string()),
-                        usage: crate::broker::usage_json(&usage),
-                        at_ms,
-                    };
-                    return self.finish(tool, run, end).await;
-                }
-            };
-            for (index, text) in execution.prints.iter().enumerate().skip(journal.prints as usize) {
-                let print = JournalRecord::Print { index: index as u64, text: scrub(text, &secrets) };
-                self.append_record(&files.journal, &print, run).await?;
-                self.log_run(name, run, &format!("print: {}", scrub(text, &secrets))).await;
-            }
-            let action = match execution.outcome {
-                Outcome::Suspended(action) => action,
-                outcome => {
-                    let mut end = end_record(&outcome, at_ms);
-                    end.usage = crate::broker::usage_json(&usage);
-                    return self.finish(tool, run, end).await;
-                }
-            };
-            if let Some(stopped) = self.perform_action(tool, run, &journal, action, &secrets).await? {
-                return Ok(stopped);
-            }
-        }
-        Err(Fatal(format!("run {run} did not end within {ACTIONS_PER_RUN_MAX} actions (a bug)")))
-    }
-
-    /// Journals the end, then settles.
-    async fn finish(&self, tool: &Tool, run: &str, end: EndRecord) -> Result<RunEnd, Fatal> {
-        let name = &tool.config.name;
-        if end.outcome == FailureKind::Internal.name() {
-            self.log_run(name, run, &format!("internal error: {}", end.message.as_deref().unwrap_or(""))).await;
-        }
-        let end = self.fitted_end(end);
-        self.append_record(&self.files(name, run).journal, &JournalRecord::End(end.clone()), run).await?;
-        self.env.reached(Point::RunRecorded, run);
-        self.settle(tool, run, &end).await?;
-        Ok(RunEnd::Ended(end))
-    }
-
-    /// Performs one suspended action durably: begin record, the action, done record. After
-    /// a crash between the two records, the action is re-sent only when that is safe; a
-    /// `db.sqlite` write is looked up; anything else stops the run in doubt.
-    async fn perform_action(
+    /// Step 5: the waiting record, durable; the run keeps its whole reservation.
+    pub(crate) async fn write_waiting(
         &self,
         tool: &Tool,
         run: &str,
-        journal: &Journal,
-        action: Action,
-        secrets: &[String],
-    ) -> Result<Option<RunEnd>, Fatal> {
-        let name = &tool.config.name;
-        let path = self.files(name, run).journal;
-        let op = action.op;
-        let Some(Grant::Capability(grant)) = tool.config.grants.get(&action.grant) else {
-            return Err(Fatal(format!("run {run}: action {op} names no grant")));
-        };
-        let recorded = serde_json::to_value(&action).expect("actions serialise");
-        let in_doubt = match journal.ops.get(&op) {
-            Some(OpState::Begun(begun)) => {
-                if begun != &recorded {
-                    return Err(Fatal(format!("run {run}: action {op} differs from its begin record after a restart")));
-                }
-                true
-            }
-            Some(OpState::Done { .. }) => {
-                return Err(Fatal(format!("run {run}: action {op} was replayed as not done")))
-            }
-            None | Some(OpState::NotHappened(_)) => false,
-        };
-        if in_doubt {
-            if grant.cap == "db.sqlite" && action.method == "EXECUTE" {
-                let happened = perform::sql_write_happened(&self.env, grant, run, op)
-                    .await
-                    .map_err(|e| Fatal(format!("run {run}: looking up action {op} in warden_actions failed: {e}")))?;
-                if happened {
-                    self.log_run(name, run, &format!("action {op}: found in warden_actions; not repeated")).await;
-                    let done =
-                        JournalRecord::Done { op, result: json!({"rows": [], "changes": null, "recovered": true}) };
-                    self.append_record(&path, &done, run).await?;
-                    return Ok(None);
-                }
-                self.log_run(name, run, &format!("action {op}: not in warden_actions; performing it")).await;
-            } else if !perform::resend_is_safe(&action) {
-                let reason = format!(
-                    "action {op} ({} {}) was begun before a crash and may have happened",
-                    action.method, action.kind
-                );
-                return self.stop_in_doubt(tool, run, &action, &reason).await.map(Some);
-            } else {
-                self.log_run(name, run, &format!("action {op}: begun before a crash; sending it again (safe)")).await;
-            }
-        } else {
-            let begin = JournalRecord::Begin { op, action: recorded };
-            self.append_record(&path, &begin, run).await?;
-            self.env.reached(Point::ActionBegun, run);
-        }
-        match perform::perform(&self.env, grant, &tool.config.net, run, &action, secrets).await {
-            perform::Performed::Done(result) => {
-                let done = self.fitted_done(op, result);
-                self.append_record(&path, &done, run).await?;
-                Ok(None)
-            }
-            perform::Performed::InDoubt(problem) => {
-                let reason =
-                    format!("action {op} ({} {}) may have reached the service: {problem}", action.method, action.kind);
-                self.stop_in_doubt(tool, run, &action, &reason).await.map(Some)
-            }
-        }
-    }
-
-    /// Step 5: the waiting record, durable; the run keeps its whole reservation.
-    async fn stop_in_doubt(&self, tool: &Tool, run: &str, action: &Action, reason: &str) -> Result<RunEnd, Fatal> {
+        action: &Action,
+        reason: &str,
+    ) -> Result<(), Fatal> {
         let name = &tool.config.name;
         let files = self.files(name, run);
         let command = format!(
@@ -449,8 +269,7 @@ impl Runs {
         }
         self.env.reached(Point::WaitingRecorded, run);
         self.log_run(name, run, &format!("stopped, waiting for an operator: {reason}; resolve with: {command}")).await;
-        crate::notify::spawn(self, run, &files.waiting);
-        Ok(RunEnd::Stopped { op: action.op })
+        Ok(())
     }
 
     /// Step 6: the settle event, then the kept arguments and any waiting record go.
@@ -523,20 +342,6 @@ pub struct WaitingRecord {
     pub at_ms: u64,
 }
 
-/// The journal's completed actions, each read back strictly: an action that does not parse
-/// is damage, never skipped (skipping would shift every later action's number).
-fn completed_actions(journal: &Journal, run: &str) -> Result<Vec<Completed>, Fatal> {
-    journal
-        .completed()
-        .into_iter()
-        .enumerate()
-        .map(|(op, (action, result))| match serde_json::from_value(action) {
-            Ok(action) => Ok(Completed { action, result }),
-            Err(e) => Err(Fatal(format!("run {run}: the begin record of action {op} does not parse: {e}"))),
-        })
-        .collect()
-}
-
 /// Money actually charged, summed per currency from a run's usage.
 fn charged_of(usage: &Value) -> Vec<MoneyRecord> {
     let mut by_currency: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
@@ -567,22 +372,6 @@ pub struct InProgress<'a> {
 impl Drop for InProgress<'_> {
     fn drop(&mut self) {
         self.runs.in_progress.borrow_mut().remove(&self.run);
-    }
-}
-
-fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
-    match outcome {
-        Outcome::Suspended(_) => unreachable!("a suspended execution has no end"),
-        Outcome::Done(result) => {
-            EndRecord { outcome: "done".into(), result: Some(result.clone()), message: None, usage: json!({}), at_ms }
-        }
-        Outcome::Failed(failure) => EndRecord {
-            outcome: failure.kind.name().to_string(),
-            result: None,
-            message: Some(failure.message.clone()),
-            usage: json!({}),
-            at_ms,
-        },
     }
 }
 

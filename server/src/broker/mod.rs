@@ -116,10 +116,6 @@ pub struct Broker {
     pub completed: Vec<Completed>,
     pub deadline_passed: bool,
     pub deadline_text: String,
-    /// The action the journal holds as begun and not done (in doubt after a crash). It is
-    /// resolved first, whatever the deadline: a deadline never cuts an action, it only
-    /// refuses the next new one (seed 000 section 3).
-    pub begun: Option<u64>,
     next_op: RefCell<u64>,
     pub usage: RefCell<BTreeMap<String, Usage>>,
     pub suspended: RefCell<Option<Action>>,
@@ -137,7 +133,6 @@ pub struct BrokerSeed {
     pub completed: Vec<Completed>,
     pub deadline_passed: bool,
     pub deadline_text: String,
-    pub begun: Option<u64>,
 }
 
 impl Broker {
@@ -147,7 +142,6 @@ impl Broker {
             completed: seed.completed,
             deadline_passed: seed.deadline_passed,
             deadline_text: seed.deadline_text,
-            begun: seed.begun,
             next_op: RefCell::new(0),
             usage: RefCell::new(BTreeMap::new()),
             suspended: RefCell::new(None),
@@ -165,7 +159,6 @@ impl Broker {
             completed: self.completed.clone(),
             deadline_passed: self.deadline_passed,
             deadline_text: self.deadline_text.clone(),
-            begun: self.begun,
         }
     }
 
@@ -182,7 +175,6 @@ impl Broker {
             completed,
             deadline_passed: false,
             deadline_text: String::new(),
-            begun: None,
             next_op: RefCell::new(0),
             usage: RefCell::new(BTreeMap::new()),
             suspended: RefCell::new(None),
@@ -218,7 +210,9 @@ impl Broker {
             self.count(&action, &done.result);
             return Ok(done.result.clone());
         }
-        if self.deadline_passed && self.begun != Some(op) {
+        // An action in doubt is resolved before the program executes again (`machine.rs`), so
+        // any action asked for here is new: past the deadline it is refused.
+        if self.deadline_passed {
             return self.refuse(Refusal::Deadline(format!(
                 "the tool's deadline ({}) passed before action {op} could start; nothing more was done",
                 self.deadline_text

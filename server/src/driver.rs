@@ -1,0 +1,250 @@
+//! The driver of a run's state machine (`machine.rs`): it carries out each command through
+//! `Env` and the run store, in order, and feeds the machine the event the last one produced.
+//! Fresh calls and runs resumed at start alike go through `Runs::execute_to_end`: resuming
+//! is the normal path with a longer journal.
+
+use serde_json::{json, Map, Value};
+
+use crate::broker::{perform, scrub, usage_json, Broker, Completed, ACTIONS_PER_RUN_MAX};
+use crate::catalog::Tool;
+use crate::env::Point;
+use crate::journal::{EndRecord, Journal, JournalRecord};
+use crate::machine::{self, Command, Event, Next, State};
+use crate::manifest::{CapabilityGrant, Grant};
+use crate::program::job::{Executed, Job};
+use crate::program::{FailureKind, Outcome};
+use crate::runs::{Fatal, RunEnd, Runs};
+
+/// Transitions one run may take in one process: at most four per action (begin and
+/// perform, done and execute, and a look-up or resend after a restart), plus its end.
+const TRANSITIONS_MAX: u64 = 4 * (ACTIONS_PER_RUN_MAX + 2);
+
+/// What a run's commands need that does not change while it runs.
+struct Context<'a> {
+    tool: &'a Tool,
+    run: &'a str,
+    inputs: &'a Map<String, Value>,
+    secrets: Vec<String>,
+    /// (parameter, kind) of each capability grant.
+    capabilities: Vec<(String, String)>,
+    /// For the deadline: what the wall clock says had elapsed before this process took the
+    /// run up (nonzero only after a restart: the wall clock is all that survives one), and
+    /// the monotonic clock when it did. A wall-clock step cannot expire a run in progress.
+    elapsed_before_ms: u64,
+    started_monotonic_ms: u64,
+}
+
+impl Runs {
+    /// Steps 4 to 6: drives the run's state machine from its journal to its end (settled)
+    /// or to a stop in doubt (waiting for an operator).
+    pub async fn execute_to_end(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<RunEnd, Fatal> {
+        let _running = self.running(run);
+        let journal = self.journal_of(tool, run).await?;
+        let mut state = State::from_journal(&journal).map_err(|e| Fatal(format!("run {run}: {e}")))?;
+        let context = Context {
+            tool,
+            run,
+            inputs,
+            secrets: perform::secret_values(&self.env, &tool.config.grants),
+            capabilities: tool
+                .config
+                .grants
+                .iter()
+                .filter_map(|(param, grant)| match grant {
+                    Grant::Capability(grant) => Some((param.clone(), grant.cap.clone())),
+                    Grant::Secret { .. } => None,
+                })
+                .collect(),
+            elapsed_before_ms: self.env.clock.now_ms().saturating_sub(journal.header_at_ms),
+            started_monotonic_ms: self.env.clock.monotonic_ms(),
+        };
+        let mut event = Event::Start;
+        for _ in 0..TRANSITIONS_MAX {
+            let (next, commands) =
+                machine::step(state, event).map_err(|invalid| Fatal(format!("run {run}: {invalid} (a bug)")))?;
+            state = next;
+            let mut produced = None;
+            for command in commands {
+                if let Some(yielded) = self.carry_out(&context, command).await? {
+                    assert!(produced.is_none(), "run {run}: one transition's commands yielded two events");
+                    produced = Some(yielded);
+                }
+            }
+            event = match (&state, produced) {
+                (State::Ended(end), None) => return Ok(RunEnd::Ended(end.clone())),
+                (State::Waiting { op }, None) => return Ok(RunEnd::Stopped { op: *op }),
+                (_, Some(yielded)) => yielded,
+                (state, None) => {
+                    return Err(Fatal(format!("run {run}: state {} is waiting for no event (a bug)", state.name())))
+                }
+            };
+        }
+        Err(Fatal(format!("run {run} did not end within {TRANSITIONS_MAX} transitions (a bug)")))
+    }
+
+    async fn journal_of(&self, tool: &Tool, run: &str) -> Result<Journal, Fatal> {
+        self.read_journal(&tool.config.name, run)
+            .await
+            .map_err(Fatal)?
+            .ok_or_else(|| Fatal(format!("the journal of run {run} is missing")))
+    }
+
+    /// Carries out one command; returns the event it yields, if it yields one.
+    async fn carry_out(&self, cx: &Context<'_>, command: Command) -> Result<Option<Event>, Fatal> {
+        let (name, run) = (&cx.tool.config.name, cx.run);
+        match command {
+            Command::Execute => self.execute_once(cx).await.map(Some),
+            Command::Journal(record) => {
+                self.journal(cx, &record).await?;
+                Ok(None)
+            }
+            Command::Perform(action) => {
+                let grant = grant_of(cx, action.grant.as_str())?;
+                let performed =
+                    perform::perform(&self.env, grant, &cx.tool.config.net, run, &action, &cx.secrets).await;
+                let performed = match performed {
+                    perform::Performed::Done(result) => perform::Performed::Done(self.fitted_result(action.op, result)),
+                    in_doubt => in_doubt,
+                };
+                Ok(Some(Event::Performed(performed)))
+            }
+            Command::LookUp(action) => {
+                let grant = grant_of(cx, action.grant.as_str())?;
+                let committed = perform::sql_write_happened(&self.env, grant, run, action.op).await.map_err(|e| {
+                    Fatal(format!("run {run}: looking up action {} in warden_actions failed: {e}", action.op))
+                })?;
+                Ok(Some(Event::LookedUp { committed }))
+            }
+            Command::Wait { action, reason } => {
+                self.write_waiting(cx.tool, run, &action, &reason).await?;
+                Ok(None)
+            }
+            Command::Notify => {
+                crate::notify::spawn(self, run, &self.files(name, run).waiting);
+                Ok(None)
+            }
+            Command::Settle(end) => {
+                self.settle(cx.tool, run, &end).await?;
+                Ok(Some(Event::Settled))
+            }
+            Command::Log(line) => {
+                self.log_run(name, run, &line).await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Appends one journal record durably, with the probe point and log line it carries.
+    async fn journal(&self, cx: &Context<'_>, record: &JournalRecord) -> Result<(), Fatal> {
+        let (name, run) = (&cx.tool.config.name, cx.run);
+        match record {
+            JournalRecord::Print { text, .. } => self.log_run(name, run, &format!("print: {text}")).await,
+            JournalRecord::End(end) if end.outcome == FailureKind::Internal.name() => {
+                let message = end.message.as_deref().unwrap_or("");
+                self.log_run(name, run, &format!("internal error: {message}")).await
+            }
+            _ => {}
+        }
+        self.append_record(&self.files(name, run).journal, record, run).await?;
+        match record {
+            JournalRecord::Begin { .. } => self.env.reached(Point::ActionBegun, run),
+            JournalRecord::End(_) => self.env.reached(Point::RunRecorded, run),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// One execution of the program against the journal so far, in the sandbox. Only ever
+    /// from Ready: no action is in doubt, so the deadline may refuse the next new one.
+    async fn execute_once(&self, cx: &Context<'_>) -> Result<Event, Fatal> {
+        let (tool, run) = (cx.tool, cx.run);
+        let journal = self.journal_of(tool, run).await?;
+        assert!(journal.begun_op().is_none(), "run {run}: executed with an action in doubt");
+        let mut broker = Broker::new(run, &tool.config.grants, completed_actions(&journal, run)?);
+        if let Some(deadline) = tool.config.deadline_ms {
+            let running = self.env.clock.monotonic_ms().saturating_sub(cx.started_monotonic_ms);
+            broker.deadline_passed = cx.elapsed_before_ms.saturating_add(running) > deadline;
+            broker.deadline_text = crate::ledger::duration_text(deadline);
+        }
+        let job = Job {
+            path: tool.program.path.clone(),
+            source: tool.program.source.to_string(),
+            entry: tool.program.entry.clone(),
+            grant_names: tool.config.grants.keys().cloned().collect(),
+            capabilities: cx.capabilities.clone(),
+            inputs: cx.inputs.clone(),
+            max_steps: tool.config.max_steps,
+            time_ms: tool.config.execution_ms,
+            broker: broker.seed(),
+            load_only: false,
+            compiled: Some(tool.program.clone()),
+        };
+        let executed = self.env.sandbox.execute(job).await;
+        let at_ms = self.env.clock.now_ms();
+        let Executed { execution, usage } = match executed {
+            Ok(executed) => executed,
+            Err(stopped) => {
+                // A stopped execution reported nothing: it ends the run as `budget`, with the
+                // usage the journal shows.
+                let usage = Broker::new(run, &tool.config.grants, completed_actions(&journal, run)?).journaled_usage();
+                let end = EndRecord {
+                    outcome: FailureKind::Budget.name().to_string(),
+                    result: None,
+                    message: Some(stopped.to_string()),
+                    usage: usage_json(&usage),
+                    at_ms,
+                };
+                return Ok(Event::Executed { prints: vec![], next: Next::End(self.fitted_end(end)) });
+            }
+        };
+        let prints = (execution.prints.iter().enumerate().skip(journal.prints as usize))
+            .map(|(index, text)| (index as u64, scrub(text, &cx.secrets)))
+            .collect();
+        let next = match execution.outcome {
+            Outcome::Suspended(action) => Next::Act(action),
+            outcome => {
+                let mut end = end_record(&outcome, at_ms);
+                end.usage = usage_json(&usage);
+                Next::End(self.fitted_end(end))
+            }
+        };
+        Ok(Event::Executed { prints, next })
+    }
+}
+
+fn grant_of<'a>(cx: &Context<'a>, name: &str) -> Result<&'a CapabilityGrant, Fatal> {
+    match cx.tool.config.grants.get(name) {
+        Some(Grant::Capability(grant)) => Ok(grant),
+        _ => Err(Fatal(format!("run {}: an action names `{name}`, which is not a capability grant", cx.run))),
+    }
+}
+
+/// The journal's completed actions, each read back strictly: an action that does not parse
+/// is damage, never skipped (skipping would shift every later action's number).
+fn completed_actions(journal: &Journal, run: &str) -> Result<Vec<Completed>, Fatal> {
+    journal
+        .completed()
+        .into_iter()
+        .enumerate()
+        .map(|(op, (action, result))| match serde_json::from_value(action) {
+            Ok(action) => Ok(Completed { action, result }),
+            Err(e) => Err(Fatal(format!("run {run}: the begin record of action {op} does not parse: {e}"))),
+        })
+        .collect()
+}
+
+fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
+    match outcome {
+        Outcome::Suspended(_) => unreachable!("a suspended execution has no end"),
+        Outcome::Done(result) => {
+            EndRecord { outcome: "done".into(), result: Some(result.clone()), message: None, usage: json!({}), at_ms }
+        }
+        Outcome::Failed(failure) => EndRecord {
+            outcome: failure.kind.name().to_string(),
+            result: None,
+            message: Some(failure.message.clone()),
+            usage: json!({}),
+            at_ms,
+        },
+    }
+}

@@ -1,0 +1,414 @@
+//! The table, cell by cell, and the machine driven without an executor through a crash after
+//! every command, for every action kind, with and without a deadline passed at the restart.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::json;
+
+use super::*;
+use crate::broker::{Broker, Completed, Stop};
+use crate::journal::{Binding, Journal, JournalRecord};
+use crate::manifest::{CapabilityGrant, DbMode, Grant};
+use crate::money::Money;
+use crate::record;
+
+fn action(op: u64, kind: &str, method: &str, key: bool) -> Action {
+    Action {
+        op,
+        grant: "g".into(),
+        kind: kind.into(),
+        method: method.into(),
+        target: "https://x.test/notes".into(),
+        headers: BTreeMap::new(),
+        body: String::new(),
+        amount: None,
+        idempotency_key: key.then(|| format!("warden-r-{op}")),
+    }
+}
+
+fn end(outcome: &str) -> EndRecord {
+    EndRecord { outcome: outcome.into(), result: None, message: None, usage: json!({}), at_ms: 1 }
+}
+
+/// The kind of each command, for comparing a cell's commands.
+fn kinds(commands: &[Command]) -> Vec<&'static str> {
+    commands
+        .iter()
+        .map(|c| match c {
+            Command::Execute => "Execute",
+            Command::Journal(JournalRecord::Print { .. }) => "Journal(Print)",
+            Command::Journal(JournalRecord::Begin { .. }) => "Journal(Begin)",
+            Command::Journal(JournalRecord::Done { .. }) => "Journal(Done)",
+            Command::Journal(JournalRecord::End(_)) => "Journal(End)",
+            Command::Journal(_) => "Journal(other)",
+            Command::Perform(_) => "Perform",
+            Command::LookUp(_) => "LookUp",
+            Command::Wait { .. } => "Wait",
+            Command::Notify => "Notify",
+            Command::Settle(_) => "Settle",
+            Command::Log(_) => "Log",
+        })
+        .collect()
+}
+
+/// Every (state, event) cell: the valid ones with their next state and commands, every
+/// other one refused. A change to the table is a visible change to this list.
+#[test]
+fn the_table_cell_by_cell() {
+    let post = action(0, "net.http.post", "POST", false);
+    let keyed = action(0, "net.http.post", "POST", true);
+    let sql = action(0, "db.sqlite", "EXECUTE", false);
+    let states = [
+        State::Ready,
+        State::Begun(post.clone()),
+        State::InDoubt(post.clone()),
+        State::InDoubt(keyed.clone()),
+        State::InDoubt(sql.clone()),
+        State::LookingUp(sql.clone()),
+        State::Settling(end("done")),
+        State::Ended(end("done")),
+        State::Waiting { op: 0 },
+    ];
+    let events = [
+        Event::Start,
+        Event::Executed { prints: vec![(0, "p".into())], next: Next::Act(post.clone()) },
+        Event::Executed { prints: vec![], next: Next::End(end("done")) },
+        Event::Performed(Performed::Done(json!({"status": 201}))),
+        Event::Performed(Performed::InDoubt("timed out".into())),
+        Event::LookedUp { committed: true },
+        Event::LookedUp { committed: false },
+        Event::Settled,
+    ];
+    let expected: Vec<((usize, usize), (&str, Vec<&str>))> = vec![
+        ((0, 0), ("Ready", vec!["Execute"])),
+        ((0, 1), ("Begun", vec!["Journal(Print)", "Journal(Begin)", "Perform"])),
+        ((0, 2), ("Settling", vec!["Journal(End)", "Settle"])),
+        ((1, 3), ("Ready", vec!["Journal(Done)", "Execute"])),
+        ((1, 4), ("Waiting", vec!["Wait", "Notify"])),
+        ((2, 0), ("Waiting", vec!["Wait", "Notify"])),
+        ((3, 0), ("Begun", vec!["Log", "Perform"])),
+        ((4, 0), ("LookingUp", vec!["LookUp"])),
+        ((5, 5), ("Ready", vec!["Log", "Journal(Done)", "Execute"])),
+        ((5, 6), ("Begun", vec!["Log", "Perform"])),
+        ((6, 0), ("Settling", vec!["Settle"])),
+        ((6, 7), ("Ended", vec![])),
+    ];
+    let mut valid = 0;
+    for (s, state) in states.iter().enumerate() {
+        for (e, event) in events.iter().enumerate() {
+            let outcome = step(state.clone(), event.clone());
+            match expected.iter().find(|(cell, _)| *cell == (s, e)) {
+                Some((_, (next, commands))) => {
+                    let (got, got_commands) = outcome.unwrap_or_else(|i| panic!("cell ({s}, {e}): {i}"));
+                    assert_eq!((got.name(), kinds(&got_commands)), (*next, commands.clone()), "cell ({s}, {e})");
+                    valid += 1;
+                }
+                None => {
+                    assert!(outcome.is_err(), "cell ({s}, {e}) {} x {} must be refused", state.name(), event.name())
+                }
+            }
+        }
+    }
+    assert_eq!(valid, expected.len());
+    assert_eq!(states.len() * events.len(), 72, "every cell was visited");
+}
+
+#[test]
+fn a_journal_gives_the_state_it_left() {
+    let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
+    let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
+    let post = action(0, "net.http.post", "POST", false);
+    let begin = JournalRecord::Begin { op: 0, action: serde_json::to_value(&post).unwrap() };
+    let done = JournalRecord::Done { op: 0, result: json!({}) };
+    let parse = |records: &[&JournalRecord]| {
+        let bytes: Vec<u8> = records.iter().flat_map(|r| record::encode(*r)).collect();
+        State::from_journal(&Journal::parse(Path::new("j"), &bytes).unwrap()).unwrap()
+    };
+    assert_eq!(parse(&[&header]), State::Ready);
+    assert_eq!(parse(&[&header, &begin]), State::InDoubt(post));
+    assert_eq!(parse(&[&header, &begin, &done]), State::Ready);
+    assert_eq!(parse(&[&header, &begin, &done, &JournalRecord::End(end("done"))]), State::Settling(end("done")));
+}
+
+// --- The machine driven through crashes, without an executor. ---------------------------
+
+/// The kinds of action a program can take, each behind a grant named `g`.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Get,
+    PlainPost,
+    KeyedPost,
+    SqlWrite,
+    Refund,
+}
+
+const KINDS: [Kind; 5] = [Kind::Get, Kind::PlainPost, Kind::KeyedPost, Kind::SqlWrite, Kind::Refund];
+
+fn grant(kind: Kind) -> CapabilityGrant {
+    let plain = |cap: &str| CapabilityGrant {
+        cap: cap.into(),
+        only: vec!["https://x.test/*".into()],
+        each: None,
+        max: None,
+        uses: None,
+        needs: BTreeMap::new(),
+        idempotency_key: false,
+        headers: BTreeMap::new(),
+        path: None,
+        mode: None,
+        init: None,
+    };
+    match kind {
+        Kind::Get => plain("net.http.get"),
+        Kind::PlainPost => plain("net.http.post"),
+        Kind::KeyedPost => CapabilityGrant { idempotency_key: true, ..plain("net.http.post") },
+        Kind::SqlWrite => CapabilityGrant { only: vec![], mode: Some(DbMode::Write), ..plain("db.sqlite") },
+        Kind::Refund => {
+            let mut needs = BTreeMap::new();
+            needs.insert(
+                "post".to_string(),
+                Grant::Capability(CapabilityGrant { idempotency_key: true, ..plain("net.http.post") }),
+            );
+            needs.insert("get".to_string(), Grant::Capability(plain("net.http.get")));
+            CapabilityGrant {
+                only: vec![],
+                each: Some(Money::parse("50", "USD").unwrap()),
+                uses: Some(1),
+                needs,
+                ..plain("payments.stripe.refund")
+            }
+        }
+    }
+}
+
+/// The action a program asks for (before the broker numbers it and adds its key).
+fn asked(kind: Kind) -> Action {
+    let mut action = match kind {
+        Kind::Get => action(0, "net.http.get", "GET", false),
+        Kind::PlainPost | Kind::KeyedPost => action(0, "net.http.post", "POST", false),
+        Kind::SqlWrite => Action {
+            target: "UPDATE t SET x = 1".into(),
+            body: "[]".into(),
+            ..action(0, "db.sqlite", "EXECUTE", false)
+        },
+        Kind::Refund => Action {
+            target: String::new(),
+            body: "pi_1".into(),
+            amount: Some(json!({"amount": "10.00", "currency": "USD"})),
+            ..action(0, "payments.stripe.refund", "REFUND", false)
+        },
+    };
+    action.kind = grant(kind).cap;
+    action
+}
+
+/// The outside world and the run's durable records, as a crash leaves them.
+struct World {
+    kind: Kind,
+    journal: Vec<u8>,
+    /// Requests that reached the service, and effects it made (a key dedups).
+    sent: u32,
+    effects: u32,
+    keys_seen: Vec<String>,
+    committed: bool,
+    waiting: bool,
+    settled: Option<EndRecord>,
+    /// The next write's answer is lost (the service acted).
+    lose_answer: bool,
+}
+
+impl World {
+    fn new(kind: Kind) -> World {
+        let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
+        let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
+        World {
+            kind,
+            journal: record::encode(&header),
+            sent: 0,
+            effects: 0,
+            keys_seen: vec![],
+            committed: false,
+            waiting: false,
+            settled: None,
+            lose_answer: false,
+        }
+    }
+
+    fn read(&self) -> Journal {
+        // The strict reader checks every journal the machine's commands write.
+        Journal::parse(Path::new("j"), &self.journal).expect("the machine writes what the reader accepts")
+    }
+
+    /// The program: a read first, then one action of the kind under test, then the end.
+    fn execute(&self, deadline_passed: bool) -> Event {
+        let journal = self.read();
+        let completed: Vec<Completed> = journal
+            .completed()
+            .into_iter()
+            .map(|(action, result)| Completed { action: serde_json::from_value(action).unwrap(), result })
+            .collect();
+        let mut grants = BTreeMap::new();
+        grants.insert("g".to_string(), Grant::Capability(grant(self.kind)));
+        grants.insert("read".to_string(), Grant::Capability(grant(Kind::Get)));
+        let mut broker = Broker::new("r", &grants, completed);
+        broker.deadline_passed = deadline_passed;
+        broker.deadline_text = "1s".into();
+        let read = Action { grant: "read".into(), ..asked(Kind::Get) };
+        for wanted in [read, asked(self.kind)] {
+            match broker.act(wanted) {
+                Ok(_) => {}
+                Err(Stop::Suspend) => {
+                    let action = broker.suspended.borrow_mut().take().unwrap();
+                    return Event::Executed { prints: vec![], next: Next::Act(action) };
+                }
+                Err(Stop::Refused) => {
+                    return Event::Executed { prints: vec![], next: Next::End(end("deadline")) };
+                }
+                Err(Stop::Mismatch) => panic!("the program replays deterministically"),
+            }
+        }
+        Event::Executed { prints: vec![], next: Next::End(end("done")) }
+    }
+
+    fn perform(&mut self, action: &Action) -> Event {
+        self.sent += 1;
+        if action.is_read() {
+            return Event::Performed(Performed::Done(json!({"status": 200})));
+        }
+        match &action.idempotency_key {
+            Some(key) if self.keys_seen.contains(key) => {}
+            Some(key) => {
+                self.keys_seen.push(key.clone());
+                self.effects += 1;
+            }
+            None => self.effects += 1,
+        }
+        if is_sql_write(action) {
+            self.committed = true;
+        }
+        if std::mem::take(&mut self.lose_answer) && !resend_is_safe(action) && !is_sql_write(action) {
+            return Event::Performed(Performed::InDoubt("timed out after sending".into()));
+        }
+        Event::Performed(Performed::Done(json!({"status": 200})))
+    }
+
+    /// Carries out one command; returns the event it yields, if any.
+    fn carry_out(&mut self, command: &Command, deadline_passed: bool) -> Option<Event> {
+        match command {
+            Command::Execute => Some(self.execute(deadline_passed)),
+            Command::Journal(record) => {
+                self.journal.extend(record::encode(record));
+                None
+            }
+            Command::Perform(action) => Some(self.perform(action)),
+            Command::LookUp(_) => Some(Event::LookedUp { committed: self.committed }),
+            Command::Wait { .. } => {
+                self.waiting = true;
+                None
+            }
+            Command::Notify | Command::Log(_) => None,
+            Command::Settle(end) => {
+                self.settled = Some(end.clone());
+                self.waiting = false;
+                Some(Event::Settled)
+            }
+        }
+    }
+
+    /// Runs the machine from the journal until a terminal state, or until `crash_after`
+    /// commands have been carried out (then everything not durable is lost). Returns the
+    /// terminal state, or None after a crash.
+    fn run(&mut self, crash_after: Option<usize>, deadline_passed: bool, carried: &mut usize) -> Option<State> {
+        let mut state = State::from_journal(&self.read()).unwrap();
+        let mut event = Event::Start;
+        for _ in 0..100 {
+            let (next, commands) = step(state, event).unwrap_or_else(|i| panic!("{i}"));
+            state = next;
+            let mut produced = None;
+            for command in &commands {
+                if crash_after == Some(*carried) {
+                    return None;
+                }
+                *carried += 1;
+                if let Some(event) = self.carry_out(command, deadline_passed) {
+                    assert!(produced.is_none(), "one event per transition");
+                    produced = Some(event);
+                }
+            }
+            if state.is_terminal() {
+                return Some(state);
+            }
+            event = produced.expect("a non-terminal transition yields an event");
+        }
+        panic!("the run did not reach a terminal state");
+    }
+}
+
+#[test]
+fn a_crash_after_every_command_for_every_action_kind_with_and_without_the_deadline() {
+    for kind in KINDS {
+        for lose_answer in [false, true] {
+            // The clean run, to count its commands.
+            let mut clean = World::new(kind);
+            clean.lose_answer = lose_answer;
+            let mut total = 0;
+            let finished = clean.run(None, false, &mut total).unwrap();
+            for crash_after in 0..total {
+                for deadline_passed in [false, true] {
+                    let mut world = World::new(kind);
+                    world.lose_answer = lose_answer;
+                    let mut carried = 0;
+                    assert!(world.run(Some(crash_after), false, &mut carried).is_none());
+                    let journal = world.read();
+                    let in_doubt = journal.begun_op();
+                    let mut ignored = 0;
+                    let last = world.run(None, deadline_passed, &mut ignored).unwrap();
+                    let case =
+                        format!("{kind:?} lose {lose_answer} crash after {crash_after} deadline {deadline_passed}");
+                    // At most once: the service made the effect once at most (a key dedups).
+                    assert!(world.effects <= 1, "{case}: {} effects", world.effects);
+                    let unsafe_write = matches!(kind, Kind::PlainPost);
+                    match &last {
+                        State::Waiting { op } => {
+                            // Only a write that cannot be resent or looked up waits.
+                            assert!(unsafe_write, "{case}: a {kind:?} waited");
+                            assert!(world.waiting && world.settled.is_none(), "{case}");
+                            assert_eq!(world.read().begun_op(), Some(*op), "{case}");
+                        }
+                        State::Ended(end) => {
+                            let journal = world.read();
+                            assert!(journal.begun_op().is_none(), "{case}: ended with an action in doubt");
+                            assert_eq!(world.settled.as_ref(), Some(end), "{case}");
+                            // A begun action was resolved before the deadline could end the run.
+                            if let Some(op) = in_doubt {
+                                assert!(
+                                    matches!(journal.ops.get(&op), Some(OpState::Done { .. })),
+                                    "{case}: action {op} in doubt was not resolved"
+                                );
+                            }
+                            if !deadline_passed {
+                                assert_eq!(end.outcome, "done", "{case}");
+                                assert_eq!(world.effects, u32::from(!matches!(kind, Kind::Get)), "{case}");
+                            }
+                        }
+                        other => panic!("{case}: not terminal: {other:?}"),
+                    }
+                    // An unsafe write begun before the crash is never sent again.
+                    if unsafe_write && in_doubt == Some(1) {
+                        assert_eq!(last, State::Waiting { op: 1 }, "{case}");
+                        assert!(world.sent <= 2, "{case}: sent {} times", world.sent);
+                    }
+                }
+            }
+            assert!(matches!(finished, State::Ended(_) | State::Waiting { .. }));
+        }
+    }
+}
+
+#[test]
+fn invalid_cells_name_their_state_and_event() {
+    let refused = step(State::Waiting { op: 3 }, Event::Start).unwrap_err();
+    assert_eq!(refused.to_string(), "the run's state machine has no transition for event Start in state Waiting");
+    assert!(step(State::Ended(end("done")), Event::Settled).is_err());
+}
