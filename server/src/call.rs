@@ -17,12 +17,13 @@ use std::rc::Rc;
 
 use serde_json::{json, Map, Value};
 
+use crate::answer::{answer, error_result, stopped_result};
 use crate::catalog::Tool;
 use crate::env::{LocalBoxFuture, Point};
 use crate::ledger::{Event, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
 use crate::manifest::Grant;
 use crate::money::Money;
-use crate::runs::{self, error_result, sha256_hex, Runs};
+use crate::runs::{self, sha256_hex, Runs};
 
 /// Calls in progress beyond which a new call is answered busy at once (seed 000 section 5:
 /// four times `server.max_concurrent_runs`, plus 16).
@@ -226,7 +227,7 @@ pub async fn call_tool(
     };
     drop(running);
     let reply = match outcome {
-        Ok(runs::RunEnd::Ended(end)) => runs::answer(&run, &end),
+        Ok(runs::RunEnd::Ended(end)) => answer(&run, &end),
         Ok(runs::RunEnd::Stopped { .. }) => stopped_result(&run),
         Err(fatal) => {
             runs.stop(&fatal);
@@ -259,7 +260,7 @@ async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecor
         )),
         RunPhase::Open => stopped_result(run),
         RunPhase::Settled { .. } => match runs.read_journal(&tool.config.name, run).await {
-            Ok(Some(journal)) if journal.end.is_some() => runs::answer(run, journal.end.as_ref().expect("checked")),
+            Ok(Some(journal)) if journal.end.is_some() => answer(run, journal.end.as_ref().expect("checked")),
             Ok(_) => error_result(format!("run {run} already did this operation; its journal is no longer kept")),
             Err(problem) => {
                 runs.env.log(&format!("reading the journal of run {run}: {problem}"));
@@ -270,16 +271,4 @@ async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecor
         },
         RunPhase::Released { .. } => unreachable!("released runs hold no once key"),
     }
-}
-
-/// A run stopped in doubt: it waits for an operator (seed 000 section 5, `stopped`).
-pub fn stopped_result(run: &str) -> Value {
-    json!({
-        "content": [{"type": "text", "text": format!(
-            "run {run} stopped: an action may already have happened and only an operator can tell. \
-             The run is waiting for an operator. Do not call this tool again for it; follow run {run} with warden_run_status."
-        )}],
-        "structuredContent": {"status": "waiting_for_operator", "run": run},
-        "isError": true
-    })
 }

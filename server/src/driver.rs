@@ -14,6 +14,7 @@ use crate::manifest::{CapabilityGrant, Grant};
 use crate::program::job::{Executed, Job};
 use crate::program::{FailureKind, Outcome};
 use crate::runs::{Fatal, RunEnd, Runs};
+use crate::store::RunStore;
 
 /// Transitions one run may take in one process: at most four per action (begin and
 /// perform, done and execute, and a look-up or resend after a restart), plus its end.
@@ -83,10 +84,7 @@ impl Runs {
     }
 
     async fn journal_of(&self, tool: &Tool, run: &str) -> Result<Journal, Fatal> {
-        self.read_journal(&tool.config.name, run)
-            .await
-            .map_err(Fatal)?
-            .ok_or_else(|| Fatal(format!("the journal of run {run} is missing")))
+        RunStore::journal(self, tool, run).await
     }
 
     /// Carries out one command; returns the event it yields, if it yields one.
@@ -116,15 +114,17 @@ impl Runs {
                 Ok(Some(Event::LookedUp { committed }))
             }
             Command::Wait { action, reason } => {
-                self.write_waiting(cx.tool, run, &action, &reason).await?;
+                RunStore::wait(self, cx.tool, run, &action, &reason).await?;
                 Ok(None)
             }
             Command::Notify => {
-                crate::notify::spawn(self, run, &self.files(name, run).waiting);
+                let manifest = &self.catalog.manifest;
+                let folder = manifest.path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+                crate::notify::spawn(&self.env, &manifest.server, &folder, run, &self.files(name, run).waiting);
                 Ok(None)
             }
             Command::Settle(end) => {
-                self.settle(cx.tool, run, &end).await?;
+                RunStore::settle(self, cx.tool, run, &end).await?;
                 Ok(Some(Event::Settled))
             }
             Command::Log(line) => {
@@ -145,7 +145,7 @@ impl Runs {
             }
             _ => {}
         }
-        self.append_record(&self.files(name, run).journal, record, run).await?;
+        RunStore::append(self, cx.tool, run, record).await?;
         match record {
             JournalRecord::Begin { .. } => self.env.reached(Point::ActionBegun, run),
             JournalRecord::End(_) => self.env.reached(Point::RunRecorded, run),

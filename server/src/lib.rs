@@ -1,5 +1,6 @@
 //! Warden: a crash-safe MCP tool server. See `docs/ARCHITECTURE.md` for the codemap.
 
+pub mod answer;
 pub mod broker;
 pub mod call;
 pub mod catalog;
@@ -20,6 +21,7 @@ pub mod recovery;
 pub mod retention;
 pub mod runs;
 pub mod status;
+pub mod store;
 pub mod sync;
 
 /// Warden's version, bound into journals and reported as `serverInfo.version`.

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use crate::env::ProcessRequest;
-use crate::runs::Runs;
+use crate::env::{Env, ProcessRequest};
+use crate::manifest::ServerConfig;
 
 /// How long one attempt of the notify command may run.
 pub const NOTIFY_TIMEOUT_MS: u64 = 10_000;
@@ -15,14 +15,15 @@ pub const NOTIFY_TIMEOUT_MS: u64 = 10_000;
 pub const NOTIFY_BACKOFF_MS: u64 = 1_000;
 pub const NOTIFY_BACKOFF_MAX_MS: u64 = 60_000;
 
-pub fn spawn(runs: &Runs, run: &str, waiting: &Path) {
-    let server = &runs.catalog.manifest.server;
+/// Starts telling the operator about `run`, whose waiting record is `waiting`; the command
+/// runs in `folder` (the manifest's).
+pub fn spawn(env: &Env, server: &ServerConfig, folder: &Path, run: &str, waiting: &Path) {
     if server.notify.is_empty() {
         return;
     }
-    let env = runs.env.clone();
+    let env = env.clone();
     let argv = server.notify.clone();
-    let cwd = runs.catalog.manifest.path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let cwd = folder.to_path_buf();
     let variables: Vec<(String, String)> =
         server.notify_env.iter().filter_map(|name| env.process.var(name).map(|value| (name.clone(), value))).collect();
     let run = run.to_string();

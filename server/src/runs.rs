@@ -10,9 +10,9 @@
 //! | 6    | `settle` in the ledger; then the inputs file is removed |
 //! | 7    | the answer (nothing to record)   |
 //!
-//! Steps 1 and 6 are the ledger's (`ledger.rs`); this module does 2 to 6 and runs the
-//! program. A fresh call and a run resumed at start go through the same `execute_to_end`:
-//! resuming is the normal path with a longer journal.
+//! Steps 1 and 6 are the ledger's (`ledger.rs`). This module owns the run's files and
+//! writes them (steps 2 to 6, behind `store::RunStore`); what happens when is the state
+//! machine's (`machine.rs`), carried out by `driver.rs`.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -373,44 +373,4 @@ impl Drop for InProgress<'_> {
     fn drop(&mut self) {
         self.runs.in_progress.borrow_mut().remove(&self.run);
     }
-}
-
-/// The answer a run's end gives, the same every time it is asked (a repeated `once` call
-/// gets exactly what the first call got): the outcome table of seed 000 section 5.
-pub fn answer(run: &str, end: &EndRecord) -> Value {
-    let result = match (end.outcome.as_str(), &end.result) {
-        ("done", Some(result)) => {
-            let text = serde_json::to_string(result).expect("JSON values serialise");
-            json!({
-                "content": [{"type": "text", "text": text}],
-                "structuredContent": {"result": result},
-                "isError": false
-            })
-        }
-        ("internal", _) | ("done", None) => {
-            error_result(format!("an internal error happened in run {run}; the details are in the server's log"))
-        }
-        ("capability", _) => error_result(end.message.clone().unwrap_or_default()),
-        (kind, _) => error_result(format!("{kind}: {}", end.message.as_deref().unwrap_or(""))),
-    };
-    bounded(result, run)
-}
-
-pub fn error_result(text: String) -> Value {
-    json!({"content": [{"type": "text", "text": text}], "isError": true})
-}
-
-/// The largest tool result sent, as JSON (seed 000 section 3).
-pub const RESULT_BYTES_MAX: usize = 1024 * 1024;
-
-/// A result over `RESULT_BYTES_MAX` is not sent; it stays in the journal.
-fn bounded(result: Value, run: &str) -> Value {
-    let size = serde_json::to_vec(&result).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
-    if size <= RESULT_BYTES_MAX {
-        return result;
-    }
-    error_result(format!(
-        "the result of run {run} is {size} bytes, over the limit of {RESULT_BYTES_MAX} bytes, so it was not sent; \
-         it is kept in the run's journal, where warden_run_status and the operator can reach it"
-    ))
 }

@@ -11,7 +11,7 @@ use crate::journal::RunFiles;
 use crate::ledger::{self, RunPhase, State, LEDGER_FILE};
 use crate::manifest::RUN_STATUS_TOOL;
 use crate::money::Money;
-use crate::runs::{self, Runs};
+use crate::runs::Runs;
 
 /// The `tools/list` entry of the status tool.
 pub fn describe() -> Value {
@@ -35,7 +35,7 @@ pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>)
     let run = match arguments.get("run") {
         Some(Value::String(run)) if arguments.len() == 1 && is_run_id(run) => run.clone(),
         _ => {
-            return runs::error_result(
+            return crate::answer::error_result(
                 "invalid arguments:\n- $.run: expected a run id of 32 hexadecimal characters".into(),
             )
         }
@@ -59,7 +59,7 @@ pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>)
         RunPhase::Settled { outcome, .. } => match runs.read_journal(&tool, &run).await {
             Ok(Some(journal)) if journal.end.is_some() => {
                 let end = journal.end.expect("checked");
-                let answer = runs::answer(&run, &end);
+                let answer = crate::answer::answer(&run, &end);
                 if outcome == "done" {
                     json!({"run": run, "tool": tool, "status": "done", "result": end.result})
                 } else {

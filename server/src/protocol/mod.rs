@@ -161,7 +161,7 @@ impl Connection {
             let _guard = guard;
             let reply = if busy {
                 CallReply::Result(
-                    crate::runs::error_result(
+                    crate::answer::error_result(
                         "the server is busy: too many calls are in progress; nothing was run, try again later"
                             .to_string(),
                     ),

@@ -1,0 +1,58 @@
+//! What a call is answered with, from a run's end (seed 000 section 5's outcome table):
+//! the same every time it is asked, so a repeated `once` call gets exactly what the first
+//! call got.
+
+use serde_json::{json, Value};
+
+use crate::journal::EndRecord;
+
+/// The answer a run's end gives.
+pub fn answer(run: &str, end: &EndRecord) -> Value {
+    let result = match (end.outcome.as_str(), &end.result) {
+        ("done", Some(result)) => {
+            let text = serde_json::to_string(result).expect("JSON values serialise");
+            json!({
+                "content": [{"type": "text", "text": text}],
+                "structuredContent": {"result": result},
+                "isError": false
+            })
+        }
+        ("internal", _) | ("done", None) => {
+            error_result(format!("an internal error happened in run {run}; the details are in the server's log"))
+        }
+        ("capability", _) => error_result(end.message.clone().unwrap_or_default()),
+        (kind, _) => error_result(format!("{kind}: {}", end.message.as_deref().unwrap_or(""))),
+    };
+    bounded(result, run)
+}
+
+pub fn error_result(text: String) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// The largest tool result sent, as JSON (seed 000 section 3).
+pub const RESULT_BYTES_MAX: usize = 1024 * 1024;
+
+/// A result over `RESULT_BYTES_MAX` is not sent; it stays in the journal.
+fn bounded(result: Value, run: &str) -> Value {
+    let size = serde_json::to_vec(&result).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
+    if size <= RESULT_BYTES_MAX {
+        return result;
+    }
+    error_result(format!(
+        "the result of run {run} is {size} bytes, over the limit of {RESULT_BYTES_MAX} bytes, so it was not sent; \
+         it is kept in the run's journal, where warden_run_status and the operator can reach it"
+    ))
+}
+
+/// A run stopped in doubt: it waits for an operator (seed 000 section 5, `stopped`).
+pub fn stopped_result(run: &str) -> Value {
+    json!({
+        "content": [{"type": "text", "text": format!(
+            "run {run} stopped: an action may already have happened and only an operator can tell. \
+             The run is waiting for an operator. Do not call this tool again for it; follow run {run} with warden_run_status."
+        )}],
+        "structuredContent": {"status": "waiting_for_operator", "run": run},
+        "isError": true
+    })
+}

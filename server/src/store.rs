@@ -1,0 +1,66 @@
+//! The durable records of runs as the driver writes them, behind one interface: the
+//! journal, the waiting record, and the settle in the ledger. `Runs` keeps them on disk; a
+//! second store (PostgreSQL, for several instances sharing quotas and `once` keys) can come
+//! later without touching the state machine (`machine.rs`) or its driver.
+
+use crate::broker::Action;
+use crate::catalog::Tool;
+use crate::env::LocalBoxFuture;
+use crate::journal::{EndRecord, Journal, JournalRecord};
+use crate::runs::{Fatal, Runs};
+
+pub trait RunStore {
+    /// The run's journal as it is now.
+    fn journal<'a>(&'a self, tool: &'a Tool, run: &'a str) -> LocalBoxFuture<'a, Result<Journal, Fatal>>;
+    /// Appends one record, durably, before anything depends on it.
+    fn append<'a>(
+        &'a self,
+        tool: &'a Tool,
+        run: &'a str,
+        record: &'a JournalRecord,
+    ) -> LocalBoxFuture<'a, Result<(), Fatal>>;
+    /// Step 5: the waiting record of a run stopped in doubt at `action`, durably.
+    fn wait<'a>(
+        &'a self,
+        tool: &'a Tool,
+        run: &'a str,
+        action: &'a Action,
+        reason: &'a str,
+    ) -> LocalBoxFuture<'a, Result<(), Fatal>>;
+    /// Step 6: the settle event, then the run's kept arguments and waiting record go.
+    fn settle<'a>(&'a self, tool: &'a Tool, run: &'a str, end: &'a EndRecord) -> LocalBoxFuture<'a, Result<(), Fatal>>;
+}
+
+impl RunStore for Runs {
+    fn journal<'a>(&'a self, tool: &'a Tool, run: &'a str) -> LocalBoxFuture<'a, Result<Journal, Fatal>> {
+        Box::pin(async move {
+            self.read_journal(&tool.config.name, run)
+                .await
+                .map_err(Fatal)?
+                .ok_or_else(|| Fatal(format!("the journal of run {run} is missing")))
+        })
+    }
+
+    fn append<'a>(
+        &'a self,
+        tool: &'a Tool,
+        run: &'a str,
+        record: &'a JournalRecord,
+    ) -> LocalBoxFuture<'a, Result<(), Fatal>> {
+        Box::pin(async move { self.append_record(&self.files(&tool.config.name, run).journal, record, run).await })
+    }
+
+    fn wait<'a>(
+        &'a self,
+        tool: &'a Tool,
+        run: &'a str,
+        action: &'a Action,
+        reason: &'a str,
+    ) -> LocalBoxFuture<'a, Result<(), Fatal>> {
+        Box::pin(self.write_waiting(tool, run, action, reason))
+    }
+
+    fn settle<'a>(&'a self, tool: &'a Tool, run: &'a str, end: &'a EndRecord) -> LocalBoxFuture<'a, Result<(), Fatal>> {
+        Box::pin(Runs::settle(self, tool, run, end))
+    }
+}
