@@ -5,22 +5,25 @@
 //! 3. find an earlier run by the `once` key;
 //! 4. take a concurrency slot (busy is answered at once, never queued);
 //! 5. reserve in the ledger (over quota is answered, nothing runs);
-//! 6. run with a new journal (`runs.rs`: inputs, header, records, end);
-//! 7. settle, then answer from the run's end.
+//! 6. run with a new journal (`runs.rs` writes inputs and header; the run's state machine,
+//!    `machine.rs`, driven by `driver.rs`, does the rest);
+//! 7. settle, then answer from the run's end (`answer.rs`).
 //!
-//! Steps 3 to 5 happen under the ledger's append lock, so two calls can never both find a
-//! key absent, or both fit under a quota, before either's reservation is durable.
+//! Steps 3 to 5 are `admission.rs`: under the ledger's append lock, so two calls can never
+//! both find a key absent, or both fit under a quota, before either's reservation is durable.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use serde_json::{json, Map, Value};
 
+pub use crate::admission::Slots;
+use crate::admission::{self, Admission};
 use crate::answer::{answer, error_result, stopped_result};
 use crate::catalog::Tool;
 use crate::env::{LocalBoxFuture, Point};
-use crate::ledger::{Event, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
+use crate::ledger::OnceRecord;
 use crate::manifest::Grant;
 use crate::money::Money;
 use crate::runs::{self, sha256_hex, Runs};
@@ -59,41 +62,6 @@ pub enum CallReply {
 
 /// Told the run id when a run starts, so a client that asked for progress hears it.
 pub type OnStart<'a> = &'a dyn Fn(&str) -> LocalBoxFuture<'a, ()>;
-
-/// Concurrency slots: runs in progress, server-wide and per tool. Not a queue.
-#[derive(Default)]
-pub struct Slots {
-    server: Cell<u64>,
-    per_tool: RefCell<BTreeMap<String, u64>>,
-}
-
-pub struct Slot {
-    slots: Rc<Slots>,
-    tool: String,
-}
-
-impl Slots {
-    fn take(self: &Rc<Self>, tool: &Tool, server_max: u64) -> Option<Slot> {
-        let mut per_tool = self.per_tool.borrow_mut();
-        let used = per_tool.entry(tool.config.name.clone()).or_insert(0);
-        if self.server.get() >= server_max || *used >= tool.config.max_concurrent_runs {
-            return None;
-        }
-        *used += 1;
-        self.server.set(self.server.get() + 1);
-        Some(Slot { slots: Rc::clone(self), tool: tool.config.name.clone() })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut per_tool = self.slots.per_tool.borrow_mut();
-        let used = per_tool.get_mut(&self.tool).expect("a slot's tool is counted");
-        assert!(*used > 0 && self.slots.server.get() > 0, "slot count underflow");
-        *used -= 1;
-        self.slots.server.set(self.slots.server.get() - 1);
-    }
-}
 
 /// JSON with object keys sorted at every level: the form keys and hashes are taken over.
 pub fn canonical_json(value: &Value) -> String {
@@ -159,63 +127,10 @@ pub async fn call_tool(
             return CallReply::Result(error_result(format!("invalid arguments:\n- {}", problems.join("\n- "))), None)
         }
     };
-    let once = once_record(tool, &inputs);
-    let held = runs.ledger.lock().await;
-    let now = runs.ledger.stamp();
-    if let (Some(once), Some(config)) = (&once, &tool.config.once) {
-        // Copy the entry out: the state's borrow must end before any await, or a concurrent
-        // append would find the state borrowed.
-        let found = match runs.ledger.state().once_lookup(&once.key, config.keep_ms, now) {
-            OnceLookup::Found(earlier) => Some(earlier.clone()),
-            OnceLookup::None => None,
-        };
-        if let Some(earlier) = found {
-            drop(held);
-            let reply = repeated(runs, tool, &earlier, once).await;
-            return CallReply::Result(reply, Some(earlier.run));
-        }
-    }
-    let Some(_slot) = slots.take(tool, runs.catalog.manifest.server.max_concurrent_runs) else {
-        return CallReply::Result(
-            error_result(format!(
-                "the server is busy: `{name}` already has its maximum of runs in progress; nothing was run, try again later"
-            )),
-            None,
-        );
+    let (run, _slot, running) = match admission::admit(runs, slots, tool, &inputs, control).await {
+        Admission::Answered(reply) => return reply,
+        Admission::Reserved { run, slot, running } => (run, slot, running),
     };
-    let worst = worst_case(tool);
-    if let Some(quota) = &tool.config.quota {
-        let admitted =
-            runs.ledger.state().quota_admits(name, quota.window_ms, quota.calls, quota.money.as_ref(), &worst, now);
-        if let Err(refusal) = admitted {
-            return CallReply::Result(error_result(refusal.message), None);
-        }
-    }
-    // The last point where cancellation stops the call: nothing is reserved yet.
-    if control.is_cancelled() {
-        runs.env.log(&format!("tool {name}: call cancelled before its run started; nothing was reserved or run"));
-        return CallReply::Silent;
-    }
-    let run = runs.env.new_run_id();
-    let reserve = Event::Reserve {
-        run: run.clone(),
-        tool: name.clone(),
-        at_ms: now,
-        calls: 1,
-        money: worst.iter().map(MoneyRecord::from).collect(),
-        once,
-    };
-    if let Err(error) = runs.ledger.append(&held, reserve).await {
-        drop(held);
-        runs.stop(&error.clone().into());
-        return CallReply::Result(
-            error_result(format!("the server could not record the call durably ({error}); nothing was run")),
-            None,
-        );
-    }
-    // From the reserve on, a repeated `once` call finds this run in progress.
-    let running = runs.running(&run);
-    drop(held);
     runs.env.reached(Point::Reserved, &run);
     on_start(&run).await;
     let outcome = match runs.start_files(tool, &run, &inputs).await {
@@ -241,34 +156,4 @@ pub async fn call_tool(
         return CallReply::Silent;
     }
     CallReply::Result(reply, Some(run))
-}
-
-/// The answer to a call whose `once` key an earlier run holds (seed 000 section 5).
-async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecord) -> Value {
-    let run = &earlier.run;
-    let same_arguments = earlier.once.as_ref().is_some_and(|o| o.arguments == once.arguments);
-    if !same_arguments {
-        return error_result(format!(
-            "refused: run {run} already did this operation (the same {}) with different arguments; \
-             a repeated operation must repeat its arguments",
-            tool.config.once.as_ref().map(|o| o.by.join(", ")).unwrap_or_default()
-        ));
-    }
-    match &earlier.phase {
-        RunPhase::Open if runs.is_in_progress(run) => error_result(format!(
-            "already in progress as run {run}; follow it with warden_run_status instead of calling again"
-        )),
-        RunPhase::Open => stopped_result(run),
-        RunPhase::Settled { .. } => match runs.read_journal(&tool.config.name, run).await {
-            Ok(Some(journal)) if journal.end.is_some() => answer(run, journal.end.as_ref().expect("checked")),
-            Ok(_) => error_result(format!("run {run} already did this operation; its journal is no longer kept")),
-            Err(problem) => {
-                runs.env.log(&format!("reading the journal of run {run}: {problem}"));
-                error_result(format!(
-                    "run {run} already did this operation; its journal cannot be read (see the server's log)"
-                ))
-            }
-        },
-        RunPhase::Released { .. } => unreachable!("released runs hold no once key"),
-    }
 }

@@ -1,5 +1,6 @@
 //! Warden: a crash-safe MCP tool server. See `docs/ARCHITECTURE.md` for the codemap.
 
+pub mod admission;
 pub mod answer;
 pub mod broker;
 pub mod call;

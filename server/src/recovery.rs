@@ -154,62 +154,19 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
     let mut refusals = Vec::new();
     let mut to_resume = Vec::new();
     for run in all {
-        let entry = runs.ledger.state().run(&run).cloned();
-        let files = found.get(&run);
-        let tool = entry.as_ref().map(|e| e.tool.clone()).or_else(|| files.map(|f| f.tool.clone())).unwrap_or_default();
-        let phase = match entry.as_ref().map(|e| &e.phase) {
-            None => LedgerPhase::Absent,
-            Some(RunPhase::Open) => LedgerPhase::Open,
-            Some(RunPhase::Settled { .. }) => LedgerPhase::Settled,
-            Some(RunPhase::Released { .. }) => LedgerPhase::Released,
-        };
-        // An I/O error is not "absent": reading it so could release an open run and delete
-        // its journal. Recovery stops instead, naming the file.
-        let journal_exists = match &entry {
-            Some(_) if is_run_id(&run) => {
-                let path = runs.files(&tool, &run).journal;
-                runs.env.disk.exists(&path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))?
+        let examined = match examine(runs, &run, found.get(&run)).await? {
+            Ok(examined) => examined,
+            Err(problem) => {
+                refusals.push(problem);
+                continue;
             }
-            _ => files.is_some_and(|f| f.journal),
         };
-        let journal = if journal_exists {
-            match runs.read_journal(&tool, &run).await {
-                Ok(journal) => journal,
-                Err(problem) => {
-                    refusals.push(problem);
-                    continue;
-                }
-            }
-        } else {
-            None
-        };
-        let journal_state = match &journal {
-            None => JournalState::Absent,
-            Some(j) if j.header.is_none() => JournalState::Headless,
-            Some(j) if j.end.is_some() => JournalState::Ended,
-            Some(_) => JournalState::Started,
-        };
-        // A run the ledger knows is checked at its own paths, not only through the scan.
-        let (inputs, waiting) = match &entry {
-            Some(_) if is_run_id(&run) => {
-                let paths = runs.files(&tool, &run);
-                let exists = |path: std::path::PathBuf| async move { runs.env.disk.exists(&path).await };
-                let inputs = exists(paths.inputs).await.map_err(|e| Fatal(format!("run {run}: {e}")))?;
-                let waiting = exists(paths.waiting).await.map_err(|e| Fatal(format!("run {run}: {e}")))?;
-                (inputs, waiting)
-            }
-            _ => (files.is_some_and(|f| f.inputs), files.is_some_and(|f| f.waiting)),
-        };
+        let Examined { tool, journal, cell: (phase, inputs, journal_state, waiting) } = examined;
         match decide(phase, inputs, journal_state, waiting) {
             Action::Nothing => {}
             Action::Refuse(why) => refusals.push(format!("run {run} of tool `{tool}`: {why}")),
             Action::Release => {
-                let paths = runs.files(&tool, &run);
-                runs.remove_if_present(&paths.inputs).await?;
-                runs.remove_if_present(&paths.journal).await?;
-                let held = runs.ledger.lock().await;
-                let at_ms = runs.ledger.stamp();
-                runs.ledger.append(&held, Event::Release { run: run.clone(), at_ms }).await?;
+                release(runs, &tool, &run).await?;
                 report.released.push(run);
             }
             Action::CleanUp => {
@@ -218,19 +175,13 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
                 runs.remove_if_present(&paths.waiting).await?;
                 report.cleaned.push(run);
             }
-            Action::SettleFromEnd | Action::Resume => match runs.catalog.tool(&tool) {
-                None => {
-                    refusals.push(format!("run {run} is unfinished but its tool `{tool}` is no longer in the manifest"))
+            Action::SettleFromEnd | Action::Resume => {
+                let journal = journal.expect("a journal exists in these cells");
+                match resumable(runs, &run, &tool, &journal) {
+                    Ok(()) => to_resume.push((run, tool, journal)),
+                    Err(problem) => refusals.push(problem),
                 }
-                Some(current) => {
-                    let journal = journal.expect("a journal exists in these cells");
-                    if let Some(problem) = binding_problem(&journal, current) {
-                        refusals.push(format!("run {run} of tool `{tool}` cannot resume: {problem}"));
-                    } else {
-                        to_resume.push((run, tool, journal));
-                    }
-                }
-            },
+            }
         }
     }
     if !refusals.is_empty() {
@@ -240,24 +191,8 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             refusals.join("\n")
         )));
     }
-    for (run, tool_name, journal) in to_resume {
-        let tool = runs.catalog.tool(&tool_name).expect("checked above");
-        if journal.torn_tail_bytes > 0 {
-            runs.drop_torn_tail(&runs.files(&tool_name, &run).journal, journal.intact_len).await?;
-        }
-        let ended = journal.end.is_some();
-        let inputs = match runs.read_inputs(&tool_name, &run).await.map_err(Fatal)? {
-            Some(inputs) => inputs,
-            None if ended => Default::default(),
-            None => return Err(Fatal(format!("run {run}: its kept arguments vanished during recovery"))),
-        };
-        runs.log_run(
-            &tool_name,
-            &run,
-            if ended { "settling from its journal's end after a restart" } else { "resuming after a restart" },
-        )
-        .await;
-        runs.execute_to_end(tool, &run, &inputs).await?;
+    for (run, tool, journal) in to_resume {
+        let ended = resume(runs, &run, &tool, &journal).await?;
         if ended {
             report.settled_from_end.push(run);
         } else {
@@ -265,6 +200,92 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
         }
     }
     Ok(report)
+}
+
+/// One run as recovery finds it: its tool, its journal, and its cell of the table.
+struct Examined {
+    tool: String,
+    journal: Option<Journal>,
+    cell: (LedgerPhase, bool, JournalState, bool),
+}
+
+/// Reads what the ledger and the disk say of `run`. An I/O error stops recovery (the outer
+/// `Err`); a damaged journal is a refusal naming it (the inner `Err`).
+async fn examine(runs: &Runs, run: &str, files: Option<&Found>) -> Result<Result<Examined, String>, Fatal> {
+    let entry = runs.ledger.state().run(run).cloned();
+    let tool = entry.as_ref().map(|e| e.tool.clone()).or_else(|| files.map(|f| f.tool.clone())).unwrap_or_default();
+    let phase = match entry.as_ref().map(|e| &e.phase) {
+        None => LedgerPhase::Absent,
+        Some(RunPhase::Open) => LedgerPhase::Open,
+        Some(RunPhase::Settled { .. }) => LedgerPhase::Settled,
+        Some(RunPhase::Released { .. }) => LedgerPhase::Released,
+    };
+    // A run the ledger knows is checked at its own paths, not only through the scan. An I/O
+    // error is not "absent": reading it so could release an open run and delete its journal.
+    let known = entry.is_some() && is_run_id(run);
+    let exists = |path: std::path::PathBuf| async move {
+        runs.env.disk.exists(&path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))
+    };
+    let paths = known.then(|| runs.files(&tool, run));
+    let (journal_exists, inputs, waiting) = match paths {
+        Some(paths) => (exists(paths.journal).await?, exists(paths.inputs).await?, exists(paths.waiting).await?),
+        None => (files.is_some_and(|f| f.journal), files.is_some_and(|f| f.inputs), files.is_some_and(|f| f.waiting)),
+    };
+    let journal = match journal_exists {
+        true => match runs.read_journal(&tool, run).await {
+            Ok(journal) => journal,
+            Err(problem) => return Ok(Err(problem)),
+        },
+        false => None,
+    };
+    let journal_state = match &journal {
+        None => JournalState::Absent,
+        Some(j) if j.header.is_none() => JournalState::Headless,
+        Some(j) if j.end.is_some() => JournalState::Ended,
+        Some(_) => JournalState::Started,
+    };
+    Ok(Ok(Examined { tool, journal, cell: (phase, inputs, journal_state, waiting) }))
+}
+
+/// A run that never started: its files go, then the ledger releases its reservation.
+async fn release(runs: &Runs, tool: &str, run: &str) -> Result<(), Fatal> {
+    let paths = runs.files(tool, run);
+    runs.remove_if_present(&paths.inputs).await?;
+    runs.remove_if_present(&paths.journal).await?;
+    let held = runs.ledger.lock().await;
+    let at_ms = runs.ledger.stamp();
+    runs.ledger.append(&held, Event::Release { run: run.to_string(), at_ms }).await?;
+    Ok(())
+}
+
+/// Whether an unfinished run can resume under the current manifest and binary.
+fn resumable(runs: &Runs, run: &str, tool: &str, journal: &Journal) -> Result<(), String> {
+    let current = runs
+        .catalog
+        .tool(tool)
+        .ok_or_else(|| format!("run {run} is unfinished but its tool `{tool}` is no longer in the manifest"))?;
+    match binding_problem(journal, current) {
+        Some(problem) => Err(format!("run {run} of tool `{tool}` cannot resume: {problem}")),
+        None => Ok(()),
+    }
+}
+
+/// Resumes one run through its state machine; returns whether its journal had ended.
+async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal) -> Result<bool, Fatal> {
+    let tool = runs.catalog.tool(tool_name).expect("checked by resumable");
+    if journal.torn_tail_bytes > 0 {
+        runs.drop_torn_tail(&runs.files(tool_name, run).journal, journal.intact_len).await?;
+    }
+    let ended = journal.end.is_some();
+    let inputs = match runs.read_inputs(tool_name, run).await.map_err(Fatal)? {
+        Some(inputs) => inputs,
+        None if ended => Default::default(),
+        None => return Err(Fatal(format!("run {run}: its kept arguments vanished during recovery"))),
+    };
+    let line = if ended { "settling from its journal's end after a restart" } else { "resuming after a restart" };
+    runs.log_run(tool_name, run, line).await;
+    runs.execute_to_end(tool, run, &inputs).await?;
+    Ok(ended)
 }
 
 /// Run ids are 32 lowercase hexadecimal characters; any other name is not a run's file.

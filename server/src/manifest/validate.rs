@@ -189,6 +189,8 @@ fn check_env_name(name: &str, at: &str, problems: &mut Problems) {
     }
 }
 
+/// Validates one tool. Long on purpose: it reads as the manifest's `tools[]` keys in order,
+/// each checked where it is read, with every problem collected (not stopped at).
 fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, problems: &mut Problems) -> ToolConfig {
     check_tool_name(&raw.name, &format!("{at}.name"), problems);
     let entry = raw.entry.clone().unwrap_or_else(|| "main".to_string());
@@ -294,7 +296,10 @@ fn check_tool_name(name: &str, at: &str, problems: &mut Problems) {
     }
 }
 
-/// Validates one grant; returns it and whether it reaches the network.
+/// Validates one grant; returns it and whether it reaches the network. Long on purpose: a
+/// grant's keys depend on its kind and on each other (`each` and `max` in one currency, a
+/// composite kind's `needs`), and one pass over them in the registry's order keeps every
+/// rule next to the key it is about.
 fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Problems) -> Option<(CapabilityGrant, bool)> {
     if raw.env.is_some() {
         problems.add(&format!("{at}.env"), "a secret reference belongs inside a grant's `needs`, not in `grants`");

@@ -157,6 +157,8 @@ fn body_of(
     }
 }
 
+/// The capability handle's methods. Long because the Starlark macro needs every method in
+/// one function; each method is a few lines that delegate to the helpers above.
 #[starlark_module]
 fn capability_methods(builder: &mut MethodsBuilder) {
     /// GET `url`. Returns {"status", "headers", "body", "json"} (json is None unless the

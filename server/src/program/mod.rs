@@ -82,7 +82,9 @@ pub(crate) fn globals() -> Globals {
 
 impl Program {
     /// Compiles `source` and derives the tool's contract. `grant_names` are the grants of
-    /// the tool: parameters so named are capability handles, never inputs.
+    /// the tool: parameters so named are capability handles, never inputs. Long because the
+    /// contract's parts (entry, parameters, docstring, annotations) are read in one pass over
+    /// Starlark's documentation of the entry, collecting every problem with its line.
     pub fn load(path: &Path, source: &str, entry: &str, grant_names: &[String]) -> Result<Program, String> {
         let shown = path.display().to_string();
         if source.len() > PROGRAM_BYTES_MAX {
