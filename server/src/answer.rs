@@ -4,12 +4,13 @@
 
 use serde_json::{json, Value};
 
-use crate::journal::EndRecord;
+use crate::journal::{EndRecord, RunOutcome};
+use crate::program::FailureKind;
 
 /// The answer a run's end gives.
 pub fn answer(run: &str, end: &EndRecord) -> Value {
-    let result = match (end.outcome.as_str(), &end.result) {
-        ("done", Some(result)) => {
+    let result = match (end.outcome, &end.result) {
+        (RunOutcome::Done, Some(result)) => {
             let text = serde_json::to_string(result).expect("JSON values serialise");
             json!({
                 "content": [{"type": "text", "text": text}],
@@ -17,11 +18,13 @@ pub fn answer(run: &str, end: &EndRecord) -> Value {
                 "isError": false
             })
         }
-        ("internal", _) | ("done", None) => {
+        (RunOutcome::Failed(FailureKind::Internal), _) | (RunOutcome::Done, None) => {
             error_result(format!("an internal error happened in run {run}; the details are in the server's log"))
         }
-        ("capability", _) => error_result(end.message.clone().unwrap_or_default()),
-        (kind, _) => error_result(format!("{kind}: {}", end.message.as_deref().unwrap_or(""))),
+        (RunOutcome::Failed(FailureKind::Capability), _) => error_result(end.message.clone().unwrap_or_default()),
+        (RunOutcome::Failed(kind), _) => {
+            error_result(format!("{}: {}", kind.name(), end.message.as_deref().unwrap_or("")))
+        }
     };
     bounded(result, run)
 }

@@ -112,7 +112,7 @@ impl Tool {
             })
             .collect();
         let read_only = grants.iter().all(|grant| crate::broker::grant_reads_only(grant));
-        let open_world = grants.iter().any(|grant| kinds::find(&grant.cap).is_some_and(|kind| kind.network));
+        let open_world = grants.iter().any(|grant| kinds::spec(grant.cap).network);
         let mut hints = json!({"readOnlyHint": read_only, "openWorldHint": open_world});
         if !read_only {
             hints["destructiveHint"] = json!(true);

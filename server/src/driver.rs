@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use crate::broker::{perform, scrub, usage_json, Broker, Completed, ACTIONS_PER_RUN_MAX};
 use crate::catalog::Tool;
 use crate::env::Point;
-use crate::journal::{EndRecord, Journal, JournalRecord};
+use crate::journal::{EndRecord, Journal, JournalRecord, RunOutcome};
 use crate::machine::{self, Command, Event, Next, State};
 use crate::manifest::{CapabilityGrant, Grant};
 use crate::program::job::{Executed, Job};
@@ -27,7 +27,7 @@ struct Context<'a> {
     inputs: &'a Map<String, Value>,
     secrets: Vec<String>,
     /// (parameter, kind) of each capability grant.
-    capabilities: Vec<(String, String)>,
+    capabilities: Vec<(String, crate::broker::Kind)>,
     /// For the deadline: what the wall clock says had elapsed before this process took the
     /// run up (nonzero only after a restart: the wall clock is all that survives one), and
     /// the monotonic clock when it did. A wall-clock step cannot expire a run in progress.
@@ -139,7 +139,7 @@ impl Runs {
         let (name, run) = (&cx.tool.config.name, cx.run);
         match record {
             JournalRecord::Print { text, .. } => self.log_run(name, run, &format!("print: {text}")).await,
-            JournalRecord::End(end) if end.outcome == FailureKind::Internal.name() => {
+            JournalRecord::End(end) if end.outcome == RunOutcome::Failed(FailureKind::Internal) => {
                 let message = end.message.as_deref().unwrap_or("");
                 self.log_run(name, run, &format!("internal error: {message}")).await
             }
@@ -188,7 +188,7 @@ impl Runs {
                 // usage the journal shows.
                 let usage = Broker::new(run, &tool.config.grants, completed_actions(&journal, run)?).journaled_usage();
                 let end = EndRecord {
-                    outcome: FailureKind::Budget.name().to_string(),
+                    outcome: RunOutcome::Failed(FailureKind::Budget),
                     result: None,
                     message: Some(stopped.to_string()),
                     usage: usage_json(&usage),
@@ -236,11 +236,15 @@ fn completed_actions(journal: &Journal, run: &str) -> Result<Vec<Completed>, Fat
 fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
     match outcome {
         Outcome::Suspended(_) => unreachable!("a suspended execution has no end"),
-        Outcome::Done(result) => {
-            EndRecord { outcome: "done".into(), result: Some(result.clone()), message: None, usage: json!({}), at_ms }
-        }
+        Outcome::Done(result) => EndRecord {
+            outcome: RunOutcome::Done,
+            result: Some(result.clone()),
+            message: None,
+            usage: json!({}),
+            at_ms,
+        },
         Outcome::Failed(failure) => EndRecord {
-            outcome: failure.kind.name().to_string(),
+            outcome: RunOutcome::Failed(failure.kind),
             result: None,
             message: Some(failure.message.clone()),
             usage: json!({}),

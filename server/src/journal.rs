@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::env::Env;
+use crate::program::FailureKind;
 use crate::record;
 
 pub const WAITING_DIR: &str = "waiting";
@@ -46,10 +47,52 @@ pub struct Binding {
     pub version: String,
 }
 
+/// How a run ended (seed 000 section 5): done, or failed with a kind. Records hold its
+/// name: "done", "budget", "deadline", ...
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    Done,
+    Failed(FailureKind),
+}
+
+impl RunOutcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            RunOutcome::Done => "done",
+            RunOutcome::Failed(kind) => kind.name(),
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<RunOutcome> {
+        match name {
+            "done" => Some(RunOutcome::Done),
+            other => FailureKind::parse(other).map(RunOutcome::Failed),
+        }
+    }
+}
+
+impl std::fmt::Display for RunOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for RunOutcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunOutcome {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<RunOutcome, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        RunOutcome::parse(&name).ok_or_else(|| serde::de::Error::custom(format!("`{name}` is not a run's outcome")))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EndRecord {
-    /// "done", or the failure kind.
-    pub outcome: String,
+    pub outcome: RunOutcome,
     pub result: Option<Value>,
     pub message: Option<String>,
     /// Per capability parameter: actions attempted and money charged.
@@ -259,7 +302,7 @@ mod tests {
         let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
         let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
         let end = JournalRecord::End(EndRecord {
-            outcome: "done".into(),
+            outcome: RunOutcome::Done,
             result: None,
             message: None,
             usage: Value::Null,
@@ -285,7 +328,7 @@ mod tests {
         let done = |op| JournalRecord::Done { op, result: Value::Null };
         let not_happened = |op| JournalRecord::Resolved { op, happened: false, result: None, at_ms: 2 };
         let end = JournalRecord::End(EndRecord {
-            outcome: "done".into(),
+            outcome: RunOutcome::Done,
             result: None,
             message: None,
             usage: Value::Null,

@@ -29,7 +29,7 @@
 use serde_json::{json, Value};
 
 use crate::broker::perform::{resend_is_safe, Performed};
-use crate::broker::Action;
+use crate::broker::{Action, Kind, Method};
 use crate::journal::{EndRecord, Journal, JournalRecord, OpState};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -151,7 +151,7 @@ impl Event {
 
 /// A `db.sqlite` write: after a crash it is looked up, never guessed.
 pub fn is_sql_write(action: &Action) -> bool {
-    action.kind == "db.sqlite" && action.method == "EXECUTE"
+    action.kind == Kind::Sqlite && action.method == Method::Execute
 }
 
 /// The table.

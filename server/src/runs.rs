@@ -146,7 +146,7 @@ impl Runs {
         }
         let what = if end.result.is_some() { "result" } else { "failure message" };
         EndRecord {
-            outcome: FailureKind::Budget.name().to_string(),
+            outcome: journal::RunOutcome::Failed(FailureKind::Budget),
             result: None,
             message: Some(format!(
                 "the run's {what} is {size} bytes as a journal record, over the limit of {RECORD_LINE_BYTES_MAX}; \

@@ -60,7 +60,7 @@ pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>)
             Ok(Some(journal)) if journal.end.is_some() => {
                 let end = journal.end.expect("checked");
                 let answer = crate::answer::answer(&run, &end);
-                if outcome == "done" {
+                if *outcome == crate::journal::RunOutcome::Done {
                     json!({"run": run, "tool": tool, "status": "done", "result": end.result})
                 } else {
                     json!({"run": run, "tool": tool, "status": "failed", "kind": outcome,

@@ -106,7 +106,7 @@ fn events_from(data: &[u8]) -> Vec<Event> {
         } else {
             let run = open.remove(chunk[0] as usize % open.len());
             events.push(if choice == 1 {
-                Event::Settle { run, at_ms: index as u64, charged: vec![], outcome: "done".into() }
+                Event::Settle { run, at_ms: index as u64, charged: vec![], outcome: warden::journal::RunOutcome::Done }
             } else {
                 Event::Release { run, at_ms: index as u64 }
             });

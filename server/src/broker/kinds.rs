@@ -1,7 +1,100 @@
 //! The registry of built-in capability kinds (DESIGN.md section 5): what each kind is,
-//! which manifest keys it takes, and what it needs from the tool's config.
-//! The broker that performs actions arrives with the grants issue; the manifest check
-//! uses this registry today, so a manifest is refused for the same reasons it will be then.
+//! which manifest keys it takes, and what it needs from the tool's config; and the methods
+//! an action can take. Both are enums everywhere past the manifest's text, written in
+//! journals by the names the manifest uses.
+
+use serde::{Deserialize, Serialize};
+
+/// A capability kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Kind {
+    #[serde(rename = "net.http.get")]
+    HttpGet,
+    #[serde(rename = "net.http.post")]
+    HttpPost,
+    #[serde(rename = "net.http.put")]
+    HttpPut,
+    #[serde(rename = "net.http.patch")]
+    HttpPatch,
+    #[serde(rename = "net.http.delete")]
+    HttpDelete,
+    #[serde(rename = "payments.stripe.refund")]
+    StripeRefund,
+    #[serde(rename = "db.sqlite")]
+    Sqlite,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::HttpGet => "net.http.get",
+            Kind::HttpPost => "net.http.post",
+            Kind::HttpPut => "net.http.put",
+            Kind::HttpPatch => "net.http.patch",
+            Kind::HttpDelete => "net.http.delete",
+            Kind::StripeRefund => "payments.stripe.refund",
+            Kind::Sqlite => "db.sqlite",
+        }
+    }
+
+    /// The plain HTTP kind of a method (`net.http.<method>`).
+    pub fn http(method: Method) -> Option<Kind> {
+        match method {
+            Method::Get => Some(Kind::HttpGet),
+            Method::Post => Some(Kind::HttpPost),
+            Method::Put => Some(Kind::HttpPut),
+            Method::Patch => Some(Kind::HttpPatch),
+            Method::Delete => Some(Kind::HttpDelete),
+            Method::Refund | Method::Query | Method::Execute => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What an action does: an HTTP method, a refund, or a SQL read or write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+    Refund,
+    Query,
+    Execute,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+            Method::Refund => "REFUND",
+            Method::Query => "QUERY",
+            Method::Execute => "EXECUTE",
+        }
+    }
+
+    /// Reads change nothing: sending one again is always safe.
+    pub fn is_read(self) -> bool {
+        matches!(self, Method::Get | Method::Query)
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// A manifest key a grant may carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,8 +129,8 @@ impl GrantKey {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CapKind {
-    pub name: &'static str,
+pub struct KindSpec {
+    pub kind: Kind,
     /// Keys the kind accepts; any other key in its grant is refused.
     pub keys: &'static [GrantKey],
     /// Keys the kind requires.
@@ -48,7 +141,7 @@ pub struct CapKind {
     pub read_only: bool,
     /// For composite kinds: the names `needs` must hold, and the kind each must have
     /// (`None`: a secret reference `{ "env": NAME }`).
-    pub needs: &'static [(&'static str, Option<&'static str>)],
+    pub needs: &'static [(&'static str, Option<Kind>)],
 }
 
 use GrantKey::*;
@@ -58,57 +151,57 @@ const HTTP_READ_KEYS: &[GrantKey] = &[Only, Uses, Headers];
 // one): raw HTTP kinds take none.
 const HTTP_WRITE_KEYS: &[GrantKey] = &[Only, Uses, IdempotencyKey, Headers];
 
-pub const KINDS: &[CapKind] = &[
-    CapKind {
-        name: "net.http.get",
+pub const KINDS: &[KindSpec] = &[
+    KindSpec {
+        kind: Kind::HttpGet,
         keys: HTTP_READ_KEYS,
         required: &[Only],
         network: true,
         read_only: true,
         needs: &[],
     },
-    CapKind {
-        name: "net.http.post",
+    KindSpec {
+        kind: Kind::HttpPost,
         keys: HTTP_WRITE_KEYS,
         required: &[Only],
         network: true,
         read_only: false,
         needs: &[],
     },
-    CapKind {
-        name: "net.http.put",
+    KindSpec {
+        kind: Kind::HttpPut,
         keys: HTTP_WRITE_KEYS,
         required: &[Only],
         network: true,
         read_only: false,
         needs: &[],
     },
-    CapKind {
-        name: "net.http.patch",
+    KindSpec {
+        kind: Kind::HttpPatch,
         keys: HTTP_WRITE_KEYS,
         required: &[Only],
         network: true,
         read_only: false,
         needs: &[],
     },
-    CapKind {
-        name: "net.http.delete",
+    KindSpec {
+        kind: Kind::HttpDelete,
         keys: HTTP_WRITE_KEYS,
         required: &[Only],
         network: true,
         read_only: false,
         needs: &[],
     },
-    CapKind {
-        name: "payments.stripe.refund",
+    KindSpec {
+        kind: Kind::StripeRefund,
         keys: &[Each, Max, Uses, Needs],
         required: &[Needs],
         network: true,
         read_only: false,
-        needs: &[("get", Some("net.http.get")), ("post", Some("net.http.post")), ("key", None)],
+        needs: &[("get", Some(Kind::HttpGet)), ("post", Some(Kind::HttpPost)), ("key", None)],
     },
-    CapKind {
-        name: "db.sqlite",
+    KindSpec {
+        kind: Kind::Sqlite,
         keys: &[Path, Mode, Uses, Init],
         required: &[Path, Mode],
         network: false,
@@ -117,10 +210,15 @@ pub const KINDS: &[CapKind] = &[
     },
 ];
 
-pub fn find(name: &str) -> Option<&'static CapKind> {
-    KINDS.iter().find(|kind| kind.name == name)
+/// The kind the manifest names `name`.
+pub fn find(name: &str) -> Option<&'static KindSpec> {
+    KINDS.iter().find(|spec| spec.kind.name() == name)
+}
+
+pub fn spec(kind: Kind) -> &'static KindSpec {
+    KINDS.iter().find(|spec| spec.kind == kind).expect("every kind is in the registry")
 }
 
 pub fn names() -> String {
-    KINDS.iter().map(|kind| kind.name).collect::<Vec<_>>().join(", ")
+    KINDS.iter().map(|spec| spec.kind.name()).collect::<Vec<_>>().join(", ")
 }

@@ -8,6 +8,8 @@
 //! performs a suspended request durably outside Starlark, then executes the program again.
 
 pub mod kinds;
+
+pub use kinds::{Kind, Method};
 pub mod perform;
 pub mod urls;
 
@@ -46,8 +48,8 @@ pub struct Action {
     pub op: u64,
     /// The capability parameter it was taken through.
     pub grant: String,
-    pub kind: String,
-    pub method: String,
+    pub kind: Kind,
+    pub method: Method,
     /// HTTP: the URL; SQLite: the statement.
     pub target: String,
     /// HTTP headers the program set (secrets are added at send time).
@@ -61,7 +63,7 @@ pub struct Action {
 
 impl Action {
     pub fn is_read(&self) -> bool {
-        self.method == "GET" || self.method == "QUERY"
+        self.method.is_read()
     }
 
     pub fn money(&self) -> Option<Money> {
@@ -290,7 +292,7 @@ impl Broker {
                 return Err(Refusal::Capability(format!("'{}' refused the request: {problem}", action.kind)));
             }
         }
-        if grant.mode == Some(DbMode::Read) && action.method == "EXECUTE" {
+        if grant.mode == Some(DbMode::Read) && action.method == Method::Execute {
             return Err(Refusal::Capability(format!("'{cap}' is granted read-only; `execute` is refused")));
         }
         Ok(())
@@ -344,10 +346,10 @@ fn sends_idempotency_key(grant: &CapabilityGrant, action: &Action) -> bool {
 /// The `only` list an HTTP action is checked against: the grant's own, or for a composite
 /// kind the one of the `needs` entry it goes through. `None` for actions with no URL.
 fn only_list<'a>(grant: &'a CapabilityGrant, action: &Action) -> Option<&'a [String]> {
-    if action.kind == "db.sqlite" || action.method == "REFUND" {
+    if action.kind == Kind::Sqlite || action.method == Method::Refund {
         return None;
     }
-    if grant.cap == "payments.stripe.refund" {
+    if grant.cap == Kind::StripeRefund {
         return match grant.needs.get("get") {
             Some(Grant::Capability(get)) => Some(&get.only),
             _ => Some(&[]),
@@ -357,7 +359,7 @@ fn only_list<'a>(grant: &'a CapabilityGrant, action: &Action) -> Option<&'a [Str
 }
 
 fn counts_against_uses(grant: &CapabilityGrant, action: &Action) -> bool {
-    grant.cap != "payments.stripe.refund" || action.method == "REFUND"
+    grant.cap != Kind::StripeRefund || action.method == Method::Refund
 }
 
 /// Why a capability method stopped the program.
@@ -382,9 +384,9 @@ impl std::error::Error for Stop {}
 
 /// The worst case of one grant, for annotations and reservations: whether it only reads.
 pub fn grant_reads_only(grant: &CapabilityGrant) -> bool {
-    match grant.cap.as_str() {
-        "db.sqlite" => grant.mode == Some(DbMode::Read),
-        cap => kinds::find(cap).is_some_and(|kind| kind.read_only),
+    match grant.cap {
+        Kind::Sqlite => grant.mode == Some(DbMode::Read),
+        kind => kinds::spec(kind).read_only,
     }
 }
 

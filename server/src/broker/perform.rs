@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{scrub, scrub_value, urls, Action};
+use super::{scrub, scrub_value, urls, Action, Kind, Method};
 use crate::env::{DbRequest, Env, HttpRequest, HttpResponse};
 use crate::manifest::{CapabilityGrant, Grant, NetConfig};
 
@@ -54,10 +54,10 @@ fn http_request(
     action: &Action,
 ) -> Result<(HttpRequest, bool), String> {
     let mut headers: Vec<(String, String)> = action.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let (method, url, body, safe) = if grant.cap == "payments.stripe.refund" {
+    let (method, url, body, safe) = if grant.cap == Kind::StripeRefund {
         let key = need_secret(grant, "key").ok_or("the grant has no `needs.key`")?;
         headers.push(("authorization".into(), format!("Bearer {}", secret(env, &key)?)));
-        if action.method == "GET" {
+        if action.method == Method::Get {
             let get = need(grant, "get").ok_or("the grant has no `needs.get`")?;
             let url = urls::allowed(&get.only, &action.target)?;
             ("GET".to_string(), url, String::new(), true)
@@ -84,8 +84,8 @@ fn http_request(
         if let Some(key) = &action.idempotency_key {
             headers.push(("idempotency-key".into(), key.clone()));
         }
-        let safe = action.method == "GET" || action.idempotency_key.is_some();
-        (action.method.clone(), url, action.body.clone(), safe)
+        let safe = action.method == Method::Get || action.idempotency_key.is_some();
+        (action.method.name().to_string(), url, action.body.clone(), safe)
     };
     let request = HttpRequest {
         method,
@@ -113,12 +113,12 @@ pub async fn perform(
     action: &Action,
     secrets: &[String],
 ) -> Performed {
-    if grant.cap == "db.sqlite" {
+    if grant.cap == Kind::Sqlite {
         return perform_sql(env, grant, run, action).await;
     }
     let not_sent =
         |problem: String| Performed::Done(json!({"error": scrub(&problem, secrets), "may_have_been_sent": false}));
-    if action.method == "REFUND" {
+    if action.method == Method::Refund {
         if let Err(problem) = check_intent_currency(env, grant, net, action).await {
             return not_sent(problem);
         }
@@ -171,7 +171,7 @@ async fn check_intent_currency(
         .map(|pattern| pattern.replacen('*', intent, 1))
         .find(|url| urls::allowed(&get.only, url).is_ok())
         .ok_or_else(|| format!("no URL of `needs.get.only` reads payment intent `{intent}`"))?;
-    let read = Action { method: "GET".into(), target: url, amount: None, idempotency_key: None, ..action.clone() };
+    let read = Action { method: Method::Get, target: url, amount: None, idempotency_key: None, ..action.clone() };
     let (request, _) = http_request(env, grant, net, &read)?;
     let unreadable = |why: String| {
         format!("could not read payment intent `{intent}` to check its currency: {why}; nothing was refunded")
@@ -193,7 +193,7 @@ async fn check_intent_currency(
 }
 
 async fn perform_sql(env: &Env, grant: &CapabilityGrant, run: &str, action: &Action) -> Performed {
-    let write = action.method == "EXECUTE";
+    let write = action.method == Method::Execute;
     let params: Vec<Value> = match serde_json::from_str(&action.body) {
         Ok(params) => params,
         Err(e) => return Performed::Done(json!({"error": format!("the statement's parameters do not parse: {e}")})),

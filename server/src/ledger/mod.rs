@@ -66,8 +66,7 @@ pub enum Event {
         at_ms: u64,
         /// What the outside world actually charged, per currency.
         charged: Vec<MoneyRecord>,
-        /// The outcome kind: "done" or a failure kind.
-        outcome: String,
+        outcome: crate::journal::RunOutcome,
     },
     Release {
         run: String,

@@ -12,7 +12,7 @@ pub enum RunPhase {
     Settled {
         at_ms: u64,
         charged: Vec<MoneyRecord>,
-        outcome: String,
+        outcome: crate::journal::RunOutcome,
     },
     /// Never started; holds nothing.
     Released {
@@ -314,7 +314,12 @@ mod tests {
         assert!(state.apply(&reserve("a", 2, &[])).is_err());
         state.apply(&Event::Release { run: "a".into(), at_ms: 3 }).unwrap();
         assert!(state
-            .apply(&Event::Settle { run: "a".into(), at_ms: 4, charged: vec![], outcome: "done".into() })
+            .apply(&Event::Settle {
+                run: "a".into(),
+                at_ms: 4,
+                charged: vec![],
+                outcome: crate::journal::RunOutcome::Done
+            })
             .is_err());
         assert!(state.apply(&Event::Release { run: "b".into(), at_ms: 4 }).is_err());
     }
@@ -330,7 +335,7 @@ mod tests {
                 run: "b".into(),
                 at_ms: 2500,
                 charged: vec![MoneyRecord { amount: "10.00".into(), currency: "USD".into() }],
-                outcome: "done".into(),
+                outcome: crate::journal::RunOutcome::Done,
             })
             .unwrap();
         let (calls, money) = state.quota_use("t", 10_000, 3000);

@@ -8,17 +8,18 @@ use serde_json::json;
 
 use super::*;
 use crate::broker::{Broker, Completed, Stop};
+use crate::broker::{Kind, Method};
 use crate::journal::{Binding, Journal, JournalRecord};
 use crate::manifest::{CapabilityGrant, DbMode, Grant};
 use crate::money::Money;
 use crate::record;
 
-fn action(op: u64, kind: &str, method: &str, key: bool) -> Action {
+fn action(op: u64, kind: crate::broker::Kind, method: Method, key: bool) -> Action {
     Action {
         op,
         grant: "g".into(),
-        kind: kind.into(),
-        method: method.into(),
+        kind,
+        method,
         target: "https://x.test/notes".into(),
         headers: BTreeMap::new(),
         body: String::new(),
@@ -28,7 +29,8 @@ fn action(op: u64, kind: &str, method: &str, key: bool) -> Action {
 }
 
 fn end(outcome: &str) -> EndRecord {
-    EndRecord { outcome: outcome.into(), result: None, message: None, usage: json!({}), at_ms: 1 }
+    let outcome = crate::journal::RunOutcome::parse(outcome).expect("an outcome's name");
+    EndRecord { outcome, result: None, message: None, usage: json!({}), at_ms: 1 }
 }
 
 /// The kind of each command, for comparing a cell's commands.
@@ -56,9 +58,9 @@ fn kinds(commands: &[Command]) -> Vec<&'static str> {
 /// other one refused. A change to the table is a visible change to this list.
 #[test]
 fn the_table_cell_by_cell() {
-    let post = action(0, "net.http.post", "POST", false);
-    let keyed = action(0, "net.http.post", "POST", true);
-    let sql = action(0, "db.sqlite", "EXECUTE", false);
+    let post = action(0, Kind::HttpPost, Method::Post, false);
+    let keyed = action(0, Kind::HttpPost, Method::Post, true);
+    let sql = action(0, Kind::Sqlite, Method::Execute, false);
     let states = [
         State::Ready,
         State::Begun(post.clone()),
@@ -118,7 +120,7 @@ fn the_table_cell_by_cell() {
 fn a_journal_gives_the_state_it_left() {
     let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
     let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
-    let post = action(0, "net.http.post", "POST", false);
+    let post = action(0, Kind::HttpPost, Method::Post, false);
     let begin = JournalRecord::Begin { op: 0, action: serde_json::to_value(&post).unwrap() };
     let done = JournalRecord::Done { op: 0, result: json!({}) };
     let parse = |records: &[&JournalRecord]| {
@@ -135,7 +137,7 @@ fn a_journal_gives_the_state_it_left() {
 
 /// The kinds of action a program can take, each behind a grant named `g`.
 #[derive(Clone, Copy, Debug)]
-enum Kind {
+enum Taken {
     Get,
     PlainPost,
     KeyedPost,
@@ -143,11 +145,11 @@ enum Kind {
     Refund,
 }
 
-const KINDS: [Kind; 5] = [Kind::Get, Kind::PlainPost, Kind::KeyedPost, Kind::SqlWrite, Kind::Refund];
+const KINDS: [Taken; 5] = [Taken::Get, Taken::PlainPost, Taken::KeyedPost, Taken::SqlWrite, Taken::Refund];
 
-fn grant(kind: Kind) -> CapabilityGrant {
-    let plain = |cap: &str| CapabilityGrant {
-        cap: cap.into(),
+fn grant(kind: Taken) -> CapabilityGrant {
+    let plain = |cap: Kind| CapabilityGrant {
+        cap,
         only: vec!["https://x.test/*".into()],
         each: None,
         max: None,
@@ -160,43 +162,43 @@ fn grant(kind: Kind) -> CapabilityGrant {
         init: None,
     };
     match kind {
-        Kind::Get => plain("net.http.get"),
-        Kind::PlainPost => plain("net.http.post"),
-        Kind::KeyedPost => CapabilityGrant { idempotency_key: true, ..plain("net.http.post") },
-        Kind::SqlWrite => CapabilityGrant { only: vec![], mode: Some(DbMode::Write), ..plain("db.sqlite") },
-        Kind::Refund => {
+        Taken::Get => plain(Kind::HttpGet),
+        Taken::PlainPost => plain(Kind::HttpPost),
+        Taken::KeyedPost => CapabilityGrant { idempotency_key: true, ..plain(Kind::HttpPost) },
+        Taken::SqlWrite => CapabilityGrant { only: vec![], mode: Some(DbMode::Write), ..plain(Kind::Sqlite) },
+        Taken::Refund => {
             let mut needs = BTreeMap::new();
             needs.insert(
                 "post".to_string(),
-                Grant::Capability(CapabilityGrant { idempotency_key: true, ..plain("net.http.post") }),
+                Grant::Capability(CapabilityGrant { idempotency_key: true, ..plain(Kind::HttpPost) }),
             );
-            needs.insert("get".to_string(), Grant::Capability(plain("net.http.get")));
+            needs.insert("get".to_string(), Grant::Capability(plain(Kind::HttpGet)));
             CapabilityGrant {
                 only: vec![],
                 each: Some(Money::parse("50", "USD").unwrap()),
                 uses: Some(1),
                 needs,
-                ..plain("payments.stripe.refund")
+                ..plain(Kind::StripeRefund)
             }
         }
     }
 }
 
 /// The action a program asks for (before the broker numbers it and adds its key).
-fn asked(kind: Kind) -> Action {
+fn asked(kind: Taken) -> Action {
     let mut action = match kind {
-        Kind::Get => action(0, "net.http.get", "GET", false),
-        Kind::PlainPost | Kind::KeyedPost => action(0, "net.http.post", "POST", false),
-        Kind::SqlWrite => Action {
+        Taken::Get => action(0, Kind::HttpGet, Method::Get, false),
+        Taken::PlainPost | Taken::KeyedPost => action(0, Kind::HttpPost, Method::Post, false),
+        Taken::SqlWrite => Action {
             target: "UPDATE t SET x = 1".into(),
             body: "[]".into(),
-            ..action(0, "db.sqlite", "EXECUTE", false)
+            ..action(0, Kind::Sqlite, Method::Execute, false)
         },
-        Kind::Refund => Action {
+        Taken::Refund => Action {
             target: String::new(),
             body: "pi_1".into(),
             amount: Some(json!({"amount": "10.00", "currency": "USD"})),
-            ..action(0, "payments.stripe.refund", "REFUND", false)
+            ..action(0, Kind::StripeRefund, Method::Refund, false)
         },
     };
     action.kind = grant(kind).cap;
@@ -205,7 +207,7 @@ fn asked(kind: Kind) -> Action {
 
 /// The outside world and the run's durable records, as a crash leaves them.
 struct World {
-    kind: Kind,
+    kind: Taken,
     journal: Vec<u8>,
     /// Requests that reached the service, and effects it made (a key dedups).
     sent: u32,
@@ -219,7 +221,7 @@ struct World {
 }
 
 impl World {
-    fn new(kind: Kind) -> World {
+    fn new(kind: Taken) -> World {
         let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
         let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
         World {
@@ -250,11 +252,11 @@ impl World {
             .collect();
         let mut grants = BTreeMap::new();
         grants.insert("g".to_string(), Grant::Capability(grant(self.kind)));
-        grants.insert("read".to_string(), Grant::Capability(grant(Kind::Get)));
+        grants.insert("read".to_string(), Grant::Capability(grant(Taken::Get)));
         let mut broker = Broker::new("r", &grants, completed);
         broker.deadline_passed = deadline_passed;
         broker.deadline_text = "1s".into();
-        let read = Action { grant: "read".into(), ..asked(Kind::Get) };
+        let read = Action { grant: "read".into(), ..asked(Taken::Get) };
         for wanted in [read, asked(self.kind)] {
             match broker.act(wanted) {
                 Ok(_) => {}
@@ -368,7 +370,7 @@ fn a_crash_after_every_command_for_every_action_kind_with_and_without_the_deadli
                         format!("{kind:?} lose {lose_answer} crash after {crash_after} deadline {deadline_passed}");
                     // At most once: the service made the effect once at most (a key dedups).
                     assert!(world.effects <= 1, "{case}: {} effects", world.effects);
-                    let unsafe_write = matches!(kind, Kind::PlainPost);
+                    let unsafe_write = matches!(kind, Taken::PlainPost);
                     match &last {
                         State::Waiting { op } => {
                             // Only a write that cannot be resent or looked up waits.
@@ -388,8 +390,8 @@ fn a_crash_after_every_command_for_every_action_kind_with_and_without_the_deadli
                                 );
                             }
                             if !deadline_passed {
-                                assert_eq!(end.outcome, "done", "{case}");
-                                assert_eq!(world.effects, u32::from(!matches!(kind, Kind::Get)), "{case}");
+                                assert_eq!(end.outcome.name(), "done", "{case}");
+                                assert_eq!(world.effects, u32::from(!matches!(kind, Taken::Get)), "{case}");
                             }
                         }
                         other => panic!("{case}: not terminal: {other:?}"),

@@ -121,7 +121,7 @@ pub enum Grant {
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CapabilityGrant {
-    pub cap: String,
+    pub cap: crate::broker::kinds::Kind,
     pub only: Vec<String>,
     pub each: Option<Money>,
     pub max: Option<Money>,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::raw::*;
 use super::*;
-use crate::broker::kinds::{self, GrantKey};
+use crate::broker::kinds::{self, GrantKey, Kind};
 use crate::broker::ACTIONS_PER_RUN_MAX;
 use crate::money::{Money, MONEY_MINOR_MAX};
 
@@ -376,7 +376,7 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
                     _ => problems.add(&need_at, "must be a secret reference { \"env\": NAME }"),
                 },
                 Some((_, Some(expected))) => {
-                    if need.cap.as_deref() != Some(expected) {
+                    if need.cap.as_deref() != Some(expected.name()) {
                         problems.add(&format!("{need_at}.cap"), format!("must be `{expected}`"));
                     }
                     if let Some((grant, need_network)) = capability_grant(need, &need_at, base, problems) {
@@ -392,10 +392,10 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
             }
         }
     }
-    if cap == "payments.stripe.refund" && raw.each.is_none() && raw.max.is_none() {
+    if kind.kind == Kind::StripeRefund && raw.each.is_none() && raw.max.is_none() {
         problems.add(at, "a payments grant must limit its money with `each`, `max` or both");
     }
-    if cap == "payments.stripe.refund" {
+    if kind.kind == Kind::StripeRefund {
         if let Some(Grant::Capability(post)) = needs.get("post") {
             if post.only.len() != 1 || post.only[0].contains('*') {
                 problems.add(&format!("{at}.needs.post.only"), "must name exactly one refunds URL, without `*`");
@@ -417,7 +417,7 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
         }
     };
     let grant = CapabilityGrant {
-        cap: cap.clone(),
+        cap: kind.kind,
         only,
         each,
         max,

@@ -18,7 +18,7 @@ use starlark::values::{
 };
 
 use super::starlark_money::StarlarkMoney;
-use crate::broker::{Action, Broker, HEADERS_BYTES_MAX, REQUEST_BODY_BYTES_MAX, TARGET_BYTES_MAX};
+use crate::broker::{Action, Broker, Kind, Method, HEADERS_BYTES_MAX, REQUEST_BODY_BYTES_MAX, TARGET_BYTES_MAX};
 
 #[derive(Debug, Clone, ProvidesStaticType, NoSerialize, Allocative, StarlarkPagable)]
 pub struct Capability {
@@ -103,17 +103,18 @@ fn act<'v>(eval: &mut Evaluator<'v, '_, '_>, action: Action) -> starlark::Result
     Ok(eval.heap().alloc(result))
 }
 
-fn expect_kind(cap: &Capability, kinds: &[&str], method: &str) -> starlark::Result<()> {
-    if kinds.contains(&cap.kind.as_str()) {
-        Ok(())
-    } else {
-        Err(refused(format!("`{}` ({}) has no method `{method}`", cap.name, cap.kind)))
+/// The handle's kind, if it is one of `kinds`.
+fn expect_kind(cap: &Capability, kinds: &[Kind], method: &str) -> starlark::Result<Kind> {
+    match kinds.iter().find(|kind| kind.name() == cap.kind) {
+        Some(kind) => Ok(*kind),
+        None => Err(refused(format!("`{}` ({}) has no method `{method}`", cap.name, cap.kind))),
     }
 }
 
 fn http(
     cap: &Capability,
-    method: &str,
+    kind: Kind,
+    method: Method,
     url: &str,
     body: String,
     headers: BTreeMap<String, String>,
@@ -131,8 +132,8 @@ fn http(
     Ok(Action {
         op: 0,
         grant: cap.name.clone(),
-        kind: cap.kind.clone(),
-        method: method.to_string(),
+        kind,
+        method,
         target: url.to_string(),
         headers,
         body,
@@ -170,8 +171,8 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<StarlarkValue_<'v>> {
         let cap = this_cap(this)?;
-        expect_kind(&cap, &["net.http.get", "payments.stripe.refund"], "get")?;
-        let action = http(&cap, "GET", url, String::new(), headers_of(headers)?)?;
+        let kind = expect_kind(&cap, &[Kind::HttpGet, Kind::StripeRefund], "get")?;
+        let action = http(&cap, kind, Method::Get, url, String::new(), headers_of(headers)?)?;
         act(eval, action)
     }
 
@@ -184,7 +185,7 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = named)] headers: Option<StarlarkValue_<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<StarlarkValue_<'v>> {
-        write_method(this, "POST", url, body, json, headers, eval)
+        write_method(this, Method::Post, url, body, json, headers, eval)
     }
 
     /// PUT to `url` with a text `body` or a `json` value.
@@ -196,7 +197,7 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = named)] headers: Option<StarlarkValue_<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<StarlarkValue_<'v>> {
-        write_method(this, "PUT", url, body, json, headers, eval)
+        write_method(this, Method::Put, url, body, json, headers, eval)
     }
 
     /// PATCH `url` with a text `body` or a `json` value.
@@ -208,7 +209,7 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = named)] headers: Option<StarlarkValue_<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<StarlarkValue_<'v>> {
-        write_method(this, "PATCH", url, body, json, headers, eval)
+        write_method(this, Method::Patch, url, body, json, headers, eval)
     }
 
     /// DELETE `url`.
@@ -218,7 +219,7 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = named)] headers: Option<StarlarkValue_<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<StarlarkValue_<'v>> {
-        write_method(this, "DELETE", url, None, None, headers, eval)
+        write_method(this, Method::Delete, url, None, None, headers, eval)
     }
 
     /// Refund `amount` of a payment intent. The broker builds the request itself, so the
@@ -230,14 +231,14 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<StarlarkValue_<'v>> {
         let cap = this_cap(this)?;
-        expect_kind(&cap, &["payments.stripe.refund"], "refund")?;
+        let kind = expect_kind(&cap, &[Kind::StripeRefund], "refund")?;
         let Some(money) = amount.downcast_ref::<StarlarkMoney>() else {
             return Err(refused("`amount` must be money".into()));
         };
         if payment_intent.is_empty() || !payment_intent.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return Err(refused(format!("`{payment_intent}` is not a payment intent id")));
         }
-        let mut action = http(&cap, "REFUND", "", String::new(), BTreeMap::new())?;
+        let mut action = http(&cap, kind, Method::Refund, "", String::new(), BTreeMap::new())?;
         action.body = payment_intent.to_string();
         action.amount = Some(json!({"amount": money.amount, "currency": money.currency}));
         act(eval, action)
@@ -250,7 +251,7 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = pos, default = NoneOr::None)] params: NoneOr<StarlarkValue_<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<StarlarkValue_<'v>> {
-        sql_method(this, "QUERY", sql, params, eval)
+        sql_method(this, Method::Query, sql, params, eval)
     }
 
     /// Run a writing SQL statement with `params`, exactly once per run; returns
@@ -261,7 +262,7 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = pos, default = NoneOr::None)] params: NoneOr<StarlarkValue_<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<StarlarkValue_<'v>> {
-        sql_method(this, "EXECUTE", sql, params, eval)
+        sql_method(this, Method::Execute, sql, params, eval)
     }
 }
 
@@ -271,7 +272,7 @@ fn this_cap(value: StarlarkValue_) -> starlark::Result<Capability> {
 
 fn write_method<'v>(
     this: StarlarkValue_<'v>,
-    method: &str,
+    method: Method,
     url: &str,
     body: Option<&str>,
     json: Option<StarlarkValue_<'v>>,
@@ -279,23 +280,23 @@ fn write_method<'v>(
     eval: &mut Evaluator<'v, '_, '_>,
 ) -> starlark::Result<StarlarkValue_<'v>> {
     let cap = this_cap(this)?;
-    let kind = format!("net.http.{}", method.to_ascii_lowercase());
-    expect_kind(&cap, &[kind.as_str()], &method.to_ascii_lowercase())?;
+    let http_kind = Kind::http(method).expect("write methods are HTTP methods");
+    let kind = expect_kind(&cap, &[http_kind], &method.name().to_ascii_lowercase())?;
     let mut headers = headers_of(headers)?;
     let body = body_of(body, json, &mut headers)?;
-    let action = http(&cap, method, url, body, headers)?;
+    let action = http(&cap, kind, method, url, body, headers)?;
     act(eval, action)
 }
 
 fn sql_method<'v>(
     this: StarlarkValue_<'v>,
-    method: &str,
+    method: Method,
     sql: &str,
     params: NoneOr<StarlarkValue_<'v>>,
     eval: &mut Evaluator<'v, '_, '_>,
 ) -> starlark::Result<StarlarkValue_<'v>> {
     let cap = this_cap(this)?;
-    expect_kind(&cap, &["db.sqlite"], &method.to_ascii_lowercase())?;
+    let kind = expect_kind(&cap, &[Kind::Sqlite], &method.name().to_ascii_lowercase())?;
     let params = match params.into_option() {
         None => Value::Array(vec![]),
         Some(value) => match to_json(value)? {
@@ -304,7 +305,7 @@ fn sql_method<'v>(
         },
     };
     let mut action =
-        http(&cap, method, sql, serde_json::to_string(&params).expect("JSON values serialise"), BTreeMap::new())?;
+        http(&cap, kind, method, sql, serde_json::to_string(&params).expect("JSON values serialise"), BTreeMap::new())?;
     action.target = sql.to_string();
     act(eval, action)
 }

@@ -31,7 +31,7 @@ pub struct Job {
     /// The tool's grant names (parameters so named are capability handles).
     pub grant_names: Vec<String>,
     /// (parameter, kind) of each capability handed to the program.
-    pub capabilities: Vec<(String, String)>,
+    pub capabilities: Vec<(String, crate::broker::Kind)>,
     pub inputs: Map<String, Value>,
     pub max_steps: u64,
     /// The wall-clock limit of this job (`limits.execution_ms`).

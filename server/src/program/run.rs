@@ -49,6 +49,21 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    pub const ALL: [FailureKind; 8] = [
+        FailureKind::Validation,
+        FailureKind::Action,
+        FailureKind::Value,
+        FailureKind::Provider,
+        FailureKind::Budget,
+        FailureKind::Deadline,
+        FailureKind::Capability,
+        FailureKind::Internal,
+    ];
+
+    pub fn parse(name: &str) -> Option<FailureKind> {
+        FailureKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             FailureKind::Validation => "validation",
@@ -118,7 +133,7 @@ pub fn execute_with(
     inputs: &Map<String, Value>,
     limits: RunLimits,
     broker: &Broker,
-    capabilities: &[(String, String)],
+    capabilities: &[(String, crate::broker::Kind)],
 ) -> Execution {
     let prints = Prints::default();
     let (outcome, ticks) = Module::with_temp_heap(|module| {
@@ -146,7 +161,7 @@ pub fn execute_with(
             let Some((_, kind)) = capabilities.iter().find(|(param, _)| param == name) else {
                 return (internal(format!("capability `{name}` has no grant")), 0);
             };
-            named.push((name.as_str(), heap.alloc(Capability { name: name.clone(), kind: kind.clone() })));
+            named.push((name.as_str(), heap.alloc(Capability { name: name.clone(), kind: kind.name().to_string() })));
         }
         let result = eval.eval_function(function, &[], &named);
         let ticks = eval.get_total_tick_count();
