@@ -136,7 +136,7 @@ pub async fn call_tool(
     let outcome = match runs.start_files(tool, &run, &inputs).await {
         Ok(()) => {
             runs.log_run(name, &run, "started").await;
-            runs.execute_to_end(tool, &run, &inputs).await
+            runs.execute_to_end(tool, &run, &inputs, false).await
         }
         Err(fatal) => Err(fatal),
     };

@@ -194,6 +194,53 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
 /// operator's answer for an action in doubt, appended durably to the run's journal. The
 /// next start of the server resumes the run from it. Resolution never travels over MCP.
 pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&str>) -> Result<String, String> {
+    let hold = hold_waiting_run(env, journal_path).await?;
+    let shown = journal_path.display();
+    match hold.journal.ops.get(&op) {
+        Some(crate::journal::OpState::Begun(_)) => {}
+        Some(_) => return Err(format!("{shown}: action {op} is not in doubt")),
+        None => return Err(format!("{shown}: the run has no action {op}")),
+    }
+    let result = match happened {
+        Some(text) => {
+            Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?)
+        }
+        None => None,
+    };
+    let record =
+        crate::journal::JournalRecord::Resolved { op, happened: result.is_some(), result, at_ms: env.clock.now_ms() };
+    hold.settle(env, &record).await?;
+    let verdict = if happened.is_some() { "happened" } else { "did not happen (it may be performed again)" };
+    Ok(format!("{shown}: action {op} recorded as {verdict}; the next start of the server resumes the run\n"))
+}
+
+/// `warden resolve --journal <path> --resume`: a run halted after it was found unfinished at
+/// starts in a row without getting further is resumed again at the next start.
+pub async fn resume_halted(env: &Env, journal_path: &Path) -> Result<String, String> {
+    let hold = hold_waiting_run(env, journal_path).await?;
+    let shown = journal_path.display();
+    if !hold.record.halted {
+        return Err(format!(
+            "{shown}: run {} is not halted; it waits for a verdict on action {}: {}",
+            hold.record.run, hold.record.op, hold.record.resolve
+        ));
+    }
+    let record = crate::journal::JournalRecord::Retried { at_ms: env.clock.now_ms() };
+    hold.settle(env, &record).await?;
+    Ok(format!("{shown}: the run will be resumed at the next start of the server\n"))
+}
+
+/// A waiting run, held for the operator: the server's lock (a live server owns the journal,
+/// and an append beside it could interleave with its own), its waiting record, its journal.
+struct WaitingRun {
+    _lock: DiskLock,
+    path: std::path::PathBuf,
+    waiting: std::path::PathBuf,
+    record: crate::runs::WaitingRecord,
+    journal: crate::journal::Journal,
+}
+
+async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, String> {
     let shown = journal_path.display();
     // A journal lives at <journals>/<tool>/<shard>/<run>.journal.
     let (Some(root), Some(run)) = (
@@ -202,9 +249,8 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
     ) else {
         return Err(format!("{shown}: not a run's journal (<journals>/<tool>/<shard>/<run>.journal)"));
     };
-    // A live server owns the journal: an append beside it could interleave with its own.
     let lock = root.join(LOCK_FILE);
-    let _lock = match env.disk.try_lock(&lock).await {
+    let held = match env.disk.try_lock(&lock).await {
         Ok(Some(held)) => held,
         Ok(None) => {
             return Err(format!(
@@ -222,32 +268,32 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
             waiting.display()
         ));
     }
+    let line = env.disk.read(&waiting).await.map_err(|e| format!("{}: {e}", waiting.display()))?;
+    let record = crate::record::decode(line.strip_suffix(b"\n").unwrap_or(&line))
+        .map_err(|e| format!("{}: {e}", waiting.display()))?;
     let bytes = env.disk.read(journal_path).await.map_err(|e| format!("{shown}: cannot read the journal: {e}"))?;
     let journal = crate::journal::Journal::parse(journal_path, &bytes)?;
     if journal.end.is_some() {
         return Err(format!("{shown}: the run has ended; there is nothing to resolve"));
-    }
-    match journal.ops.get(&op) {
-        Some(crate::journal::OpState::Begun(_)) => {}
-        Some(_) => return Err(format!("{shown}: action {op} is not in doubt")),
-        None => return Err(format!("{shown}: the run has no action {op}")),
     }
     if journal.torn_tail_bytes > 0 {
         return Err(format!(
             "{shown}: the journal ends in a torn line; start the server once to repair it, then resolve"
         ));
     }
-    let result = match happened {
-        Some(text) => {
-            Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?)
-        }
-        None => None,
-    };
-    let record =
-        crate::journal::JournalRecord::Resolved { op, happened: result.is_some(), result, at_ms: env.clock.now_ms() };
-    crate::journal::append_durably(env, journal_path, &record)
-        .await
-        .map_err(|e| format!("{shown}: appending the resolution failed: {e}"))?;
-    let verdict = if happened.is_some() { "happened" } else { "did not happen (it may be performed again)" };
-    Ok(format!("{shown}: action {op} recorded as {verdict}; the next start of the server resumes the run\n"))
+    Ok(WaitingRun { _lock: held, path: journal_path.to_path_buf(), waiting, record, journal })
+}
+
+impl WaitingRun {
+    /// Appends the operator's record durably, then removes the waiting record (durably):
+    /// the run no longer waits, and the next start decides afresh.
+    async fn settle(self, env: &Env, record: &crate::journal::JournalRecord) -> Result<(), String> {
+        let shown = self.path.display();
+        crate::journal::append_durably(env, &self.path, record)
+            .await
+            .map_err(|e| format!("{shown}: appending the resolution failed: {e}"))?;
+        let dir = self.waiting.parent().expect("the waiting record lives in a directory");
+        env.disk.remove(&self.waiting).await.map_err(|e| format!("{}: {e}", self.waiting.display()))?;
+        env.disk.fsync_dir(dir).await.map_err(|e| format!("{}: {e}", dir.display()))
+    }
 }

@@ -13,7 +13,7 @@ use crate::machine::{self, Command, Event, Next, State};
 use crate::manifest::{CapabilityGrant, Grant};
 use crate::program::job::{Executed, Job};
 use crate::program::{FailureKind, Outcome};
-use crate::runs::{Fatal, RunEnd, Runs};
+use crate::runs::{Fatal, RunEnd, Runs, Waiting};
 use crate::store::RunStore;
 
 /// Transitions one run may take in one process: at most four per action (begin and
@@ -38,7 +38,14 @@ struct Context<'a> {
 impl Runs {
     /// Steps 4 to 6: drives the run's state machine from its journal to its end (settled)
     /// or to a stop in doubt (waiting for an operator).
-    pub async fn execute_to_end(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<RunEnd, Fatal> {
+    /// `resumed`: the run was found unfinished at start (else it is a fresh call's).
+    pub async fn execute_to_end(
+        &self,
+        tool: &Tool,
+        run: &str,
+        inputs: &Map<String, Value>,
+        resumed: bool,
+    ) -> Result<RunEnd, Fatal> {
         let _running = self.running(run);
         let journal = self.journal_of(tool, run).await?;
         let mut state = State::from_journal(&journal).map_err(|e| Fatal(format!("run {run}: {e}")))?;
@@ -59,7 +66,10 @@ impl Runs {
             elapsed_before_ms: self.env.clock.now_ms().saturating_sub(journal.header_at_ms),
             started_monotonic_ms: self.env.clock.monotonic_ms(),
         };
-        let mut event = Event::Start;
+        let mut event = match resumed {
+            true => Event::Resume { at_ms: self.env.clock.now_ms() },
+            false => Event::Start,
+        };
         for _ in 0..TRANSITIONS_MAX {
             let (next, commands) =
                 machine::step(state, event).map_err(|invalid| Fatal(format!("run {run}: {invalid} (a bug)")))?;
@@ -113,8 +123,9 @@ impl Runs {
                 })?;
                 Ok(Some(Event::LookedUp { committed }))
             }
-            Command::Wait { action, reason } => {
-                RunStore::wait(self, cx.tool, run, &action, &reason).await?;
+            Command::Wait { op, action, reason, halted } => {
+                let waiting = Waiting { op, action: action.as_ref(), reason: &reason, halted };
+                RunStore::wait(self, cx.tool, run, waiting).await?;
                 Ok(None)
             }
             Command::Notify => {
@@ -148,6 +159,7 @@ impl Runs {
         RunStore::append(self, cx.tool, run, record).await?;
         match record {
             JournalRecord::Begin { .. } => self.env.reached(Point::ActionBegun, run),
+            JournalRecord::Resumed { .. } => self.env.reached(Point::Resumed, run),
             JournalRecord::End(_) => self.env.reached(Point::RunRecorded, run),
             _ => {}
         }

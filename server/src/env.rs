@@ -199,10 +199,12 @@ pub enum Point {
     Answered,
     /// Inside step 4: an action's begin record is durable, its done record is not.
     ActionBegun,
+    /// Inside step 4: a run resumed at start has journaled that it was resumed.
+    Resumed,
 }
 
 impl Point {
-    pub const ALL: [Point; 8] = [
+    pub const ALL: [Point; 9] = [
         Point::Reserved,
         Point::InputsKept,
         Point::JournalCreated,
@@ -211,6 +213,7 @@ impl Point {
         Point::Settled,
         Point::Answered,
         Point::ActionBegun,
+        Point::Resumed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -223,6 +226,7 @@ impl Point {
             Point::Settled => "settled",
             Point::Answered => "answered",
             Point::ActionBegun => "action-begun",
+            Point::Resumed => "resumed",
         }
     }
 
@@ -232,7 +236,7 @@ impl Point {
             Point::Reserved => 1,
             Point::InputsKept => 2,
             Point::JournalCreated => 3,
-            Point::RunRecorded | Point::ActionBegun => 4,
+            Point::RunRecorded | Point::ActionBegun | Point::Resumed => 4,
             Point::WaitingRecorded => 5,
             Point::Settled => 6,
             Point::Answered => 7,

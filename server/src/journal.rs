@@ -135,6 +135,14 @@ pub enum JournalRecord {
         at_ms: u64,
     },
     End(EndRecord),
+    /// The server restarted and resumed the run (recovery writes it before resuming).
+    Resumed {
+        at_ms: u64,
+    },
+    /// The operator asked for a halted run to be resumed again (`warden resolve --resume`).
+    Retried {
+        at_ms: u64,
+    },
 }
 
 /// Where one action stands in a journal.
@@ -158,6 +166,9 @@ pub struct Journal {
     pub prints: u64,
     pub ops: std::collections::BTreeMap<u64, OpState>,
     pub end: Option<EndRecord>,
+    /// `Resumed` records since the run last made progress (any record but a `Resumed`): how
+    /// many restarts in a row found it unfinished and got it no further.
+    pub resumes_without_progress: u32,
     pub torn_tail_bytes: usize,
     pub intact_len: usize,
 }
@@ -179,6 +190,10 @@ impl Journal {
                 _ if index == 0 => return Err(at("the first record is not the header")),
                 JournalRecord::Header { .. } => return Err(at("a second header")),
                 _ if journal.end.is_some() => return Err(at("a record after the end")),
+                JournalRecord::Resumed { .. } => {
+                    journal.resumes_without_progress += 1;
+                    continue;
+                }
                 JournalRecord::Print { .. } => journal.prints += 1,
                 // As strict as the writer: one action at a time, in order. A new action begins
                 // only when every earlier one is done; an action the operator said did not
@@ -217,6 +232,11 @@ impl Journal {
                     return Err(at("an end record while an action is begun and not done"))
                 }
                 JournalRecord::End(end) => journal.end = Some(end),
+                JournalRecord::Retried { .. } => {}
+            }
+            // Every record after the header but `Resumed` is progress.
+            if index > 0 {
+                journal.resumes_without_progress = 0;
             }
         }
         Ok(journal)
@@ -270,6 +290,16 @@ pub async fn create_dirs_durably(env: &Env, root: &Path, dir: &Path) -> std::io:
 pub async fn write_new_durably(env: &Env, path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
     env.disk.write(path, bytes).await?;
     env.disk.fsync(path).await?;
+    env.disk.fsync_dir(path.parent().expect("files live in directories")).await
+}
+
+/// Writes a file that may exist, atomically and durably: a temporary file, fsync, rename,
+/// fsync of its directory. A crash leaves the old contents or the new, never neither.
+pub async fn replace_durably(env: &Env, path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
+    let temp = path.with_extension("tmp");
+    env.disk.write(&temp, bytes).await?;
+    env.disk.fsync(&temp).await?;
+    env.disk.rename(&temp, path).await?;
     env.disk.fsync_dir(path.parent().expect("files live in directories")).await
 }
 

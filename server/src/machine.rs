@@ -7,21 +7,26 @@
 //! | state       | event                 | next        | commands                                      |
 //! |-------------|-----------------------|-------------|-----------------------------------------------|
 //! | Ready       | Start                 | Ready       | Execute                                       |
+//! | Ready       | Resume                | Ready       | Journal(Resumed), Execute                     |
 //! | Ready       | Executed(Act a)       | Begun(a)    | Journal(prints), Journal(Begin a), Perform a  |
 //! | Ready       | Executed(End e)       | Settling(e) | Journal(prints), Journal(End e), Settle e     |
 //! | Begun(a)    | Performed(Done r)     | Ready       | Journal(Done r), Execute                      |
 //! | Begun(a)    | Performed(InDoubt)    | Waiting     | Wait(a), Notify                               |
-//! | InDoubt(a)  | Start, a SQLite write | LookingUp   | LookUp a                                      |
-//! | InDoubt(a)  | Start, safe to resend | Begun(a)    | Log, Perform a                                |
-//! | InDoubt(a)  | Start, otherwise      | Waiting     | Wait(a), Notify                               |
+//! | InDoubt(a)  | Resume, a SQLite write| LookingUp   | Journal(Resumed), LookUp a                    |
+//! | InDoubt(a)  | Resume, safe to resend| Begun(a)    | Journal(Resumed), Log, Perform a              |
+//! | InDoubt(a)  | Resume, otherwise     | Waiting     | Journal(Resumed), Wait(a), Notify             |
 //! | LookingUp(a)| LookedUp(committed)   | Ready       | Log, Journal(Done recovered), Execute         |
 //! | LookingUp(a)| LookedUp(not)         | Begun(a)    | Log, Perform a                                |
-//! | Settling(e) | Start                 | Settling(e) | Settle e                                      |
+//! | Settling(e) | Resume                | Settling(e) | Settle e                                      |
 //! | Settling(e) | Settled               | Ended(e)    |                                               |
+//! | Halted      | Resume                | Waiting     | Wait (halted), Notify                         |
 //!
-//! Every other cell is refused as a bug. A run's state is rebuilt from its journal
-//! (`State::from_journal`): an end means Settling, an action begun and not done means
-//! InDoubt, anything else Ready. The only way out of InDoubt is through its resolution (sent
+//! `Start` is a fresh run's first event; `Resume` a run's first event after a restart. Every
+//! other cell is refused as a bug. A run's state is rebuilt from its journal
+//! (`State::from_journal`): an end means Settling; a run that restarts twice in a row found
+//! unfinished and got no further (it may be what crashes the server) is Halted: it is not
+//! resumed a third time but waits for an operator (`warden resolve --resume`); an action begun
+//! and not done means InDoubt; anything else Ready. The only way out of InDoubt is through its resolution (sent
 //! again when safe, looked up, or waiting for an operator), and Execute is only ever issued
 //! from Ready, so the program (and with it the deadline) never runs while an action is in
 //! doubt: a deadline never cuts an action, it only refuses the next new one.
@@ -48,7 +53,15 @@ pub enum State {
     Ended(EndRecord),
     /// Stopped in doubt at action `op`: waiting for an operator. Terminal in this process.
     Waiting { op: u64 },
+    /// Crashed the server twice without progress; not resumed again automatically. `op` is
+    /// the action in doubt, or the next one.
+    Halted { op: u64, action: Option<Action> },
 }
+
+/// A run whose attempts crashed the server this many times in a row, without progress, is
+/// not resumed again automatically: its first attempt's crash, then each `Resumed` record
+/// since it last made progress.
+pub const CRASHES_BEFORE_HALT: u32 = 2;
 
 /// What one execution of the program asks for next.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,8 +72,12 @@ pub enum Next {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    /// The run is (re)started in this process.
+    /// A fresh run starts.
     Start,
+    /// A run found unfinished at start is taken up again, at `at_ms` (wall clock).
+    Resume {
+        at_ms: u64,
+    },
     /// One execution ended: its new prints (index, text) and what it asks for next.
     Executed {
         prints: Vec<(u64, String)>,
@@ -83,8 +100,9 @@ pub enum Command {
     Perform(Action),
     /// Look a `db.sqlite` write up in `warden_actions` (yields `LookedUp`).
     LookUp(Action),
-    /// Write the waiting record, durably (step 5).
-    Wait { action: Action, reason: String },
+    /// Write the waiting record, durably (step 5). `action` is the one in doubt, if any;
+    /// `halted` says the run waits for `warden resolve --resume`, not for an action's verdict.
+    Wait { op: u64, action: Option<Action>, reason: String, halted: bool },
     /// Tell the operator (the notify command, retried in the background).
     Notify,
     /// Append the settle event; remove the kept arguments and any waiting record (yields `Settled`).
@@ -112,12 +130,18 @@ impl State {
         if let Some(end) = &journal.end {
             return Ok(State::Settling(end.clone()));
         }
-        match journal.begun_op().and_then(|op| journal.ops.get(&op)) {
-            Some(OpState::Begun(recorded)) => serde_json::from_value(recorded.clone())
-                .map(State::InDoubt)
-                .map_err(|e| format!("the begin record of an action in doubt does not parse: {e}")),
-            _ => Ok(State::Ready),
+        let in_doubt = match journal.begun_op().and_then(|op| journal.ops.get(&op)) {
+            Some(OpState::Begun(recorded)) => Some(
+                serde_json::from_value::<Action>(recorded.clone())
+                    .map_err(|e| format!("the begin record of an action in doubt does not parse: {e}"))?,
+            ),
+            _ => None,
+        };
+        if journal.resumes_without_progress + 1 >= CRASHES_BEFORE_HALT {
+            let op = in_doubt.as_ref().map(|action| action.op).unwrap_or(journal.ops.len() as u64);
+            return Ok(State::Halted { op, action: in_doubt });
         }
+        Ok(in_doubt.map(State::InDoubt).unwrap_or(State::Ready))
     }
 
     pub fn name(&self) -> &'static str {
@@ -129,6 +153,7 @@ impl State {
             State::Settling(_) => "Settling",
             State::Ended(_) => "Ended",
             State::Waiting { .. } => "Waiting",
+            State::Halted { .. } => "Halted",
         }
     }
 
@@ -141,6 +166,7 @@ impl Event {
     pub fn name(&self) -> &'static str {
         match self {
             Event::Start => "Start",
+            Event::Resume { .. } => "Resume",
             Event::Executed { .. } => "Executed",
             Event::Performed(_) => "Performed",
             Event::LookedUp { .. } => "LookedUp",
@@ -159,6 +185,7 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
     let invalid = Invalid { state: state.name(), event: event.name() };
     Ok(match (state, event) {
         (State::Ready, Event::Start) => (State::Ready, vec![Command::Execute]),
+        (State::Ready, Event::Resume { at_ms }) => (State::Ready, vec![resumed(at_ms), Command::Execute]),
         (State::Ready, Event::Executed { prints, next }) => {
             let mut commands: Vec<Command> = prints
                 .into_iter()
@@ -188,19 +215,28 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
             );
             wait(action, reason)
         }
-        (State::InDoubt(action), Event::Start) if is_sql_write(&action) => {
-            (State::LookingUp(action.clone()), vec![Command::LookUp(action)])
+        (State::InDoubt(action), Event::Resume { at_ms }) if is_sql_write(&action) => {
+            (State::LookingUp(action.clone()), vec![resumed(at_ms), Command::LookUp(action)])
         }
-        (State::InDoubt(action), Event::Start) if resend_is_safe(&action) => {
+        (State::InDoubt(action), Event::Resume { at_ms }) if resend_is_safe(&action) => {
             let log = format!("action {}: begun before a crash; sending it again (safe)", action.op);
-            (State::Begun(action.clone()), vec![Command::Log(log), Command::Perform(action)])
+            (State::Begun(action.clone()), vec![resumed(at_ms), Command::Log(log), Command::Perform(action)])
         }
-        (State::InDoubt(action), Event::Start) => {
+        (State::InDoubt(action), Event::Resume { at_ms }) => {
             let reason = format!(
                 "action {} ({} {}) was begun before a crash and may have happened",
                 action.op, action.method, action.kind
             );
-            wait(action, reason)
+            let (state, commands) = wait(action, reason);
+            (state, [vec![resumed(at_ms)], commands].concat())
+        }
+        (State::Halted { op, action }, Event::Resume { .. }) => {
+            let reason = format!(
+                "the run was found unfinished at {CRASHES_BEFORE_HALT} starts in a row without getting further; \
+                 it may be what stops the server, so it is not resumed again automatically"
+            );
+            let wait = Command::Wait { op, action, reason, halted: true };
+            (State::Waiting { op }, vec![wait, Command::Notify])
         }
         (State::LookingUp(action), Event::LookedUp { committed: true }) => {
             let op = action.op;
@@ -216,7 +252,7 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
             let log = format!("action {}: not in warden_actions; performing it", action.op);
             (State::Begun(action.clone()), vec![Command::Log(log), Command::Perform(action)])
         }
-        (State::Settling(end), Event::Start) => (State::Settling(end.clone()), vec![Command::Settle(end)]),
+        (State::Settling(end), Event::Resume { .. }) => (State::Settling(end.clone()), vec![Command::Settle(end)]),
         (State::Settling(end), Event::Settled) => (State::Ended(end), vec![]),
         _ => return Err(invalid),
     })
@@ -224,7 +260,11 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
 
 fn wait(action: Action, reason: String) -> (State, Vec<Command>) {
     let op = action.op;
-    (State::Waiting { op }, vec![Command::Wait { action, reason }, Command::Notify])
+    (State::Waiting { op }, vec![Command::Wait { op, action: Some(action), reason, halted: false }, Command::Notify])
+}
+
+fn resumed(at_ms: u64) -> Command {
+    Command::Journal(JournalRecord::Resumed { at_ms })
 }
 
 #[cfg(test)]

@@ -28,20 +28,25 @@ enum Command {
     Schema { manifest: PathBuf, tool: Option<String> },
     #[command(flatten)]
     Hidden(Hidden),
-    /// Settle an action in doubt of a run waiting for an operator.
+    /// Settle an action in doubt of a run waiting for an operator, or resume a halted run.
+    /// Stop the server first.
     Resolve {
         /// The run's journal (as `warden mcp status` names it).
         #[arg(long)]
         journal: PathBuf,
         /// The action number in doubt.
-        #[arg(long)]
-        op: u64,
+        #[arg(long, required_unless_present = "resume")]
+        op: Option<u64>,
         /// It happened; its result, as JSON (what the service's own records show).
-        #[arg(long, conflicts_with = "did_not_happen", required_unless_present = "did_not_happen")]
+        #[arg(long, conflicts_with = "did_not_happen", required_unless_present_any = ["did_not_happen", "resume"])]
         happened: Option<String>,
         /// It did not happen: the resumed run may perform it again.
         #[arg(long)]
         did_not_happen: bool,
+        /// A halted run (found unfinished at starts in a row without getting further): resume
+        /// it again at the next start.
+        #[arg(long, conflicts_with_all = ["op", "happened", "did_not_happen"])]
+        resume: bool,
     },
 }
 
@@ -89,9 +94,15 @@ fn main() -> ExitCode {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::check(&env, &manifest)))
         }
-        Command::Resolve { journal, op, happened, did_not_happen: _ } => {
+        Command::Resolve { journal, op, happened, did_not_happen: _, resume } => {
             let env = warden::io::command_env();
-            report(warden::io::run(warden::commands::resolve(&env, &journal, op, happened.as_deref())))
+            match (resume, op) {
+                (true, _) => report(warden::io::run(warden::commands::resume_halted(&env, &journal))),
+                (false, Some(op)) => {
+                    report(warden::io::run(warden::commands::resolve(&env, &journal, op, happened.as_deref())))
+                }
+                (false, None) => unreachable!("clap requires --op without --resume"),
+            }
         }
         Command::Hidden(Hidden::ExecProgram) => match warden::io::sandbox::worker_main() {
             Ok(()) => ExitCode::SUCCESS,

@@ -227,49 +227,56 @@ impl Runs {
     }
 
     /// Step 5: the waiting record, durable; the run keeps its whole reservation.
-    pub(crate) async fn write_waiting(
-        &self,
-        tool: &Tool,
-        run: &str,
-        action: &Action,
-        reason: &str,
-    ) -> Result<(), Fatal> {
+    pub(crate) async fn write_waiting(&self, tool: &Tool, run: &str, waiting: Waiting<'_>) -> Result<(), Fatal> {
+        let Waiting { op, action, reason, halted } = waiting;
         let name = &tool.config.name;
         let files = self.files(name, run);
-        let command = format!(
-            "warden resolve --journal {} --op {} (--happened '<result json>' | --did-not-happen)",
-            files.journal.display(),
-            action.op
-        );
-        let exists = self
-            .env
-            .disk
-            .exists(&files.waiting)
-            .await
-            .map_err(|e| Fatal(format!("{}: {e}", files.waiting.display())))?;
-        if !exists {
+        let command = match halted {
+            true => format!("warden resolve --journal {} --resume", files.journal.display()),
+            false => format!(
+                "warden resolve --journal {} --op {op} (--happened '<result json>' | --did-not-happen)",
+                files.journal.display()
+            ),
+        };
+        // A record for the same stop is kept as first written; one for another stop (a
+        // later action, or a halt) is replaced.
+        let same = self.waiting_record(&files.waiting).await?.is_some_and(|w| w.op == op && w.halted == halted);
+        if !same {
             let record = WaitingRecord {
                 run: run.to_string(),
                 tool: name.clone(),
-                op: action.op,
+                op,
                 action: serde_json::to_value(action).expect("actions serialise"),
                 reason: reason.to_string(),
                 journal: files.journal.display().to_string(),
                 resolve: command.clone(),
                 at_ms: self.env.clock.now_ms(),
+                halted,
             };
             let waiting_dir = self.journals.join(journal::WAITING_DIR);
             journal::create_dirs_durably(&self.env, &self.journals, &waiting_dir)
                 .await
                 .map_err(|e| Fatal(format!("creating {} failed: {e}", waiting_dir.display())))?;
             let record = scrub_value(&serde_json::to_value(&record).expect("records serialise"), &self.secrets);
-            journal::write_new_durably(&self.env, &files.waiting, record::encode(&record))
+            journal::replace_durably(&self.env, &files.waiting, record::encode(&record))
                 .await
                 .map_err(|e| Fatal(format!("writing the waiting record of run {run} failed: {e}")))?;
         }
         self.env.reached(Point::WaitingRecorded, run);
         self.log_run(name, run, &format!("stopped, waiting for an operator: {reason}; resolve with: {command}")).await;
         Ok(())
+    }
+
+    /// A run's waiting record, if it has one.
+    async fn waiting_record(&self, path: &Path) -> Result<Option<WaitingRecord>, Fatal> {
+        let io = |e: std::io::Error| Fatal(format!("{}: {e}", path.display()));
+        if !self.env.disk.exists(path).await.map_err(io)? {
+            return Ok(None);
+        }
+        let bytes = self.env.disk.read(path).await.map_err(io)?;
+        let record = record::decode(bytes.strip_suffix(b"\n").unwrap_or(&bytes))
+            .map_err(|e| Fatal(format!("{}: {e}", path.display())))?;
+        Ok(Some(record))
     }
 
     /// Step 6: the settle event, then the kept arguments and any waiting record go.
@@ -340,6 +347,17 @@ pub struct WaitingRecord {
     pub journal: String,
     pub resolve: String,
     pub at_ms: u64,
+    /// Waiting for `warden resolve --resume` (the run was halted), not for an action's verdict.
+    #[serde(default)]
+    pub halted: bool,
+}
+
+/// What a waiting record says: the action in doubt (or the next one, for a halted run).
+pub struct Waiting<'a> {
+    pub op: u64,
+    pub action: Option<&'a Action>,
+    pub reason: &'a str,
+    pub halted: bool,
 }
 
 /// Money actually charged, summed per currency from a run's usage.

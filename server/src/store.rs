@@ -3,11 +3,10 @@
 //! second store (PostgreSQL, for several instances sharing quotas and `once` keys) can come
 //! later without touching the state machine (`machine.rs`) or its driver.
 
-use crate::broker::Action;
 use crate::catalog::Tool;
 use crate::env::LocalBoxFuture;
 use crate::journal::{EndRecord, Journal, JournalRecord};
-use crate::runs::{Fatal, Runs};
+use crate::runs::{Fatal, Runs, Waiting};
 
 pub trait RunStore {
     /// The run's journal as it is now.
@@ -19,14 +18,8 @@ pub trait RunStore {
         run: &'a str,
         record: &'a JournalRecord,
     ) -> LocalBoxFuture<'a, Result<(), Fatal>>;
-    /// Step 5: the waiting record of a run stopped in doubt at `action`, durably.
-    fn wait<'a>(
-        &'a self,
-        tool: &'a Tool,
-        run: &'a str,
-        action: &'a Action,
-        reason: &'a str,
-    ) -> LocalBoxFuture<'a, Result<(), Fatal>>;
+    /// Step 5: the waiting record of a run stopped in doubt, or halted, durably.
+    fn wait<'a>(&'a self, tool: &'a Tool, run: &'a str, waiting: Waiting<'a>) -> LocalBoxFuture<'a, Result<(), Fatal>>;
     /// Step 6: the settle event, then the run's kept arguments and waiting record go.
     fn settle<'a>(&'a self, tool: &'a Tool, run: &'a str, end: &'a EndRecord) -> LocalBoxFuture<'a, Result<(), Fatal>>;
 }
@@ -50,14 +43,8 @@ impl RunStore for Runs {
         Box::pin(async move { self.append_record(&self.files(&tool.config.name, run).journal, record, run).await })
     }
 
-    fn wait<'a>(
-        &'a self,
-        tool: &'a Tool,
-        run: &'a str,
-        action: &'a Action,
-        reason: &'a str,
-    ) -> LocalBoxFuture<'a, Result<(), Fatal>> {
-        Box::pin(self.write_waiting(tool, run, action, reason))
+    fn wait<'a>(&'a self, tool: &'a Tool, run: &'a str, waiting: Waiting<'a>) -> LocalBoxFuture<'a, Result<(), Fatal>> {
+        Box::pin(self.write_waiting(tool, run, waiting))
     }
 
     fn settle<'a>(&'a self, tool: &'a Tool, run: &'a str, end: &'a EndRecord) -> LocalBoxFuture<'a, Result<(), Fatal>> {

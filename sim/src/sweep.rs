@@ -379,6 +379,21 @@ fn operator(world: &World, report: &mut Report) {
             report.violations.push(Violation { invariant: 6, message: format!("{} does not parse", path.display()) });
             continue;
         };
+        if record.halted {
+            // A halted run: the runbook says resume it again once the server is back.
+            let journal = std::path::PathBuf::from(&record.journal);
+            let outcome = world.start_command(move |env| {
+                Box::pin(async move { warden::commands::resume_halted(&env, &journal).await })
+            });
+            if let Err(problem) = outcome {
+                report.violations.push(Violation {
+                    invariant: 10,
+                    message: format!("the operator could not resume halted run {}: {problem}", record.run),
+                });
+            }
+            report.events.push((world.clock.now(), "operator".into(), format!("resumed halted {}", &record.run[..8])));
+            continue;
+        }
         let body = record.action["body"].as_str().unwrap_or("").to_string();
         let happened = world.services.effects.borrow().iter().any(|e| e.kind == "note" && e.detail == body);
         let journal = std::path::PathBuf::from(&record.journal);

@@ -43,6 +43,7 @@ fn kinds(commands: &[Command]) -> Vec<&'static str> {
             Command::Journal(JournalRecord::Begin { .. }) => "Journal(Begin)",
             Command::Journal(JournalRecord::Done { .. }) => "Journal(Done)",
             Command::Journal(JournalRecord::End(_)) => "Journal(End)",
+            Command::Journal(JournalRecord::Resumed { .. }) => "Journal(Resumed)",
             Command::Journal(_) => "Journal(other)",
             Command::Perform(_) => "Perform",
             Command::LookUp(_) => "LookUp",
@@ -71,9 +72,11 @@ fn the_table_cell_by_cell() {
         State::Settling(end("done")),
         State::Ended(end("done")),
         State::Waiting { op: 0 },
+        State::Halted { op: 0, action: None },
     ];
     let events = [
         Event::Start,
+        Event::Resume { at_ms: 5 },
         Event::Executed { prints: vec![(0, "p".into())], next: Next::Act(post.clone()) },
         Event::Executed { prints: vec![], next: Next::End(end("done")) },
         Event::Performed(Performed::Done(json!({"status": 201}))),
@@ -82,19 +85,22 @@ fn the_table_cell_by_cell() {
         Event::LookedUp { committed: false },
         Event::Settled,
     ];
+    // (state index, event index) -> (next state, commands).
     let expected: Vec<((usize, usize), (&str, Vec<&str>))> = vec![
         ((0, 0), ("Ready", vec!["Execute"])),
-        ((0, 1), ("Begun", vec!["Journal(Print)", "Journal(Begin)", "Perform"])),
-        ((0, 2), ("Settling", vec!["Journal(End)", "Settle"])),
-        ((1, 3), ("Ready", vec!["Journal(Done)", "Execute"])),
-        ((1, 4), ("Waiting", vec!["Wait", "Notify"])),
-        ((2, 0), ("Waiting", vec!["Wait", "Notify"])),
-        ((3, 0), ("Begun", vec!["Log", "Perform"])),
-        ((4, 0), ("LookingUp", vec!["LookUp"])),
-        ((5, 5), ("Ready", vec!["Log", "Journal(Done)", "Execute"])),
-        ((5, 6), ("Begun", vec!["Log", "Perform"])),
-        ((6, 0), ("Settling", vec!["Settle"])),
-        ((6, 7), ("Ended", vec![])),
+        ((0, 1), ("Ready", vec!["Journal(Resumed)", "Execute"])),
+        ((0, 2), ("Begun", vec!["Journal(Print)", "Journal(Begin)", "Perform"])),
+        ((0, 3), ("Settling", vec!["Journal(End)", "Settle"])),
+        ((1, 4), ("Ready", vec!["Journal(Done)", "Execute"])),
+        ((1, 5), ("Waiting", vec!["Wait", "Notify"])),
+        ((2, 1), ("Waiting", vec!["Journal(Resumed)", "Wait", "Notify"])),
+        ((3, 1), ("Begun", vec!["Journal(Resumed)", "Log", "Perform"])),
+        ((4, 1), ("LookingUp", vec!["Journal(Resumed)", "LookUp"])),
+        ((5, 6), ("Ready", vec!["Log", "Journal(Done)", "Execute"])),
+        ((5, 7), ("Begun", vec!["Log", "Perform"])),
+        ((6, 1), ("Settling", vec!["Settle"])),
+        ((6, 8), ("Ended", vec![])),
+        ((9, 1), ("Waiting", vec!["Wait", "Notify"])),
     ];
     let mut valid = 0;
     for (s, state) in states.iter().enumerate() {
@@ -113,7 +119,7 @@ fn the_table_cell_by_cell() {
         }
     }
     assert_eq!(valid, expected.len());
-    assert_eq!(states.len() * events.len(), 72, "every cell was visited");
+    assert_eq!(states.len() * events.len(), 90, "every cell was visited");
 }
 
 #[test]
@@ -218,6 +224,8 @@ struct World {
     settled: Option<EndRecord>,
     /// The next write's answer is lost (the service acted).
     lose_answer: bool,
+    /// Attempts so far: the first is a fresh run's, later ones resume it.
+    attempts: u32,
 }
 
 impl World {
@@ -234,6 +242,7 @@ impl World {
             waiting: false,
             settled: None,
             lose_answer: false,
+            attempts: 0,
         }
     }
 
@@ -323,7 +332,9 @@ impl World {
     /// terminal state, or None after a crash.
     fn run(&mut self, crash_after: Option<usize>, deadline_passed: bool, carried: &mut usize) -> Option<State> {
         let mut state = State::from_journal(&self.read()).unwrap();
-        let mut event = Event::Start;
+        let fresh = self.attempts == 0;
+        self.attempts += 1;
+        let mut event = if fresh { Event::Start } else { Event::Resume { at_ms: 2 } };
         for _ in 0..100 {
             let (next, commands) = step(state, event).unwrap_or_else(|i| panic!("{i}"));
             state = next;
@@ -413,4 +424,37 @@ fn invalid_cells_name_their_state_and_event() {
     let refused = step(State::Waiting { op: 3 }, Event::Start).unwrap_err();
     assert_eq!(refused.to_string(), "the run's state machine has no transition for event Start in state Waiting");
     assert!(step(State::Ended(end("done")), Event::Settled).is_err());
+}
+
+#[test]
+fn a_run_that_crashed_the_server_twice_without_progress_is_halted_until_the_operator_resumes_it() {
+    let mut world = World::new(Taken::KeyedPost);
+    // First attempt: the program executes, the server dies before anything is journaled.
+    assert!(world.run(Some(1), false, &mut 0).is_none());
+    // Second attempt: it is resumed (journaled), and the server dies again.
+    assert!(world.run(Some(1), false, &mut 0).is_none());
+    assert_eq!(world.read().resumes_without_progress, 1);
+    assert!(matches!(State::from_journal(&world.read()).unwrap(), State::Halted { op: 0, action: None }));
+    // Third start: not resumed, waiting for an operator; nothing was sent.
+    assert_eq!(world.run(None, false, &mut 0), Some(State::Waiting { op: 0 }));
+    assert!(world.waiting);
+    assert_eq!(world.sent, 0);
+    // A restart leaves it halted.
+    assert_eq!(world.run(None, false, &mut 0), Some(State::Waiting { op: 0 }));
+    // The operator asks for it to be resumed: the next start runs it to its end.
+    world.journal.extend(record::encode(&JournalRecord::Retried { at_ms: 3 }));
+    assert!(matches!(world.run(None, false, &mut 0), Some(State::Ended(_))));
+    assert_eq!(world.effects, 1);
+}
+
+#[test]
+fn progress_between_crashes_keeps_a_run_resuming() {
+    let mut world = World::new(Taken::KeyedPost);
+    let mut carried = 0;
+    // Crash right after the read's begin record: progress was made.
+    assert!(world.run(Some(2), false, &mut carried).is_none());
+    // Resumed: the read is resent and done (progress), then a crash after the write's begin.
+    assert!(world.run(Some(6), false, &mut 0).is_none());
+    assert_eq!(world.read().resumes_without_progress, 0);
+    assert!(matches!(world.run(None, false, &mut 0), Some(State::Ended(_))));
 }
