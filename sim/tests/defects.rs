@@ -491,3 +491,44 @@ fn a_wall_clock_step_forward_does_not_expire_a_running_run() {
     assert_eq!(answer["isError"], json!(false), "{answer}");
     assert_eq!(world.services.effects_of("note"), 2);
 }
+
+// --- Defect 5, the last part: a run that crashed the server twice is not resumed again. --
+
+#[test]
+fn a_run_that_crashed_the_server_twice_waits_for_an_operator_instead_of_a_third_resume() {
+    let world = world(15);
+    // The first attempt dies right after its read was begun...
+    world.probes.crash_at.set(Some(CrashAt { point: Point::ActionBegun, nth: 1 }));
+    let first = world.start("manifest.json");
+    first.send(&call(1, "echo", json!({"path": "/echo/plain"})));
+    assert_eq!(first.run(), Stop::Crashed);
+    world.crash(first);
+    // ...and the second, resumed at start, dies before getting any further.
+    world.probes.crash_at.set(Some(CrashAt { point: Point::Resumed, nth: 1 }));
+    let second = world.start("manifest.json");
+    assert_eq!(second.run(), Stop::Crashed);
+    world.crash(second);
+    world.probes.crash_at.set(None);
+    let requests = world.services.requests.borrow().len();
+    let third = world.start("manifest.json");
+    assert_eq!(third.run(), Stop::Quiet);
+    assert!(third.exited().is_none(), "the server serves: {:?}", third.exited());
+    let run = check::open_runs(&world.disk, &journals()).pop().expect("the run is kept open");
+    assert_eq!(world.services.requests.borrow().len(), requests, "the halted run was not resumed");
+    let status = world
+        .start_command(|env| Box::pin(async move { warden::commands::status(&env, &World::path("manifest.json")).await }))
+        .unwrap();
+    assert!(status.contains(&run) && status.contains("--resume") && status.contains("not resumed again"), "{status}");
+    let journal = warden::journal::RunFiles::new(&journals(), "echo", &run).journal;
+    let resume = |journal: std::path::PathBuf| {
+        world.start_command(move |env| Box::pin(async move { warden::commands::resume_halted(&env, &journal).await }))
+    };
+    assert!(resume(journal.clone()).unwrap_err().contains("server is using"), "refused beside the live server");
+    drop(third);
+    assert!(resume(journal.clone()).is_ok());
+    let fourth = world.start("manifest.json");
+    assert_eq!(fourth.run(), Stop::Quiet);
+    assert!(check::open_runs(&world.disk, &journals()).is_empty(), "{:?}", fourth.log());
+    let violations = check::at_rest(&world.disk, &journals());
+    assert!(violations.is_empty(), "{violations:?}");
+}
