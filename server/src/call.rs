@@ -27,6 +27,7 @@ use crate::ledger::OnceRecord;
 use crate::manifest::Grant;
 use crate::money::Money;
 use crate::runs::{self, sha256_hex, Runs};
+use crate::store::RunStore;
 
 /// Calls in progress beyond which a new call is answered busy at once (seed 000 section 5:
 /// four times `server.max_concurrent_runs`, plus 16).
@@ -133,7 +134,7 @@ pub async fn call_tool(
     };
     runs.env.reached(Point::Reserved, &run);
     on_start(&run).await;
-    let outcome = match runs.start_files(tool, &run, &inputs).await {
+    let outcome = match RunStore::start(runs, tool, &run, &inputs).await {
         Ok(()) => {
             runs.log_run(name, &run, "started").await;
             runs.execute_to_end(tool, &run, &inputs, false).await

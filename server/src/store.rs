@@ -1,7 +1,9 @@
-//! The durable records of runs as the driver writes them, behind one interface: the
-//! journal, the waiting record, and the settle in the ledger. `Runs` keeps them on disk; a
+//! The durable records of runs as a call and the driver write them, behind one interface:
+//! the kept arguments and the journal, the waiting record, and the settle in the ledger. `Runs` keeps them on disk; a
 //! second store (PostgreSQL, for several instances sharing quotas and `once` keys) can come
 //! later without touching the state machine (`machine.rs`) or its driver.
+
+use serde_json::{Map, Value};
 
 use crate::catalog::Tool;
 use crate::env::LocalBoxFuture;
@@ -9,6 +11,13 @@ use crate::journal::{EndRecord, Journal, JournalRecord};
 use crate::runs::{Fatal, Runs, Waiting};
 
 pub trait RunStore {
+    /// Steps 2 and 3: the kept arguments, then the journal's header, each durable.
+    fn start<'a>(
+        &'a self,
+        tool: &'a Tool,
+        run: &'a str,
+        inputs: &'a Map<String, Value>,
+    ) -> LocalBoxFuture<'a, Result<(), Fatal>>;
     /// The run's journal as it is now.
     fn journal<'a>(&'a self, tool: &'a Tool, run: &'a str) -> LocalBoxFuture<'a, Result<Journal, Fatal>>;
     /// Appends one record, durably, before anything depends on it.
@@ -25,6 +34,15 @@ pub trait RunStore {
 }
 
 impl RunStore for Runs {
+    fn start<'a>(
+        &'a self,
+        tool: &'a Tool,
+        run: &'a str,
+        inputs: &'a Map<String, Value>,
+    ) -> LocalBoxFuture<'a, Result<(), Fatal>> {
+        Box::pin(self.start_files(tool, run, inputs))
+    }
+
     fn journal<'a>(&'a self, tool: &'a Tool, run: &'a str) -> LocalBoxFuture<'a, Result<Journal, Fatal>> {
         Box::pin(async move {
             self.read_journal(&tool.config.name, run)

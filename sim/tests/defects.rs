@@ -516,7 +516,9 @@ fn a_run_that_crashed_the_server_twice_waits_for_an_operator_instead_of_a_third_
     let run = check::open_runs(&world.disk, &journals()).pop().expect("the run is kept open");
     assert_eq!(world.services.requests.borrow().len(), requests, "the halted run was not resumed");
     let status = world
-        .start_command(|env| Box::pin(async move { warden::commands::status(&env, &World::path("manifest.json")).await }))
+        .start_command(|env| {
+            Box::pin(async move { warden::commands::status(&env, &World::path("manifest.json")).await })
+        })
         .unwrap();
     assert!(status.contains(&run) && status.contains("--resume") && status.contains("not resumed again"), "{status}");
     let journal = warden::journal::RunFiles::new(&journals(), "echo", &run).journal;
