@@ -37,7 +37,7 @@ pub fn error_result(text: String) -> Value {
 pub const RESULT_BYTES_MAX: usize = 1024 * 1024;
 
 /// A result over `RESULT_BYTES_MAX` is not sent; it stays in the journal.
-fn bounded(result: Value, run: &str) -> Value {
+pub fn bounded(result: Value, run: &str) -> Value {
     let size = serde_json::to_vec(&result).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
     if size <= RESULT_BYTES_MAX {
         return result;

@@ -16,6 +16,9 @@ pub struct Tool {
     pub program: Program,
 }
 
+/// The shortest secret value accepted.
+pub const SECRET_BYTES_MIN: usize = 8;
+
 pub struct Catalog {
     pub manifest: Manifest,
     pub tools: Vec<Tool>,
@@ -44,18 +47,27 @@ impl Catalog {
         Ok(Catalog { manifest, tools })
     }
 
-    /// Every environment variable a grant reads a secret from must be set before serving
+    /// Every environment variable a grant reads a secret from must be set, and long enough,
+    /// before serving
     /// (the operator's commands that only read records do not need them).
     pub fn check_secrets(&self, env: &Env) -> Result<(), String> {
         let mut problems = Vec::new();
         for (index, tool) in self.tools.iter().enumerate() {
             for variable in secret_variables(&tool.config.grants) {
-                if env.process.var(&variable).is_none() {
-                    problems.push(format!(
-                        "{}: tools[{index}].grants: the environment variable {variable} is not set (it holds a secret the grants attach)",
-                        self.manifest.path.display()
-                    ));
-                }
+                // A secret too short is scrubbed unreliably (its bytes turn up in ordinary
+                // data); an empty one is no secret at all.
+                let length = env.process.var(&variable).map(|value| value.len());
+                let problem = match length {
+                    None => "is not set".to_string(),
+                    Some(length) if length < SECRET_BYTES_MIN => {
+                        format!("holds {length} bytes; a secret must have at least {SECRET_BYTES_MIN}")
+                    }
+                    Some(_) => continue,
+                };
+                problems.push(format!(
+                    "{}: tools[{index}].grants: the environment variable {variable} {problem} (it holds a secret the grants attach)",
+                    self.manifest.path.display()
+                ));
             }
         }
         if problems.is_empty() {

@@ -203,7 +203,12 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
     }
     let result = match happened {
         Some(text) => {
-            Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?)
+            let value =
+                serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?;
+            if crate::record::depth(&value) > crate::record::VALUE_DEPTH_MAX {
+                return Err(format!("--happened: nested deeper than {} levels", crate::record::VALUE_DEPTH_MAX));
+            }
+            Some(value)
         }
         None => None,
     };

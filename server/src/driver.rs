@@ -11,7 +11,7 @@ use crate::env::Point;
 use crate::journal::{EndRecord, Journal, JournalRecord, RunOutcome};
 use crate::machine::{self, Command, Event, Next, State};
 use crate::manifest::{CapabilityGrant, Grant};
-use crate::program::job::{Executed, Job};
+use crate::program::job::{Executed, Job, Stopped};
 use crate::program::{FailureKind, Outcome};
 use crate::runs::{Fatal, RunEnd, Runs, Waiting};
 use crate::store::RunStore;
@@ -106,10 +106,10 @@ impl Runs {
                 self.journal(cx, &record).await?;
                 Ok(None)
             }
-            Command::Perform(action) => {
+            Command::Perform { action, resend } => {
                 let grant = grant_of(cx, action.grant.as_str())?;
-                let performed =
-                    perform::perform(&self.env, grant, &cx.tool.config.net, run, &action, &cx.secrets).await;
+                let net = &cx.tool.config.net;
+                let performed = perform::perform(&self.env, grant, net, run, &action, &cx.secrets, resend).await;
                 let performed = match performed {
                     perform::Performed::Done(result) => perform::Performed::Done(self.fitted_result(action.op, result)),
                     in_doubt => in_doubt,
@@ -174,8 +174,7 @@ impl Runs {
         assert!(journal.begun_op().is_none(), "run {run}: executed with an action in doubt");
         let mut broker = Broker::new(run, &tool.config.grants, completed_actions(&journal, run)?);
         if let Some(deadline) = tool.config.deadline_ms {
-            let running = self.env.clock.monotonic_ms().saturating_sub(cx.started_monotonic_ms);
-            broker.deadline_passed = cx.elapsed_before_ms.saturating_add(running) > deadline;
+            broker.deadline_passed = self.deadline_passed(cx);
             broker.deadline_text = crate::ledger::duration_text(deadline);
         }
         let job = Job {
@@ -195,6 +194,8 @@ impl Runs {
         let at_ms = self.env.clock.now_ms();
         let Executed { execution, usage } = match executed {
             Ok(executed) => executed,
+            // Not the program's doing: the server stops, and the run resumes at the next start.
+            Err(stopped @ Stopped::Unavailable(_)) => return Err(Fatal(format!("run {run}: {stopped}"))),
             Err(stopped) => {
                 // A stopped execution reported nothing: it ends the run as `budget`, with the
                 // usage the journal shows.
@@ -213,6 +214,19 @@ impl Runs {
             .map(|(index, text)| (index as u64, scrub(text, &cx.secrets)))
             .collect();
         let next = match execution.outcome {
+            // The execution may have computed past the deadline before asking: the deadline
+            // is checked again when the action would begin.
+            Outcome::Suspended(action) if self.deadline_passed(cx) => {
+                let deadline = crate::ledger::duration_text(tool.config.deadline_ms.unwrap_or_default());
+                let message = format!(
+                    "the tool's deadline ({deadline}) passed before action {} could start; nothing more was done",
+                    action.op
+                );
+                let failure = crate::program::Failure { kind: FailureKind::Deadline, message };
+                let mut end = end_record(&Outcome::Failed(failure), at_ms);
+                end.usage = usage_json(&usage);
+                Next::End(self.fitted_end(end))
+            }
             Outcome::Suspended(action) => Next::Act(action),
             outcome => {
                 let mut end = end_record(&outcome, at_ms);
@@ -221,6 +235,16 @@ impl Runs {
             }
         };
         Ok(Event::Executed { prints, next })
+    }
+}
+
+impl Runs {
+    /// Whether the run's deadline has passed: the monotonic clock since this process took the
+    /// run up, plus what had elapsed before.
+    fn deadline_passed(&self, cx: &Context<'_>) -> bool {
+        let Some(deadline) = cx.tool.config.deadline_ms else { return false };
+        let running = self.env.clock.monotonic_ms().saturating_sub(cx.started_monotonic_ms);
+        cx.elapsed_before_ms.saturating_add(running) > deadline
     }
 }
 
@@ -238,8 +262,8 @@ fn completed_actions(journal: &Journal, run: &str) -> Result<Vec<Completed>, Fat
         .completed()
         .into_iter()
         .enumerate()
-        .map(|(op, (action, result))| match serde_json::from_value(action) {
-            Ok(action) => Ok(Completed { action, result }),
+        .map(|(op, (action, result, happened))| match serde_json::from_value(action) {
+            Ok(action) => Ok(Completed { action, result, happened }),
             Err(e) => Err(Fatal(format!("run {run}: the begin record of action {op} does not parse: {e}"))),
         })
         .collect()

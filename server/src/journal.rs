@@ -90,9 +90,17 @@ impl<'de> Deserialize<'de> for RunOutcome {
     }
 }
 
+/// An optional JSON value that keeps `null`: absent is `None`, `null` is `Some(Null)` (a
+/// program may return `None`, an operator may say an action's result was `null`). Plain
+/// `Option<Value>` reads `null` back as `None`, so the reader would not see what was written.
+fn some_value<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EndRecord {
     pub outcome: RunOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "some_value")]
     pub result: Option<Value>,
     pub message: Option<String>,
     /// Per capability parameter: actions attempted and money charged.
@@ -131,6 +139,7 @@ pub enum JournalRecord {
     Resolved {
         op: u64,
         happened: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "some_value")]
         result: Option<Value>,
         at_ms: u64,
     },
@@ -153,6 +162,9 @@ pub enum OpState {
     Done {
         action: Value,
         result: Value,
+        /// An operator said it happened: whatever the result's shape, it counts as done
+        /// (its money is charged).
+        happened: bool,
     },
     /// An operator said it did not happen: it may be performed again.
     NotHappened(Value),
@@ -181,6 +193,7 @@ impl Journal {
         let mut journal =
             Journal { torn_tail_bytes: parsed.torn_tail_bytes, intact_len: parsed.intact_len, ..Journal::default() };
         for (index, record) in parsed.records.into_iter().enumerate() {
+            let resolved = matches!(record, JournalRecord::Resolved { happened: true, .. });
             let at = |problem: &str| format!("{}:{}: the journal is damaged: {problem}", file.display(), index + 1);
             match record {
                 JournalRecord::Header { run, binding, inputs, at_ms, .. } if index == 0 => {
@@ -213,7 +226,7 @@ impl Journal {
                     match journal.ops.get(&op) {
                         Some(OpState::Begun(action)) => {
                             let action = action.clone();
-                            journal.ops.insert(op, OpState::Done { action, result });
+                            journal.ops.insert(op, OpState::Done { action, result, happened: resolved });
                         }
                         _ => return Err(at(&format!("a done record for action {op}, which is not begun"))),
                     }
@@ -248,12 +261,13 @@ impl Journal {
     }
 
     /// The completed actions from action 0 on, in order, up to the first one not done.
-    pub fn completed(&self) -> Vec<(Value, Value)> {
+    /// (action, result, an operator said it happened) of each.
+    pub fn completed(&self) -> Vec<(Value, Value, bool)> {
         let mut completed = Vec::new();
         for (op, state) in &self.ops {
             match state {
-                OpState::Done { action, result } if *op == completed.len() as u64 => {
-                    completed.push((action.clone(), result.clone()))
+                OpState::Done { action, result, happened } if *op == completed.len() as u64 => {
+                    completed.push((action.clone(), result.clone(), *happened))
                 }
                 _ => break,
             }

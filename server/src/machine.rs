@@ -96,8 +96,9 @@ pub enum Command {
     Execute,
     /// Append a record to the run's journal, durably.
     Journal(JournalRecord),
-    /// Send the action (yields `Performed`).
-    Perform(Action),
+    /// Send the action (yields `Performed`). `resend`: it was begun before a crash and may
+    /// have happened, so failing before it is sent again leaves it in doubt, never "not sent".
+    Perform { action: Action, resend: bool },
     /// Look a `db.sqlite` write up in `warden_actions` (yields `LookedUp`).
     LookUp(Action),
     /// Write the waiting record, durably (step 5). `action` is the one in doubt, if any;
@@ -195,7 +196,7 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
                 Next::Act(action) => {
                     let recorded = serde_json::to_value(&action).expect("actions serialise");
                     commands.push(Command::Journal(JournalRecord::Begin { op: action.op, action: recorded }));
-                    commands.push(Command::Perform(action.clone()));
+                    commands.push(Command::Perform { action: action.clone(), resend: false });
                     (State::Begun(action), commands)
                 }
                 Next::End(end) => {
@@ -220,7 +221,8 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
         }
         (State::InDoubt(action), Event::Resume { at_ms }) if resend_is_safe(&action) => {
             let log = format!("action {}: begun before a crash; sending it again (safe)", action.op);
-            (State::Begun(action.clone()), vec![resumed(at_ms), Command::Log(log), Command::Perform(action)])
+            let perform = Command::Perform { action: action.clone(), resend: true };
+            (State::Begun(action), vec![resumed(at_ms), Command::Log(log), perform])
         }
         (State::InDoubt(action), Event::Resume { at_ms }) => {
             let reason = format!(
@@ -250,7 +252,8 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
         }
         (State::LookingUp(action), Event::LookedUp { committed: false }) => {
             let log = format!("action {}: not in warden_actions; performing it", action.op);
-            (State::Begun(action.clone()), vec![Command::Log(log), Command::Perform(action)])
+            let perform = Command::Perform { action: action.clone(), resend: false };
+            (State::Begun(action), vec![Command::Log(log), perform])
         }
         (State::Settling(end), Event::Resume { .. }) => (State::Settling(end.clone()), vec![Command::Settle(end)]),
         (State::Settling(end), Event::Settled) => (State::Ended(end), vec![]),

@@ -16,6 +16,20 @@ const SUM_HEX_CHARS: usize = 16;
 /// up to 1 MiB, escaped).
 pub const RECORD_LINE_BYTES_MAX: usize = 8 * 1024 * 1024;
 
+/// The deepest JSON value a record carries (a result, a response's parsed body). The reader
+/// parses a line with serde's limit of 128 nested levels; records wrap a value a few levels
+/// deep, so values are held to half of it where they enter.
+pub const VALUE_DEPTH_MAX: usize = 64;
+
+/// How deeply `value` nests (a scalar is 0, `[]` is 1).
+pub fn depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        serde_json::Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 fn sum(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     digest[..SUM_HEX_CHARS / 2].iter().map(|b| format!("{b:02x}")).collect()

@@ -102,11 +102,12 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
         if tool == WAITING_DIR || tool.starts_with("server.") {
             continue;
         }
-        let Ok(shards) = env.disk.list(&tool_dir).await else {
+        let Some(shards) = listed(env.disk.list(&tool_dir).await, &tool_dir)? else {
             continue;
         };
         for shard in shards {
-            let Ok(files) = env.disk.list(&tool_dir.join(&shard)).await else {
+            let shard_dir = tool_dir.join(&shard);
+            let Some(files) = listed(env.disk.list(&shard_dir).await, &shard_dir)? else {
                 continue;
             };
             for file in files {
@@ -143,6 +144,16 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
         }
     }
     Ok(found)
+}
+
+/// A directory's names; `None` for a name that is not a directory (or is gone). Any other
+/// error stops recovery: a run's files it could not see would be taken as absent.
+fn listed(listing: std::io::Result<Vec<String>>, dir: &std::path::Path) -> Result<Option<Vec<String>>, Fatal> {
+    match listing {
+        Ok(names) => Ok(Some(names)),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => Ok(None),
+        Err(e) => Err(Fatal(format!("{}: cannot list: {e}", dir.display()))),
+    }
 }
 
 /// Applies the decision table to every run, resuming interrupted runs one after another.

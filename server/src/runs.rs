@@ -118,6 +118,11 @@ impl Runs {
     pub(crate) async fn append_record(&self, path: &Path, record: &JournalRecord, run: &str) -> Result<(), Fatal> {
         let line = self.encoded(record);
         assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
+        let value = serde_json::to_value(record).expect("records serialise");
+        assert!(
+            record::depth(&value) <= 2 * record::VALUE_DEPTH_MAX - 8,
+            "run {run}: a journal record nested too deep"
+        );
         journal::append_line_durably(&self.env, path, line)
             .await
             .map_err(|e| Fatal(format!("journaling a record of run {run} failed: {e}")))
@@ -126,6 +131,14 @@ impl Runs {
     /// An action's result, fitting its done record in a journal line: a result too large to
     /// keep is replaced by an error saying so (the action happened; its answer is not kept).
     pub(crate) fn fitted_result(&self, op: u64, result: Value) -> Value {
+        if record::depth(&result) > record::VALUE_DEPTH_MAX {
+            let error = format!(
+                "the result of action {op} nests deeper than {} levels; the action happened but its result was \
+                 not kept",
+                record::VALUE_DEPTH_MAX
+            );
+            return json!({"status": result.get("status"), "error": error});
+        }
         let size = self.encoded(&JournalRecord::Done { op, result: result.clone() }).len();
         if size <= RECORD_LINE_BYTES_MAX {
             return result;
@@ -141,17 +154,19 @@ impl Runs {
     /// ends the run as `budget`, saying so.
     pub(crate) fn fitted_end(&self, end: EndRecord) -> EndRecord {
         let size = self.encoded(&JournalRecord::End(end.clone())).len();
-        if size <= RECORD_LINE_BYTES_MAX {
+        let shallow = end.result.as_ref().is_none_or(|result| record::depth(result) <= record::VALUE_DEPTH_MAX);
+        if size <= RECORD_LINE_BYTES_MAX && shallow {
             return end;
         }
         let what = if end.result.is_some() { "result" } else { "failure message" };
+        let why = match shallow {
+            true => format!("is {size} bytes as a journal record, over the limit of {RECORD_LINE_BYTES_MAX}"),
+            false => format!("nests deeper than {} levels", record::VALUE_DEPTH_MAX),
+        };
         EndRecord {
             outcome: journal::RunOutcome::Failed(FailureKind::Budget),
             result: None,
-            message: Some(format!(
-                "the run's {what} is {size} bytes as a journal record, over the limit of {RECORD_LINE_BYTES_MAX}; \
-                 it was not kept"
-            )),
+            message: Some(format!("the run's {what} {why}; it was not kept")),
             usage: end.usage,
             at_ms: end.at_ms,
         }

@@ -80,7 +80,8 @@ pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>)
         Some(other) => format!("run {run} is {other}"),
         None => format!("run {run}"),
     };
-    status_result(status, text)
+    // The run's result may be up to a journal line's size; what is sent has the call's limit.
+    crate::answer::bounded(status_result(status, text), &run)
 }
 
 fn status_result(status: Value, summary: String) -> Value {

@@ -176,6 +176,10 @@ impl Services {
     }
 
     fn echo(request: &HttpRequest, path: &str) -> HttpResponse {
+        if let Some(depth) = path.strip_prefix("/deep/").and_then(|n| n.parse::<usize>().ok()) {
+            let body = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            return HttpResponse { status: 200, headers: vec![], body: body.into_bytes() };
+        }
         if let Some(size) = path.strip_prefix("/big/").and_then(|n| n.parse::<usize>().ok()) {
             let body = format!("{{\"data\":\"{}\"}}", "x".repeat(size.saturating_sub(11)));
             return HttpResponse { status: 200, headers: vec![], body: body.into_bytes() };
@@ -189,6 +193,8 @@ impl Services {
                 let escaped: String = seen.chars().map(|c| format!("\\u{:04x}", c as u32)).collect();
                 format!("{{\"authorization\":\"{escaped}\"}}")
             }
+            // An anti-XSSI prefix: the body as a whole is not JSON.
+            "/echo/xssi" => format!(")]}}'\n{}", plain.replace('/', "\\/")),
             _ => plain,
         };
         HttpResponse {

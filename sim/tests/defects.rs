@@ -33,12 +33,18 @@ const MANIFEST: &str = r#"{
       "deadline": "10s",
       "grants": { "notes": { "cap": "net.http.post", "only": ["https://notes.sim/notes"] } } },
     { "name": "echo", "program": "echo.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
-      "grants": { "web": { "cap": "net.http.get", "only": ["https://echo.sim/echo/*", "https://echo.sim/big/*"],
+      "grants": { "web": { "cap": "net.http.get", "only": ["https://echo.sim/echo/*", "https://echo.sim/big/*", "https://echo.sim/deep/*"],
                            "headers": { "Authorization": { "env": "ECHO_TOKEN", "prefix": "Bearer " } } } } },
     { "name": "echo_with", "program": "echo_with.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
       "grants": { "web": { "cap": "net.http.post", "only": ["https://echo.sim/echo/*"], "idempotency_key": true,
                            "headers": { "X-Api-Key": { "env": "ECHO_TOKEN" } } } } },
-    { "name": "big_result", "program": "big.star" }
+    { "name": "big_result", "program": "big.star" },
+    { "name": "deep_result", "program": "deep.star" },
+    { "name": "refund_twice", "program": "refund_twice.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "grants": { "pay": { "cap": "payments.stripe.refund", "max": { "amount": "30.00", "currency": "USD" },
+        "needs": { "get": { "cap": "net.http.get", "only": ["https://payments.sim/v1/payment_intents/*"] },
+                   "post": { "cap": "net.http.post", "only": ["https://payments.sim/v1/refunds"] },
+                   "key": { "env": "STRIPE_SECRET_KEY" } } } } }
   ]
 }"#;
 
@@ -106,6 +112,31 @@ def main(size: int, failing: bool = False) -> str:
     return "x" * size
 "#;
 
+const DEEP: &str = r#"
+def main(depth: int) -> list:
+    """Return a list nested `depth` deep.
+
+    Args:
+        depth: How deep.
+    """
+    l = []
+    for i in range(depth):
+        l = [l]
+    return l
+"#;
+
+const REFUND_TWICE: &str = r#"
+def main(pay, order: str, first: money, second: money) -> list:
+    """Refund twice, without idempotency keys.
+
+    Args:
+        order: The payment intent.
+        first: The first refund.
+        second: The second refund.
+    """
+    return [pay.refund(order, first).get("status"), pay.refund(order, second).get("status")]
+"#;
+
 fn world(seed: u64) -> World {
     let world = World::new(seed);
     world.install("manifest.json", MANIFEST.as_bytes());
@@ -115,6 +146,8 @@ fn world(seed: u64) -> World {
         ("echo.star", ECHO),
         ("echo_with.star", ECHO_WITH),
         ("big.star", BIG),
+        ("deep.star", DEEP),
+        ("refund_twice.star", REFUND_TWICE),
     ] {
         world.install(name, text.as_bytes());
     }
@@ -273,7 +306,44 @@ fn decoded_strings(bytes: &[u8]) -> Vec<String> {
             walk(&value, &mut out, 0);
         }
     }
+    // And every JSON escape a reader would undo in text that is not JSON as a whole.
+    let unescaped: Vec<String> = out.iter().map(|text| unescape(text)).collect();
+    out.extend(unescaped);
     out
+}
+
+/// Undoes `\/`, `\\` and `\uXXXX` escapes wherever they appear, twice over.
+fn unescape(text: &str) -> String {
+    let mut text = text.to_string();
+    for _ in 0..2 {
+        let mut out = String::new();
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (c, chars.peek()) {
+                ('\\', Some('/')) => {
+                    chars.next();
+                    out.push('/');
+                }
+                ('\\', Some('\\')) => {
+                    chars.next();
+                    out.push('\\');
+                }
+                ('\\', Some('u')) => {
+                    let hex: String = chars.clone().skip(1).take(4).collect();
+                    match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                        Some(decoded) if hex.len() == 4 => {
+                            chars.nth(4);
+                            out.push(decoded);
+                        }
+                        _ => out.push(c),
+                    }
+                }
+                _ => out.push(c),
+            }
+        }
+        text = out;
+    }
+    text
 }
 
 #[test]
@@ -281,7 +351,7 @@ fn a_secret_reflected_through_json_escapes_appears_in_no_output() {
     let world = world(4);
     let instance = world.start("manifest.json");
     let mut everything: Vec<u8> = Vec::new();
-    for (id, path) in [(1, "/echo/php"), (2, "/echo/go"), (3, "/echo/unicode"), (4, "/echo/plain")] {
+    for (id, path) in [(1, "/echo/php"), (2, "/echo/go"), (3, "/echo/unicode"), (4, "/echo/plain"), (5, "/echo/xssi")] {
         let answer = ask(&instance, &call(id, "echo", json!({"path": path})));
         everything.extend(answer.to_string().bytes());
         everything.push(b'\n');
@@ -350,6 +420,11 @@ fn huge_manifest_numbers_are_refused_at_check_with_their_path() {
         let problems = check_manifest(&world, &manifest).unwrap_err();
         assert!(problems.contains(path), "{problems}");
     }
+    // Without `uses` or a quota, a run's most actions bound the worst case, which must stay exact.
+    let unbounded = refund_tool(r#""each": { "amount": "5000000000000.00", "currency": "USD" }"#, "null")
+        .replace(r#", "money": null"#, r#", "calls": 10"#);
+    let problems = check_manifest(&world, &unbounded).unwrap_err();
+    assert!(problems.contains("tools[0].grants.pay.uses") && problems.contains("holds exactly"), "{problems}");
     let keep = r#"{ "server": { "name": "k", "journals": "journals", "keep": 213503982336 },
         "tools": [ { "name": "big_result", "program": "big.star" } ] }"#;
     let problems = check_manifest(&world, keep).unwrap_err();
@@ -533,4 +608,116 @@ fn a_run_that_crashed_the_server_twice_waits_for_an_operator_instead_of_a_third_
     assert!(check::open_runs(&world.disk, &journals()).is_empty(), "{:?}", fourth.log());
     let violations = check::at_rest(&world.disk, &journals());
     assert!(violations.is_empty(), "{violations:?}");
+}
+
+// --- Found by an adversarial review of the fixes above. --------------------------------
+
+#[test]
+fn deeply_nested_responses_and_results_never_make_a_journal_unreadable() {
+    // Nesting 128 levels deep takes more stack than a test thread has in a debug build (the
+    // server's main thread and its workers have 8 MiB).
+    let big_stack = std::thread::Builder::new().stack_size(64 * 1024 * 1024);
+    big_stack.spawn(deeply_nested).unwrap().join().unwrap();
+}
+
+fn deeply_nested() {
+    let world = world(16);
+    let instance = world.start("manifest.json");
+    for (id, depth) in [(1, 60), (2, 126), (3, 127), (4, 500)] {
+        let answer = ask(&instance, &call(id, "echo", json!({"path": format!("/deep/{depth}")})));
+        assert!(answer.get("content").is_some(), "{answer:.300}");
+    }
+    for (id, depth) in [(10, 60), (11, 125), (12, 127), (13, 200)] {
+        let answer = ask(&instance, &call(id, "deep_result", json!({"depth": depth})));
+        assert!(answer.get("content").is_some(), "{answer:.300}");
+    }
+    still_serves_and_restarts(&world, instance);
+}
+
+#[test]
+fn an_operator_resolution_of_null_does_not_make_the_journal_unreadable() {
+    let world = world(17);
+    let (instance, run) = waiting_run(&world);
+    drop(instance);
+    assert!(resolve(&world, &run, "slow_note", Some("null")).is_ok());
+    let again = world.start("manifest.json");
+    assert_eq!(again.run(), Stop::Quiet);
+    assert!(again.exited().is_none(), "the server starts: {:?}", again.exited());
+    assert!(check::open_runs(&world.disk, &journals()).is_empty());
+}
+
+#[test]
+fn a_resent_refund_that_fails_before_it_is_sent_waits_instead_of_claiming_nothing_was_refunded() {
+    let world = world(18);
+    world.services.fault_next("/v1/refunds", NetFault::CrashAfterActing);
+    let first = world.start("manifest.json");
+    first.send(&call(1, "refund_order", json!({"order": "pi_1001", "amount": usd("20")})));
+    assert_eq!(first.run(), Stop::Crashed);
+    world.crash(first);
+    assert_eq!(world.services.refunded_minor(), 2000);
+    // On the resend, reading the intent (to check its currency) fails.
+    world.services.fault_next("payment_intents", NetFault::Refuse);
+    let second = world.start("manifest.json");
+    assert_eq!(second.run(), Stop::Quiet);
+    let state = check::ledger_state(&world.disk, &journals()).unwrap();
+    let run = state.runs.keys().next().unwrap().clone();
+    match settled_charge(&world, &run) {
+        None => assert_eq!(check::open_runs(&world.disk, &journals()), vec![run], "it waits for an operator"),
+        Some(charged) => assert_eq!(charged, vec!["20.00 USD".to_string()], "or it is charged"),
+    }
+    assert_eq!(world.services.effects_of("refund"), 1);
+}
+
+#[test]
+fn a_refund_resolved_as_happened_with_the_services_own_record_is_charged() {
+    let world = world(19);
+    world.services.fault_next("/v1/refunds", NetFault::LoseResponse);
+    let instance = world.start("manifest.json");
+    let stopped =
+        ask(&instance, &call(1, "refund_twice", json!({"order": "pi_1002", "first": usd("20"), "second": usd("20")})));
+    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"), "{stopped}");
+    let run = stopped["structuredContent"]["run"].as_str().unwrap().to_string();
+    drop(instance);
+    // The operator pastes the payment service's own refund object, as the runbook says.
+    let stripe = r#"{"id": "re_0", "object": "refund", "amount": 2000, "status": "succeeded"}"#;
+    let journal = warden::journal::RunFiles::new(&journals(), "refund_twice", &run).journal;
+    let resolved = world.start_command(move |env| {
+        Box::pin(async move { warden::commands::resolve(&env, &journal, 0, Some(stripe)).await })
+    });
+    assert!(resolved.is_ok(), "{resolved:?}");
+    let again = world.start("manifest.json");
+    assert_eq!(again.run(), Stop::Quiet);
+    assert_eq!(world.services.effects_of("refund"), 1, "a second 20.00 would pass max 30.00 with the first charged");
+    assert_eq!(settled_charge(&world, &run), Some(vec!["20.00 USD".to_string()]));
+}
+
+#[test]
+fn a_payment_intent_id_has_a_length_limit() {
+    let world = world(20);
+    let instance = world.start("manifest.json");
+    let long = format!("pi_{}", "9".repeat(100_000));
+    let arguments = json!({"order": long, "first": usd("1"), "second": usd("1")});
+    let answer = ask(&instance, &call(1, "refund_twice", arguments));
+    assert_eq!(answer["isError"], json!(true));
+    assert!(text(&answer).contains("is not a payment intent id"), "{:.300}", text(&answer));
+    assert!(world.services.requests.borrow().is_empty(), "nothing was sent");
+    still_serves_and_restarts(&world, instance);
+}
+
+#[test]
+fn run_status_answers_within_the_result_limit() {
+    let world = world(21);
+    let instance = world.start("manifest.json");
+    // Too large to answer (over 1 MiB), small enough to journal.
+    let done = ask(&instance, &call(1, "big_result", json!({"size": 3_000_000})));
+    assert!(text(&done).contains("it is kept in the run's journal"), "{:.300}", text(&done));
+    let state = check::ledger_state(&world.disk, &journals()).unwrap();
+    let run = state.runs.keys().next().unwrap().clone();
+    let status = ask(
+        &instance,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "warden_run_status", "arguments": {"run": run},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}),
+    );
+    let size = serde_json::to_vec(&status).unwrap().len();
+    assert!(size <= warden::answer::RESULT_BYTES_MAX + 1024, "{size} bytes");
 }

@@ -108,6 +108,9 @@ pub enum Refusal {
 pub struct Completed {
     pub action: Action,
     pub result: Value,
+    /// An operator resolved it as happened (`warden resolve --happened`).
+    #[serde(default)]
+    pub happened: bool,
 }
 
 /// The broker of one execution: the grants, the journal's completed actions, and what this
@@ -209,7 +212,7 @@ impl Broker {
                 ));
                 return Err(Stop::Mismatch);
             }
-            self.count(&action, &done.result);
+            self.count(&action, &done.result, done.happened);
             return Ok(done.result.clone());
         }
         // An action in doubt is resolved before the program executes again (`machine.rs`), so
@@ -232,7 +235,7 @@ impl Broker {
         Err(Stop::Refused)
     }
 
-    fn count(&self, action: &Action, result: &Value) {
+    fn count(&self, action: &Action, result: &Value, happened: bool) {
         let mut usage = self.usage.borrow_mut();
         let use_ = usage.entry(action.grant.clone()).or_default();
         use_.actions += 1;
@@ -243,7 +246,8 @@ impl Broker {
         // A request that may have reached the service is charged as if it did: a retry with a
         // new key must not slip past `max` or the quota on the strength of a lost answer.
         let maybe_sent = result.get("may_have_been_sent") == Some(&Value::Bool(true));
-        if let (Some(money), true) = (action.money(), succeeded || maybe_sent) {
+        // An operator's word that it happened is charged whatever shape its result has.
+        if let (Some(money), true) = (action.money(), succeeded || maybe_sent || happened) {
             *use_.charged.entry(money.currency).or_insert(0) += money.minor;
         }
     }
@@ -302,7 +306,7 @@ impl Broker {
     /// reporting its usage, such as a runtime panic, is settled with).
     pub fn journaled_usage(&self) -> BTreeMap<String, Usage> {
         for done in &self.completed {
-            self.count(&done.action, &done.result);
+            self.count(&done.action, &done.result, done.happened);
         }
         self.usage.borrow().clone()
     }
@@ -397,6 +401,62 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
     for secret in secrets.iter().filter(|s| s.len() >= 4) {
         out = out.replace(secret.as_str(), REDACTED);
     }
+    if out.contains('\\') {
+        out = scrub_escaped(&out, secrets);
+    }
+    out
+}
+
+/// Replaces a secret written with JSON escapes (`\/`, `\uXXXX`, `\\`, `\"`) anywhere in
+/// `text`, even where `text` as a whole is not JSON (a body behind an anti-XSSI prefix, a
+/// message quoting JSON): the text is decoded with a map from each decoded character back to
+/// its source bytes, the secrets are found in the decoded text, and their source spans go.
+fn scrub_escaped(text: &str, secrets: &[String]) -> String {
+    let mut decoded = String::new();
+    // For each decoded char: the byte range of `text` it came from.
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while at < text.len() {
+        let (c, width) = match (bytes[at], bytes.get(at + 1)) {
+            (b'\\', Some(b'/')) => ('/', 2),
+            (b'\\', Some(b'\\')) => ('\\', 2),
+            (b'\\', Some(b'"')) => ('"', 2),
+            (b'\\', Some(b'u')) => match text.get(at + 2..at + 6).and_then(|hex| u32::from_str_radix(hex, 16).ok()) {
+                Some(code) => (char::from_u32(code).unwrap_or('\u{fffd}'), 6),
+                None => ('\\', 1),
+            },
+            _ => {
+                let c = text[at..].chars().next().expect("at is a char boundary");
+                (c, c.len_utf8())
+            }
+        };
+        decoded.push(c);
+        spans.extend(std::iter::repeat_n((at, at + width), c.len_utf8()));
+        at += width;
+    }
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
+    for secret in secrets.iter().filter(|s| s.len() >= 4) {
+        for (start, found) in decoded.match_indices(secret.as_str()) {
+            cuts.push((spans[start].0, spans[start + found.len() - 1].1));
+        }
+    }
+    if cuts.is_empty() {
+        return text.to_string();
+    }
+    cuts.sort();
+    let mut out = String::new();
+    let mut kept = 0;
+    for (start, end) in cuts {
+        if start >= kept {
+            out.push_str(&text[kept..start]);
+            out.push_str(REDACTED);
+            kept = end;
+        } else {
+            kept = kept.max(end);
+        }
+    }
+    out.push_str(&text[kept..]);
     out
 }
 
@@ -435,5 +495,26 @@ fn scrub_string(text: &str, secrets: &[String], depth: usize) -> String {
             }
         }
         Err(_) => scrubbed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_is_scrubbed_in_every_json_escaped_form_even_outside_json() {
+        let secrets = vec!["tok/EN<secret>&1".to_string()];
+        for text in [
+            "plain tok/EN<secret>&1 text",
+            ")]}'\n{\"a\":\"tok\\/EN<secret>&1\"}",
+            "{\"a\":\"tok/EN\\u003csecret\\u003e\\u00261\"} and more",
+            "\\u0074\\u006f\\u006b\\/EN<secret>&1",
+        ] {
+            let scrubbed = scrub(text, &secrets);
+            assert!(scrubbed.contains(REDACTED), "{text} -> {scrubbed}");
+            assert!(!scrubbed.contains("secret>"), "{text} -> {scrubbed}");
+        }
+        assert_eq!(scrub("nothing \\u0041 here", &secrets), "nothing \\u0041 here");
     }
 }

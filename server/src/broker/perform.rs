@@ -104,7 +104,7 @@ pub fn resend_is_safe(action: &Action) -> bool {
     action.is_read() || action.idempotency_key.is_some()
 }
 
-/// Performs `action` once.
+/// Performs `action` once. `resend`: it was begun before a crash and may have happened.
 pub async fn perform(
     env: &Env,
     grant: &CapabilityGrant,
@@ -112,12 +112,21 @@ pub async fn perform(
     run: &str,
     action: &Action,
     secrets: &[String],
+    resend: bool,
 ) -> Performed {
     if grant.cap == Kind::Sqlite {
         return perform_sql(env, grant, run, action).await;
     }
-    let not_sent =
-        |problem: String| Performed::Done(json!({"error": scrub(&problem, secrets), "may_have_been_sent": false}));
+    // A write begun before a crash may have happened already: a failure before it is sent
+    // again proves nothing about the first attempt, so it stays in doubt.
+    let in_doubt_if_resent = resend && !action.is_read();
+    let not_sent = |problem: String| match in_doubt_if_resent {
+        true => Performed::InDoubt(format!(
+            "it was begun before a crash, and sending it again failed: {}",
+            scrub(&problem, secrets)
+        )),
+        false => Performed::Done(json!({"error": scrub(&problem, secrets), "may_have_been_sent": false})),
+    };
     if action.method == Method::Refund {
         if let Err(problem) = check_intent_currency(env, grant, net, action).await {
             return not_sent(problem);
@@ -130,6 +139,7 @@ pub async fn perform(
     match env.net.request(request).await {
         Ok(response) => Performed::Done(response_result(&response, net, secrets)),
         Err(error) if error.may_have_been_sent && !safe => Performed::InDoubt(scrub(&error.message, secrets)),
+        Err(error) if !error.may_have_been_sent && in_doubt_if_resent => not_sent(error.message),
         Err(error) => Performed::Done(
             json!({"error": scrub(&error.message, secrets), "may_have_been_sent": error.may_have_been_sent}),
         ),
@@ -149,7 +159,11 @@ fn response_result(response: &HttpResponse, net: &NetConfig, secrets: &[String])
         return scrub_value(&json!({"status": response.status, "headers": headers, "error": error}), secrets);
     }
     let body = String::from_utf8_lossy(&response.body).into_owned();
-    let parsed = serde_json::from_str::<Value>(&body).unwrap_or(Value::Null);
+    // A body nested deeper than a record may hold is kept as text only.
+    let parsed = serde_json::from_str::<Value>(&body)
+        .ok()
+        .filter(|parsed| crate::record::depth(parsed) <= crate::record::VALUE_DEPTH_MAX)
+        .unwrap_or(Value::Null);
     scrub_value(&json!({"status": response.status, "headers": headers, "body": body, "json": parsed}), secrets)
 }
 

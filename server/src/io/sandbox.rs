@@ -24,25 +24,13 @@ impl Sandbox for WorkerSandbox {
         Box::pin(async move {
             let ms = job.time_ms;
             let input = serde_json::to_vec(&job).map_err(|e| Stopped::Abnormal(format!("encoding the job: {e}")))?;
-            let exe =
-                std::env::current_exe().map_err(|e| Stopped::Abnormal(format!("finding the warden binary: {e}")))?;
-            let mut command = tokio::process::Command::new(exe);
-            command
-                .arg(WORKER_COMMAND)
-                .env_clear()
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .kill_on_drop(true);
-            // SAFETY: between fork and exec, only async-signal-safe setrlimit calls.
-            unsafe {
-                command.pre_exec(move || {
-                    limit(libc::RLIMIT_AS, EXECUTION_MEMORY_BYTES_MAX)?;
-                    limit(libc::RLIMIT_CORE, 0)?;
-                    limit(libc::RLIMIT_CPU, ms.div_ceil(1000) + 1)
-                });
+            if input.len() as u64 > JOB_BYTES_MAX {
+                return Err(Stopped::Abnormal(format!(
+                    "the execution's job (its program, inputs and journaled results) is {} bytes, over {JOB_BYTES_MAX}",
+                    input.len()
+                )));
             }
-            let mut child = command.spawn().map_err(|e| Stopped::Abnormal(format!("starting a worker: {e}")))?;
+            let mut child = spawn_worker(ms)?;
             let mut stdin = child.stdin.take().expect("piped");
             let mut stdout = child.stdout.take().expect("piped");
             let talk = async {
@@ -56,25 +44,55 @@ impl Sandbox for WorkerSandbox {
                 let mut bounded = (&mut stdout).take(REPLY_BYTES_MAX as u64 + 1);
                 let read = bounded.read_to_end(&mut reply);
                 let (written, read) = tokio::join!(write, read);
+                if reply.len() > REPLY_BYTES_MAX {
+                    // The worker may be blocked writing the rest: stop it rather than wait.
+                    let _ = child.kill().await;
+                    return Err(Stopped::Abnormal(format!("a reply over {REPLY_BYTES_MAX} bytes")));
+                }
                 let status = child.wait().await;
-                (written, read, status, reply)
+                Ok((written, read, status, reply))
             };
             let (written, read, status, reply) = match tokio::time::timeout(Duration::from_millis(ms), talk).await {
-                Ok(done) => done,
+                Ok(done) => done?,
                 Err(_) => return Err(Stopped::TimedOut { ms }),
             };
-            let status = status.map_err(|e| Stopped::Abnormal(format!("waiting for the worker: {e}")))?;
+            let status = status.map_err(|e| Stopped::Unavailable(format!("waiting for a worker: {e}")))?;
             if !status.success() {
                 return Err(Stopped::Abnormal(describe(status)));
             }
             written.map_err(|e| Stopped::Abnormal(format!("sending the job: {e}")))?;
             read.map_err(|e| Stopped::Abnormal(format!("reading the reply: {e}")))?;
-            if reply.len() > REPLY_BYTES_MAX {
-                return Err(Stopped::Abnormal(format!("a reply over {REPLY_BYTES_MAX} bytes")));
-            }
             serde_json::from_slice(&reply).map_err(|e| Stopped::Abnormal(format!("an unreadable reply: {e}")))
         })
     }
+}
+
+/// Starts a worker with its limits. The binary is `/proc/self/exe` where there is one: it
+/// still runs this process's binary after an upgrade replaced the file on disk.
+fn spawn_worker(ms: u64) -> Result<tokio::process::Child, Stopped> {
+    let exe = match std::path::Path::new("/proc/self/exe").exists() {
+        true => std::path::PathBuf::from("/proc/self/exe"),
+        false => {
+            std::env::current_exe().map_err(|e| Stopped::Unavailable(format!("finding the warden binary: {e}")))?
+        }
+    };
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .arg(WORKER_COMMAND)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    // SAFETY: between fork and exec, only async-signal-safe setrlimit calls.
+    unsafe {
+        command.pre_exec(move || {
+            limit(libc::RLIMIT_AS, EXECUTION_MEMORY_BYTES_MAX)?;
+            limit(libc::RLIMIT_CORE, 0)?;
+            limit(libc::RLIMIT_CPU, ms.div_ceil(1000) + 1)
+        });
+    }
+    command.spawn().map_err(|e| Stopped::Unavailable(format!("starting a worker: {e}")))
 }
 
 fn limit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {

@@ -45,7 +45,7 @@ fn kinds(commands: &[Command]) -> Vec<&'static str> {
             Command::Journal(JournalRecord::End(_)) => "Journal(End)",
             Command::Journal(JournalRecord::Resumed { .. }) => "Journal(Resumed)",
             Command::Journal(_) => "Journal(other)",
-            Command::Perform(_) => "Perform",
+            Command::Perform { .. } => "Perform",
             Command::LookUp(_) => "LookUp",
             Command::Wait { .. } => "Wait",
             Command::Notify => "Notify",
@@ -257,7 +257,11 @@ impl World {
         let completed: Vec<Completed> = journal
             .completed()
             .into_iter()
-            .map(|(action, result)| Completed { action: serde_json::from_value(action).unwrap(), result })
+            .map(|(action, result, happened)| Completed {
+                action: serde_json::from_value(action).unwrap(),
+                result,
+                happened,
+            })
             .collect();
         let mut grants = BTreeMap::new();
         grants.insert("g".to_string(), Grant::Capability(grant(self.kind)));
@@ -312,7 +316,7 @@ impl World {
                 self.journal.extend(record::encode(record));
                 None
             }
-            Command::Perform(action) => Some(self.perform(action)),
+            Command::Perform { action, .. } => Some(self.perform(action)),
             Command::LookUp(_) => Some(Event::LookedUp { committed: self.committed }),
             Command::Wait { .. } => {
                 self.waiting = true;

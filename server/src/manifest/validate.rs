@@ -478,7 +478,7 @@ fn check_money_limits(
         let limit = match (&grant.max, &grant.each, grant.uses) {
             (Some(max), _, _) => Some(max.minor),
             (None, Some(each), Some(uses)) => each.minor.checked_mul(uses as i64),
-            _ => {
+            (None, Some(each), None) => {
                 if quota_money.is_some() {
                     problems.add(
                         &format!("{at}.quota.money"),
@@ -488,8 +488,11 @@ fn check_money_limits(
                         ),
                     );
                 }
-                continue;
+                // Without `uses`, a run's most actions bound what it can spend (and what a
+                // settle can charge, which must stay exact).
+                each.minor.checked_mul(ACTIONS_PER_RUN_MAX as i64)
             }
+            (None, None, _) => continue,
         };
         let total = limit.and_then(|limit| worst.get(&currency).copied().unwrap_or(0).checked_add(limit));
         match total.filter(|&total| total <= MONEY_MINOR_MAX) {

@@ -20,6 +20,9 @@ use starlark::values::{
 use super::starlark_money::StarlarkMoney;
 use crate::broker::{Action, Broker, Kind, Method, HEADERS_BYTES_MAX, REQUEST_BODY_BYTES_MAX, TARGET_BYTES_MAX};
 
+/// The longest payment intent id a refund takes.
+pub const PAYMENT_INTENT_BYTES_MAX: usize = 255;
+
 #[derive(Debug, Clone, ProvidesStaticType, NoSerialize, Allocative, StarlarkPagable)]
 pub struct Capability {
     pub name: String,
@@ -235,8 +238,12 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         let Some(money) = amount.downcast_ref::<StarlarkMoney>() else {
             return Err(refused("`amount` must be money".into()));
         };
-        if payment_intent.is_empty() || !payment_intent.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(refused(format!("`{payment_intent}` is not a payment intent id")));
+        let well_formed = payment_intent.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !(1..=PAYMENT_INTENT_BYTES_MAX).contains(&payment_intent.len()) || !well_formed {
+            let shown: String = payment_intent.chars().take(80).collect();
+            return Err(refused(format!(
+                "`{shown}` is not a payment intent id (letters, digits and `_`, at most {PAYMENT_INTENT_BYTES_MAX} bytes)"
+            )));
         }
         let mut action = http(&cap, kind, Method::Refund, "", String::new(), BTreeMap::new())?;
         action.body = payment_intent.to_string();

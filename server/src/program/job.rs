@@ -58,6 +58,9 @@ pub enum Stopped {
     TimedOut { ms: u64 },
     /// It ended without a reply: out of memory, or a crash of the worker.
     Abnormal(String),
+    /// No worker could run it (the binary, processes or memory of the machine): nothing
+    /// about the program, so the run is not ended for it.
+    Unavailable(String),
 }
 
 impl std::fmt::Display for Stopped {
@@ -66,6 +69,7 @@ impl std::fmt::Display for Stopped {
             Stopped::TimedOut { ms } => {
                 write!(f, "one execution of the program ran past its wall-clock limit of {ms} ms and was stopped")
             }
+            Stopped::Unavailable(why) => write!(f, "no worker could run the program: {why}"),
             Stopped::Abnormal(why) => write!(
                 f,
                 "the program's execution ended abnormally ({why}); it may have gone past the memory limit of {} MiB",
