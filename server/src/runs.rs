@@ -116,13 +116,13 @@ impl Runs {
     /// other records are bounded where their contents enter): a writer never writes a line
     /// its reader refuses, or recovery could never read the journal again.
     pub(crate) async fn append_record(&self, path: &Path, record: &JournalRecord, run: &str) -> Result<(), Fatal> {
-        let line = self.encoded(record);
-        assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
-        let value = serde_json::to_value(record).expect("records serialise");
+        let value = scrub_value(&serde_json::to_value(record).expect("records serialise"), &self.secrets);
         assert!(
             record::depth(&value) <= 2 * record::VALUE_DEPTH_MAX - 8,
             "run {run}: a journal record nested too deep"
         );
+        let line = record::encode(&value);
+        assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
         journal::append_line_durably(&self.env, path, line)
             .await
             .map_err(|e| Fatal(format!("journaling a record of run {run} failed: {e}")))

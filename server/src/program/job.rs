@@ -109,13 +109,18 @@ pub fn run(job: Job) -> Executed {
         },
     };
     if job.load_only {
-        return Executed { execution: execution(Outcome::Done(Value::Null)), usage: BTreeMap::new() };
+        return loaded();
     }
     let broker = Broker::from_seed(job.broker);
     let limits = RunLimits { max_steps: job.max_steps };
     let execution = execute_with(&program, &job.inputs, limits, &broker, &job.capabilities);
     let usage = broker.usage.borrow().clone();
     Executed { execution, usage }
+}
+
+/// What a load-only job that loaded produces.
+pub fn loaded() -> Executed {
+    Executed { execution: execution(Outcome::Done(Value::Null)), usage: BTreeMap::new() }
 }
 
 fn execution(outcome: Outcome) -> Execution {
