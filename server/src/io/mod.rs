@@ -42,7 +42,7 @@ pub fn real_env(stdio: ProtectedStdio) -> Env {
         spawn: Rc::new(RealSpawn),
         process: Rc::new(process::RealProcess),
         probe: Rc::new(RealProbe::from_environment()),
-        sandbox: Rc::new(sandbox::WorkerSandbox),
+        sandbox: Rc::new(sandbox::WorkerSandbox::default()),
     }
 }
 

@@ -1,26 +1,52 @@
-//! Program executions in worker processes: `warden exec-program` reads one job on stdin and
-//! writes its reply on stdout. The worker's address space is limited (`RLIMIT_AS`), so an
-//! allocation past the limit ends the worker, not the server; a worker past its wall-clock
-//! limit is killed. Either way the run ends as `budget` and the server keeps serving.
+//! Program executions in worker processes (`warden exec-program`). A worker reads jobs from
+//! stdin and writes replies to stdout, each a frame (an 8-byte little-endian length, then the
+//! JSON), and keeps the programs it compiled. Its address space is limited (`RLIMIT_AS`), so an
+//! allocation past the limit ends the worker, not the server; a worker past a job's wall-clock
+//! limit is killed. Either way the run ends as `budget` and the server keeps serving. Workers
+//! that finished a job cleanly wait in a small pool for the next one: starting a process per
+//! execution would cost more than the execution.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::process::Stdio;
+use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::env::{LocalBoxFuture, Sandbox};
 use crate::program::job::{self, Executed, Job, Stopped, EXECUTION_MEMORY_BYTES_MAX, REPLY_BYTES_MAX};
+use crate::program::Program;
 
 /// The hidden subcommand a worker runs as.
 pub const WORKER_COMMAND: &str = "exec-program";
 /// The largest job a worker reads (a program, its inputs and the journal's completed actions).
 const JOB_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// Idle workers kept for the next job; more are stopped.
+const IDLE_WORKERS_MAX: usize = 8;
+/// Jobs one worker runs before it is replaced (bounds what a long life can accumulate).
+const JOBS_PER_WORKER_MAX: u64 = 1000;
+/// Compiled programs one worker keeps.
+const PROGRAMS_CACHED_MAX: usize = 64;
 
-pub struct WorkerSandbox;
+struct Worker {
+    /// Dropping the child kills the process (`kill_on_drop`).
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    jobs: u64,
+}
+
+#[derive(Default)]
+pub struct WorkerSandbox {
+    idle: Rc<RefCell<Vec<Worker>>>,
+}
 
 impl Sandbox for WorkerSandbox {
     fn execute(&self, job: Job) -> LocalBoxFuture<'static, Result<Executed, Stopped>> {
+        let idle = Rc::clone(&self.idle);
         Box::pin(async move {
             let ms = job.time_ms;
             let input = serde_json::to_vec(&job).map_err(|e| Stopped::Abnormal(format!("encoding the job: {e}")))?;
@@ -30,46 +56,60 @@ impl Sandbox for WorkerSandbox {
                     input.len()
                 )));
             }
-            let mut child = spawn_worker(ms)?;
-            let mut stdin = child.stdin.take().expect("piped");
-            let mut stdout = child.stdout.take().expect("piped");
-            let talk = async {
-                // Write and read together: a large job and a large reply must not deadlock.
-                let write = async {
-                    let written = stdin.write_all(&input).await;
-                    drop(stdin);
-                    written
-                };
-                let mut reply = Vec::new();
-                let mut bounded = (&mut stdout).take(REPLY_BYTES_MAX as u64 + 1);
-                let read = bounded.read_to_end(&mut reply);
-                let (written, read) = tokio::join!(write, read);
-                if reply.len() > REPLY_BYTES_MAX {
-                    // The worker may be blocked writing the rest: stop it rather than wait.
-                    let _ = child.kill().await;
-                    return Err(Stopped::Abnormal(format!("a reply over {REPLY_BYTES_MAX} bytes")));
-                }
-                let status = child.wait().await;
-                Ok((written, read, status, reply))
+            let popped = idle.borrow_mut().pop();
+            let mut worker = match popped {
+                Some(worker) => worker,
+                None => spawn_worker()?,
             };
-            let (written, read, status, reply) = match tokio::time::timeout(Duration::from_millis(ms), talk).await {
-                Ok(done) => done?,
+            let reply = match tokio::time::timeout(Duration::from_millis(ms), exchange(&mut worker, &input)).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(problem)) => return Err(ended(worker, problem).await),
+                // Dropping the worker kills it.
                 Err(_) => return Err(Stopped::TimedOut { ms }),
             };
-            let status = status.map_err(|e| Stopped::Unavailable(format!("waiting for a worker: {e}")))?;
-            if !status.success() {
-                return Err(Stopped::Abnormal(describe(status)));
+            worker.jobs += 1;
+            if worker.jobs < JOBS_PER_WORKER_MAX && idle.borrow().len() < IDLE_WORKERS_MAX {
+                idle.borrow_mut().push(worker);
             }
-            written.map_err(|e| Stopped::Abnormal(format!("sending the job: {e}")))?;
-            read.map_err(|e| Stopped::Abnormal(format!("reading the reply: {e}")))?;
             serde_json::from_slice(&reply).map_err(|e| Stopped::Abnormal(format!("an unreadable reply: {e}")))
         })
     }
 }
 
-/// Starts a worker with its limits. The binary is `/proc/self/exe` where there is one: it
-/// still runs this process's binary after an upgrade replaced the file on disk.
-fn spawn_worker(ms: u64) -> Result<tokio::process::Child, Stopped> {
+/// Sends one job frame and reads its reply frame.
+async fn exchange(worker: &mut Worker, input: &[u8]) -> Result<Vec<u8>, String> {
+    // The worker reads a whole job before it writes anything, so writing then reading cannot
+    // deadlock on full pipes.
+    worker.stdin.write_all(&(input.len() as u64).to_le_bytes()).await.map_err(|e| format!("sending the job: {e}"))?;
+    worker.stdin.write_all(input).await.map_err(|e| format!("sending the job: {e}"))?;
+    worker.stdin.flush().await.map_err(|e| format!("sending the job: {e}"))?;
+    let mut length = [0u8; 8];
+    worker.stdout.read_exact(&mut length).await.map_err(|e| format!("reading the reply: {e}"))?;
+    let length = u64::from_le_bytes(length);
+    if length > REPLY_BYTES_MAX as u64 {
+        return Err(format!("a reply of {length} bytes, over {REPLY_BYTES_MAX}"));
+    }
+    let mut reply = vec![0u8; length as usize];
+    worker.stdout.read_exact(&mut reply).await.map_err(|e| format!("reading the reply: {e}"))?;
+    Ok(reply)
+}
+
+/// A worker that failed mid-job: how it ended, for the run's message. It is not reused.
+async fn ended(worker: Worker, problem: String) -> Stopped {
+    let mut child = worker._child;
+    let status = match tokio::time::timeout(Duration::from_millis(1000), child.wait()).await {
+        Ok(Ok(status)) => describe(status),
+        _ => {
+            let _ = child.kill().await;
+            problem
+        }
+    };
+    Stopped::Abnormal(status)
+}
+
+/// Starts a worker with its memory limit. The binary is `/proc/self/exe` where there is one:
+/// it still runs this process's binary after an upgrade replaced the file on disk.
+fn spawn_worker() -> Result<Worker, Stopped> {
     let exe = match std::path::Path::new("/proc/self/exe").exists() {
         true => std::path::PathBuf::from("/proc/self/exe"),
         false => {
@@ -84,15 +124,18 @@ fn spawn_worker(ms: u64) -> Result<tokio::process::Child, Stopped> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
-    // SAFETY: between fork and exec, only async-signal-safe setrlimit calls.
+    // SAFETY: between fork and exec, only async-signal-safe setrlimit calls. No CPU limit:
+    // it would add up over a worker's jobs; the wall-clock limit stops a spinning job.
     unsafe {
-        command.pre_exec(move || {
+        command.pre_exec(|| {
             limit(libc::RLIMIT_AS, EXECUTION_MEMORY_BYTES_MAX)?;
-            limit(libc::RLIMIT_CORE, 0)?;
-            limit(libc::RLIMIT_CPU, ms.div_ceil(1000) + 1)
+            limit(libc::RLIMIT_CORE, 0)
         });
     }
-    command.spawn().map_err(|e| Stopped::Unavailable(format!("starting a worker: {e}")))
+    let mut child = command.spawn().map_err(|e| Stopped::Unavailable(format!("starting a worker: {e}")))?;
+    let stdin = child.stdin.take().expect("piped");
+    let stdout = child.stdout.take().expect("piped");
+    Ok(Worker { _child: child, stdin, stdout, jobs: 0 })
 }
 
 fn limit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
@@ -114,12 +157,44 @@ fn describe(status: std::process::ExitStatus) -> String {
     }
 }
 
-/// `warden exec-program`: one job from stdin, its reply to stdout.
+/// `warden exec-program`: jobs from stdin, each reply to stdout, until stdin closes.
 pub fn worker_main() -> Result<(), String> {
-    let mut input = Vec::new();
-    io::stdin().take(JOB_BYTES_MAX).read_to_end(&mut input).map_err(|e| format!("reading the job: {e}"))?;
-    let job: Job = serde_json::from_slice(&input).map_err(|e| format!("the job does not parse: {e}"))?;
-    let reply = serde_json::to_vec(&job::run(job)).map_err(|e| format!("encoding the reply: {e}"))?;
+    let mut stdin = io::stdin().lock();
     let mut stdout = io::stdout().lock();
-    stdout.write_all(&reply).and_then(|()| stdout.flush()).map_err(|e| format!("writing the reply: {e}"))
+    let mut programs: HashMap<String, Program> = HashMap::new();
+    loop {
+        let mut length = [0u8; 8];
+        match stdin.read_exact(&mut length) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(format!("reading a job: {e}")),
+        }
+        let length = u64::from_le_bytes(length);
+        if length > JOB_BYTES_MAX {
+            return Err(format!("a job of {length} bytes, over {JOB_BYTES_MAX}"));
+        }
+        let mut input = vec![0u8; length as usize];
+        stdin.read_exact(&mut input).map_err(|e| format!("reading a job: {e}"))?;
+        let mut job: Job = serde_json::from_slice(&input).map_err(|e| format!("a job does not parse: {e}"))?;
+        job.compiled = cached(&mut programs, &job);
+        let executed = job::run(job);
+        let reply = serde_json::to_vec(&executed).map_err(|e| format!("encoding a reply: {e}"))?;
+        stdout.write_all(&(reply.len() as u64).to_le_bytes()).map_err(|e| format!("writing a reply: {e}"))?;
+        stdout.write_all(&reply).and_then(|()| stdout.flush()).map_err(|e| format!("writing a reply: {e}"))?;
+    }
+}
+
+/// The job's program compiled, from this worker's cache or compiled now (a program that does
+/// not compile is left to `job::run`, which reports it).
+fn cached(programs: &mut HashMap<String, Program>, job: &Job) -> Option<Program> {
+    let key = format!("{}\u{0}{}\u{0}{}", job.entry, job.grant_names.join(","), job.source);
+    if let Some(program) = programs.get(&key) {
+        return Some(program.clone());
+    }
+    let program = Program::load(&job.path, &job.source, &job.entry, &job.grant_names).ok()?;
+    if programs.len() >= PROGRAMS_CACHED_MAX {
+        programs.clear();
+    }
+    programs.insert(key, program.clone());
+    Some(program)
 }
