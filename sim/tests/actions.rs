@@ -3,6 +3,9 @@
 //! POST are sent again, a `db.sqlite` write is looked up, a plain POST waits for an operator),
 //! the operator's resolution, and secrets kept out of every byte written.
 
+mod common;
+
+use common::{ask, call, journals, text, usd};
 use serde_json::{json, Value};
 use warden::env::Point;
 use warden_sim::check;
@@ -133,32 +136,6 @@ fn world(seed: u64) -> World {
     world.services.sql(&db, "CREATE TABLE tickets (id INTEGER PRIMARY KEY, open INTEGER)");
     world.services.sql(&db, "INSERT INTO tickets (id, open) VALUES (1, 1), (2, 1), (3, 1)");
     world
-}
-
-fn call(id: i64, tool: &str, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": tool, "arguments": arguments,
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
-}
-
-fn ask(instance: &Instance, message: &Value) -> Value {
-    instance.send(message);
-    assert_eq!(instance.run(), Stop::Quiet, "log: {:?}", instance.log());
-    let outputs = instance.outputs();
-    let answer = outputs.iter().find(|m| m.get("id") == Some(&message["id"]));
-    answer.unwrap_or_else(|| panic!("no answer: {outputs:?}; log {:?}", instance.log()))["result"].clone()
-}
-
-fn text(result: &Value) -> String {
-    result["content"][0]["text"].as_str().unwrap_or_default().to_string()
-}
-
-fn usd(amount: &str) -> Value {
-    json!({"amount": amount, "currency": "USD"})
-}
-
-fn journals() -> std::path::PathBuf {
-    World::path("journals")
 }
 
 fn open_tickets(world: &World) -> usize {

@@ -7,6 +7,9 @@
 //! server, I/O errors read as "absent", missing secrets, a lax journal reader, deadlines on
 //! the wall clock).
 
+mod common;
+
+use common::{ask, call, journals, text, usd};
 use serde_json::{json, Value};
 use warden::env::Point;
 use warden_sim::check;
@@ -156,32 +159,6 @@ fn world(seed: u64) -> World {
     variables.insert("ECHO_TOKEN".into(), ECHO_TOKEN.into());
     drop(variables);
     world
-}
-
-fn call(id: i64, tool: &str, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": tool, "arguments": arguments,
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
-}
-
-fn ask(instance: &Instance, message: &Value) -> Value {
-    instance.send(message);
-    assert_eq!(instance.run(), Stop::Quiet, "log: {:?}", instance.log());
-    let outputs = instance.outputs();
-    let answer = outputs.iter().find(|m| m.get("id") == Some(&message["id"]));
-    answer.unwrap_or_else(|| panic!("no answer: {outputs:?}; log {:?}", instance.log()))["result"].clone()
-}
-
-fn text(result: &Value) -> String {
-    result["content"][0]["text"].as_str().unwrap_or_default().to_string()
-}
-
-fn usd(amount: &str) -> Value {
-    json!({"amount": amount, "currency": "USD"})
-}
-
-fn journals() -> std::path::PathBuf {
-    World::path("journals")
 }
 
 fn settled_charge(world: &World, run: &str) -> Option<Vec<String>> {
