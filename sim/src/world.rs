@@ -77,6 +77,8 @@ pub struct World {
     pub probes: Rc<Probes>,
     pub instances: Cell<u32>,
     pub services: Rc<Services>,
+    /// Faults of program executions (how long they take; no worker at all).
+    pub sandbox: Rc<crate::sandbox::SandboxFaults>,
 }
 
 pub struct Instance {
@@ -104,6 +106,7 @@ impl World {
             probes: Rc::new(Probes::default()),
             instances: Cell::new(0),
             services,
+            sandbox: Rc::new(crate::sandbox::SandboxFaults::default()),
         }
     }
 
@@ -128,7 +131,11 @@ impl World {
             db: Rc::new(SimDb(Rc::clone(&self.services))),
             rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),
             spawn: Rc::new(executor.spawner()),
-            sandbox: Rc::new(crate::sandbox::SimSandbox(Rc::new(executor.spawner()))),
+            sandbox: Rc::new(crate::sandbox::SimSandbox {
+                spawn: Rc::new(executor.spawner()),
+                clock: Rc::clone(&self.clock),
+                faults: Rc::clone(&self.sandbox),
+            }),
             process: Rc::new(SimProcess(Rc::clone(&self.services))),
             probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
         }

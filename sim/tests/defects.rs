@@ -698,3 +698,34 @@ fn run_status_answers_within_the_result_limit() {
     let size = serde_json::to_vec(&status).unwrap().len();
     assert!(size <= warden::answer::RESULT_BYTES_MAX + 1024, "{size} bytes");
 }
+
+#[test]
+fn the_deadline_is_checked_again_when_an_action_would_begin() {
+    let world = world(22);
+    // Each execution of the program takes 6 s: the second note would begin at 12 s, past the
+    // tool's 10 s deadline, though its execution started at 6 s, within it.
+    world.sandbox.execution_ms.set(6_000);
+    let instance = world.start("manifest.json");
+    let answer = ask(&instance, &call(1, "slow_note", json!({"text": "late", "times": 2})));
+    assert!(text(&answer).starts_with("deadline: the tool's deadline (10s) passed before action 1"), "{answer}");
+    assert_eq!(world.services.effects_of("note"), 1);
+}
+
+#[test]
+fn a_worker_that_cannot_start_stops_the_server_and_the_run_resumes_later() {
+    let world = world(23);
+    let first = world.start("manifest.json");
+    assert_eq!(first.run(), Stop::Quiet);
+    world.sandbox.unavailable.set(true);
+    first.send(&call(1, "slow_note", json!({"text": "later"})));
+    assert_eq!(first.run(), Stop::Quiet);
+    let exited = first.exited().expect("the server stops");
+    assert!(exited.as_ref().unwrap_err().contains("no worker could run the program"), "{exited:?}");
+    assert_eq!(check::open_runs(&world.disk, &journals()).len(), 1, "the run is not ended for it");
+    drop(first);
+    world.sandbox.unavailable.set(false);
+    let second = world.start("manifest.json");
+    assert_eq!(second.run(), Stop::Quiet);
+    assert!(check::open_runs(&world.disk, &journals()).is_empty(), "{:?}", second.log());
+    assert_eq!(world.services.effects_of("note"), 1);
+}
