@@ -1,78 +1,116 @@
 //! `warden-sim`: run seeds, explore seed ranges, replay scenario files, draw timelines.
 //!
 //!   warden-sim run --seed 7 [--check-determinism] [--canary lying-fsync|ignore-idempotency-keys]
-//!   warden-sim explore --seeds 0..10000 [--canary ...] [--expect-violation] [--out scenarios/found]
+//!   warden-sim explore --seeds 0..10000 [--canary ...] [--expect-violation] [--out scenarios/found] [--json FILE]
 //!   warden-sim replay scenarios/crash-after-settle.json
 //!   warden-sim timeline --seed 7 > run.html
 
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
 use warden_faults::{Canary, Expect, Scenario};
 use warden_sim::sweep::{plan_for_seed, simulate, Report};
 
-fn usage() -> ExitCode {
-    eprintln!(
-        "usage: warden-sim run --seed N [--check-determinism] [--canary lying-fsync|ignore-idempotency-keys]\n       \
-         warden-sim explore --seeds A..B [--canary ...] [--expect-violation] [--out DIR]\n       \
-         warden-sim replay FILE...\n       warden-sim timeline --seed N"
-    );
-    ExitCode::from(2)
+#[derive(Parser)]
+#[command(
+    name = "warden-sim",
+    version,
+    about = "Warden's deterministic simulator: the real server code on a simulated Env"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+#[derive(Subcommand)]
+enum Command {
+    /// Simulate one seed and print what happened.
+    Run {
+        #[arg(long)]
+        seed: u64,
+        /// Simulate it twice and fail unless both traces are the same.
+        #[arg(long)]
+        check_determinism: bool,
+        /// Plant a bug the checker must find.
+        #[arg(long, value_enum)]
+        canary: Option<CanaryArg>,
+        /// Print the server's log.
+        #[arg(long)]
+        verbose: bool,
+    },
+    /// Simulate a range of seeds; each failure is shrunk to a scenario file.
+    Explore {
+        /// A range of seeds, `A..B` (B excluded).
+        #[arg(long, value_parser = parse_seeds)]
+        seeds: Range<u64>,
+        #[arg(long, value_enum)]
+        canary: Option<CanaryArg>,
+        /// Succeed only if a violation is found (for canaries); stop at the first.
+        #[arg(long)]
+        expect_violation: bool,
+        /// Where shrunk scenarios are written.
+        #[arg(long, default_value = "scenarios/found")]
+        out: PathBuf,
+        /// Also write the report as JSON (for CI).
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Replay scenario files and check each one's stated expectation.
+    Replay {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Draw one seed's timeline as self-contained HTML on stdout.
+    Timeline {
+        #[arg(long)]
+        seed: u64,
+        #[arg(long, value_enum)]
+        canary: Option<CanaryArg>,
+    },
 }
 
-fn canary(args: &[String]) -> Result<Option<Canary>, String> {
-    match flag(args, "--canary").as_deref() {
-        None => Ok(None),
-        Some("lying-fsync") => Ok(Some(Canary::LyingFsync)),
-        Some("ignore-idempotency-keys") => Ok(Some(Canary::IgnoreIdempotencyKeys)),
-        Some(other) => Err(format!("unknown canary `{other}`")),
+/// The bugs the checker is tested on.
+#[derive(Clone, Copy, ValueEnum)]
+enum CanaryArg {
+    LyingFsync,
+    IgnoreIdempotencyKeys,
+}
+
+impl From<CanaryArg> for Canary {
+    fn from(canary: CanaryArg) -> Canary {
+        match canary {
+            CanaryArg::LyingFsync => Canary::LyingFsync,
+            CanaryArg::IgnoreIdempotencyKeys => Canary::IgnoreIdempotencyKeys,
+        }
     }
 }
 
+/// `A..B` with A < B.
+fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
+    let shape = || format!("`{text}` is not a range of seeds: write A..B, e.g. 0..10000");
+    let (from, to) = text.split_once("..").ok_or_else(shape)?;
+    let from: u64 = from.parse().map_err(|_| shape())?;
+    let to: u64 = to.parse().map_err(|_| shape())?;
+    if from >= to {
+        return Err(format!("`{text}` is empty: the end is excluded, so it must be greater than the start"));
+    }
+    Ok(from..to)
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(command) = args.first() else { return usage() };
-    let canary = match canary(&args) {
-        Ok(canary) => canary,
-        Err(problem) => {
-            eprintln!("warden-sim: {problem}");
-            return ExitCode::from(2);
+    match Cli::parse().command {
+        Command::Run { seed, check_determinism, canary, verbose } => run(seed, check_determinism, canary, verbose),
+        Command::Explore { seeds, canary, expect_violation, out, json } => {
+            explore(seeds, canary.map(Canary::from), expect_violation, &out, json.as_deref())
         }
-    };
-    match command.as_str() {
-        "run" => {
-            let Some(seed) = flag(&args, "--seed").and_then(|s| s.parse::<u64>().ok()) else { return usage() };
-            let mut scenario = plan_for_seed(seed);
-            scenario.canary = canary;
-            let report = simulate(&scenario);
-            if args.iter().any(|a| a == "--verbose") {
-                for line in &report.log {
-                    println!("  | {line}");
-                }
-            }
-            print_summary(&report);
-            if args.iter().any(|a| a == "--check-determinism") {
-                let again = simulate(&scenario);
-                if again.trace_hash != report.trace_hash {
-                    eprintln!("NOT DETERMINISTIC: trace {} then {}", report.trace_hash, again.trace_hash);
-                    return ExitCode::from(1);
-                }
-                println!("determinism: the same seed gave the same trace twice ({})", report.trace_hash);
-            }
-            if report.violations.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
-        "explore" => explore(&args, canary),
-        "replay" => {
+        Command::Replay { files } => {
             let mut failed = false;
-            for path in &args[1..] {
+            for path in &files {
                 match replay(path) {
                     Ok(line) => println!("{line}"),
                     Err(line) => {
@@ -87,14 +125,37 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
-        "timeline" => {
-            let Some(seed) = flag(&args, "--seed").and_then(|s| s.parse::<u64>().ok()) else { return usage() };
+        Command::Timeline { seed, canary } => {
             let mut scenario = plan_for_seed(seed);
-            scenario.canary = canary;
+            scenario.canary = canary.map(Canary::from);
             print!("{}", warden_sim::timeline::html(&simulate(&scenario)));
             ExitCode::SUCCESS
         }
-        _ => usage(),
+    }
+}
+
+fn run(seed: u64, check_determinism: bool, canary: Option<CanaryArg>, verbose: bool) -> ExitCode {
+    let mut scenario = plan_for_seed(seed);
+    scenario.canary = canary.map(Canary::from);
+    let report = simulate(&scenario);
+    if verbose {
+        for line in &report.log {
+            println!("  | {line}");
+        }
+    }
+    print_summary(&report);
+    if check_determinism {
+        let again = simulate(&scenario);
+        if again.trace_hash != report.trace_hash {
+            eprintln!("NOT DETERMINISTIC: trace {} then {}", report.trace_hash, again.trace_hash);
+            return ExitCode::from(1);
+        }
+        println!("determinism: the same seed gave the same trace twice ({})", report.trace_hash);
+    }
+    if report.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 
@@ -109,8 +170,9 @@ fn print_summary(report: &Report) {
 }
 
 /// Replays a scenario file and checks its stated expectation.
-fn replay(path: &str) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("FAIL {path}: {e}"))?;
+fn replay(path: &Path) -> Result<String, String> {
+    let path = path.display();
+    let text = std::fs::read_to_string(path.to_string()).map_err(|e| format!("FAIL {path}: {e}"))?;
     let scenario: Scenario = serde_json::from_str(&text).map_err(|e| format!("FAIL {path}: {e}"))?;
     let report = simulate(&scenario);
     let found: Vec<u8> = report.violations.iter().map(|v| v.invariant).collect();
@@ -150,83 +212,128 @@ fn shrink(mut scenario: Scenario, invariant: u8) -> Scenario {
     scenario
 }
 
-fn explore(args: &[String], canary: Option<Canary>) -> ExitCode {
-    let Some(range) = flag(args, "--seeds") else { return usage() };
-    let Some((from, to)) =
-        range.split_once("..").and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
-    else {
-        return usage();
-    };
-    let expect_violation = args.iter().any(|a| a == "--expect-violation");
-    let out = flag(args, "--out").unwrap_or_else(|| "scenarios/found".to_string());
+/// What a sweep adds up to.
+#[derive(Default)]
+struct Totals {
+    calls: u64,
+    simulated_ms: u64,
+    /// Index 0: at a disk operation or a failed write; 1..=7: after that step.
+    crashes: [u64; 8],
+    faults: std::collections::BTreeMap<&'static str, u64>,
+    failing: Vec<u64>,
+}
+
+impl Totals {
+    fn add(&mut self, report: &Report) {
+        self.calls += report.calls as u64;
+        self.simulated_ms += report.sim_ms;
+        for (i, c) in report.crashes.iter().enumerate() {
+            self.crashes[i] += c;
+        }
+        for (kind, count) in &report.faults {
+            *self.faults.entry(kind).or_insert(0) += count;
+        }
+    }
+}
+
+fn explore(
+    seeds: Range<u64>,
+    canary: Option<Canary>,
+    expect_violation: bool,
+    out: &Path,
+    json_out: Option<&Path>,
+) -> ExitCode {
     let started = Instant::now();
-    let mut calls = 0u64;
-    let mut simulated_ms = 0u64;
-    let mut crashes = [0u64; 8];
-    let mut faults: std::collections::BTreeMap<&'static str, u64> = Default::default();
-    let mut failing = Vec::new();
-    let total = to.saturating_sub(from);
-    for (n, seed) in (from..to).enumerate() {
+    let mut totals = Totals::default();
+    let progress = ProgressBar::new(seeds.end - seeds.start);
+    progress.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} seeds  {per_sec}  {eta} left  {msg}")
+            .expect("a valid template"),
+    );
+    for seed in seeds.clone() {
         let mut scenario = plan_for_seed(seed);
         scenario.canary = canary;
         let report = simulate(&scenario);
-        calls += report.calls as u64;
-        simulated_ms += report.sim_ms;
-        for (i, c) in report.crashes.iter().enumerate() {
-            crashes[i] += c;
-        }
-        for (kind, count) in &report.faults {
-            *faults.entry(kind).or_insert(0) += count;
-        }
-        if (n + 1) % 50 == 0 || n + 1 == total as usize {
-            eprint!("\r{} / {total} seeds, {} failing", n + 1, failing.len());
-        }
-        if let Some(first) = report.violations.first() {
-            let invariant = first.invariant;
-            println!("\nseed {seed}: {first}");
-            for violation in report.violations.iter().skip(1).take(3) {
-                println!("  also {violation}");
-            }
-            let mut shrunk = shrink(scenario, invariant);
-            shrunk.description = format!("seed {seed}, shrunk: {first}");
-            shrunk.expect = Expect::Fails { invariant };
-            let _ = std::fs::create_dir_all(&out);
-            let path = format!("{out}/seed-{seed}.json");
-            let written =
-                std::fs::write(&path, serde_json::to_string_pretty(&shrunk).expect("scenarios serialise") + "\n");
-            println!(
-                "  shrunk to {} calls and {} faults: {}",
-                shrunk.calls,
-                shrunk.faults.len(),
-                if written.is_ok() { path } else { "(not written)".into() }
-            );
-            failing.push(seed);
+        totals.add(&report);
+        progress.inc(1);
+        if !report.violations.is_empty() {
+            progress.suspend(|| write_shrunk(seed, scenario, &report, out));
+            totals.failing.push(seed);
+            progress.set_message(format!("{} failing", totals.failing.len()));
             if expect_violation {
                 break;
             }
         }
     }
+    progress.finish_and_clear();
     let elapsed = started.elapsed().as_secs_f64();
-    eprintln!();
-    println!("seeds {from}..{to}: {calls} calls in {elapsed:.1} s ({:.0} calls/s)", calls as f64 / elapsed.max(1e-9));
-    println!(
-        "simulated time: {:.1} h in {elapsed:.1} s of wall time ({:.0}x faster)",
-        simulated_ms as f64 / 3_600_000.0,
-        simulated_ms as f64 / 1000.0 / elapsed.max(1e-9)
-    );
-    println!("crashes by the step they followed:");
-    for step in 1..=7 {
-        let flag = if crashes[step] == 0 { "   <- never hit" } else { "" };
-        println!("  step {step}: {}{flag}", crashes[step]);
+    print_table(&seeds, &totals, elapsed);
+    if let Some(path) = json_out {
+        let report = json_report(&seeds, &totals, elapsed);
+        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&report).expect("JSON serialises") + "\n") {
+            eprintln!("warden-sim: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
     }
-    println!("  at a disk operation, or stopped by a failed write: {}", crashes[0]);
-    println!("faults injected:");
-    for (kind, count) in &faults {
-        println!("  {kind}: {count}");
-    }
-    println!("violations: {} seed(s) {:?}", failing.len(), failing);
-    match (expect_violation, failing.is_empty()) {
+    match (expect_violation, totals.failing.is_empty()) {
         (false, true) | (true, false) => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     }
+}
+
+/// Prints a failing seed, shrinks it, and writes the shrunk scenario under `out`.
+fn write_shrunk(seed: u64, scenario: Scenario, report: &Report, out: &Path) {
+    let first = &report.violations[0];
+    let invariant = first.invariant;
+    println!("seed {seed}: {first}");
+    for violation in report.violations.iter().skip(1).take(3) {
+        println!("  also {violation}");
+    }
+    let mut shrunk = shrink(scenario, invariant);
+    shrunk.description = format!("seed {seed}, shrunk: {first}");
+    shrunk.expect = Expect::Fails { invariant };
+    let _ = std::fs::create_dir_all(out);
+    let path = out.join(format!("seed-{seed}.json"));
+    let written = std::fs::write(&path, serde_json::to_string_pretty(&shrunk).expect("scenarios serialise") + "\n");
+    let shown = if written.is_ok() { path.display().to_string() } else { "(not written)".into() };
+    println!("  shrunk to {} calls and {} faults: {shown}", shrunk.calls, shrunk.faults.len());
+}
+
+fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
+    let rate = totals.calls as f64 / elapsed.max(1e-9);
+    let speed = totals.simulated_ms as f64 / 1000.0 / elapsed.max(1e-9);
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!("| seeds | {}..{} |", seeds.start, seeds.end);
+    println!("| violations | {} seed(s) {:?} |", totals.failing.len(), totals.failing);
+    println!("| calls | {} in {elapsed:.1} s ({rate:.0} calls/s) |", totals.calls);
+    println!(
+        "| simulated time | {:.1} h ({speed:.0}x faster than wall time) |",
+        totals.simulated_ms as f64 / 3_600_000.0
+    );
+    for step in 1..=7 {
+        let never = if totals.crashes[step] == 0 { " (never hit)" } else { "" };
+        println!("| crashes after step {step} | {}{never} |", totals.crashes[step]);
+    }
+    println!("| crashes at a disk operation, or stops after a failed write | {} |", totals.crashes[0]);
+    for (kind, count) in &totals.faults {
+        println!("| fault: {kind} | {count} |");
+    }
+}
+
+fn json_report(seeds: &Range<u64>, totals: &Totals, elapsed: f64) -> serde_json::Value {
+    let crashes: serde_json::Map<String, serde_json::Value> = (1..=7)
+        .map(|step| (format!("step {step}"), json!(totals.crashes[step])))
+        .chain(std::iter::once(("disk operation".to_string(), json!(totals.crashes[0]))))
+        .collect();
+    json!({
+        "seeds": {"from": seeds.start, "to": seeds.end},
+        "violations": totals.failing,
+        "calls": totals.calls,
+        "elapsed_s": elapsed,
+        "calls_per_s": totals.calls as f64 / elapsed.max(1e-9),
+        "simulated_ms": totals.simulated_ms,
+        "crashes": crashes,
+        "faults": totals.faults,
+    })
 }
