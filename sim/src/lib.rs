@@ -3,10 +3,14 @@
 //! checked. See `docs/ARCHITECTURE.md`, "The simulator".
 
 pub mod check;
+pub mod client;
 pub mod clock;
 pub mod disk;
 pub mod executor;
+pub mod fixture;
 pub mod fuzzing;
+pub mod operator;
+pub mod plan;
 pub mod sandbox;
 pub mod services;
 pub mod stdio;

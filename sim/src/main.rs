@@ -14,7 +14,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use warden_faults::{Canary, Expect, Scenario};
-use warden_sim::sweep::{plan_for_seed, simulate, Report};
+use warden_sim::plan::plan_for_seed;
+use warden_sim::sweep::{simulate, Report};
 
 #[derive(Parser)]
 #[command(

@@ -33,7 +33,7 @@ fn every_scenario_meets_its_expectation() {
 #[test]
 fn the_same_seed_gives_the_same_trace() {
     for seed in [3, 17, 29] {
-        let scenario = warden_sim::sweep::plan_for_seed(seed);
+        let scenario = warden_sim::plan::plan_for_seed(seed);
         assert_eq!(simulate(&scenario).trace_hash, simulate(&scenario).trace_hash, "seed {seed}");
     }
 }

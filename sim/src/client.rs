@@ -1,0 +1,149 @@
+//! The client model: a connection that speaks both eras, sends the workload's calls, records
+//! every answer and the runs its progress notifications named, and resends after restarts.
+
+use std::collections::BTreeMap;
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::RngCore;
+use serde_json::{json, Value};
+
+use crate::check::Violation;
+use crate::sweep::Report;
+use crate::world::Instance;
+
+#[derive(Default)]
+pub struct Client {
+    pub next_id: i64,
+    /// id -> the call message, for calls not yet answered.
+    pub unanswered: BTreeMap<i64, Value>,
+    pub answers: BTreeMap<i64, Value>,
+    /// id -> run ids its progress notifications named, in order.
+    pub runs: BTreeMap<i64, Vec<String>>,
+    /// (id, tool) of every call sent.
+    pub tools: BTreeMap<i64, String>,
+    pub trace: Vec<u8>,
+}
+
+impl Client {
+    /// A new connection: the client opens a 2025-11-25 session too, so each call can use
+    /// either era on the same connection.
+    pub fn connect(&mut self, instance: &Instance) {
+        instance.send(&json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "sim-client", "version": "1"}}}));
+        instance.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+
+    pub fn call(&mut self, tool: &str, arguments: Value, legacy: bool) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let meta = if legacy {
+            json!({"progressToken": id})
+        } else {
+            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": id})
+        };
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": meta}});
+        self.unanswered.insert(id, message.clone());
+        self.tools.insert(id, tool.to_string());
+        message
+    }
+
+    /// After a restart the client sends again what was not answered, for tools with `once`
+    /// (the same logical operation); a call to a tool without it would be a new run, so
+    /// the client gives it up (its run, if it started, is still followed to its end).
+    pub fn resend_after_restart(&mut self, instance: &Instance) {
+        let tools = &self.tools;
+        self.unanswered.retain(|id, _| matches!(tools.get(id).map(String::as_str), Some("echo" | "refund" | "close")));
+        for (id, message) in &self.unanswered {
+            // A resent call starts afresh: a run named before the crash does not answer it.
+            self.runs.remove(id);
+            instance.send(message);
+        }
+    }
+
+    /// Reads the server's output; returns stream violations (invariant 8).
+    pub fn read(&mut self, instance: &Instance, report: &mut Report, now: u64) {
+        for line in instance.pipe.take_output() {
+            self.trace.extend_from_slice(&line);
+            let message: Value = match serde_json::from_slice(&line) {
+                Ok(message) => message,
+                Err(e) => {
+                    report
+                        .violations
+                        .push(Violation { invariant: 8, message: format!("a stdout line is not JSON: {e}") });
+                    continue;
+                }
+            };
+            if message.get("jsonrpc") != Some(&json!("2.0"))
+                || line.last() != Some(&b'\n')
+                || line[..line.len() - 1].contains(&b'\n')
+            {
+                report.violations.push(Violation { invariant: 8, message: format!("not a JSON-RPC line: {message}") });
+            }
+            if message["method"] == json!("notifications/progress") {
+                let id = message["params"]["progressToken"].as_i64().unwrap_or(-1);
+                let run = message["params"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .trim_start_matches("run ")
+                    .trim_end_matches(" started")
+                    .to_string();
+                report.events.push((now, format!("call {id}"), format!("run {} started", &run[..8.min(run.len())])));
+                self.runs.entry(id).or_default().push(run);
+                continue;
+            }
+            if let Some(id) = message.get("id").and_then(Value::as_i64) {
+                if message.get("error").is_some() && self.tools.contains_key(&id) {
+                    report.violations.push(Violation {
+                        invariant: 8,
+                        message: format!("a tool call got a protocol error: {message}"),
+                    });
+                }
+                if self.unanswered.remove(&id).is_some() {
+                    report.answered += 1;
+                    let text = message["result"]["content"][0]["text"]
+                        .as_str()
+                        .unwrap_or("")
+                        .chars()
+                        .take(60)
+                        .collect::<String>();
+                    report.events.push((now, format!("call {id}"), format!("answered: {text}")));
+                    self.answers.insert(id, message["result"].clone());
+                }
+            }
+        }
+    }
+}
+
+/// The workload's call number `index`: a tool drawn from the mix (or named by the scenario),
+/// with arguments that sometimes repeat an earlier `once` key.
+pub fn workload_call(rng: &mut ChaCha8Rng, client: &mut Client, index: u32, tools: Option<&Vec<String>>) -> Value {
+    let legacy = rng.next_u64() % 3 == 0;
+    let mut pick = rng.next_u64() % 100;
+    if let Some(tools) = tools.filter(|t| !t.is_empty()) {
+        pick = match tools[index as usize % tools.len()].as_str() {
+            "echo" => 0,
+            "refund" => 20,
+            "note" => 50,
+            "note_safe" => 65,
+            _ => 80,
+        };
+    }
+    match pick {
+        0..=19 => {
+            let text = if index > 0 && rng.next_u64() % 4 == 0 {
+                format!("e{}", rng.next_u64() % index as u64)
+            } else {
+                format!("e{index}")
+            };
+            client.call("echo", json!({"text": text}), legacy)
+        }
+        20..=49 => {
+            let order = format!("pi_{}", 2000 + rng.next_u64() % 20);
+            let cents = 100 + rng.next_u64() % 5400;
+            client.call("refund", json!({"order": order, "amount": {"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"}}), legacy)
+        }
+        50..=64 => client.call("note", json!({"text": format!("n{index}")}), legacy),
+        65..=79 => client.call("note_safe", json!({"text": format!("s{index}")}), legacy),
+        _ => client.call("close", json!({"ticket": 1 + rng.next_u64() % 20}), legacy),
+    }
+}

@@ -1,0 +1,56 @@
+//! The fixed world every seed simulates today: its manifest, programs, and the services'
+//! data (payment intents, tickets), plus the canaries planted in it.
+
+use warden_faults::Canary;
+
+use crate::world::World;
+
+/// The payment key the world's grants attach: the checker searches every output for it.
+pub const SECRET: &str = "sk_test_SIMSECRET_7c1e";
+
+pub const MANIFEST: &str = r#"{
+  "server": { "name": "sim", "journals": "journals", "max_concurrent_runs": 4, "notify": ["notify"] },
+  "tools": [
+    { "name": "echo", "program": "echo.star", "limits": { "max_steps": 10000 }, "once": { "by": ["text"], "keep": "1d" } },
+    { "name": "refund", "program": "refund.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "grants": { "pay": { "cap": "payments.stripe.refund", "each": { "amount": "50.00", "currency": "USD" }, "uses": 1,
+        "needs": { "get": { "cap": "net.http.get", "only": ["https://payments.sim/v1/payment_intents/*"] },
+                   "post": { "cap": "net.http.post", "only": ["https://payments.sim/v1/refunds"], "idempotency_key": true },
+                   "key": { "env": "STRIPE_SECRET_KEY" } } } },
+      "once": { "by": ["order"], "keep": "1d" },
+      "quota": { "window": "24h", "calls": 30, "money": { "amount": "400.00", "currency": "USD" } } },
+    { "name": "note", "program": "note.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "grants": { "notes": { "cap": "net.http.post", "only": ["https://notes.sim/notes"] } } },
+    { "name": "note_safe", "program": "note.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "grants": { "notes": { "cap": "net.http.post", "only": ["https://notes.sim/notes"], "idempotency_key": true } } },
+    { "name": "close", "program": "close.star", "once": { "by": ["ticket"], "keep": "1d" },
+      "grants": { "db": { "cap": "db.sqlite", "path": "desk.db", "mode": "write" } } }
+  ]
+}"#;
+
+const ECHO: &str = "def main(text: str) -> dict:\n    \"\"\"Echo.\n\n    Args:\n        text: The text.\n    \"\"\"\n    print(\"echo\", text)\n    return {\"echo\": text}\n";
+const REFUND: &str = "def main(pay, order: str, amount: money) -> dict:\n    \"\"\"Refund.\n\n    Args:\n        order: The intent.\n        amount: How much.\n    \"\"\"\n    intent = pay.get(\"https://payments.sim/v1/payment_intents/\" + order)\n    if intent.get(\"status\") != 200:\n        fail(\"no such order\")\n    r = pay.refund(order, amount)\n    return {\"status\": r.get(\"status\"), \"amount\": amount.amount}\n";
+const NOTE: &str = "def main(notes, text: str) -> dict:\n    \"\"\"Save a note.\n\n    Args:\n        text: The note.\n    \"\"\"\n    r = notes.post(\"https://notes.sim/notes\", json = {\"text\": text})\n    return {\"status\": r.get(\"status\"), \"error\": r.get(\"error\")}\n";
+const CLOSE: &str = "def main(db, ticket: int) -> dict:\n    \"\"\"Close a ticket.\n\n    Args:\n        ticket: The ticket.\n    \"\"\"\n    return {\"changes\": db.execute(\"UPDATE tickets SET open = 0 WHERE id = ? AND open = 1\", [ticket])[\"changes\"]}\n";
+
+/// Installs the manifest and programs, the secret, and the services' data; plants a canary.
+pub fn install(world: &World, canary: Option<Canary>) {
+    world.install("manifest.json", MANIFEST.as_bytes());
+    for (name, text) in [("echo.star", ECHO), ("refund.star", REFUND), ("note.star", NOTE), ("close.star", CLOSE)] {
+        world.install(name, text.as_bytes());
+    }
+    world.services.variables.borrow_mut().insert("STRIPE_SECRET_KEY".into(), SECRET.into());
+    for n in 0..20 {
+        world.services.intents.borrow_mut().insert(format!("pi_{}", 2000 + n), (100_000, "usd".into()));
+    }
+    let db = World::path("desk.db");
+    world.services.sql(&db, "CREATE TABLE tickets (id INTEGER PRIMARY KEY, open INTEGER)");
+    for n in 1..=20 {
+        world.services.sql(&db, &format!("INSERT INTO tickets (id, open) VALUES ({n}, 1)"));
+    }
+    match canary {
+        Some(Canary::LyingFsync) => world.disk.faults.borrow_mut().lying_fsync = true,
+        Some(Canary::IgnoreIdempotencyKeys) => world.services.ignore_idempotency_keys.set(true),
+        None => {}
+    }
+}

@@ -1,0 +1,63 @@
+//! The operator model: with the server stopped (resolve refuses beside a live one), it looks
+//! at each waiting run's service records and resolves it, or asks for a halted run to be
+//! resumed, as the runbook says.
+
+use warden::journal::WAITING_DIR;
+
+use crate::check::Violation;
+use crate::sweep::Report;
+use crate::world::World;
+
+/// The waiting records on disk.
+pub fn waiting_records(world: &World) -> Vec<std::path::PathBuf> {
+    let waiting_dir = World::path("journals").join(WAITING_DIR);
+    world.disk.files().into_iter().filter(|p| p.parent() == Some(waiting_dir.as_path())).collect()
+}
+
+/// The operator follows the runbook with the server stopped (resolve refuses beside a live
+/// one): for each waiting run, look at the service's own records and resolve.
+pub fn operator(world: &World, report: &mut Report) {
+    let records = waiting_records(world);
+    for path in &records {
+        let bytes = world.disk.peek(path).unwrap_or_default();
+        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        let Ok(record) = warden::record::decode::<warden::runs::WaitingRecord>(line) else {
+            report.violations.push(Violation { invariant: 6, message: format!("{} does not parse", path.display()) });
+            continue;
+        };
+        if record.halted {
+            // A halted run: the runbook says resume it again once the server is back.
+            let journal = std::path::PathBuf::from(&record.journal);
+            let outcome = world.start_command(move |env| {
+                Box::pin(async move { warden::commands::resume_halted(&env, &journal).await })
+            });
+            if let Err(problem) = outcome {
+                report.violations.push(Violation {
+                    invariant: 10,
+                    message: format!("the operator could not resume halted run {}: {problem}", record.run),
+                });
+            }
+            report.events.push((world.clock.now(), "operator".into(), format!("resumed halted {}", &record.run[..8])));
+            continue;
+        }
+        let body = record.action["body"].as_str().unwrap_or("").to_string();
+        let happened = world.services.effects.borrow().iter().any(|e| e.kind == "note" && e.detail == body);
+        let journal = std::path::PathBuf::from(&record.journal);
+        let op = record.op;
+        let answer = happened.then(|| r#"{"status": 201, "json": {"saved": true}}"#.to_string());
+        let outcome = world.start_command(move |env| {
+            Box::pin(async move { warden::commands::resolve(&env, &journal, op, answer.as_deref()).await })
+        });
+        if let Err(problem) = outcome {
+            report.violations.push(Violation {
+                invariant: 10,
+                message: format!("the operator could not resolve {}: {problem}", record.run),
+            });
+        }
+        report.events.push((
+            world.clock.now(),
+            "operator".into(),
+            format!("resolved {} as {}", &record.run[..8], if happened { "happened" } else { "not happened" }),
+        ));
+    }
+}

@@ -1,0 +1,123 @@
+//! Fault plans: from a seed (swarm testing: each fault kind switched on for some seeds only,
+//! at its own rate, drawn from a table) or from a scenario file, and arming a planned fault
+//! in the world before the call it precedes.
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use warden::env::Point;
+use warden_faults::{Fault, NetworkFault, Planned, Scenario, POINTS};
+
+use crate::services::NetFault;
+use crate::sweep::Report;
+use crate::world::{CrashAt, World};
+
+/// The most calls a generated workload holds.
+pub const CALLS_MAX: u32 = 40;
+
+/// One kind of fault a seed's plan can hold: how to draw one, and how much rarer than the
+/// others it is (1 in `rarity` of its draws is kept).
+struct FaultKind {
+    draw: fn(&mut ChaCha8Rng) -> Fault,
+    rarity: u64,
+}
+
+fn pick(rng: &mut ChaCha8Rng, below: u64) -> u64 {
+    rng.next_u64() % below
+}
+
+/// Every fault kind of the swarm, in the order a seed's plan draws them.
+const FAULT_KINDS: &[FaultKind] = &[
+    FaultKind {
+        draw: |r| Fault::CrashAtPoint { point: POINTS[pick(r, POINTS.len() as u64) as usize].to_string() },
+        rarity: 1,
+    },
+    FaultKind { draw: |r| Fault::CrashAtDiskOperation { after: 1 + pick(r, 40) }, rarity: 1 },
+    FaultKind {
+        draw: |r| Fault::Network {
+            url: if pick(r, 2) == 0 { "notes.sim".into() } else { "refunds".into() },
+            kind: [NetworkFault::Refuse, NetworkFault::LoseResponse, NetworkFault::CrashAfterActing]
+                [pick(r, 3) as usize],
+        },
+        rarity: 1,
+    },
+    FaultKind { draw: |r| Fault::StepClock { ms: pick(r, 7_200_000) as i64 - 3_600_000 }, rarity: 1 },
+    FaultKind { draw: |r| Fault::AdvanceTime { ms: pick(r, 3_600_000) }, rarity: 1 },
+    FaultKind { draw: |_| Fault::MalformedLine, rarity: 1 },
+    FaultKind { draw: |_| Fault::Cancel, rarity: 1 },
+    FaultKind { draw: |_| Fault::FailFsync, rarity: 1 },
+    FaultKind { draw: |_| Fault::FillDisk, rarity: 1 },
+    FaultKind { draw: |r| Fault::DriftClock { ppm: pick(r, 200_001) as i64 - 100_000 }, rarity: 1 },
+    FaultKind { draw: |r| Fault::NotifyHangs { times: 1 + pick(r, 2) as u32 }, rarity: 1 },
+    // A 4 MiB line costs real time to build and scan: keep it rare.
+    FaultKind { draw: |_| Fault::OversizedLine, rarity: 10 },
+    FaultKind { draw: |r| Fault::NotifyFails { times: pick(r, 3) as u32 }, rarity: 1 },
+];
+
+/// The fault plan a seed implies: each fault kind is switched on for some seeds only
+/// (swarm testing), at its own rate.
+pub fn plan_for_seed(seed: u64) -> Scenario {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_fa17);
+    let mut chance = |per_mille: u64| rng.next_u64() % 1000 < per_mille;
+    let calls = 8 + (seed % (CALLS_MAX as u64 - 8)) as u32;
+    let enabled: Vec<bool> = FAULT_KINDS.iter().map(|_| chance(500)).collect();
+    let rates: Vec<u64> = (0..FAULT_KINDS.len()).map(|k| 30 + (seed.rotate_left(k as u32 * 7) % 250)).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xfa17_5eed);
+    let mut faults = Vec::new();
+    for call in 0..calls {
+        for (index, kind) in FAULT_KINDS.iter().enumerate() {
+            if !enabled[index] || rng.next_u64() % 1000 >= rates[index] {
+                continue;
+            }
+            if kind.rarity > 1 && rng.next_u64() % kind.rarity != 0 {
+                continue;
+            }
+            faults.push(Planned { before_call: call, fault: (kind.draw)(&mut rng) });
+        }
+    }
+    Scenario {
+        description: format!("seed {seed}"),
+        seed,
+        calls,
+        faults,
+        canary: None,
+        tools: None,
+        expect: warden_faults::Expect::Pass,
+    }
+}
+
+fn point_named(name: &str) -> Option<Point> {
+    Point::ALL.iter().copied().find(|p| p.name() == name)
+}
+
+/// Arms one planned fault for the coming call. Returns lines the client sends first.
+pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
+    *report.faults.entry(fault.kind()).or_insert(0) += 1;
+    match fault {
+        Fault::CrashAtPoint { point } => {
+            if let Some(point) = point_named(point) {
+                let seen = world.probes.seen.borrow().iter().filter(|(p, _)| *p == point).count() as u32;
+                world.probes.crash_at.set(Some(CrashAt { point, nth: seen + 1 }));
+            }
+        }
+        Fault::CrashAtDiskOperation { after } => {
+            world.disk.crash_at_operation.set(Some(world.disk.operations.get() + after))
+        }
+        Fault::FailFsync => world.disk.fail_next_fsync.set(true),
+        Fault::FillDisk => world.disk.faults.borrow_mut().capacity_bytes = Some(world.disk.used()),
+        Fault::StepClock { ms } => world.clock.step_wall(*ms),
+        Fault::AdvanceTime { ms } => world.clock.advance(*ms),
+        Fault::Network { url, kind } => world.services.fault_next(
+            url,
+            match kind {
+                NetworkFault::Refuse => NetFault::Refuse,
+                NetworkFault::LoseResponse => NetFault::LoseResponse,
+                NetworkFault::CrashAfterActing => NetFault::CrashAfterActing,
+            },
+        ),
+        Fault::NotifyFails { times } => world.services.notify_failures.set(*times),
+        Fault::NotifyHangs { times } => world.services.notify_hangs.set(*times),
+        Fault::DriftClock { ppm } => world.clock.set_drift_ppm(*ppm),
+        Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine => return true,
+    }
+    false
+}
