@@ -14,6 +14,7 @@ pub const POINTS: &[&str] = &[
     "settled",
     "answered",
     "action-begun",
+    "resumed",
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
