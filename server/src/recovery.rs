@@ -270,11 +270,16 @@ async fn release(runs: &Runs, tool: &str, run: &str) -> Result<(), Fatal> {
 }
 
 /// Whether an unfinished run can resume under the current manifest and binary.
+/// A run whose journal has ended runs no program again (only its settle is left), so a
+/// changed program, config or version does not stop it.
 fn resumable(runs: &Runs, run: &str, tool: &str, journal: &Journal) -> Result<(), String> {
     let current = runs
         .catalog
         .tool(tool)
         .ok_or_else(|| format!("run {run} is unfinished but its tool `{tool}` is no longer in the manifest"))?;
+    if journal.end.is_some() {
+        return Ok(());
+    }
     match binding_problem(journal, current) {
         Some(problem) => Err(format!("run {run} of tool `{tool}` cannot resume: {problem}")),
         None => Ok(()),

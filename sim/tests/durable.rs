@@ -251,6 +251,24 @@ fn an_upgrade_with_an_unfinished_run_refuses_to_start_naming_it() {
 }
 
 #[test]
+fn an_upgrade_after_a_runs_end_was_journaled_still_settles_it() {
+    // The end is durable, the settle is not: no program runs again, so a changed program
+    // does not stop the start.
+    let world = world(17, "");
+    world.probes.crash_at.set(Some(CrashAt { point: Point::RunRecorded, nth: 1 }));
+    let first = world.start("manifest.json");
+    first.send(&call(1, json!({"text": "a"})));
+    assert_eq!(first.run(), Stop::Crashed);
+    world.crash(first);
+    world.probes.crash_at.set(None);
+    world.install("echo.star", format!("{PROGRAM}\n# changed\n").as_bytes());
+    let again = world.start("manifest.json");
+    assert_eq!(again.run(), Stop::Quiet);
+    assert!(again.exited().is_none(), "{:?}", again.exited());
+    assert!(check::open_runs(&world.disk, &journals()).is_empty());
+}
+
+#[test]
 fn compaction_crashed_at_every_disk_operation_leaves_old_or_new() {
     // A ledger with one settled run and two released ones, which compaction drops.
     let world = world(8, "");
