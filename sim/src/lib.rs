@@ -7,6 +7,7 @@ pub mod client;
 pub mod clock;
 pub mod disk;
 pub mod executor;
+pub mod fired;
 pub mod fixture;
 pub mod fuzzing;
 pub mod operator;

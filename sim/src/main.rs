@@ -176,6 +176,9 @@ fn replay(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path.to_string()).map_err(|e| format!("FAIL {path}: {e}"))?;
     let scenario: Scenario = serde_json::from_str(&text).map_err(|e| format!("FAIL {path}: {e}"))?;
     let report = simulate(&scenario);
+    if let Some((position, kind)) = report.never_fired.first() {
+        return Err(format!("FAIL {path}: fault {position} ({kind}) never fired"));
+    }
     let found: Vec<u8> = report.violations.iter().map(|v| v.invariant).collect();
     match (&scenario.expect, found.first()) {
         (Expect::Pass, None) => {
@@ -221,6 +224,7 @@ struct Totals {
     /// Index 0: at a disk operation or a failed write; 1..=7: after that step.
     crashes: [u64; 8],
     faults: std::collections::BTreeMap<&'static str, u64>,
+    fired: std::collections::BTreeMap<&'static str, u64>,
     failing: Vec<u64>,
 }
 
@@ -233,6 +237,9 @@ impl Totals {
         }
         for (kind, count) in &report.faults {
             *self.faults.entry(kind).or_insert(0) += count;
+        }
+        for (kind, count) in &report.fired {
+            *self.fired.entry(kind).or_insert(0) += count;
         }
     }
 }
@@ -317,8 +324,9 @@ fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
         println!("| crashes after step {step} | {}{never} |", totals.crashes[step]);
     }
     println!("| crashes at a disk operation, or stops after a failed write | {} |", totals.crashes[0]);
-    for (kind, count) in &totals.faults {
-        println!("| fault: {kind} | {count} |");
+    for (kind, armed) in &totals.faults {
+        let fired = totals.fired.get(kind).copied().unwrap_or(0);
+        println!("| fault: {kind} | {fired} fired of {armed} armed |");
     }
 }
 
@@ -335,6 +343,7 @@ fn json_report(seeds: &Range<u64>, totals: &Totals, elapsed: f64) -> serde_json:
         "calls_per_s": totals.calls as f64 / elapsed.max(1e-9),
         "simulated_ms": totals.simulated_ms,
         "crashes": crashes,
-        "faults": totals.faults,
+        "faults_armed": totals.faults,
+        "faults_fired": totals.fired,
     })
 }

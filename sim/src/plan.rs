@@ -89,6 +89,15 @@ fn point_named(name: &str) -> Option<Point> {
     Point::ALL.iter().copied().find(|p| p.name() == name)
 }
 
+/// The simulated services' form of a network fault.
+pub fn net_fault(kind: NetworkFault) -> NetFault {
+    match kind {
+        NetworkFault::Refuse => NetFault::Refuse,
+        NetworkFault::LoseResponse => NetFault::LoseResponse,
+        NetworkFault::CrashAfterActing => NetFault::CrashAfterActing,
+    }
+}
+
 /// Arms one planned fault for the coming call. Returns lines the client sends first.
 pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
     *report.faults.entry(fault.kind()).or_insert(0) += 1;
@@ -106,14 +115,7 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::FillDisk => world.disk.faults.borrow_mut().capacity_bytes = Some(world.disk.used()),
         Fault::StepClock { ms } => world.clock.step_wall(*ms),
         Fault::AdvanceTime { ms } => world.clock.advance(*ms),
-        Fault::Network { url, kind } => world.services.fault_next(
-            url,
-            match kind {
-                NetworkFault::Refuse => NetFault::Refuse,
-                NetworkFault::LoseResponse => NetFault::LoseResponse,
-                NetworkFault::CrashAfterActing => NetFault::CrashAfterActing,
-            },
-        ),
+        Fault::Network { url, kind } => world.services.fault_next(url, net_fault(*kind)),
         Fault::NotifyFails { times } => world.services.notify_failures.set(*times),
         Fault::NotifyHangs { times } => world.services.notify_hangs.set(*times),
         Fault::DriftClock { ppm } => world.clock.set_drift_ppm(*ppm),

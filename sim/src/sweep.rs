@@ -14,6 +14,7 @@ use warden_faults::{Fault, Scenario};
 use crate::check::{self, Violation};
 use crate::client::{workload_call, Client};
 use crate::executor::Stop;
+use crate::fired::Pending;
 use crate::fixture::{install, SECRET};
 use crate::operator::{operator, waiting_records};
 use crate::plan::arm;
@@ -30,7 +31,12 @@ pub struct Report {
     pub answered: u32,
     /// Crashes by the step they followed (index 1 to 7), and at disk operations (index 0).
     pub crashes: [u64; 8],
+    /// Faults armed, by kind.
     pub faults: BTreeMap<&'static str, u64>,
+    /// Faults that fired, by kind (`fired.rs`).
+    pub fired: BTreeMap<&'static str, u64>,
+    /// (plan position, kind) of planned faults that never fired.
+    pub never_fired: Vec<(usize, &'static str)>,
     pub violations: Vec<Violation>,
     pub trace_hash: String,
     pub sim_ms: u64,
@@ -124,12 +130,15 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     };
     let mut instance = world.start("manifest.json");
     client.connect(&instance);
+    let mut pending = Pending::default();
     for index in 0..scenario.calls {
         let mut malformed = false;
         let mut oversized = false;
         let mut cancel = false;
-        for planned in scenario.faults.iter().filter(|p| p.before_call == index) {
-            if arm(&world, &planned.fault, &mut report) {
+        for (position, planned) in scenario.faults.iter().enumerate().filter(|(_, p)| p.before_call == index) {
+            let sends_a_line = arm(&world, &planned.fault, &mut report);
+            pending.arm(&world, position, &planned.fault);
+            if sends_a_line {
                 malformed |= planned.fault == Fault::MalformedLine;
                 oversized |= planned.fault == Fault::OversizedLine;
                 cancel |= planned.fault == Fault::Cancel;
@@ -161,6 +170,9 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
             continue;
         }
         instance = settle_down(&world, instance, &mut client, &mut report);
+        for kind in pending.fired(&world) {
+            *report.fired.entry(kind).or_insert(0) += 1;
+        }
         let violations = check::at_rest_with_once_keep(&world.disk, &World::path("journals"), 24 * 3600 * 1000);
         report.violations.extend(violations);
         if !report.violations.is_empty() {
@@ -168,6 +180,10 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         }
     }
     // Liveness: faults stop; the operator resolves what waits; every call ends answered.
+    for kind in pending.close(&world) {
+        *report.fired.entry(kind).or_insert(0) += 1;
+    }
+    report.never_fired = pending.never.clone();
     world.probes.crash_at.set(None);
     world.disk.crash_at_operation.set(None);
     world.disk.faults.borrow_mut().capacity_bytes = None;

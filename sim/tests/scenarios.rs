@@ -26,6 +26,10 @@ fn every_scenario_meets_its_expectation() {
         if !met {
             failures.push(format!("{}: expected {:?}, found {:?}", file.display(), scenario.expect, report.violations));
         }
+        // A scenario says what it does: each of its faults must fire.
+        for (position, kind) in &report.never_fired {
+            failures.push(format!("{}: fault {position} ({kind}) never fired", file.display()));
+        }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
