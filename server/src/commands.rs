@@ -14,6 +14,8 @@ use crate::runs::{Fatal, Runs};
 use crate::{recovery, retention};
 
 pub const LOCK_FILE: &str = "server.lock";
+/// The largest result an operator may give for an action (`resolve --happened`).
+pub const RESOLUTION_BYTES_MAX: usize = 1024 * 1024;
 /// How long a second server waits for `server.lock` before refusing to start (an SDK's
 /// probe, or a restart, may still be letting go).
 pub const LOCK_WAIT_MS: u64 = 5000;
@@ -202,6 +204,9 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
         None => return Err(format!("{shown}: the run has no action {op}")),
     }
     let result = match happened {
+        Some(text) if text.len() > RESOLUTION_BYTES_MAX => {
+            return Err(format!("--happened: {} bytes, over the limit of {RESOLUTION_BYTES_MAX}", text.len()))
+        }
         Some(text) => {
             let value =
                 serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?;

@@ -125,6 +125,9 @@ pub struct DbRequest {
     /// For a write: the (run id, action number) recorded in `warden_actions` in the same
     /// transaction, so a resumed run can tell whether the write happened.
     pub action: Option<(String, u64)>,
+    /// The most bytes of rows (as JSON) read back; past it the statement fails (a write is
+    /// rolled back).
+    pub rows_bytes_max: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -22,7 +22,8 @@ pub const PAYMENTS_HOST: &str = "https://payments.sim";
 pub const NOTES_HOST: &str = "https://notes.sim";
 /// A misbehaving service: reflects the request's Authorization header back in a JSON body,
 /// escaped as PHP (`/echo/php`: `\/`) or Go (`/echo/go`: `\u00XX` for `<`, `>`, `&`) would,
-/// or answers `/big/<bytes>` with a body of that size.
+/// or answers `/big/<bytes>` with a body of that size, `/deep/<n>` with arrays nested n deep,
+/// `/headers/<bytes>` with a header of that size.
 pub const ECHO_HOST: &str = "https://echo.sim";
 
 /// A fault for the next matching request.
@@ -176,6 +177,10 @@ impl Services {
     }
 
     fn echo(request: &HttpRequest, path: &str) -> HttpResponse {
+        if let Some(size) = path.strip_prefix("/headers/").and_then(|n| n.parse::<usize>().ok()) {
+            let header = ("x-big".to_string(), "h".repeat(size));
+            return HttpResponse { status: 200, headers: vec![header], body: b"{}".to_vec() };
+        }
         if let Some(depth) = path.strip_prefix("/deep/").and_then(|n| n.parse::<usize>().ok()) {
             let body = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
             return HttpResponse { status: 200, headers: vec![], body: body.into_bytes() };
@@ -275,7 +280,7 @@ impl Services {
             .or_insert_with(|| rusqlite::Connection::open_in_memory().expect("in-memory SQLite"));
         let transaction = connection.transaction().map_err(|e| e.to_string())?;
         let params: Vec<SqlValue> = request.params.iter().map(to_sql).collect();
-        let mut rows = Vec::new();
+        let rows;
         let changes;
         {
             let mut statement = transaction.prepare(&request.sql).map_err(|e| e.to_string())?;
@@ -284,11 +289,7 @@ impl Services {
             }
             let names: Vec<String> = statement.column_names().iter().map(|s| s.to_string()).collect();
             let mut cursor = statement.query(rusqlite::params_from_iter(params.iter())).map_err(|e| e.to_string())?;
-            while let Some(row) = cursor.next().map_err(|e| e.to_string())? {
-                rows.push(
-                    names.iter().enumerate().map(|(i, n)| (n.clone(), from_sql(row.get_ref(i).unwrap()))).collect(),
-                );
-            }
+            rows = warden::io::db::read_rows(&mut cursor, &names, request.rows_bytes_max)?;
             changes = transaction.changes();
         }
         if let Some((run, action)) = &request.action {

@@ -12,6 +12,7 @@ mod common;
 use common::{ask, call, journals, text, usd};
 use serde_json::{json, Value};
 use warden::env::Point;
+use warden::journal::JournalRecord;
 use warden_sim::check;
 use warden_sim::executor::Stop;
 use warden_sim::services::NetFault;
@@ -36,13 +37,17 @@ const MANIFEST: &str = r#"{
       "deadline": "10s",
       "grants": { "notes": { "cap": "net.http.post", "only": ["https://notes.sim/notes"] } } },
     { "name": "echo", "program": "echo.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
-      "grants": { "web": { "cap": "net.http.get", "only": ["https://echo.sim/echo/*", "https://echo.sim/big/*", "https://echo.sim/deep/*"],
+      "grants": { "web": { "cap": "net.http.get", "only": ["https://echo.sim/echo/*", "https://echo.sim/big/*", "https://echo.sim/deep/*", "https://echo.sim/headers/*"],
                            "headers": { "Authorization": { "env": "ECHO_TOKEN", "prefix": "Bearer " } } } } },
     { "name": "echo_with", "program": "echo_with.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
       "grants": { "web": { "cap": "net.http.post", "only": ["https://echo.sim/echo/*"], "idempotency_key": true,
                            "headers": { "X-Api-Key": { "env": "ECHO_TOKEN" } } } } },
     { "name": "big_result", "program": "big.star" },
     { "name": "deep_result", "program": "deep.star" },
+    { "name": "sql_read", "program": "sql_read.star",
+      "grants": { "db": { "cap": "db.sqlite", "path": "data.db", "mode": "read" } } },
+    { "name": "sql_mark", "program": "sql_mark.star",
+      "grants": { "db": { "cap": "db.sqlite", "path": "data.db", "mode": "write" } } },
     { "name": "refund_twice", "program": "refund_twice.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
       "grants": { "pay": { "cap": "payments.stripe.refund", "max": { "amount": "30.00", "currency": "USD" },
         "needs": { "get": { "cap": "net.http.get", "only": ["https://payments.sim/v1/payment_intents/*"] },
@@ -140,6 +145,20 @@ def main(pay, order: str, first: money, second: money) -> list:
     return [pay.refund(order, first).get("status"), pay.refund(order, second).get("status")]
 "#;
 
+const SQL_READ: &str = r#"
+def main() -> dict:
+    """Read every row."""
+    r = db.query("SELECT v FROM t")
+    return {"rows": len(r.get("rows") or []), "error": r.get("error")}
+"#;
+
+const SQL_MARK: &str = r#"
+def main() -> dict:
+    """Mark row 1."""
+    r = db.execute("UPDATE t SET v = 'marked' WHERE id = 1")
+    return {"changes": r.get("changes"), "error": r.get("error")}
+"#;
+
 fn world(seed: u64) -> World {
     let world = World::new(seed);
     world.install("manifest.json", MANIFEST.as_bytes());
@@ -151,6 +170,8 @@ fn world(seed: u64) -> World {
         ("big.star", BIG),
         ("deep.star", DEEP),
         ("refund_twice.star", REFUND_TWICE),
+        ("sql_read.star", &SQL_READ.replace("def main()", "def main(db)")),
+        ("sql_mark.star", &SQL_MARK.replace("def main()", "def main(db)")),
     ] {
         world.install(name, text.as_bytes());
     }
@@ -158,6 +179,9 @@ fn world(seed: u64) -> World {
     variables.insert("STRIPE_SECRET_KEY".into(), STRIPE_KEY.into());
     variables.insert("ECHO_TOKEN".into(), ECHO_TOKEN.into());
     drop(variables);
+    let data = World::path("data.db");
+    world.services.sql(&data, "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)");
+    world.services.sql(&data, "INSERT INTO t (id, v) VALUES (1, 'fresh')");
     world
 }
 
@@ -367,7 +391,7 @@ fn a_response_too_large_for_a_journal_line_fails_the_action_not_the_server() {
     let instance = world.start("manifest.json");
     let answer = ask(&instance, &call(1, "echo", json!({"path": "/big/9000000"})));
     let result = &answer["structuredContent"]["result"];
-    assert!(result["error"].as_str().unwrap_or_default().contains("over the limit"), "{answer:.500}");
+    assert!(result["error"].as_str().unwrap_or_default().contains("(net.response_bytes_max)"), "{answer:.500}");
     still_serves_and_restarts(&world, instance);
 }
 
@@ -728,4 +752,68 @@ fn a_worker_that_cannot_start_stops_the_server_and_the_run_resumes_later() {
     assert_eq!(second.run(), Stop::Quiet);
     assert!(check::open_runs(&world.disk, &journals()).is_empty(), "{:?}", second.log());
     assert_eq!(world.services.effects_of("note"), 1);
+}
+
+// --- Every input has a named limit where it enters. ---------------------------------------
+
+#[test]
+fn a_statement_returning_too_many_bytes_of_rows_fails_instead_of_holding_them() {
+    let world = world(24);
+    let data = World::path("data.db");
+    world.services.sql(&data, &format!("INSERT INTO t (v) SELECT '{}' FROM (SELECT 1 UNION SELECT 2)", "x".repeat(10)));
+    for _ in 0..10 {
+        world.services.sql(&data, &format!("INSERT INTO t (v) SELECT v || '{}' FROM t", "y".repeat(1000)));
+    }
+    let instance = world.start("manifest.json");
+    let answer = ask(&instance, &call(1, "sql_read", json!({})));
+    let error = answer["structuredContent"]["result"]["error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("the statement's rows are over the limit"), "{answer:.300}");
+}
+
+#[test]
+fn response_headers_have_a_limit() {
+    let world = world(25);
+    let instance = world.start("manifest.json");
+    let answer = ask(&instance, &call(1, "echo", json!({"path": "/headers/100000"})));
+    let error = answer["structuredContent"]["result"]["error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("headers are over the limit"), "{answer:.300}");
+    still_serves_and_restarts(&world, instance);
+}
+
+#[test]
+fn an_operators_resolution_has_a_size_limit() {
+    let world = world(26);
+    let (instance, run) = waiting_run(&world);
+    drop(instance);
+    let huge: &'static str = Box::leak(format!("\"{}\"", "z".repeat(2 * 1024 * 1024)).into_boxed_str());
+    let refused = resolve(&world, &run, "slow_note", Some(huge)).unwrap_err();
+    assert!(refused.contains("over the limit"), "{refused:.200}");
+}
+
+#[test]
+fn sql_parameters_that_do_not_parse_fail_the_action_instead_of_running_it_without_them() {
+    let world = world(27);
+    world.probes.crash_at.set(Some(CrashAt { point: Point::ActionBegun, nth: 1 }));
+    let first = world.start("manifest.json");
+    first.send(&call(1, "sql_mark", json!({})));
+    assert_eq!(first.run(), Stop::Crashed);
+    world.crash(first);
+    world.probes.crash_at.set(None);
+    // The begin record is damaged so that its parameters are not JSON (its checksum is
+    // rewritten: only what a reader cannot check is wrong).
+    let run = check::open_runs(&world.disk, &journals()).pop().unwrap();
+    let path = warden::journal::RunFiles::new(&journals(), "sql_mark", &run).journal;
+    let parsed = warden::record::parse_file::<JournalRecord>(&world.disk.peek(&path).unwrap()).unwrap();
+    let mut bytes = Vec::new();
+    for mut record in parsed.records {
+        if let JournalRecord::Begin { action, .. } = &mut record {
+            action["body"] = json!("not json");
+        }
+        bytes.extend(warden::record::encode(&record));
+    }
+    world.disk.corrupt(&path, bytes);
+    let second = world.start("manifest.json");
+    assert_eq!(second.run(), Stop::Quiet);
+    let rows = world.services.sql(&World::path("data.db"), "SELECT v FROM t WHERE id = 1");
+    assert_eq!(rows[0]["v"], json!("fresh"), "the statement did not run without its parameters");
 }

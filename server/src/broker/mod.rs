@@ -28,6 +28,11 @@ pub const ACTIONS_PER_RUN_MAX: u64 = 1000;
 pub const REQUEST_BODY_BYTES_MAX: usize = 1024 * 1024;
 /// What journals and logs hold in place of a secret's value.
 pub const REDACTED: &str = "[redacted]";
+/// The most bytes of rows (as JSON) a `db.sqlite` statement returns; past it, it fails.
+pub const SQL_ROWS_BYTES_MAX: usize = 1024 * 1024;
+/// The most bytes of response headers kept; past it, the action fails (the body's limit is
+/// the manifest's `net.response_bytes_max`).
+pub const RESPONSE_HEADERS_BYTES_MAX: usize = 64 * 1024;
 /// The longest URL or SQL statement a program may send.
 pub const TARGET_BYTES_MAX: usize = 64 * 1024;
 /// The most bytes of header names and values a program may set on one request.

@@ -151,6 +151,14 @@ pub async fn perform(
 fn response_result(response: &HttpResponse, net: &NetConfig, secrets: &[String]) -> Value {
     let headers: serde_json::Map<String, Value> =
         response.headers.iter().map(|(k, v)| (k.to_ascii_lowercase(), json!(v))).collect();
+    let header_bytes: usize = response.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if header_bytes > super::RESPONSE_HEADERS_BYTES_MAX {
+        let error = format!(
+            "the response headers are over the limit of {} bytes; the response was not kept",
+            super::RESPONSE_HEADERS_BYTES_MAX
+        );
+        return scrub_value(&json!({"status": response.status, "error": error}), secrets);
+    }
     if response.body.len() > net.response_bytes_max {
         let error = format!(
             "the response body is over the limit of {} bytes (net.response_bytes_max); it was not kept",
@@ -218,6 +226,7 @@ async fn perform_sql(env: &Env, grant: &CapabilityGrant, run: &str, action: &Act
         sql: action.target.clone(),
         params,
         action: write.then(|| (run.to_string(), action.op)),
+        rows_bytes_max: super::SQL_ROWS_BYTES_MAX,
     };
     match env.db.execute(request).await {
         Ok(reply) => Performed::Done(json!({"rows": reply.rows, "changes": reply.changes})),

@@ -53,33 +53,51 @@ pub fn from_sql(value: ValueRef) -> Value {
     }
 }
 
-fn execute(request: DbRequest) -> rusqlite::Result<DbReply> {
-    let mut connection = open(&request.path, request.write)?;
-    let transaction = connection.transaction()?;
-    let params: Vec<SqlValue> = request.params.iter().map(to_sql).collect();
+/// Reads a statement's rows as JSON objects, failing past `bytes_max` bytes of them as JSON
+/// (shared with the simulator's in-memory SQLite): a query cannot hold unbounded memory, and a
+/// write that returns too much is rolled back.
+pub fn read_rows(
+    cursor: &mut rusqlite::Rows<'_>,
+    names: &[String],
+    bytes_max: usize,
+) -> Result<Vec<Map<String, Value>>, String> {
     let mut rows = Vec::new();
+    let mut bytes = 0usize;
+    while let Some(row) = cursor.next().map_err(|e| e.to_string())? {
+        let mut object = Map::new();
+        for (index, name) in names.iter().enumerate() {
+            object.insert(name.clone(), from_sql(row.get_ref(index).map_err(|e| e.to_string())?));
+        }
+        bytes = bytes.saturating_add(serde_json::to_string(&object).map(|text| text.len()).unwrap_or(usize::MAX));
+        if bytes > bytes_max {
+            return Err(format!("the statement's rows are over the limit of {bytes_max} bytes; nothing was kept"));
+        }
+        rows.push(object);
+    }
+    Ok(rows)
+}
+
+fn execute(request: DbRequest) -> Result<DbReply, String> {
+    let text = |e: rusqlite::Error| e.to_string();
+    let mut connection = open(&request.path, request.write).map_err(text)?;
+    let transaction = connection.transaction().map_err(text)?;
+    let params: Vec<SqlValue> = request.params.iter().map(to_sql).collect();
+    let rows;
     let changes;
     {
-        let mut statement = transaction.prepare(&request.sql)?;
+        let mut statement = transaction.prepare(&request.sql).map_err(text)?;
         let names: Vec<String> = statement.column_names().iter().map(|s| s.to_string()).collect();
-        let mut cursor = statement.query(rusqlite::params_from_iter(params.iter()))?;
-        while let Some(row) = cursor.next()? {
-            let mut object = Map::new();
-            for (index, name) in names.iter().enumerate() {
-                object.insert(name.clone(), from_sql(row.get_ref(index)?));
-            }
-            rows.push(object);
-        }
+        let mut cursor = statement.query(rusqlite::params_from_iter(params.iter())).map_err(text)?;
+        rows = read_rows(&mut cursor, &names, request.rows_bytes_max)?;
         changes = transaction.changes();
     }
     if let Some((run, action)) = &request.action {
-        transaction.execute(ACTIONS_TABLE, [])?;
-        transaction.execute(
-            "INSERT INTO warden_actions (run, action) VALUES (?1, ?2)",
-            rusqlite::params![run, *action as i64],
-        )?;
+        transaction.execute(ACTIONS_TABLE, []).map_err(text)?;
+        transaction
+            .execute("INSERT INTO warden_actions (run, action) VALUES (?1, ?2)", rusqlite::params![run, *action as i64])
+            .map_err(text)?;
     }
-    transaction.commit()?;
+    transaction.commit().map_err(text)?;
     Ok(DbReply { rows, changes })
 }
 
