@@ -14,6 +14,7 @@ use crate::call::{once_record, worst_case, CallControl, CallReply};
 use crate::catalog::Tool;
 use crate::ledger::{Event, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
 use crate::runs::{InProgress, Runs};
+use crate::store::RunStore;
 
 /// What admission decided.
 pub enum Admission<'a> {
@@ -81,7 +82,7 @@ pub async fn admit<'a>(
         money: worst.iter().map(MoneyRecord::from).collect(),
         once,
     };
-    if let Err(error) = runs.ledger.append(&held, reserve).await {
+    if let Err(error) = RunStore::reserve(runs, &held, reserve).await {
         drop(held);
         runs.stop(&error.clone().into());
         return answered(format!("the server could not record the call durably ({error}); nothing was run"));

@@ -278,9 +278,7 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, 
             waiting.display()
         ));
     }
-    let line = env.disk.read(&waiting).await.map_err(|e| format!("{}: {e}", waiting.display()))?;
-    let record = crate::record::decode(line.strip_suffix(b"\n").unwrap_or(&line))
-        .map_err(|e| format!("{}: {e}", waiting.display()))?;
+    let record = crate::runs::read_waiting(env, &waiting).await?;
     let bytes = env.disk.read(journal_path).await.map_err(|e| format!("{shown}: cannot read the journal: {e}"))?;
     let journal = crate::journal::Journal::parse(journal_path, &bytes)?;
     if journal.end.is_some() {

@@ -218,10 +218,7 @@ impl Runs {
             // is checked again when the action would begin.
             Outcome::Suspended(action) if self.deadline_passed(cx) => {
                 let deadline = crate::ledger::duration_text(tool.config.deadline_ms.unwrap_or_default());
-                let message = format!(
-                    "the tool's deadline ({deadline}) passed before action {} could start; nothing more was done",
-                    action.op
-                );
+                let message = crate::broker::deadline_refusal(&deadline, action.op);
                 let failure = crate::program::Failure { kind: FailureKind::Deadline, message };
                 let mut end = end_record(&Outcome::Failed(failure), at_ms);
                 end.usage = usage_json(&usage);

@@ -6,8 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::journal::{Journal, WAITING_DIR};
-use crate::ledger::{Event, RunPhase};
+use crate::ledger::RunPhase;
 use crate::runs::{binding, Fatal, Runs};
+use crate::store::RunStore;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LedgerPhase {
@@ -177,7 +178,7 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             Action::Nothing => {}
             Action::Refuse(why) => refusals.push(format!("run {run} of tool `{tool}`: {why}")),
             Action::Release => {
-                release(runs, &tool, &run).await?;
+                RunStore::release(runs, &tool, &run).await?;
                 report.released.push(run);
             }
             Action::CleanUp => {
@@ -256,17 +257,6 @@ async fn examine(runs: &Runs, run: &str, files: Option<&Found>) -> Result<Result
         Some(_) => JournalState::Started,
     };
     Ok(Ok(Examined { tool, journal, cell: (phase, inputs, journal_state, waiting) }))
-}
-
-/// A run that never started: its files go, then the ledger releases its reservation.
-async fn release(runs: &Runs, tool: &str, run: &str) -> Result<(), Fatal> {
-    let paths = runs.files(tool, run);
-    runs.remove_if_present(&paths.inputs).await?;
-    runs.remove_if_present(&paths.journal).await?;
-    let held = runs.ledger.lock().await;
-    let at_ms = runs.ledger.stamp();
-    runs.ledger.append(&held, Event::Release { run: run.to_string(), at_ms }).await?;
-    Ok(())
 }
 
 /// Whether an unfinished run can resume under the current manifest and binary.

@@ -288,10 +288,7 @@ impl Runs {
         if !self.env.disk.exists(path).await.map_err(io)? {
             return Ok(None);
         }
-        let bytes = self.env.disk.read(path).await.map_err(io)?;
-        let record = record::decode(bytes.strip_suffix(b"\n").unwrap_or(&bytes))
-            .map_err(|e| Fatal(format!("{}: {e}", path.display())))?;
-        Ok(Some(record))
+        read_waiting(&self.env, path).await.map(Some).map_err(Fatal)
     }
 
     /// Step 6: the settle event, then the kept arguments and any waiting record go.
@@ -328,11 +325,7 @@ impl Runs {
     pub async fn drop_torn_tail(&self, path: &Path, intact_len: usize) -> Result<(), Fatal> {
         let io = |e: std::io::Error| Fatal(format!("repairing {} failed: {e}", path.display()));
         let bytes = self.env.disk.read(path).await.map_err(io)?;
-        let temp = path.with_extension("journal.tmp");
-        self.env.disk.write(&temp, bytes[..intact_len].to_vec()).await.map_err(io)?;
-        self.env.disk.fsync(&temp).await.map_err(io)?;
-        self.env.disk.rename(&temp, path).await.map_err(io)?;
-        self.env.disk.fsync_dir(path.parent().expect("files live in directories")).await.map_err(io)
+        journal::replace_durably(&self.env, path, bytes[..intact_len].to_vec()).await.map_err(io)
     }
 
     /// Writes the header of a journal whose header was torn away by a crash (step 3 again).
@@ -365,6 +358,12 @@ pub struct WaitingRecord {
     /// Waiting for `warden resolve --resume` (the run was halted), not for an action's verdict.
     #[serde(default)]
     pub halted: bool,
+}
+
+/// Reads a run's waiting record.
+pub async fn read_waiting(env: &Env, path: &Path) -> Result<WaitingRecord, String> {
+    let bytes = env.disk.read(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+    record::decode(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// What a waiting record says: the action in doubt (or the next one, for a halted run).

@@ -134,14 +134,7 @@ pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
 /// What a waiting run needs: its action in doubt and the command that resolves it, from
 /// its waiting record.
 async fn waiting_line(env: &Env, path: &Path) -> String {
-    let record = match env.disk.read(path).await {
-        Ok(bytes) => {
-            let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-            crate::record::decode::<crate::runs::WaitingRecord>(line)
-        }
-        Err(e) => Err(e.to_string()),
-    };
-    match record {
+    match crate::runs::read_waiting(env, path).await {
         Ok(record) => format!(
             "waiting for an operator at action {}: {}; resolve with: {}",
             record.op, record.reason, record.resolve

@@ -1,5 +1,5 @@
-//! The durable records of runs as a call and the driver write them, behind one interface:
-//! the kept arguments and the journal, the waiting record, and the settle in the ledger. `Runs` keeps them on disk; a
+//! The durable records of runs, behind one interface: the reserve and the release in the
+//! ledger, the kept arguments and the journal, the waiting record, and the settle. `Runs` keeps them on disk; a
 //! second store (PostgreSQL, for several instances sharing quotas and `once` keys) can come
 //! later without touching the state machine (`machine.rs`) or its driver.
 
@@ -8,9 +8,16 @@ use serde_json::{Map, Value};
 use crate::catalog::Tool;
 use crate::env::LocalBoxFuture;
 use crate::journal::{EndRecord, Journal, JournalRecord};
+use crate::ledger::{Event, LedgerError};
 use crate::runs::{Fatal, Runs, Waiting};
+use crate::sync::MutexGuard;
 
 pub trait RunStore {
+    /// Step 1: the `reserve` event, durable, under the ledger's lock (the caller looked up
+    /// `once` and the quota under the same hold).
+    fn reserve<'a>(&'a self, held: &'a MutexGuard<'a>, event: Event) -> LocalBoxFuture<'a, Result<(), LedgerError>>;
+    /// A run that never started (recovery): its files go, then its reservation is released.
+    fn release<'a>(&'a self, tool: &'a str, run: &'a str) -> LocalBoxFuture<'a, Result<(), Fatal>>;
     /// Steps 2 and 3: the kept arguments, then the journal's header, each durable.
     fn start<'a>(
         &'a self,
@@ -34,6 +41,23 @@ pub trait RunStore {
 }
 
 impl RunStore for Runs {
+    fn reserve<'a>(&'a self, held: &'a MutexGuard<'a>, event: Event) -> LocalBoxFuture<'a, Result<(), LedgerError>> {
+        assert!(matches!(event, Event::Reserve { .. }), "reserve appends reserve events only");
+        Box::pin(self.ledger.append(held, event))
+    }
+
+    fn release<'a>(&'a self, tool: &'a str, run: &'a str) -> LocalBoxFuture<'a, Result<(), Fatal>> {
+        Box::pin(async move {
+            let paths = self.files(tool, run);
+            self.remove_if_present(&paths.inputs).await?;
+            self.remove_if_present(&paths.journal).await?;
+            let held = self.ledger.lock().await;
+            let at_ms = self.ledger.stamp();
+            self.ledger.append(&held, Event::Release { run: run.to_string(), at_ms }).await?;
+            Ok(())
+        })
+    }
+
     fn start<'a>(
         &'a self,
         tool: &'a Tool,

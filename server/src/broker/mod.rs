@@ -223,10 +223,7 @@ impl Broker {
         // An action in doubt is resolved before the program executes again (`machine.rs`), so
         // any action asked for here is new: past the deadline it is refused.
         if self.deadline_passed {
-            return self.refuse(Refusal::Deadline(format!(
-                "the tool's deadline ({}) passed before action {op} could start; nothing more was done",
-                self.deadline_text
-            )));
+            return self.refuse(Refusal::Deadline(deadline_refusal(&self.deadline_text, op)));
         }
         if let Err(refusal) = self.check(&action) {
             return self.refuse(refusal);
@@ -338,6 +335,11 @@ fn check_headers(grant: &CapabilityGrant, action: &Action) -> Result<(), Refusal
         }
     }
     Ok(())
+}
+
+/// Why action `op` is refused once the tool's deadline (`deadline_text`) has passed.
+pub fn deadline_refusal(deadline_text: &str, op: u64) -> String {
+    format!("the tool's deadline ({deadline_text}) passed before action {op} could start; nothing more was done")
 }
 
 /// Whether the broker sends an `Idempotency-Key` with this action: the grant asks for it
