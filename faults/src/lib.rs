@@ -123,6 +123,14 @@ pub struct Scenario {
     pub expect: Expect,
 }
 
+impl Scenario {
+    /// A scenario of `calls` calls with `faults`, no canary, tools picked by the seed, that
+    /// must keep every invariant.
+    pub fn passing(description: String, seed: u64, calls: u32, faults: Vec<Planned>) -> Scenario {
+        Scenario { description, seed, calls, faults, canary: None, tools: None, expect: Expect::Pass }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

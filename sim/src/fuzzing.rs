@@ -256,15 +256,7 @@ pub fn scenario_from(data: &[u8]) -> Scenario {
         };
         faults.push(Planned { before_call: at, fault });
     }
-    Scenario {
-        description: "from fuzzer bytes".into(),
-        seed,
-        calls,
-        faults,
-        canary: None,
-        tools: None,
-        expect: warden_faults::Expect::Pass,
-    }
+    Scenario::passing("from fuzzer bytes".into(), seed, calls, faults)
 }
 
 /// `sim`: the simulator driven by fuzzer bytes instead of a seed: every invariant must hold.

@@ -74,15 +74,7 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
             faults.push(Planned { before_call: call, fault: (kind.draw)(&mut rng) });
         }
     }
-    Scenario {
-        description: format!("seed {seed}"),
-        seed,
-        calls,
-        faults,
-        canary: None,
-        tools: None,
-        expect: warden_faults::Expect::Pass,
-    }
+    Scenario::passing(format!("seed {seed}"), seed, calls, faults)
 }
 
 fn point_named(name: &str) -> Option<Point> {

@@ -200,11 +200,7 @@ fn settled_charge(world: &World, run: &str) -> Option<Vec<String>> {
 #[test]
 fn a_plain_post_in_doubt_still_waits_for_an_operator_after_the_deadline() {
     let world = world(1);
-    world.services.fault_next("notes.sim", NetFault::LoseResponse);
-    let first = world.start("manifest.json");
-    let stopped = ask(&first, &call(1, "slow_note", json!({"text": "hello"})));
-    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"), "{stopped}");
-    let run = stopped["structuredContent"]["run"].as_str().unwrap().to_string();
+    let (first, run) = waiting_run(&world);
     drop(first);
     world.clock.advance(60_000);
     let second = world.start("manifest.json");
@@ -491,12 +487,24 @@ fn status_names_the_action_waiting_for_an_operator() {
 
 // --- Defect 10: the code review's findings. --------------------------------------------
 
+/// A plain POST whose answer was lost: its run waits for an operator.
 fn waiting_run(world: &World) -> (Instance, String) {
     world.services.fault_next("notes.sim", NetFault::LoseResponse);
     let instance = world.start("manifest.json");
     let stopped = ask(&instance, &call(1, "slow_note", json!({"text": "hello"})));
+    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"), "{stopped}");
     let run = stopped["structuredContent"]["run"].as_str().unwrap().to_string();
     (instance, run)
+}
+
+/// Sends `message` to a fresh instance that crashes at the `nth` `point`, and crashes it.
+fn crash_during(world: &World, point: Point, nth: u32, message: &Value) {
+    world.probes.crash_at.set(Some(CrashAt { point, nth }));
+    let instance = world.start("manifest.json");
+    instance.send(message);
+    assert_eq!(instance.run(), Stop::Crashed, "{:?}", instance.log());
+    world.crash(instance);
+    world.probes.crash_at.set(None);
 }
 
 fn resolve(world: &World, run: &str, tool: &str, happened: Option<&'static str>) -> Result<String, String> {
@@ -517,12 +525,7 @@ fn resolve_refuses_beside_a_live_server_and_for_a_run_not_waiting() {
     // A begun action whose run was never stopped (a crash right after the begin record):
     // the next start decides it, not the operator.
     // The count runs across instances: the first run's action was the first.
-    world.probes.crash_at.set(Some(CrashAt { point: Point::ActionBegun, nth: 2 }));
-    let crashing = world.start("manifest.json");
-    crashing.send(&call(2, "slow_note", json!({"text": "again"})));
-    assert_eq!(crashing.run(), Stop::Crashed, "{:?}", crashing.log());
-    world.crash(crashing);
-    world.probes.crash_at.set(None);
+    crash_during(&world, Point::ActionBegun, 2, &call(2, "slow_note", json!({"text": "again"})));
     let open = check::open_runs(&world.disk, &journals());
     let other = open.iter().find(|r| **r != run).expect("a second open run").clone();
     let refused = resolve(&world, &other, "slow_note", None).unwrap_err();
@@ -574,11 +577,7 @@ fn a_wall_clock_step_forward_does_not_expire_a_running_run() {
 fn a_run_that_crashed_the_server_twice_waits_for_an_operator_instead_of_a_third_resume() {
     let world = world(15);
     // The first attempt dies right after its read was begun...
-    world.probes.crash_at.set(Some(CrashAt { point: Point::ActionBegun, nth: 1 }));
-    let first = world.start("manifest.json");
-    first.send(&call(1, "echo", json!({"path": "/echo/plain"})));
-    assert_eq!(first.run(), Stop::Crashed);
-    world.crash(first);
+    crash_during(&world, Point::ActionBegun, 1, &call(1, "echo", json!({"path": "/echo/plain"})));
     // ...and the second, resumed at start, dies before getting any further.
     world.probes.crash_at.set(Some(CrashAt { point: Point::Resumed, nth: 1 }));
     let second = world.start("manifest.json");
@@ -793,12 +792,7 @@ fn an_operators_resolution_has_a_size_limit() {
 #[test]
 fn sql_parameters_that_do_not_parse_fail_the_action_instead_of_running_it_without_them() {
     let world = world(27);
-    world.probes.crash_at.set(Some(CrashAt { point: Point::ActionBegun, nth: 1 }));
-    let first = world.start("manifest.json");
-    first.send(&call(1, "sql_mark", json!({})));
-    assert_eq!(first.run(), Stop::Crashed);
-    world.crash(first);
-    world.probes.crash_at.set(None);
+    crash_during(&world, Point::ActionBegun, 1, &call(1, "sql_mark", json!({})));
     // The begin record is damaged so that its parameters are not JSON (its checksum is
     // rewritten: only what a reader cannot check is wrong).
     let run = check::open_runs(&world.disk, &journals()).pop().unwrap();
