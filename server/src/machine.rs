@@ -181,7 +181,8 @@ pub fn is_sql_write(action: &Action) -> bool {
     action.kind == Kind::Sqlite && action.method == Method::Execute
 }
 
-/// The table.
+/// The table. Long because it is the table: one arm per cell of the module's table, in its
+/// order, so the two can be read side by side.
 pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid> {
     let invalid = Invalid { state: state.name(), event: event.name() };
     Ok(match (state, event) {
