@@ -2,6 +2,8 @@
 //! data (a list of faults, each attached to the call before which it is armed), so a failing
 //! seed can be written down as a scenario file, shrunk, and replayed exactly.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// A durable step of a call (seed 000 section 7), named as the server's probe names it.
@@ -120,14 +122,59 @@ pub struct Scenario {
     /// seed picks the tools too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
+    /// The world simulated: a generated one written out whole, so the file replays without
+    /// the generator; when absent, the fixed world (`sim/src/fixture.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<WorldFile>,
     pub expect: Expect,
+}
+
+/// A simulated world as data: the manifest and programs the server is given, and the shape
+/// of each tool's arguments, which the client model fills in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorldFile {
+    /// The manifest's JSON text.
+    pub manifest: String,
+    /// Program file name -> Starlark text.
+    pub programs: BTreeMap<String, String>,
+    pub tools: Vec<ToolShape>,
+}
+
+/// One tool of a world, as the client model sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolShape {
+    pub name: String,
+    pub template: Template,
+    /// Whether the client sends an unanswered call again after a restart (the tool has
+    /// `once`, so the same logical call finds its run).
+    pub resend: bool,
+}
+
+/// The program template a tool was drawn from; it fixes the arguments the tool takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Template {
+    /// `text`: no actions.
+    Echo,
+    /// `order`, `amount`, `parts`: refunds through `payments.stripe.refund`.
+    Refund,
+    /// `text`, `count`: posts to the notes service.
+    Notes,
+    /// `ticket`: an SQLite write.
+    Close,
+    /// `ticket`: an SQLite read.
+    Lookup,
+    /// `order`: an HTTP read.
+    Fetch,
 }
 
 impl Scenario {
     /// A scenario of `calls` calls with `faults`, no canary, tools picked by the seed, that
     /// must keep every invariant.
     pub fn passing(description: String, seed: u64, calls: u32, faults: Vec<Planned>) -> Scenario {
-        Scenario { description, seed, calls, faults, canary: None, tools: None, expect: Expect::Pass }
+        Scenario { description, seed, calls, faults, canary: None, tools: None, world: None, expect: Expect::Pass }
     }
 }
 
@@ -144,6 +191,7 @@ mod tests {
             faults: vec![Planned { before_call: 1, fault: Fault::CrashAtPoint { point: "settled".into() } }],
             canary: None,
             tools: None,
+            world: None,
             expect: Expect::Fails { invariant: 7 },
         };
         let text = serde_json::to_string(&scenario).unwrap();

@@ -51,6 +51,11 @@ pub fn at_rest(disk: &SimDisk, journals: &Path) -> Vec<Violation> {
 /// As `at_rest`, for tools whose `once.keep` is `once_keep_ms`: a key may map to a new run
 /// once the earlier run's key expired (counted from its end).
 pub fn at_rest_with_once_keep(disk: &SimDisk, journals: &Path, once_keep_ms: u64) -> Vec<Violation> {
+    at_rest_with(disk, journals, &|_| once_keep_ms)
+}
+
+/// As `at_rest`, with each tool's `once.keep` given by `once_keep_ms_of(tool)`.
+pub fn at_rest_with(disk: &SimDisk, journals: &Path, once_keep_ms_of: &dyn Fn(&str) -> u64) -> Vec<Violation> {
     let mut found = Vec::new();
     let state = match ledger_state(disk, journals) {
         Ok(state) => state,
@@ -86,7 +91,9 @@ pub fn at_rest_with_once_keep(disk: &SimDisk, journals: &Path, once_keep_ms: u64
         runs.sort_by_key(|entry| entry.sequence);
         for pair in runs.windows(2) {
             let (earlier, later) = (pair[0], pair[1]);
-            let still_held = earlier.once_expires_at(once_keep_ms).is_none_or(|expires| later.reserved_at_ms < expires);
+            let still_held = earlier
+                .once_expires_at(once_keep_ms_of(&earlier.tool))
+                .is_none_or(|expires| later.reserved_at_ms < expires);
             if still_held {
                 found.push(violation(
                     3,

@@ -1,13 +1,16 @@
 //! The client model: a connection that speaks both eras, sends the workload's calls, records
 //! every answer and the runs its progress notifications named, and resends after restarts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::RngCore;
 use serde_json::{json, Value};
 
+use warden_faults::WorldFile;
+
 use crate::check::Violation;
+use crate::generate::call_arguments;
 use crate::sweep::Report;
 use crate::world::Instance;
 
@@ -22,6 +25,8 @@ pub struct Client {
     /// (id, tool) of every call sent.
     pub tools: BTreeMap<i64, String>,
     pub trace: Vec<u8>,
+    /// Tools whose unanswered calls are sent again after a restart (those with `once`).
+    pub resend: BTreeSet<String>,
 }
 
 impl Client {
@@ -51,8 +56,8 @@ impl Client {
     /// (the same logical operation); a call to a tool without it would be a new run, so
     /// the client gives it up (its run, if it started, is still followed to its end).
     pub fn resend_after_restart(&mut self, instance: &Instance) {
-        let tools = &self.tools;
-        self.unanswered.retain(|id, _| matches!(tools.get(id).map(String::as_str), Some("echo" | "refund" | "close")));
+        let (tools, resend) = (&self.tools, &self.resend);
+        self.unanswered.retain(|id, _| tools.get(id).is_some_and(|tool| resend.contains(tool)));
         for (id, message) in &self.unanswered {
             // A resent call starts afresh: a run named before the crash does not answer it.
             self.runs.remove(id);
@@ -114,8 +119,30 @@ impl Client {
     }
 }
 
-/// The workload's call number `index`: a tool drawn from the mix (or named by the scenario),
-/// with arguments that sometimes repeat an earlier `once` key.
+/// The workload's call number `index` in a generated world: a tool drawn from the world's
+/// (or named by the scenario), with arguments its template draws.
+pub fn generated_call(
+    rng: &mut ChaCha8Rng,
+    client: &mut Client,
+    index: u32,
+    world: &WorldFile,
+    tools: Option<&Vec<String>>,
+) -> Value {
+    let legacy = rng.next_u64() % 3 == 0;
+    let named = tools.filter(|t| !t.is_empty()).map(|t| t[index as usize % t.len()].as_str());
+    let drawn = rng.next_u64() as usize % world.tools.len().max(1);
+    let shape = named.and_then(|name| world.tools.iter().find(|t| t.name == name)).or(world.tools.get(drawn));
+    match shape {
+        Some(shape) => {
+            let arguments = call_arguments(shape.template, rng, index);
+            client.call(&shape.name, arguments, legacy)
+        }
+        None => client.call("none", json!({}), legacy),
+    }
+}
+
+/// The workload's call number `index` in the fixed world: a tool drawn from the mix (or
+/// named by the scenario), with arguments that sometimes repeat an earlier `once` key.
 pub fn workload_call(rng: &mut ChaCha8Rng, client: &mut Client, index: u32, tools: Option<&Vec<String>>) -> Value {
     let legacy = rng.next_u64() % 3 == 0;
     let mut pick = rng.next_u64() % 100;

@@ -1,8 +1,10 @@
-//! The fixed world every seed simulates today: its manifest, programs, and the services'
-//! data (payment intents, tickets), plus the canaries planted in it.
+//! The fixed world (one world among the generated ones: its manifest, programs), the
+//! services' data every world shares (payment intents, tickets, secrets), and the canaries
+//! planted in it.
 
-use warden_faults::Canary;
+use warden_faults::{Canary, WorldFile};
 
+use crate::generate::NOTES_TOKEN;
 use crate::world::World;
 
 /// The payment key the world's grants attach: the checker searches every output for it.
@@ -33,13 +35,30 @@ const REFUND: &str = "def main(pay, order: str, amount: money) -> dict:\n    \"\
 const NOTE: &str = "def main(notes, text: str) -> dict:\n    \"\"\"Save a note.\n\n    Args:\n        text: The note.\n    \"\"\"\n    r = notes.post(\"https://notes.sim/notes\", json = {\"text\": text})\n    return {\"status\": r.get(\"status\"), \"error\": r.get(\"error\")}\n";
 const CLOSE: &str = "def main(db, ticket: int) -> dict:\n    \"\"\"Close a ticket.\n\n    Args:\n        ticket: The ticket.\n    \"\"\"\n    return {\"changes\": db.execute(\"UPDATE tickets SET open = 0 WHERE id = ? AND open = 1\", [ticket])[\"changes\"]}\n";
 
-/// Installs the manifest and programs, the secret, and the services' data; plants a canary.
-pub fn install(world: &World, canary: Option<Canary>) {
-    world.install("manifest.json", MANIFEST.as_bytes());
-    for (name, text) in [("echo.star", ECHO), ("refund.star", REFUND), ("note.star", NOTE), ("close.star", CLOSE)] {
-        world.install(name, text.as_bytes());
+/// The secrets every world's variables hold: the checker searches every output for them.
+pub const SECRETS: &[&str] = &[SECRET, NOTES_TOKEN];
+
+/// Installs the world's manifest and programs (the fixed world when `file` is `None`), the
+/// secrets, and the services' data; plants a canary.
+pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) {
+    match file {
+        Some(file) => {
+            world.install("manifest.json", file.manifest.as_bytes());
+            for (name, text) in &file.programs {
+                world.install(name, text.as_bytes());
+            }
+        }
+        None => {
+            world.install("manifest.json", MANIFEST.as_bytes());
+            for (name, text) in
+                [("echo.star", ECHO), ("refund.star", REFUND), ("note.star", NOTE), ("close.star", CLOSE)]
+            {
+                world.install(name, text.as_bytes());
+            }
+        }
     }
     world.services.variables.borrow_mut().insert("STRIPE_SECRET_KEY".into(), SECRET.into());
+    world.services.variables.borrow_mut().insert("NOTES_TOKEN".into(), NOTES_TOKEN.into());
     for n in 0..20 {
         world.services.intents.borrow_mut().insert(format!("pi_{}", 2000 + n), (100_000, "usd".into()));
     }

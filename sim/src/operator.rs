@@ -1,11 +1,13 @@
 //! The operator model: with the server stopped (resolve refuses beside a live one), it looks
-//! at each waiting run's service records and resolves it, or asks for a halted run to be
-//! resumed, as the runbook says.
+//! at each waiting run's service records (for every kind of action: whether the services saw
+//! more of its signature than the journals claim, `truth.rs`) and resolves it, or asks for a
+//! halted run to be resumed, as the runbook says.
 
 use warden::journal::WAITING_DIR;
 
-use crate::check::Violation;
+use crate::check::{self, Violation};
 use crate::sweep::Report;
+use crate::truth;
 use crate::world::World;
 
 /// The waiting records on disk.
@@ -40,11 +42,14 @@ pub fn operator(world: &World, report: &mut Report) {
             report.events.push((world.clock.now(), "operator".into(), format!("resumed halted {}", &record.run[..8])));
             continue;
         }
-        let body = record.action["body"].as_str().unwrap_or("").to_string();
-        let happened = world.services.effects.borrow().iter().any(|e| e.kind == "note" && e.detail == body);
+        let happened = match serde_json::from_value::<warden::broker::Action>(record.action.clone()) {
+            Ok(action) => check::ledger_state(&world.disk, &World::path("journals"))
+                .is_ok_and(|state| truth::happened(world, &state, &record.run, &action)),
+            Err(_) => false,
+        };
         let journal = std::path::PathBuf::from(&record.journal);
         let op = record.op;
-        let answer = happened.then(|| r#"{"status": 201, "json": {"saved": true}}"#.to_string());
+        let answer = happened.then(|| r#"{"status": 200, "json": {"seen_by": "operator"}}"#.to_string());
         let outcome = world.start_command(move |env| {
             Box::pin(async move { warden::commands::resolve(&env, &journal, op, answer.as_deref()).await })
         });

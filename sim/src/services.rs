@@ -253,7 +253,8 @@ impl Net for SimNet {
 
 use warden::io::db::{from_sql, to_sql};
 
-const ACTIONS_TABLE: &str =
+/// The table a committed write records itself in (the server's `warden_actions`).
+pub const ACTIONS_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS warden_actions (run TEXT NOT NULL, action INTEGER NOT NULL, PRIMARY KEY (run, action))";
 
 impl Services {

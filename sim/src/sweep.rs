@@ -9,15 +9,17 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::json;
 use warden::ledger::RunPhase;
+use warden::manifest::Manifest;
 use warden_faults::{Fault, Scenario};
 
 use crate::check::{self, Violation};
-use crate::client::{workload_call, Client};
+use crate::client::{generated_call, workload_call, Client};
 use crate::executor::Stop;
 use crate::fired::Pending;
-use crate::fixture::{install, SECRET};
+use crate::fixture::{install, SECRETS};
 use crate::operator::{operator, waiting_records};
 use crate::plan::arm;
+use crate::truth;
 use crate::world::{Instance, World};
 
 /// Restarts one run may take before the checker calls it a livelock.
@@ -118,15 +120,21 @@ pub fn simulate(scenario: &Scenario) -> Report {
 fn simulate_unguarded(scenario: &Scenario) -> Report {
     let mut report = Report { seed: scenario.seed, calls: scenario.calls, ..Report::default() };
     let world = World::new(scenario.seed);
-    install(&world, scenario.canary);
+    install(&world, scenario.world.as_ref(), scenario.canary);
+    let manifest = match truth::manifest(&world) {
+        Ok(manifest) => manifest,
+        Err(problem) => {
+            let message = format!("the world's manifest does not pass `warden check`: {problem}");
+            report.violations.push(Violation { invariant: 0, message });
+            return report;
+        }
+    };
+    let once_keep_ms = |tool: &str| manifest.tool(tool).and_then(|t| t.once.as_ref()).map_or(u64::MAX, |o| o.keep_ms);
     let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0xc11e_47);
-    let mut client = Client {
-        next_id: 1,
-        unanswered: BTreeMap::new(),
-        answers: BTreeMap::new(),
-        runs: BTreeMap::new(),
-        tools: BTreeMap::new(),
-        trace: Vec::new(),
+    let mut client = Client { next_id: 1, ..Client::default() };
+    client.resend = match &scenario.world {
+        Some(file) => file.tools.iter().filter(|t| t.resend).map(|t| t.name.clone()).collect(),
+        None => ["echo", "refund", "close"].iter().map(|t| t.to_string()).collect(),
     };
     let mut instance = world.start("manifest.json");
     client.connect(&instance);
@@ -153,7 +161,10 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
             line.push(b'\n');
             instance.send_raw(&line);
         }
-        let message = workload_call(&mut rng, &mut client, index, scenario.tools.as_ref());
+        let message = match &scenario.world {
+            Some(file) => generated_call(&mut rng, &mut client, index, file, scenario.tools.as_ref()),
+            None => workload_call(&mut rng, &mut client, index, scenario.tools.as_ref()),
+        };
         instance.send(&message);
         if cancel {
             instance.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": message["id"], "reason": "sim"}}));
@@ -173,7 +184,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         for kind in pending.fired(&world) {
             *report.fired.entry(kind).or_insert(0) += 1;
         }
-        let violations = check::at_rest_with_once_keep(&world.disk, &World::path("journals"), 24 * 3600 * 1000);
+        let violations = check::at_rest_with(&world.disk, &World::path("journals"), &once_keep_ms);
         report.violations.extend(violations);
         if !report.violations.is_empty() {
             break;
@@ -206,7 +217,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     }
     client.resend_after_restart(&instance);
     instance = settle_down(&world, instance, &mut client, &mut report);
-    final_checks(&world, &client, &mut report);
+    final_checks(&world, &manifest, &client, &mut report);
     report.log.extend(instance.log());
     drop(instance);
     report.sim_ms = world.clock.now();
@@ -218,7 +229,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     report
 }
 
-fn final_checks(world: &World, client: &Client, report: &mut Report) {
+fn final_checks(world: &World, manifest: &Manifest, client: &Client, report: &mut Report) {
     let journals = World::path("journals");
     let mut push = |invariant: u8, message: String| report.violations.push(Violation { invariant, message });
     if !client.unanswered.is_empty() {
@@ -234,37 +245,13 @@ fn final_checks(world: &World, client: &Client, report: &mut Report) {
     if !open.is_empty() {
         push(10, format!("reservations still held after the liveness phase: {open:?}"));
     }
-    // 2 and 5: each action reached the world at most once.
-    let mut notes: BTreeMap<String, u32> = BTreeMap::new();
-    let mut refund_keys: BTreeMap<String, u32> = BTreeMap::new();
-    for effect in world.services.effects.borrow().iter() {
-        match effect.kind.as_str() {
-            "note" => *notes.entry(effect.detail.clone()).or_insert(0) += 1,
-            "refund" => *refund_keys.entry(effect.key.clone().unwrap_or_default()).or_insert(0) += 1,
-            _ => {}
-        }
-    }
-    for (note, times) in notes.iter().filter(|(_, t)| **t > 1) {
-        push(2, format!("note {note} reached the service {times} times"));
-    }
-    for (key, times) in refund_keys.iter().filter(|(_, t)| **t > 1) {
-        push(2, format!("refund with key {key} was made {times} times"));
-    }
-    // 1 and 4: every refund within its grant; money charged within the quota.
-    let refunds: Vec<i64> =
-        world.services.effects.borrow().iter().filter(|e| e.kind == "refund").map(|e| e.minor).collect();
-    if let Some(over) = refunds.iter().find(|&&minor| minor > 5000) {
-        push(1, format!("a refund of {over} minor units exceeded `each` (5000)"));
-    }
-    let total: i64 = refunds.iter().sum();
-    if total > 40_000 {
-        push(4, format!("the payment service refunded {total} minor units, over the quota of 40000"));
-    }
     if let Ok(state) = check::ledger_state(&world.disk, &journals) {
-        let reserved =
-            state.runs.values().filter(|e| e.tool == "refund" && !matches!(e.phase, RunPhase::Released { .. })).count();
-        if reserved > 30 {
-            push(4, format!("{reserved} refund calls reserved, over the quota of 30"));
+        // 2 and 5: the services saw each action as the journals say; 1 and 4: the limits.
+        for violation in truth::journals_match_services(world, &state) {
+            push(violation.invariant, violation.message);
+        }
+        for violation in truth::limits_kept(world, manifest, &state) {
+            push(violation.invariant, violation.message);
         }
         // 7: every answer naming a result is backed by a settled run.
         for (id, answer) in &client.answers {
@@ -286,7 +273,8 @@ fn final_checks(world: &World, client: &Client, report: &mut Report) {
     for path in world.disk.files() {
         everything.extend(world.disk.peek(&path).unwrap_or_default());
     }
-    if String::from_utf8_lossy(&everything).contains(SECRET) {
-        push(9, "the secret appears in a byte the server wrote".into());
+    let everything = String::from_utf8_lossy(&everything);
+    for secret in SECRETS.iter().filter(|secret| everything.contains(*secret)) {
+        push(9, format!("the secret {}... appears in a byte the server wrote", &secret[..6]));
     }
 }

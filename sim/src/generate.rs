@@ -1,0 +1,306 @@
+//! Generated worlds: each seed draws a manifest from the manifest grammar (what `warden check`
+//! accepts) and programs from templates, so the simulator explores what operators can write,
+//! not one hand-written configuration. The services are fixed (a payment API, a notes
+//! endpoint, an SQLite desk); the manifest decides which tools reach them and under what
+//! limits. The checker takes every limit from the manifest this produces (`truth.rs`).
+
+use std::collections::BTreeMap;
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use serde_json::{json, Map, Value};
+use warden_faults::{Template, ToolShape, WorldFile};
+
+/// The most tools a generated world serves.
+pub const TOOLS_MAX: u64 = 6;
+/// The header secret notes tools may attach: the checker searches every output for it too.
+pub const NOTES_TOKEN: &str = "nt_SIMTOKEN_41d9e2";
+
+struct Draw(ChaCha8Rng);
+
+impl Draw {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0.next_u64() % n
+    }
+
+    /// True `per_cent` times in a hundred.
+    fn chance(&mut self, per_cent: u64) -> bool {
+        self.below(100) < per_cent
+    }
+
+    fn one_of<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+
+    fn usd(&mut self, low_cents: u64, high_cents: u64) -> Value {
+        let cents = low_cents + self.below(high_cents - low_cents + 1);
+        json!({"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"})
+    }
+}
+
+const TEMPLATES: &[Template] =
+    &[Template::Echo, Template::Refund, Template::Notes, Template::Close, Template::Lookup, Template::Fetch];
+
+/// The world seed `seed` implies.
+pub fn world_for_seed(seed: u64) -> WorldFile {
+    let mut draw = Draw(ChaCha8Rng::seed_from_u64(seed ^ 0x3041_d0c5));
+    let count = 1 + draw.below(TOOLS_MAX);
+    let server_runs = draw.chance(60).then(|| 1 + draw.below(8));
+    let mut tools = Vec::new();
+    let mut shapes = Vec::new();
+    let mut programs = BTreeMap::new();
+    for index in 0..count {
+        let template = *draw.one_of(TEMPLATES);
+        let name = format!("{}_{index}", template_name(template));
+        let program = format!("{name}.star");
+        programs.insert(program.clone(), program_text(template, &mut draw));
+        let tool = tool_config(&name, &program, template, server_runs, &mut draw);
+        shapes.push(ToolShape { name, template, resend: tool.get("once").is_some() });
+        tools.push(Value::Object(tool));
+    }
+    let mut server = json!({"name": "sim", "journals": "journals"});
+    if let Some(runs) = server_runs {
+        server["max_concurrent_runs"] = json!(runs);
+    }
+    if draw.chance(70) {
+        server["notify"] = json!(["notify"]);
+    }
+    if draw.chance(30) {
+        // At least the longest `once.keep` drawn (7 days): `warden check` wants it.
+        server["keep"] = if draw.chance(20) { json!("forever") } else { json!(7 + draw.below(24)) };
+    }
+    let manifest = json!({"server": server, "tools": tools});
+    WorldFile { manifest: serde_json::to_string_pretty(&manifest).expect("JSON"), programs, tools: shapes }
+}
+
+fn template_name(template: Template) -> &'static str {
+    match template {
+        Template::Echo => "echo",
+        Template::Refund => "refund",
+        Template::Notes => "notes",
+        Template::Close => "close",
+        Template::Lookup => "lookup",
+        Template::Fetch => "fetch",
+    }
+}
+
+/// The arguments a template's program takes: `once.by` draws from them.
+pub fn arguments(template: Template) -> &'static [&'static str] {
+    match template {
+        Template::Echo => &["text"],
+        Template::Refund => &["order", "amount", "parts"],
+        Template::Notes => &["text", "count"],
+        Template::Close | Template::Lookup => &["ticket"],
+        Template::Fetch => &["order"],
+    }
+}
+
+fn tool_config(
+    name: &str,
+    program: &str,
+    template: Template,
+    server_runs: Option<u64>,
+    draw: &mut Draw,
+) -> Map<String, Value> {
+    let mut tool = Map::new();
+    tool.insert("name".into(), json!(name));
+    tool.insert("program".into(), json!(program));
+    let grants = grants(template, draw);
+    let refunds = grants.values().any(|g| g["cap"] == json!("payments.stripe.refund"));
+    if !grants.is_empty() {
+        tool.insert("grants".into(), Value::Object(grants.clone()));
+    }
+    if matches!(template, Template::Refund | Template::Notes | Template::Fetch) {
+        tool.insert("net".into(), json!({"timeout_ms": 1000, "connect_timeout_ms": 1000}));
+    }
+    if draw.chance(25) {
+        // Some shorter than the actions they cover: a deadline of a second or two.
+        tool.insert("deadline".into(), json!(draw.one_of(&["1s", "2s", "30s", "5m", "1h"])));
+    }
+    if draw.chance(30) {
+        let runs = 1 + draw.below(3);
+        tool.insert("max_concurrent_runs".into(), json!(runs.min(server_runs.unwrap_or(runs))));
+    }
+    if draw.chance(55) {
+        let names = arguments(template);
+        let mut by: Vec<&str> = names.iter().copied().filter(|_| draw.chance(60)).collect();
+        if by.is_empty() {
+            by.push(names[0]);
+        }
+        let mut once = json!({"by": by});
+        if draw.chance(70) {
+            once["keep"] = json!(draw.one_of(&["1m", "10m", "1h", "1d", "7d"]));
+        }
+        tool.insert("once".into(), once);
+    }
+    if draw.chance(45) {
+        let mut quota = json!({"window": draw.one_of(&["5s", "1m", "10m", "1h", "24h", "7d"])});
+        if draw.chance(70) {
+            quota["calls"] = json!(1 + draw.below(12));
+        }
+        // A money quota needs a finite worst case: every refund grant has `max` or `uses`.
+        let bounded = grants.values().all(|g| g.get("max").is_some() || g.get("uses").is_some());
+        if refunds && bounded && draw.chance(70) {
+            quota["money"] = draw.usd(2000, 30000);
+        }
+        if quota.get("calls").is_some() || quota.get("money").is_some() {
+            tool.insert("quota".into(), quota);
+        }
+    }
+    tool
+}
+
+fn grants(template: Template, draw: &mut Draw) -> Map<String, Value> {
+    let mut grants = Map::new();
+    match template {
+        Template::Echo => {}
+        Template::Refund => {
+            let mut pay = json!({"cap": "payments.stripe.refund", "needs": {
+                "get": {"cap": "net.http.get", "only": ["https://payments.sim/v1/payment_intents/*"]},
+                "post": {"cap": "net.http.post", "only": ["https://payments.sim/v1/refunds"],
+                         "idempotency_key": draw.chance(70)},
+                "key": {"env": "STRIPE_SECRET_KEY"}}});
+            // `warden check` wants `each`, `max` or both.
+            match draw.below(3) {
+                0 => pay["each"] = draw.usd(1000, 6000),
+                1 => pay["max"] = draw.usd(2000, 15000),
+                _ => {
+                    pay["each"] = draw.usd(1000, 6000);
+                    pay["max"] = draw.usd(2000, 15000);
+                }
+            }
+            if draw.chance(50) {
+                pay["uses"] = json!(1 + draw.below(3));
+            }
+            grants.insert("pay".into(), pay);
+        }
+        Template::Notes => {
+            let only = draw.one_of(&["https://notes.sim/notes", "https://notes.sim/*"]);
+            let mut notes = json!({"cap": "net.http.post", "only": [only], "idempotency_key": draw.chance(50)});
+            if draw.chance(50) {
+                notes["headers"] = json!({"Authorization": {"env": "NOTES_TOKEN", "prefix": "Bearer "}});
+            }
+            grants.insert("notes".into(), notes);
+        }
+        Template::Close => {
+            grants.insert("db".into(), json!({"cap": "db.sqlite", "path": "desk.db", "mode": "write"}));
+        }
+        Template::Lookup => {
+            grants.insert("db".into(), json!({"cap": "db.sqlite", "path": "desk.db", "mode": "read"}));
+        }
+        Template::Fetch => {
+            grants.insert(
+                "web".into(),
+                json!({"cap": "net.http.get", "only": ["https://payments.sim/v1/payment_intents/*"]}),
+            );
+        }
+    }
+    grants
+}
+
+fn docstring(summary: &str, args: &[(&str, &str)]) -> String {
+    let mut text = format!("    \"\"\"{summary}\n\n    Args:\n");
+    for (name, what) in args {
+        text.push_str(&format!("        {name}: {what}\n"));
+    }
+    text.push_str("    \"\"\"\n");
+    text
+}
+
+/// A program from `template`, with the variations a seed draws: prints, `fail()` on a
+/// condition, reads before writes, results of some size.
+fn program_text(template: Template, draw: &mut Draw) -> String {
+    let prints = draw.chance(50);
+    let fails = draw.chance(30);
+    let mut body = String::new();
+    let head = match template {
+        Template::Echo => {
+            let repeat = *draw.one_of(&[1u64, 1, 10, 1000]);
+            body.push_str(&format!("    out = text * {repeat}\n"));
+            body.push_str("    return {\"echo\": out}\n");
+            format!("def main(text: str) -> dict:\n{}", docstring("Echo.", &[("text", "The text.")]))
+        }
+        Template::Refund => {
+            if draw.chance(70) {
+                body.push_str("    intent = pay.get(\"https://payments.sim/v1/payment_intents/\" + order)\n");
+                body.push_str("    if intent.get(\"status\") != 200:\n        fail(\"no such order\")\n");
+            }
+            body.push_str("    statuses = []\n    for i in range(parts):\n");
+            body.push_str("        r = pay.refund(order, amount)\n        statuses.append(r.get(\"status\"))\n");
+            body.push_str("    return {\"statuses\": statuses, \"amount\": amount.amount}\n");
+            format!(
+                "def main(pay, order: str, amount: money, parts: int) -> dict:\n{}",
+                docstring(
+                    "Refund.",
+                    &[("order", "The intent."), ("amount", "How much each time."), ("parts", "How many refunds.")]
+                )
+            )
+        }
+        Template::Notes => {
+            body.push_str("    statuses = []\n    for i in range(count):\n");
+            body.push_str(
+                "        r = notes.post(\"https://notes.sim/notes\", json = {\"text\": text + \"-\" + str(i)})\n",
+            );
+            body.push_str("        statuses.append(r.get(\"status\"))\n");
+            body.push_str("    return {\"statuses\": statuses}\n");
+            format!(
+                "def main(notes, text: str, count: int) -> dict:\n{}",
+                docstring("Save notes.", &[("text", "The note."), ("count", "How many.")])
+            )
+        }
+        Template::Close => {
+            body.push_str("    r = db.execute(\"UPDATE tickets SET open = 0 WHERE id = ? AND open = 1\", [ticket])\n");
+            body.push_str("    return {\"changes\": r[\"changes\"]}\n");
+            format!(
+                "def main(db, ticket: int) -> dict:\n{}",
+                docstring("Close a ticket.", &[("ticket", "The ticket.")])
+            )
+        }
+        Template::Lookup => {
+            body.push_str("    r = db.query(\"SELECT id, open FROM tickets WHERE id = ?\", [ticket])\n");
+            body.push_str("    return {\"rows\": r[\"rows\"]}\n");
+            format!(
+                "def main(db, ticket: int) -> dict:\n{}",
+                docstring("Look a ticket up.", &[("ticket", "The ticket.")])
+            )
+        }
+        Template::Fetch => {
+            body.push_str("    r = web.get(\"https://payments.sim/v1/payment_intents/\" + order)\n");
+            body.push_str("    return {\"status\": r.get(\"status\")}\n");
+            format!(
+                "def main(web, order: str) -> dict:\n{}",
+                docstring("Fetch an intent.", &[("order", "The intent.")])
+            )
+        }
+    };
+    let first = arguments(template)[0];
+    let mut prelude = String::new();
+    if prints {
+        prelude.push_str(&format!("    print(\"called with\", {first})\n"));
+    }
+    if fails {
+        prelude
+            .push_str(&format!("    if str({first}).endswith(\"7\"):\n        fail(\"refusing \" + str({first}))\n"));
+    }
+    format!("{head}{prelude}{body}")
+}
+
+/// The arguments of the workload's call number `index` to a tool of `template`: `once` keys
+/// repeat sometimes, amounts are sometimes over the grant's limits, some orders do not exist.
+pub fn call_arguments(template: Template, rng: &mut ChaCha8Rng, index: u32) -> Value {
+    let mut below = |n: u64| rng.next_u64() % n;
+    let repeat = index > 0 && below(4) == 0;
+    let label = if repeat { below(index as u64) } else { index as u64 };
+    match template {
+        Template::Echo => json!({"text": format!("e{label}")}),
+        Template::Refund => {
+            let order = if below(10) == 0 { "pi_missing".to_string() } else { format!("pi_{}", 2000 + below(20)) };
+            let cents = 100 + below(7000);
+            json!({"order": order, "amount": {"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"},
+                   "parts": 1 + below(3)})
+        }
+        Template::Notes => json!({"text": format!("n{label}"), "count": below(4)}),
+        Template::Close | Template::Lookup => json!({"ticket": 1 + below(20)}),
+        Template::Fetch => json!({"order": format!("pi_{}", 2000 + below(22))}),
+    }
+}

@@ -1,0 +1,237 @@
+//! Ground truth against the journals, with every limit taken from the manifest the world
+//! serves (generated or fixed; no number copied from a fixture).
+//!
+//! Every write action a journal holds is classified (happened, maybe sent, not happened, in
+//! doubt) and given a signature the services' own records carry too: the idempotency key, or
+//! the note's body, or the refund's intent and amount, or the (run, action) row an SQLite
+//! write commits in `warden_actions`. Then, per signature, the services saw exactly as many
+//! effects as the journals say happened (a maybe-sent action may add one). Per run, refunds
+//! keep the grant's `each`, `max` and `uses`; per tool, runs admitted in any quota window
+//! keep its calls and money.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+use warden::broker::kinds::{Kind, Method};
+use warden::broker::Action;
+use warden::journal::OpState;
+use warden::ledger::{RunPhase, State};
+use warden::manifest::{Grant, Manifest};
+
+use crate::check::{self, Violation};
+use crate::world::World;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Happened,
+    /// A keyed request whose answer was lost: it may have reached the service.
+    Maybe,
+    NotHappened,
+    InDoubt,
+}
+
+/// One write action a journal holds.
+#[derive(Clone, Debug)]
+pub struct WriteOp {
+    pub tool: String,
+    pub run: String,
+    pub op: u64,
+    pub action: Action,
+    pub status: Status,
+}
+
+/// What the services' records name an action by.
+pub fn signature(action: &Action, run: &str) -> String {
+    if action.kind == Kind::Sqlite {
+        return format!("sql {run} {}", action.op);
+    }
+    let what = if action.method == Method::Refund { "refund" } else { "post" };
+    match (&action.idempotency_key, action.money()) {
+        (Some(key), _) => format!("{what} key {key}"),
+        (None, Some(money)) => format!("{what} {} {}", action.body, money.minor),
+        (None, None) => format!("{what} {}", action.body),
+    }
+}
+
+fn status_of(state: &OpState) -> (Action, Status) {
+    let (action, status) = match state {
+        OpState::Begun(action) => (action, Status::InDoubt),
+        OpState::NotHappened(action) => (action, Status::NotHappened),
+        OpState::Done { action, happened: true, .. } => (action, Status::Happened),
+        OpState::Done { action, result, .. } => {
+            let answered = result.get("status").and_then(Value::as_u64).is_some_and(|s| (200..300).contains(&s));
+            let committed = result.get("changes").is_some();
+            let maybe = result.get("may_have_been_sent") == Some(&Value::Bool(true));
+            let status = match (answered || committed, maybe) {
+                (true, _) => Status::Happened,
+                (false, true) => Status::Maybe,
+                (false, false) => Status::NotHappened,
+            };
+            (action, status)
+        }
+    };
+    let action: Action = serde_json::from_value(action.clone()).expect("a journal's action parses as one");
+    (action, status)
+}
+
+/// Every write action of every journal the ledger names.
+pub fn write_ops(world: &World, state: &State) -> Vec<WriteOp> {
+    let journals = World::path("journals");
+    let mut ops = Vec::new();
+    for entry in state.runs.values() {
+        let Some(Ok(journal)) = check::journal(&world.disk, &journals, &entry.tool, &entry.run) else { continue };
+        for (op, op_state) in &journal.ops {
+            let (action, status) = status_of(op_state);
+            if !action.is_read() {
+                ops.push(WriteOp { tool: entry.tool.clone(), run: entry.run.clone(), op: *op, action, status });
+            }
+        }
+    }
+    ops
+}
+
+/// The services' effects by signature.
+pub fn effects(world: &World) -> BTreeMap<String, u32> {
+    let mut seen = BTreeMap::new();
+    for effect in world.services.effects.borrow().iter() {
+        let what = if effect.kind == "refund" { "refund" } else { "post" };
+        let signature = match (&effect.key, effect.kind.as_str()) {
+            (Some(key), _) => format!("{what} key {key}"),
+            (None, "refund") => format!("refund {} {}", effect.detail, effect.minor),
+            (None, _) => format!("post {}", effect.detail),
+        };
+        *seen.entry(signature).or_insert(0) += 1;
+    }
+    let desk = World::path("desk.db");
+    world.services.sql(&desk, crate::services::ACTIONS_TABLE);
+    for row in world.services.sql(&desk, "SELECT run, action FROM warden_actions") {
+        let run = row.get("run").and_then(Value::as_str).unwrap_or_default();
+        let action = row.get("action").and_then(Value::as_i64).unwrap_or(-1);
+        *seen.entry(format!("sql {run} {action}")).or_insert(0) += 1;
+    }
+    seen
+}
+
+/// Invariants 2 and 5: the services saw each action the journals say happened exactly once,
+/// and none they say did not happen.
+pub fn journals_match_services(world: &World, state: &State) -> Vec<Violation> {
+    let mut claimed: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    for op in write_ops(world, state) {
+        let (certain, maybe) = claimed.entry(signature(&op.action, &op.run)).or_insert((0, 0));
+        match op.status {
+            Status::Happened => *certain += 1,
+            Status::Maybe | Status::InDoubt => *maybe += 1,
+            Status::NotHappened => {}
+        }
+    }
+    let seen = effects(world);
+    let mut found = Vec::new();
+    for (signature, &(certain, maybe)) in &claimed {
+        let times = seen.get(signature).copied().unwrap_or(0);
+        if times < certain || times > certain + maybe {
+            let expected = if maybe == 0 { format!("{certain}") } else { format!("{certain} to {}", certain + maybe) };
+            found.push(Violation {
+                invariant: 2,
+                message: format!("{signature}: the services saw it {times} times, the journals say {expected}"),
+            });
+        }
+    }
+    for (signature, times) in seen.iter().filter(|(s, _)| !claimed.contains_key(*s)) {
+        found.push(Violation {
+            invariant: 2,
+            message: format!("{signature}: the services saw it {times} times, and no journal holds it"),
+        });
+    }
+    found
+}
+
+/// Minor units a run's refunds through each grant moved, by what the services saw.
+fn charged_by_run(ops: &[WriteOp], seen: &BTreeMap<String, u32>) -> BTreeMap<(String, String), (i64, u64)> {
+    let mut charged: BTreeMap<(String, String), (i64, u64)> = BTreeMap::new();
+    for op in ops.iter().filter(|op| op.action.method == Method::Refund) {
+        let happened = match op.status {
+            Status::Happened => true,
+            Status::Maybe => seen.get(&signature(&op.action, &op.run)).is_some_and(|&n| n > 0),
+            _ => false,
+        };
+        if let (true, Some(money)) = (happened, op.action.money()) {
+            let entry = charged.entry((op.run.clone(), op.action.grant.clone())).or_insert((0, 0));
+            entry.0 += money.minor;
+            entry.1 += 1;
+        }
+    }
+    charged
+}
+
+/// Invariants 1 and 4 from the manifest: each refund within `each`, each run within `max`
+/// and `uses`, each quota window within its calls and money.
+pub fn limits_kept(world: &World, manifest: &Manifest, state: &State) -> Vec<Violation> {
+    let ops = write_ops(world, state);
+    let seen = effects(world);
+    let charged = charged_by_run(&ops, &seen);
+    let mut found = Vec::new();
+    let mut push = |invariant: u8, message: String| found.push(Violation { invariant, message });
+    for op in ops.iter().filter(|op| op.action.method == Method::Refund && op.status != Status::NotHappened) {
+        let grant = manifest.tool(&op.tool).and_then(|t| t.grants.get(&op.action.grant));
+        if let (Some(Grant::Capability(grant)), Some(money)) = (grant, op.action.money()) {
+            if let Some(each) = grant.each.as_ref().filter(|each| money.minor > each.minor) {
+                push(1, format!("run {} refunded {money}, over `each` of {each} ({})", op.run, op.tool));
+            }
+        }
+    }
+    for ((run, grant_name), (minor, count)) in &charged {
+        let Some(entry) = state.run(run) else { continue };
+        let grant = manifest.tool(&entry.tool).and_then(|t| t.grants.get(grant_name));
+        let Some(Grant::Capability(grant)) = grant else { continue };
+        if let Some(max) = grant.max.as_ref().filter(|max| *minor > max.minor) {
+            push(1, format!("run {run} refunded {minor} minor units, over `max` of {max}"));
+        }
+        if let Some(uses) = grant.uses.filter(|uses| count > uses) {
+            push(1, format!("run {run} made {count} refunds, over `uses` of {uses}"));
+        }
+    }
+    for tool in &manifest.tools {
+        let Some(quota) = &tool.quota else { continue };
+        let runs: Vec<_> = state
+            .runs
+            .values()
+            .filter(|e| e.tool == tool.name && !matches!(e.phase, RunPhase::Released { .. }))
+            .collect();
+        let spent = |run: &str| charged.iter().filter(|((r, _), _)| r == run).map(|(_, (minor, _))| minor).sum::<i64>();
+        for admitted in &runs {
+            // Every run admitted before it and reserved within its window was counted then.
+            let since = admitted.reserved_at_ms.saturating_sub(quota.window_ms);
+            let window: Vec<_> =
+                runs.iter().filter(|e| e.sequence <= admitted.sequence && e.reserved_at_ms > since).collect();
+            if let Some(calls) = quota.calls.filter(|&calls| window.len() as u64 > calls) {
+                push(4, format!("{} runs of `{}` admitted within one window, over {calls}", window.len(), tool.name));
+            }
+            let money: i64 = window.iter().map(|e| spent(&e.run)).sum();
+            if let Some(max) = quota.money.as_ref().filter(|max| money > max.minor) {
+                push(4, format!("runs of `{}` within one window refunded {money} minor units, over {max}", tool.name));
+            }
+        }
+    }
+    found.sort_by(|a, b| a.message.cmp(&b.message));
+    found.dedup();
+    found
+}
+
+/// Whether the operator should answer that an in-doubt action happened: the services saw
+/// more effects of its signature than the journals already claim.
+pub fn happened(world: &World, state: &State, run: &str, action: &Action) -> bool {
+    let wanted = signature(action, run);
+    let claimed = write_ops(world, state)
+        .iter()
+        .filter(|op| op.status == Status::Happened && signature(&op.action, &op.run) == wanted)
+        .count() as u32;
+    effects(world).get(&wanted).copied().unwrap_or(0) > claimed
+}
+
+/// The manifest the world serves, parsed as the server parses it.
+pub fn manifest(world: &World) -> Result<Manifest, String> {
+    let path = World::path("manifest.json");
+    let text = world.disk.peek(&path).ok_or("the world has no manifest")?;
+    Manifest::parse(Path::new(&path), &text).map_err(|e| e.to_string())
+}
