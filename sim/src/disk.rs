@@ -35,6 +35,11 @@ pub struct DiskFaults {
     pub capacity_bytes: Option<usize>,
     /// The canary: fsync reports success and makes nothing durable.
     pub lying_fsync: bool,
+    /// A planted bug: fsync of a file whose path contains this text reports success and
+    /// makes nothing durable, as a removed fsync call would.
+    pub lose_fsyncs_of: Option<String>,
+    /// The same for fsync of a directory.
+    pub lose_dir_fsyncs_of: Option<String>,
 }
 
 #[derive(Default)]
@@ -85,6 +90,20 @@ fn after_a_turn<T: 'static>(value: T) -> LocalBoxFuture<'static, T> {
         }
         std::task::Poll::Ready(value.take().expect("polled after completion"))
     }))
+}
+
+impl DiskFaults {
+    fn loses_fsync_of(&self, path: &Path) -> bool {
+        self.lying_fsync || Self::names(&self.lose_fsyncs_of, path)
+    }
+
+    fn loses_dir_fsync_of(&self, dir: &Path) -> bool {
+        self.lying_fsync || Self::names(&self.lose_dir_fsyncs_of, dir)
+    }
+
+    fn names(part: &Option<String>, path: &Path) -> bool {
+        part.as_ref().is_some_and(|part| path.to_string_lossy().contains(part.as_str()))
+    }
 }
 
 impl SimDisk {
@@ -158,6 +177,21 @@ impl SimDisk {
     pub fn peek(&self, path: &Path) -> Option<Vec<u8>> {
         let state = self.state.borrow();
         state.names.get(path).map(|&i| state.inodes[i].current.clone())
+    }
+
+    /// How many leading bytes of `path` would survive a crash now: 0 unless its name and
+    /// every directory above it are durable, else the prefix its durable and current
+    /// contents share.
+    pub fn surviving_len(&self, path: &Path) -> usize {
+        let state = self.state.borrow();
+        let Some(&inode) = state.names.get(path) else { return 0 };
+        let named = state.durable_names.get(path) == Some(&inode);
+        let dirs = path.ancestors().skip(1).all(|dir| state.durable_dirs.contains(dir));
+        if !named || !dirs {
+            return 0;
+        }
+        let Inode { current, durable } = &state.inodes[inode];
+        current.iter().zip(durable.iter()).take_while(|(a, b)| a == b).count()
     }
 
     /// Every file path, sorted.
@@ -310,7 +344,7 @@ impl Disk for SimDiskHandle {
             disk.count("fsync failure");
             return self.0.complete(Err(io::Error::other("simulated fsync failure")));
         }
-        let lying = disk.faults.borrow().lying_fsync;
+        let lying = disk.faults.borrow().loses_fsync_of(path);
         let mut state = disk.state.borrow_mut();
         let result = match state.names.get(path).copied() {
             Some(inode) => {
@@ -334,7 +368,7 @@ impl Disk for SimDiskHandle {
             disk.count("fsync failure");
             return self.0.complete(Err(io::Error::other("simulated fsync failure")));
         }
-        if disk.faults.borrow().lying_fsync {
+        if disk.faults.borrow().loses_dir_fsync_of(dir) {
             return self.0.complete(Ok(()));
         }
         let mut state = disk.state.borrow_mut();

@@ -12,6 +12,7 @@ pub mod fixture;
 pub mod fuzzing;
 pub mod generate;
 pub mod operator;
+pub mod oracle;
 pub mod plan;
 pub mod sandbox;
 pub mod services;

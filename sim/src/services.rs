@@ -70,6 +70,8 @@ pub struct Services {
     pub crash_after_commit: Cell<bool>,
     /// Step the wall clock by this much (ms) when the next request reaches a service.
     pub step_wall_on_next_request: Cell<i64>,
+    /// Checks that what each action depends on is durable when it reaches a service.
+    pub oracle: RefCell<Option<Rc<crate::oracle::Oracle>>>,
 }
 
 fn response(status: u16, body: Value) -> HttpResponse {
@@ -229,6 +231,9 @@ impl Net for SimNet {
         if services.server_crashed() {
             return Box::pin(std::future::pending());
         }
+        if let Some(oracle) = services.oracle.borrow().as_ref() {
+            oracle.before_request(&request);
+        }
         services.requests.borrow_mut().push(request.clone());
         let step = services.step_wall_on_next_request.replace(0);
         if let (true, Some(clock)) = (step != 0, services.clock.borrow().as_ref()) {
@@ -322,6 +327,10 @@ impl Db for SimDb {
         if self.0.server_crashed() {
             return Box::pin(std::future::pending());
         }
+        if let (true, Some((run, op)), Some(oracle)) = (request.write, &request.action, self.0.oracle.borrow().as_ref())
+        {
+            oracle.before_sql_write(run, *op);
+        }
         let reply = self.0.execute(&request);
         if request.write && reply.is_ok() && self.0.crash_after_commit.replace(false) {
             self.0.crash_server();
@@ -346,6 +355,9 @@ impl Process for SimProcess {
     fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>> {
         if self.0.server_crashed() {
             return Box::pin(std::future::pending());
+        }
+        if let Some(oracle) = self.0.oracle.borrow().as_ref() {
+            oracle.before_notify(&request.stdin);
         }
         self.0.notify_calls.borrow_mut().push(request.stdin.clone());
         let hanging = self.0.notify_hangs.get();

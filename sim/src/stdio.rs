@@ -47,6 +47,8 @@ impl Pipe {
 pub struct SimStdio {
     pub pipe: Rc<Pipe>,
     pub crashed: Rc<Cell<bool>>,
+    /// Checks that what each answer depends on is durable when it is written.
+    pub oracle: Rc<crate::oracle::Oracle>,
 }
 
 impl Stdio for SimStdio {
@@ -77,6 +79,7 @@ impl Stdio for SimStdio {
         if self.pipe.broken.get() {
             return Box::pin(std::future::ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "the client is gone"))));
         }
+        self.oracle.before_answer(&line);
         self.pipe.output.borrow_mut().push(line);
         Box::pin(std::future::ready(Ok(())))
     }

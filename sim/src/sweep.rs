@@ -181,6 +181,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
             continue;
         }
         instance = settle_down(&world, instance, &mut client, &mut report);
+        report.violations.append(&mut world.oracle.violations.borrow_mut());
         for kind in pending.fired(&world) {
             *report.fired.entry(kind).or_insert(0) += 1;
         }
@@ -217,6 +218,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     }
     client.resend_after_restart(&instance);
     instance = settle_down(&world, instance, &mut client, &mut report);
+    report.violations.append(&mut world.oracle.violations.borrow_mut());
     final_checks(&world, &manifest, &client, &mut report);
     report.log.extend(instance.log());
     drop(instance);

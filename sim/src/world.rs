@@ -14,6 +14,7 @@ use warden::env::{Env, LocalBoxFuture, Point, Probe, Rng};
 use crate::clock::{SimClock, SimClockHandle};
 use crate::disk::{SimDisk, SimDiskHandle};
 use crate::executor::{Executor, Stop};
+use crate::oracle::Oracle;
 use crate::services::{Services, SimDb, SimNet, SimProcess};
 use crate::stdio::{Pipe, SimStdio};
 
@@ -79,6 +80,8 @@ pub struct World {
     pub services: Rc<Services>,
     /// Faults of program executions (how long they take; no worker at all).
     pub sandbox: Rc<crate::sandbox::SandboxFaults>,
+    /// The durability oracle, shared by the services and the protocol stream.
+    pub oracle: Rc<Oracle>,
 }
 
 pub struct Instance {
@@ -97,6 +100,8 @@ impl World {
         *services.crashed.borrow_mut() = Some(Rc::clone(&crashed));
         let clock = SimClock::new();
         *services.clock.borrow_mut() = Some(Rc::clone(&clock));
+        let oracle = Oracle::new(Rc::clone(&disk), World::path("journals"));
+        *services.oracle.borrow_mut() = Some(Rc::clone(&oracle));
         World {
             seed,
             rng: RefCell::new(rng),
@@ -107,6 +112,7 @@ impl World {
             instances: Cell::new(0),
             services,
             sandbox: Rc::new(crate::sandbox::SandboxFaults::default()),
+            oracle,
         }
     }
 
@@ -126,7 +132,11 @@ impl World {
         Env {
             clock: Rc::new(SimClockHandle(Rc::clone(&self.clock))),
             disk: Rc::new(SimDiskHandle(Rc::clone(&self.disk))),
-            stdio: Rc::new(SimStdio { pipe: Rc::clone(pipe), crashed: Rc::clone(&self.crashed) }),
+            stdio: Rc::new(SimStdio {
+                pipe: Rc::clone(pipe),
+                crashed: Rc::clone(&self.crashed),
+                oracle: Rc::clone(&self.oracle),
+            }),
             net: Rc::new(SimNet(Rc::clone(&self.services))),
             db: Rc::new(SimDb(Rc::clone(&self.services))),
             rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),

@@ -1,0 +1,188 @@
+//! The durability oracle: wherever the server lets something depend on a record, the record
+//! must already be durable (data fsynced, directory entries too). The simulated disk knows
+//! which bytes would survive a crash now, so a missing fsync is found on the first call that
+//! depends on it, without a crash having to land in its window.
+//!
+//! Checked dependents: a write action reaching a service (its journal's begin record), an
+//! answer to a call (the run's journal and every ledger line naming the run, or its waiting
+//! record), and the notify command (the waiting record it announces).
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use serde_json::Value;
+use warden::env::HttpRequest;
+use warden::journal::WAITING_DIR;
+use warden::ledger::LEDGER_FILE;
+
+use crate::check::Violation;
+use crate::disk::SimDisk;
+
+/// What a durability violation is reported as (DESIGN.md section 7: durable before dependent).
+pub const INVARIANT: u8 = 11;
+
+pub struct Oracle {
+    disk: Rc<SimDisk>,
+    journals: PathBuf,
+    pub violations: RefCell<Vec<Violation>>,
+    /// Progress token -> the run its notification named, to tie an answer to its run.
+    runs_by_token: RefCell<BTreeMap<String, String>>,
+    /// Dependents checked, for the report.
+    pub checks: Cell<u64>,
+}
+
+impl Oracle {
+    pub fn new(disk: Rc<SimDisk>, journals: PathBuf) -> Rc<Oracle> {
+        Rc::new(Oracle {
+            disk,
+            journals,
+            violations: RefCell::new(Vec::new()),
+            runs_by_token: RefCell::new(BTreeMap::new()),
+            checks: Cell::new(0),
+        })
+    }
+
+    fn violation(&self, message: String) {
+        self.violations.borrow_mut().push(Violation { invariant: INVARIANT, message });
+    }
+
+    /// The journal files on disk now: (path, run id).
+    fn journal_files(&self) -> Vec<(PathBuf, String)> {
+        self.disk
+            .files()
+            .into_iter()
+            .filter(|p| p.starts_with(&self.journals))
+            .filter_map(|p| {
+                let run = p.file_name()?.to_str()?.strip_suffix(".journal")?.to_string();
+                Some((p, run))
+            })
+            .collect()
+    }
+
+    /// Whether a line in `path` for which `wanted` holds is durable: `None` if no line is
+    /// wanted, else whether one of them would survive a crash now.
+    fn line_durable(&self, path: &Path, wanted: &dyn Fn(&Value) -> bool) -> Option<bool> {
+        let bytes = self.disk.peek(path)?;
+        let survives = self.disk.surviving_len(path);
+        let mut offset = 0;
+        let mut found = None;
+        for line in bytes.split_inclusive(|&b| b == b'\n') {
+            offset += line.len();
+            // A checksummed line (`record.rs`): the record is under `rec`.
+            let Ok(line_value) = serde_json::from_slice::<Value>(line) else { continue };
+            if wanted(&line_value["rec"]) {
+                let durable = offset <= survives && line.ends_with(b"\n");
+                found = Some(found.unwrap_or(false) || durable);
+            }
+        }
+        found
+    }
+
+    /// Before a write request reaches a service: some journal holds its begin record, durably.
+    pub fn before_request(&self, request: &HttpRequest) {
+        if request.method == "GET" || request.method == "HEAD" {
+            return;
+        }
+        self.checks.set(self.checks.get() + 1);
+        let key = request.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("idempotency-key")).map(|(_, v)| v);
+        let body = String::from_utf8_lossy(&request.body).into_owned();
+        let form: BTreeMap<String, String> = form_urlencoded::parse(&request.body).into_owned().collect();
+        let matches = |record: &Value, run: &str| -> bool {
+            let action = &record["action"];
+            if record["record"] != "begin" {
+                return false;
+            }
+            match key {
+                Some(key) => *key == format!("warden-{run}-{}", record["op"]),
+                None if action["method"] == "REFUND" => {
+                    form.get("payment_intent").is_some_and(|intent| action["body"] == intent.as_str())
+                }
+                None => action["target"] == request.url.as_str() && action["body"] == body.as_str(),
+            }
+        };
+        self.begun_durably(&matches, &format!("{} {}", request.method, request.url));
+    }
+
+    /// Before an SQLite write commits: its journal's begin record is durable.
+    pub fn before_sql_write(&self, run: &str, op: u64) {
+        self.checks.set(self.checks.get() + 1);
+        let wanted = |record: &Value, of: &str| of == run && record["record"] == "begin" && record["op"] == op;
+        self.begun_durably(&wanted, &format!("the SQLite write of run {run} action {op}"));
+    }
+
+    fn begun_durably(&self, matches: &dyn Fn(&Value, &str) -> bool, what: &str) {
+        let mut seen = false;
+        for (path, run) in self.journal_files() {
+            match self.line_durable(&path, &|record| matches(record, &run)) {
+                Some(true) => return,
+                Some(false) => seen = true,
+                None => {}
+            }
+        }
+        let why = if seen { "its begin record is not durable yet" } else { "no journal holds its begin record" };
+        self.violation(format!("{what} reached the service, but {why}"));
+    }
+
+    /// Before a line reaches the client: an answer's run is durable (journal and ledger), or
+    /// the waiting record it announces is.
+    pub fn before_answer(&self, line: &[u8]) {
+        let Ok(message) = serde_json::from_slice::<Value>(line) else { return };
+        if message["method"] == "notifications/progress" {
+            let run = message["params"]["message"].as_str().unwrap_or("");
+            if let Some(run) = run.strip_prefix("run ").and_then(|r| r.strip_suffix(" started")) {
+                self.runs_by_token.borrow_mut().insert(message["params"]["progressToken"].to_string(), run.to_string());
+            }
+            return;
+        }
+        let result = &message["result"];
+        if result.is_null() || message["id"].is_null() {
+            return;
+        }
+        let text = result["content"][0]["text"].as_str().unwrap_or("");
+        if text.contains("could not record the call durably") || text.contains("could not be recorded durably") {
+            return;
+        }
+        if result["structuredContent"]["status"] == "waiting_for_operator" {
+            let run = result["structuredContent"]["run"].as_str().unwrap_or("").to_string();
+            self.checks.set(self.checks.get() + 1);
+            self.waiting_durable(&run, "the answer that it waits");
+            return;
+        }
+        let Some(run) = self.runs_by_token.borrow().get(&message["id"].to_string()).cloned() else { return };
+        self.checks.set(self.checks.get() + 1);
+        self.run_durable(&run);
+    }
+
+    /// The run's whole journal and every ledger line naming it would survive a crash now.
+    fn run_durable(&self, run: &str) {
+        let Some((journal, _)) = self.journal_files().into_iter().find(|(_, r)| r == run) else { return };
+        let length = self.disk.peek(&journal).map_or(0, |b| b.len());
+        if self.disk.surviving_len(&journal) < length {
+            self.violation(format!("run {run} was answered before its journal was durable"));
+        }
+        let ledger = self.journals.join(LEDGER_FILE);
+        if self.line_durable(&ledger, &|record| record["run"] == run) == Some(false) {
+            self.violation(format!("run {run} was answered before its ledger records were durable"));
+        }
+    }
+
+    fn waiting_durable(&self, run: &str, what: &str) {
+        let record = self.journals.join(WAITING_DIR).join(format!("{run}.json"));
+        let length = self.disk.peek(&record).map_or(0, |b| b.len());
+        if length == 0 || self.disk.surviving_len(&record) < length {
+            self.violation(format!("{what} of run {run} came before its waiting record was durable"));
+        }
+    }
+
+    /// Before the notify command runs: every waiting record it may announce is durable.
+    pub fn before_notify(&self, input: &[u8]) {
+        let line = input.strip_suffix(b"\n").unwrap_or(input);
+        let Ok(record) = warden::record::decode::<Value>(line) else { return };
+        if let Some(run) = record["run"].as_str() {
+            self.checks.set(self.checks.get() + 1);
+            self.waiting_durable(run, "the notify command");
+        }
+    }
+}
