@@ -226,6 +226,8 @@ struct Totals {
     faults: std::collections::BTreeMap<&'static str, u64>,
     fired: std::collections::BTreeMap<&'static str, u64>,
     failing: Vec<u64>,
+    /// The first violation found, as printed.
+    first_violation: Option<String>,
 }
 
 impl Totals {
@@ -267,6 +269,7 @@ fn explore(
         if !report.violations.is_empty() {
             progress.suspend(|| write_shrunk(seed, scenario, &report, out));
             totals.failing.push(seed);
+            totals.first_violation.get_or_insert_with(|| report.violations[0].to_string());
             progress.set_message(format!("{} failing", totals.failing.len()));
             if expect_violation {
                 break;
@@ -338,6 +341,7 @@ fn json_report(seeds: &Range<u64>, totals: &Totals, elapsed: f64) -> serde_json:
     json!({
         "seeds": {"from": seeds.start, "to": seeds.end},
         "violations": totals.failing,
+        "first_violation": totals.first_violation,
         "calls": totals.calls,
         "elapsed_s": elapsed,
         "calls_per_s": totals.calls as f64 / elapsed.max(1e-9),
