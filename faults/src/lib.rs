@@ -168,6 +168,9 @@ pub enum Template {
     Lookup,
     /// `order`: an HTTP read.
     Fetch,
+    /// `style`: an HTTP read of a service that reflects the request's secret header back,
+    /// escaped as PHP, Go or `\u` escapes would, or behind an anti-XSSI prefix.
+    Reflect,
 }
 
 impl Scenario {

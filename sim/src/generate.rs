@@ -9,12 +9,14 @@ use std::collections::BTreeMap;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::{json, Map, Value};
+use warden::manifest::Manifest;
 use warden_faults::{Template, ToolShape, WorldFile};
 
 /// The most tools a generated world serves.
 pub const TOOLS_MAX: u64 = 6;
-/// The header secret notes tools may attach: the checker searches every output for it too.
-pub const NOTES_TOKEN: &str = "nt_SIMTOKEN_41d9e2";
+/// The header secret notes and reflect tools attach: the checker searches every output for
+/// it, escaped too. Its `/`, `<`, `>` and `&` are what PHP and Go escape in JSON.
+pub const NOTES_TOKEN: &str = "nt/Xq7Zk<9Wv>&Jm/3RpT";
 
 struct Draw(ChaCha8Rng);
 
@@ -38,12 +40,37 @@ impl Draw {
     }
 }
 
-const TEMPLATES: &[Template] =
-    &[Template::Echo, Template::Refund, Template::Notes, Template::Close, Template::Lookup, Template::Fetch];
+const TEMPLATES: &[Template] = &[
+    Template::Echo,
+    Template::Refund,
+    Template::Notes,
+    Template::Close,
+    Template::Lookup,
+    Template::Fetch,
+    Template::Reflect,
+];
 
-/// The world seed `seed` implies.
+/// Draws of a world a seed may take to find a manifest `warden check` accepts.
+const ATTEMPTS: u64 = 32;
+
+/// The world seed `seed` implies: the first draw whose manifest `warden check` accepts. The
+/// draws cover the grammar, refused combinations too, so the check itself is what keeps an
+/// unsafe manifest (money without a finite worst case, a tool allowed more runs than the
+/// server) out of the simulation: remove a rule from it and the simulator serves such worlds.
 pub fn world_for_seed(seed: u64) -> WorldFile {
-    let mut draw = Draw(ChaCha8Rng::seed_from_u64(seed ^ 0x3041_d0c5));
+    let mut world = draw_world(seed, 0);
+    for attempt in 1..ATTEMPTS {
+        let accepted = Manifest::parse(&crate::world::World::path("manifest.json"), world.manifest.as_bytes()).is_ok();
+        if accepted {
+            break;
+        }
+        world = draw_world(seed, attempt);
+    }
+    world
+}
+
+fn draw_world(seed: u64, attempt: u64) -> WorldFile {
+    let mut draw = Draw(ChaCha8Rng::seed_from_u64(seed ^ 0x3041_d0c5 ^ attempt.rotate_left(40)));
     let count = 1 + draw.below(TOOLS_MAX);
     let server_runs = draw.chance(60).then(|| 1 + draw.below(8));
     let mut tools = Vec::new();
@@ -66,8 +93,12 @@ pub fn world_for_seed(seed: u64) -> WorldFile {
         server["notify"] = json!(["notify"]);
     }
     if draw.chance(30) {
-        // At least the longest `once.keep` drawn (7 days): `warden check` wants it.
-        server["keep"] = if draw.chance(20) { json!("forever") } else { json!(7 + draw.below(24)) };
+        // Mostly at least the longest `once.keep` drawn (7 days), which `warden check` wants.
+        server["keep"] = match draw.below(10) {
+            0 | 1 => json!("forever"),
+            2 => json!(1 + draw.below(6)),
+            _ => json!(7 + draw.below(24)),
+        };
     }
     let manifest = json!({"server": server, "tools": tools});
     WorldFile { manifest: serde_json::to_string_pretty(&manifest).expect("JSON"), programs, tools: shapes }
@@ -81,6 +112,7 @@ fn template_name(template: Template) -> &'static str {
         Template::Close => "close",
         Template::Lookup => "lookup",
         Template::Fetch => "fetch",
+        Template::Reflect => "reflect",
     }
 }
 
@@ -92,6 +124,7 @@ pub fn arguments(template: Template) -> &'static [&'static str] {
         Template::Notes => &["text", "count"],
         Template::Close | Template::Lookup => &["ticket"],
         Template::Fetch => &["order"],
+        Template::Reflect => &["style"],
     }
 }
 
@@ -110,7 +143,7 @@ fn tool_config(
     if !grants.is_empty() {
         tool.insert("grants".into(), Value::Object(grants.clone()));
     }
-    if matches!(template, Template::Refund | Template::Notes | Template::Fetch) {
+    if matches!(template, Template::Refund | Template::Notes | Template::Fetch | Template::Reflect) {
         tool.insert("net".into(), json!({"timeout_ms": 1000, "connect_timeout_ms": 1000}));
     }
     if draw.chance(25) {
@@ -119,7 +152,9 @@ fn tool_config(
     }
     if draw.chance(30) {
         let runs = 1 + draw.below(3);
-        tool.insert("max_concurrent_runs".into(), json!(runs.min(server_runs.unwrap_or(runs))));
+        // Mostly within the server's limit (`warden check` refuses a tool allowed more).
+        let runs = if draw.chance(80) { runs.min(server_runs.unwrap_or(runs)) } else { runs };
+        tool.insert("max_concurrent_runs".into(), json!(runs));
     }
     if draw.chance(55) {
         let names = arguments(template);
@@ -138,9 +173,9 @@ fn tool_config(
         if draw.chance(70) {
             quota["calls"] = json!(1 + draw.below(12));
         }
-        // A money quota needs a finite worst case: every refund grant has `max` or `uses`.
-        let bounded = grants.values().all(|g| g.get("max").is_some() || g.get("uses").is_some());
-        if refunds && bounded && draw.chance(70) {
+        // `warden check` wants a finite worst case under a money quota: every refund grant
+        // with `max` or `uses`. Drawn either way; the check decides.
+        if refunds && draw.chance(70) {
             quota["money"] = draw.usd(2000, 30000);
         }
         if quota.get("calls").is_some() || quota.get("money").is_some() {
@@ -160,10 +195,11 @@ fn grants(template: Template, draw: &mut Draw) -> Map<String, Value> {
                 "post": {"cap": "net.http.post", "only": ["https://payments.sim/v1/refunds"],
                          "idempotency_key": draw.chance(70)},
                 "key": {"env": "STRIPE_SECRET_KEY"}}});
-            // `warden check` wants `each`, `max` or both.
-            match draw.below(3) {
-                0 => pay["each"] = draw.usd(1000, 6000),
-                1 => pay["max"] = draw.usd(2000, 15000),
+            // `warden check` wants `each`, `max` or both; drawn either way.
+            match draw.below(7) {
+                0 => {}
+                1 | 2 => pay["each"] = draw.usd(1000, 6000),
+                3 | 4 => pay["max"] = draw.usd(2000, 15000),
                 _ => {
                     pay["each"] = draw.usd(1000, 6000);
                     pay["max"] = draw.usd(2000, 15000);
@@ -192,6 +228,13 @@ fn grants(template: Template, draw: &mut Draw) -> Map<String, Value> {
             grants.insert(
                 "web".into(),
                 json!({"cap": "net.http.get", "only": ["https://payments.sim/v1/payment_intents/*"]}),
+            );
+        }
+        Template::Reflect => {
+            grants.insert(
+                "web".into(),
+                json!({"cap": "net.http.get", "only": ["https://echo.sim/echo/*"],
+                       "headers": {"Authorization": {"env": "NOTES_TOKEN", "prefix": "Bearer "}}}),
             );
         }
     }
@@ -264,6 +307,15 @@ fn program_text(template: Template, draw: &mut Draw) -> String {
                 docstring("Look a ticket up.", &[("ticket", "The ticket.")])
             )
         }
+        Template::Reflect => {
+            body.push_str("    r = web.get(\"https://echo.sim/echo/\" + style)\n");
+            body.push_str("    print(\"reflected\", r.get(\"body\"))\n");
+            body.push_str("    return {\"json\": r.get(\"json\"), \"body\": r.get(\"body\")}\n");
+            format!(
+                "def main(web, style: str) -> dict:\n{}",
+                docstring("Read what the service reflects.", &[("style", "How it escapes.")])
+            )
+        }
         Template::Fetch => {
             body.push_str("    r = web.get(\"https://payments.sim/v1/payment_intents/\" + order)\n");
             body.push_str("    return {\"status\": r.get(\"status\")}\n");
@@ -294,7 +346,12 @@ pub fn call_arguments(template: Template, rng: &mut ChaCha8Rng, index: u32) -> V
     match template {
         Template::Echo => json!({"text": format!("e{label}")}),
         Template::Refund => {
-            let order = if below(10) == 0 { "pi_missing".to_string() } else { format!("pi_{}", 2000 + below(20)) };
+            // Some orders do not exist; pi_2001 is in EUR (the refund must be refused).
+            let order = match below(12) {
+                0 => "pi_missing".to_string(),
+                1 => "pi_2001".to_string(),
+                _ => format!("pi_{}", 2000 + below(20)),
+            };
             let cents = 100 + below(7000);
             json!({"order": order, "amount": {"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"},
                    "parts": 1 + below(3)})
@@ -302,5 +359,9 @@ pub fn call_arguments(template: Template, rng: &mut ChaCha8Rng, index: u32) -> V
         Template::Notes => json!({"text": format!("n{label}"), "count": below(4)}),
         Template::Close | Template::Lookup => json!({"ticket": 1 + below(20)}),
         Template::Fetch => json!({"order": format!("pi_{}", 2000 + below(22))}),
+        Template::Reflect => {
+            let style = ["php", "go", "unicode", "xssi", "plain"][below(5) as usize];
+            json!({"style": style})
+        }
     }
 }

@@ -143,6 +143,9 @@ fn run(seed: u64, check_determinism: bool, canary: Option<CanaryArg>, verbose: b
         for line in &report.log {
             println!("  | {line}");
         }
+        for (at_ms, lane, label) in &report.events {
+            println!("  @ {at_ms} ms {lane}: {label}");
+        }
     }
     print_summary(&report);
     if check_determinism {

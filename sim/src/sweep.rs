@@ -231,6 +231,15 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     report
 }
 
+/// Whether `text` holds `secret` in a form a reader would decode: as it is, or escaped (a
+/// JSON `\/` or `\u003c`, every character as `\u00XX`, escaped again inside a string): its
+/// runs of five or more letters and digits survive every such escape.
+fn leaks(text: &str, secret: &str) -> bool {
+    let runs = secret.split(|c: char| !c.is_ascii_alphanumeric()).filter(|run| run.len() >= 5);
+    let unicode: String = secret.chars().map(|c| format!("u{:04x}", c as u32)).collect();
+    text.contains(secret) || runs.into_iter().any(|run| text.contains(run)) || text.replace('\\', "").contains(&unicode)
+}
+
 fn final_checks(world: &World, manifest: &Manifest, client: &Client, report: &mut Report) {
     let journals = World::path("journals");
     let mut push = |invariant: u8, message: String| report.violations.push(Violation { invariant, message });
@@ -276,7 +285,7 @@ fn final_checks(world: &World, manifest: &Manifest, client: &Client, report: &mu
         everything.extend(world.disk.peek(&path).unwrap_or_default());
     }
     let everything = String::from_utf8_lossy(&everything);
-    for secret in SECRETS.iter().filter(|secret| everything.contains(*secret)) {
-        push(9, format!("the secret {}... appears in a byte the server wrote", &secret[..6]));
+    for secret in SECRETS.iter().filter(|secret| leaks(&everything, secret)) {
+        push(9, format!("the secret {}... appears in a byte the server wrote", &secret[..3]));
     }
 }

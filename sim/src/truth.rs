@@ -174,6 +174,15 @@ pub fn limits_kept(world: &World, manifest: &Manifest, state: &State) -> Vec<Vio
     let mut push = |invariant: u8, message: String| found.push(Violation { invariant, message });
     for op in ops.iter().filter(|op| op.action.method == Method::Refund && op.status != Status::NotHappened) {
         let grant = manifest.tool(&op.tool).and_then(|t| t.grants.get(&op.action.grant));
+        let intent_currency = world.services.intents.borrow().get(&op.action.body).map(|(_, c)| c.clone());
+        if let (Some(currency), Some(money)) = (intent_currency, op.action.money()) {
+            if !currency.eq_ignore_ascii_case(&money.currency) {
+                push(
+                    1,
+                    format!("run {} refunded {money} of intent {}, which is in {currency}", op.run, op.action.body),
+                );
+            }
+        }
         if let (Some(Grant::Capability(grant)), Some(money)) = (grant, op.action.money()) {
             if let Some(each) = grant.each.as_ref().filter(|each| money.minor > each.minor) {
                 push(1, format!("run {} refunded {money}, over `each` of {each} ({})", op.run, op.tool));
