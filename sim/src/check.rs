@@ -91,8 +91,7 @@ pub fn at_rest_with(disk: &SimDisk, journals: &Path, once_keep_ms_of: &dyn Fn(&s
         runs.sort_by_key(|entry| entry.sequence);
         for pair in runs.windows(2) {
             let (earlier, later) = (pair[0], pair[1]);
-            let still_held = earlier
-                .once_expires_at(once_keep_ms_of(&earlier.tool))
+            let still_held = once_expires_at(earlier, once_keep_ms_of(&earlier.tool))
                 .is_none_or(|expires| later.reserved_at_ms < expires);
             if still_held {
                 found.push(violation(
@@ -103,6 +102,17 @@ pub fn at_rest_with(disk: &SimDisk, journals: &Path, once_keep_ms_of: &dyn Fn(&s
         }
     }
     found
+}
+
+/// When a run's `once` key stops holding, computed here rather than by the server's own
+/// `RunEntry::once_expires_at`, so a bug there cannot blind the check: `keep` after a settle,
+/// at once for a released run, never while open.
+fn once_expires_at(entry: &warden::ledger::RunEntry, keep_ms: u64) -> Option<u64> {
+    match &entry.phase {
+        RunPhase::Settled { at_ms, .. } => Some(at_ms.saturating_add(keep_ms)),
+        RunPhase::Released { at_ms } => Some(*at_ms),
+        RunPhase::Open => None,
+    }
 }
 
 /// Runs still open in the ledger.

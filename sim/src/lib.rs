@@ -5,6 +5,7 @@
 pub mod check;
 pub mod client;
 pub mod clock;
+pub mod coverage;
 pub mod disk;
 pub mod executor;
 pub mod fired;

@@ -13,7 +13,9 @@ use std::time::Instant;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
+use warden::env::Point;
 use warden_faults::{Canary, Expect, Scenario};
+use warden_sim::coverage;
 use warden_sim::plan::plan_for_seed;
 use warden_sim::sweep::{simulate, Report};
 
@@ -60,6 +62,9 @@ enum Command {
         /// Also write the report as JSON (for CI).
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Fail when a required crash window (`sim/src/coverage.rs`) goes unhit.
+        #[arg(long)]
+        require_coverage: bool,
     },
     /// Replay scenario files and check each one's stated expectation.
     Replay {
@@ -106,8 +111,9 @@ fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run { seed, check_determinism, canary, verbose } => run(seed, check_determinism, canary, verbose),
-        Command::Explore { seeds, canary, expect_violation, out, json } => {
-            explore(seeds, canary.map(Canary::from), expect_violation, &out, json.as_deref())
+        Command::Explore { seeds, canary, expect_violation, out, json, require_coverage } => {
+            let options = ExploreOptions { expect_violation, require_coverage };
+            explore(seeds, canary.map(Canary::from), options, &out, json.as_deref())
         }
         Command::Replay { files } => {
             let mut failed = false;
@@ -231,6 +237,8 @@ struct Totals {
     failing: Vec<u64>,
     /// The first violation found, as printed.
     first_violation: Option<String>,
+    /// Crashes by window (`coverage.rs`).
+    windows: std::collections::BTreeMap<String, u64>,
 }
 
 impl Totals {
@@ -246,16 +254,25 @@ impl Totals {
         for (kind, count) in &report.fired {
             *self.fired.entry(kind).or_insert(0) += count;
         }
+        for (window, count) in &report.windows {
+            *self.windows.entry(window.clone()).or_insert(0) += count;
+        }
     }
+}
+
+struct ExploreOptions {
+    expect_violation: bool,
+    require_coverage: bool,
 }
 
 fn explore(
     seeds: Range<u64>,
     canary: Option<Canary>,
-    expect_violation: bool,
+    options: ExploreOptions,
     out: &Path,
     json_out: Option<&Path>,
 ) -> ExitCode {
+    let expect_violation = options.expect_violation;
     let started = Instant::now();
     let mut totals = Totals::default();
     let progress = ProgressBar::new(seeds.end - seeds.start);
@@ -289,10 +306,24 @@ fn explore(
             return ExitCode::from(2);
         }
     }
+    let unhit = unhit_windows(&totals);
+    if options.require_coverage && !unhit.is_empty() {
+        eprintln!("warden-sim: required crash windows never hit: {}", unhit.join("; "));
+        return ExitCode::from(1);
+    }
     match (expect_violation, totals.failing.is_empty()) {
         (false, true) | (true, false) => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     }
+}
+
+/// The required crash windows the sweep never hit.
+fn unhit_windows(totals: &Totals) -> Vec<String> {
+    coverage::REQUIRED
+        .iter()
+        .map(|(place, in_flight)| coverage::window(place, in_flight))
+        .filter(|window| !totals.windows.contains_key(window))
+        .collect()
 }
 
 /// Prints a failing seed, shrinks it, and writes the shrunk scenario under `out`.
@@ -334,6 +365,22 @@ fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
         let fired = totals.fired.get(kind).copied().unwrap_or(0);
         println!("| fault: {kind} | {fired} fired of {armed} armed |");
     }
+    let places = Point::ALL.iter().map(|p| p.name()).chain(std::iter::once("a disk operation"));
+    for place in places {
+        let hits: Vec<String> = coverage::IN_FLIGHT
+            .iter()
+            .filter_map(|in_flight| {
+                let count = totals.windows.get(&coverage::window(place, in_flight))?;
+                Some(format!("{in_flight} {count}"))
+            })
+            .collect();
+        println!("| crash windows at {place} | {} |", if hits.is_empty() { "none".into() } else { hits.join(", ") });
+    }
+    let unhit = unhit_windows(totals);
+    println!(
+        "| required crash windows never hit | {} |",
+        if unhit.is_empty() { "none".into() } else { unhit.join("; ") }
+    );
 }
 
 fn json_report(seeds: &Range<u64>, totals: &Totals, elapsed: f64) -> serde_json::Value {
@@ -352,5 +399,7 @@ fn json_report(seeds: &Range<u64>, totals: &Totals, elapsed: f64) -> serde_json:
         "crashes": crashes,
         "faults_armed": totals.faults,
         "faults_fired": totals.fired,
+        "crash_windows": totals.windows,
+        "required_windows_unhit": unhit_windows(totals),
     })
 }

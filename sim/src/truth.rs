@@ -127,6 +127,19 @@ pub fn journals_match_services(world: &World, state: &State) -> Vec<Violation> {
     }
     let seen = effects(world);
     let mut found = Vec::new();
+    // 5: a write that may have been sent and cannot be sent again safely waits for a person;
+    // recording it done (with an error) is a guess.
+    for op in write_ops(world, state).iter().filter(|op| op.status == Status::Maybe) {
+        if op.action.idempotency_key.is_none() && op.action.kind != Kind::Sqlite {
+            found.push(Violation {
+                invariant: 5,
+                message: format!(
+                    "run {} recorded action {} ({} {}) as failed though it may have been sent",
+                    op.run, op.op, op.action.method, op.action.target
+                ),
+            });
+        }
+    }
     for (signature, &(certain, maybe)) in &claimed {
         let times = seen.get(signature).copied().unwrap_or(0);
         if times < certain || times > certain + maybe {

@@ -1,0 +1,88 @@
+//! Crash-window coverage: each crash is counted by where it landed (after a durable step, or
+//! at a disk operation) and what was in flight at that moment (no action, an action of each
+//! kind begun and not done, a run waiting for an operator, a ledger compaction). `explore`
+//! reports the windows hit and lists the required ones never hit; CI fails on those.
+
+use warden::broker::kinds::{Kind, Method};
+use warden::journal::OpState;
+use warden::ledger::LEDGER_TEMP_FILE;
+
+use crate::check;
+use crate::operator::waiting_records;
+use crate::world::World;
+
+/// What was in flight when a crash landed, most telling first.
+pub fn in_flight(world: &World) -> &'static str {
+    let journals = World::path("journals");
+    if world.disk.peek(&journals.join(LEDGER_TEMP_FILE)).is_some() {
+        return "a compaction";
+    }
+    if !waiting_records(world).is_empty() {
+        return "a waiting run";
+    }
+    let mut begun = None;
+    if let Ok(state) = check::ledger_state(&world.disk, &journals) {
+        for entry in state.runs.values().filter(|e| e.is_open()) {
+            let Some(Ok(journal)) = check::journal(&world.disk, &journals, &entry.tool, &entry.run) else { continue };
+            for op in journal.ops.values() {
+                if let OpState::Begun(action) = op {
+                    begun = begun.or(Some(kind_of(action)));
+                }
+            }
+        }
+    }
+    begun.unwrap_or("no action")
+}
+
+fn kind_of(action: &serde_json::Value) -> &'static str {
+    let Ok(action) = serde_json::from_value::<warden::broker::Action>(action.clone()) else {
+        return "an unreadable action";
+    };
+    match (action.kind, action.method, action.idempotency_key.is_some()) {
+        (Kind::Sqlite, Method::Execute, _) => "an SQLite write begun",
+        (Kind::Sqlite, _, _) => "an SQLite read begun",
+        (_, Method::Refund, true) => "a keyed refund begun",
+        (_, Method::Refund, false) => "a plain refund begun",
+        (_, Method::Get, _) => "an HTTP read begun",
+        (_, _, true) => "a keyed HTTP write begun",
+        (_, _, false) => "a plain HTTP write begun",
+    }
+}
+
+/// The windows a sweep of 0..500 seeds must hit (CI's sweep). Where: a step's point name, or
+/// "a disk operation".
+pub const REQUIRED: &[(&str, &str)] = &[
+    ("reserved", "no action"),
+    ("inputs-kept", "no action"),
+    ("journal-created", "no action"),
+    ("run-recorded", "no action"),
+    ("settled", "no action"),
+    ("answered", "no action"),
+    ("action-begun", "an HTTP read begun"),
+    ("action-begun", "a keyed HTTP write begun"),
+    ("action-begun", "a plain HTTP write begun"),
+    ("action-begun", "an SQLite write begun"),
+    ("a disk operation", "no action"),
+    ("a disk operation", "a waiting run"),
+    ("a disk operation", "a plain HTTP write begun"),
+    ("a disk operation", "a keyed refund begun"),
+];
+
+/// Every window the report names, required or not: each place a crash can land by each thing
+/// in flight.
+pub const IN_FLIGHT: &[&str] = &[
+    "no action",
+    "an HTTP read begun",
+    "a keyed HTTP write begun",
+    "a plain HTTP write begun",
+    "a keyed refund begun",
+    "a plain refund begun",
+    "an SQLite write begun",
+    "a waiting run",
+    "a compaction",
+];
+
+/// A window's name in reports.
+pub fn window(place: &str, in_flight: &str) -> String {
+    format!("{place} x {in_flight}")
+}
