@@ -7,6 +7,7 @@
 #   scripts/mutants.sh                 every mutant, release build, up to 2000 seeds each
 #   scripts/mutants.sh --quick         the CI subset (debug build, shares the test build)
 #   scripts/mutants.sh 04 10           only the mutants whose names start so
+#   scripts/mutants.sh --debug 06      the same with a debug build
 #
 # The patches are applied to the working tree and reverted on exit; the script refuses to
 # start when the server has uncommitted changes.
@@ -21,6 +22,7 @@ selected=()
 for arg in "$@"; do
     case "$arg" in
         --quick) profile=debug; selected=("${quick_set[@]}") ;;
+        --debug) profile=debug ;;
         --seeds=*) seeds_max="${arg#--seeds=}" ;;
         *) selected+=("$arg") ;;
     esac

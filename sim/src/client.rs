@@ -27,6 +27,8 @@ pub struct Client {
     pub trace: Vec<u8>,
     /// Tools whose unanswered calls are sent again after a restart (those with `once`).
     pub resend: BTreeSet<String>,
+    /// The world's tool (by index) that takes most calls, in some seeds.
+    pub hot_tool: Option<usize>,
 }
 
 impl Client {
@@ -130,7 +132,13 @@ pub fn generated_call(
 ) -> Value {
     let legacy = rng.next_u64() % 3 == 0;
     let named = tools.filter(|t| !t.is_empty()).map(|t| t[index as usize % t.len()].as_str());
-    let drawn = rng.next_u64() as usize % world.tools.len().max(1);
+    let count = world.tools.len().max(1);
+    let mut drawn = rng.next_u64() as usize % count;
+    // In some seeds one tool takes most calls, so its limits (slots, quota, `once`) are
+    // contended rather than each tool being called now and then.
+    if let Some(hot) = client.hot_tool.filter(|_| rng.next_u64() % 10 < 7) {
+        drawn = hot % count;
+    }
     let shape = named.and_then(|name| world.tools.iter().find(|t| t.name == name)).or(world.tools.get(drawn));
     match shape {
         Some(shape) => {

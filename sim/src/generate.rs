@@ -168,21 +168,43 @@ fn tool_config(
         }
         tool.insert("once".into(), once);
     }
-    if draw.chance(45) {
+    if draw.chance(if refunds { 70 } else { 45 }) {
         let mut quota = json!({"window": draw.one_of(&["5s", "1m", "10m", "1h", "24h", "7d"])});
-        if draw.chance(70) {
+        if draw.chance(if refunds { 35 } else { 70 }) {
             quota["calls"] = json!(1 + draw.below(12));
         }
         // `warden check` wants a finite worst case under a money quota: every refund grant
         // with `max` or `uses`. Drawn either way; the check decides.
         if refunds && draw.chance(70) {
-            quota["money"] = draw.usd(2000, 30000);
+            // Often a small multiple of a run's worst case: a few runs at once can contend
+            // for it, and a miscount of open runs overspends it.
+            quota["money"] = match (worst_case_cents(&grants), draw.chance(60)) {
+                (Some(worst), true) => {
+                    let cents = worst * (1 + draw.below(3));
+                    json!({"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"})
+                }
+                _ => draw.usd(2000, 30000),
+            };
         }
         if quota.get("calls").is_some() || quota.get("money").is_some() {
             tool.insert("quota".into(), quota);
         }
     }
     tool
+}
+
+/// A refund grant's most a run can move, in cents: `max`, or `each` times `uses`.
+fn worst_case_cents(grants: &Map<String, Value>) -> Option<u64> {
+    let cents = |money: &Value| -> Option<u64> {
+        let (units, fraction) = money["amount"].as_str()?.split_once('.')?;
+        Some(units.parse::<u64>().ok()? * 100 + fraction.parse::<u64>().ok()?)
+    };
+    let pay = grants.get("pay")?;
+    match (pay.get("max"), pay.get("each"), pay.get("uses").and_then(Value::as_u64)) {
+        (Some(max), _, _) => cents(max),
+        (None, Some(each), Some(uses)) => Some(cents(each)? * uses),
+        _ => None,
+    }
 }
 
 fn grants(template: Template, draw: &mut Draw) -> Map<String, Value> {
@@ -352,7 +374,8 @@ pub fn call_arguments(template: Template, rng: &mut ChaCha8Rng, index: u32) -> V
                 1 => "pi_2001".to_string(),
                 _ => format!("pi_{}", 2000 + below(20)),
             };
-            let cents = 100 + below(7000);
+            // Mostly amounts most grants allow; some over any `each`.
+            let cents = if below(2) == 0 { 500 + below(2000) } else { 100 + below(7000) };
             json!({"order": order, "amount": {"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"},
                    "parts": 1 + below(3)})
         }

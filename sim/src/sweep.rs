@@ -148,6 +148,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     // How often a call arrives with the next one (swarm-style, per seed): then they run
     // concurrently, and small slot and quota limits are contended.
     let burst_per_cent = [33, 33, 60, 85][(scenario.seed % 4) as usize];
+    client.hot_tool = (rng.next_u64() % 2 == 0).then(|| rng.next_u64() as usize);
     for index in 0..scenario.calls {
         let mut malformed = false;
         let mut oversized = false;
