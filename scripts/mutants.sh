@@ -17,7 +17,7 @@ cd "$root"
 
 profile=release
 seeds_max=2000
-quick_set=(01 05 10 13)
+quick_set=(02 09 14)
 selected=()
 for arg in "$@"; do
     case "$arg" in

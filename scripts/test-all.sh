@@ -54,14 +54,21 @@ bash "$shared/clients/run_all.sh" --tool convert_length --args '{"value":2,"from
   -- "$root/target/debug/warden" mcp "$scratch/toolbox/manifest.json"
 validate
 
-step "simulator: a seed sweep with faults on, the determinism check, and the two canaries"
+step "simulator: a seed sweep with faults on (every required crash window hit), the determinism check, and the two canaries"
 sim="$root/target/debug/warden-sim"
-"$sim" explore --seeds 0..500 --out "$scratch/found"
+"$sim" explore --seeds 0..500 --require-coverage --out "$scratch/found"
 for seed in 1 2 3 42 500; do "$sim" run --seed "$seed" --check-determinism; done
 # The checker is itself tested: each planted bug must be found within 1,000 seeds.
 "$sim" explore --seeds 0..1000 --canary lying-fsync --expect-violation --out "$scratch/canary"
 "$sim" explore --seeds 0..1000 --canary ignore-idempotency-keys --expect-violation --out "$scratch/canary"
 "$sim" replay "$root"/scenarios/*.json
+
+step "planted bugs: the CI subset of mutants/, each caught by the simulator (the whole set: scripts/mutants.sh)"
+if git -C "$root" diff --quiet -- server; then
+    "$root/scripts/mutants.sh" --quick
+else
+    echo "skipped: server/ has uncommitted changes (mutants.sh patches the working tree)"
+fi
 
 step "fuzzing (nightly): each target for a bounded time, and the canary"
 "$root/scripts/fuzz-ci.sh"

@@ -147,6 +147,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     let mut pending = Pending::default();
     // How often a call arrives with the next one (swarm-style, per seed): then they run
     // concurrently, and small slot and quota limits are contended.
+    let mut verified = std::collections::BTreeSet::new();
     let burst_per_cent = [33, 33, 60, 85][(scenario.seed % 4) as usize];
     client.hot_tool = (rng.next_u64() % 2 == 0).then(|| rng.next_u64() as usize);
     for index in 0..scenario.calls {
@@ -195,7 +196,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         for kind in pending.fired(&world) {
             *report.fired.entry(kind).or_insert(0) += 1;
         }
-        let violations = check::at_rest_with(&world.disk, &World::path("journals"), &once_keep_ms);
+        let violations = check::at_rest_since(&world.disk, &World::path("journals"), &once_keep_ms, &mut verified);
         report.violations.extend(violations);
         if !report.violations.is_empty() {
             break;
