@@ -222,7 +222,38 @@ fn shrink(mut scenario: Scenario, invariant: u8) -> Scenario {
             index += 1;
         }
     }
-    scenario
+    shrink_world(scenario, &fails)
+}
+
+/// Shrinks a generated world: pins each call's tool (so the workload no longer depends on
+/// how many tools there are), then drops every tool no call uses, while it still fails.
+fn shrink_world(scenario: Scenario, fails: &dyn Fn(&Scenario) -> bool) -> Scenario {
+    let Some(world) = &scenario.world else { return scenario };
+    let mut pinned = scenario.clone();
+    let sent = simulate(&scenario).sent_tools;
+    pinned.tools = Some(sent.clone());
+    if !fails(&pinned) {
+        return scenario;
+    }
+    let mut shrunk = pinned;
+    for shape in &world.tools {
+        if sent.contains(&shape.name) {
+            continue;
+        }
+        let mut without = shrunk.clone();
+        let Some(file) = without.world.as_mut() else { break };
+        let Ok(mut manifest) = serde_json::from_str::<serde_json::Value>(&file.manifest) else { break };
+        if let Some(tools) = manifest["tools"].as_array_mut() {
+            tools.retain(|tool| tool["name"] != shape.name.as_str());
+        }
+        file.manifest = serde_json::to_string_pretty(&manifest).expect("JSON serialises");
+        file.tools.retain(|t| t.name != shape.name);
+        file.programs.remove(&format!("{}.star", shape.name));
+        if fails(&without) {
+            shrunk = without;
+        }
+    }
+    shrunk
 }
 
 /// What a sweep adds up to.

@@ -49,6 +49,8 @@ pub struct Report {
     pub log: Vec<String>,
     /// Crashes by window (`coverage.rs`): where each landed x what was in flight.
     pub windows: BTreeMap<String, u64>,
+    /// The tool of each call sent, in order (shrinking pins them before dropping tools).
+    pub sent_tools: Vec<String>,
 }
 
 /// Counts the crash against the step it followed, and its window (before the disk's crash
@@ -182,6 +184,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
             // A cancelled call may get no answer; the client does not wait for one.
             client.unanswered.remove(&message["id"].as_i64().unwrap_or(0));
         }
+        report.sent_tools.push(message["params"]["name"].as_str().unwrap_or_default().to_string());
         report.events.push((
             world.clock.now(),
             format!("call {}", message["id"]),
