@@ -56,6 +56,11 @@ pub enum NetworkFault {
     Refuse,
     LoseResponse,
     CrashAfterActing,
+    /// The service acts at once and answers after `ms` of virtual time; past the request's
+    /// timeout the server sees a timeout after sending.
+    Slow {
+        ms: u64,
+    },
 }
 
 impl Fault {
@@ -74,6 +79,7 @@ impl Fault {
             Fault::Network { kind: NetworkFault::Refuse, .. } => "request refused",
             Fault::Network { kind: NetworkFault::LoseResponse, .. } => "response lost after acting",
             Fault::Network { kind: NetworkFault::CrashAfterActing, .. } => "crash after the service acted",
+            Fault::Network { kind: NetworkFault::Slow { .. }, .. } => "slow response",
             Fault::NotifyFails { .. } => "notify command fails",
             Fault::MalformedLine => "malformed line",
             Fault::Cancel => "cancellation",

@@ -40,6 +40,14 @@ const FAULT_KINDS: &[FaultKind] = &[
         },
         rarity: 1,
     },
+    // A service slower than some timeouts (1 s in generated worlds) and deadlines (1 s, 2 s).
+    FaultKind {
+        draw: |r| Fault::Network {
+            url: ["notes.sim", "refunds", "payment_intents", "echo.sim"][pick(r, 4) as usize].into(),
+            kind: NetworkFault::Slow { ms: 100 + pick(r, 2500) },
+        },
+        rarity: 1,
+    },
     FaultKind { draw: |r| Fault::StepClock { ms: pick(r, 7_200_000) as i64 - 3_600_000 }, rarity: 1 },
     FaultKind { draw: |r| Fault::AdvanceTime { ms: pick(r, 3_600_000) }, rarity: 1 },
     FaultKind { draw: |_| Fault::MalformedLine, rarity: 1 },
@@ -95,6 +103,7 @@ pub fn net_fault(kind: NetworkFault) -> NetFault {
         NetworkFault::Refuse => NetFault::Refuse,
         NetworkFault::LoseResponse => NetFault::LoseResponse,
         NetworkFault::CrashAfterActing => NetFault::CrashAfterActing,
+        NetworkFault::Slow { ms } => NetFault::Slow(ms),
     }
 }
 

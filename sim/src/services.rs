@@ -35,6 +35,9 @@ pub enum NetFault {
     LoseResponse,
     /// The service acts, then the server crashes before it reads the response.
     CrashAfterActing,
+    /// The service acts at once and answers after this many ms of virtual time (a timeout
+    /// after sending when that is past the request's timeout).
+    Slow(u64),
 }
 
 /// One effect the outside world really saw.
@@ -211,6 +214,26 @@ impl Services {
         }
     }
 
+    /// Serves `request` at once and answers after `ms` of virtual time, or times out first.
+    fn slow(&self, request: &HttpRequest, ms: u64) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>> {
+        let response = self.serve(request);
+        let timeout = request.timeout_ms;
+        let timed_out = timeout > 0 && ms > timeout;
+        let outcome = match timed_out {
+            true => Err(NetError { may_have_been_sent: true, message: format!("timed out after {timeout} ms") }),
+            false => Ok(response),
+        };
+        let Some(clock) = self.clock.borrow().as_ref().map(Rc::clone) else {
+            return Box::pin(std::future::ready(outcome));
+        };
+        let sleep =
+            warden::env::Clock::sleep(&crate::clock::SimClockHandle(clock), if timed_out { timeout } else { ms });
+        Box::pin(async move {
+            sleep.await;
+            outcome
+        })
+    }
+
     /// Whether the server instance has crashed: then it can reach no service.
     fn server_crashed(&self) -> bool {
         self.crashed.borrow().as_ref().is_some_and(|crashed| crashed.get())
@@ -250,6 +273,7 @@ impl Net for SimNet {
                 services.crash_server();
                 return Box::pin(std::future::pending());
             }
+            Some(NetFault::Slow(ms)) => return services.slow(&request, ms),
             None => Ok(services.serve(&request)),
         };
         Box::pin(std::future::ready(outcome))
