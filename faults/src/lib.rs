@@ -48,6 +48,11 @@ pub enum Fault {
     MalformedLine,
     /// The client cancels the call right after sending it.
     Cancel,
+    /// With the server stopped, a durable byte of `file` ("ledger", or "journal": an
+    /// unfinished run's) rots: the byte at `at` modulo the length before the last newline
+    /// flips. At the next start, recovery must report the damage naming the file and line,
+    /// and the seed ends there (damage waits for a person).
+    RotByte { file: String, at: u64 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +88,7 @@ impl Fault {
             Fault::NotifyFails { .. } => "notify command fails",
             Fault::MalformedLine => "malformed line",
             Fault::Cancel => "cancellation",
+            Fault::RotByte { .. } => "a durable byte rots",
         }
     }
 }

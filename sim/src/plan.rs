@@ -48,6 +48,11 @@ const FAULT_KINDS: &[FaultKind] = &[
         },
         rarity: 1,
     },
+    // Damage ends a seed: keep it rare.
+    FaultKind {
+        draw: |r| Fault::RotByte { file: ["ledger", "journal"][pick(r, 2) as usize].into(), at: r.next_u64() },
+        rarity: 8,
+    },
     FaultKind { draw: |r| Fault::StepClock { ms: pick(r, 7_200_000) as i64 - 3_600_000 }, rarity: 1 },
     FaultKind { draw: |r| Fault::AdvanceTime { ms: pick(r, 3_600_000) }, rarity: 1 },
     FaultKind { draw: |_| Fault::MalformedLine, rarity: 1 },
@@ -129,6 +134,8 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::NotifyHangs { times } => world.services.notify_hangs.set(*times),
         Fault::DriftClock { ppm } => world.clock.set_drift_ppm(*ppm),
         Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine => return true,
+        // Applied by the sweep, which stops the server first (`sweep::rot`).
+        Fault::RotByte { .. } => {}
     }
     false
 }

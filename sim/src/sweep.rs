@@ -150,13 +150,28 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     // How often a call arrives with the next one (swarm-style, per seed): then they run
     // concurrently, and small slot and quota limits are contended.
     let mut verified = std::collections::BTreeSet::new();
-    let burst_per_cent = [33, 33, 60, 85][(scenario.seed % 4) as usize];
-    client.hot_tool = (rng.next_u64() % 2 == 0).then(|| rng.next_u64() as usize);
+    // The fixed world keeps its workload of earlier sessions (its scenario files replay it):
+    // one call in three arrives with the next.
+    let generated = scenario.world.is_some();
+    let burst_per_cent = if generated { [33, 33, 60, 85][(scenario.seed % 4) as usize] } else { 0 };
+    let mut draws = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4075_7001);
+    client.hot_tool = (generated && draws.next_u64() % 2 == 0).then(|| draws.next_u64() as usize);
     for index in 0..scenario.calls {
         let mut malformed = false;
         let mut oversized = false;
         let mut cancel = false;
         for (position, planned) in scenario.faults.iter().enumerate().filter(|(_, p)| p.before_call == index) {
+            if let Fault::RotByte { file, at } = &planned.fault {
+                *report.faults.entry(planned.fault.kind()).or_insert(0) += 1;
+                let Some(damage) = rot(&world, instance, file, *at) else {
+                    pending.never.push((position, planned.fault.kind()));
+                    instance = world.start("manifest.json");
+                    client.connect(&instance);
+                    continue;
+                };
+                *report.fired.entry(planned.fault.kind()).or_insert(0) += 1;
+                return damage_reported(&world, damage, report);
+            }
             let sends_a_line = arm(&world, &planned.fault, &mut report);
             pending.arm(&world, position, &planned.fault);
             if sends_a_line {
@@ -191,7 +206,11 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
             format!("sent {}", message["params"]["name"]),
         ));
         // Calls often arrive together: then they run concurrently, interleaved at every await.
-        if index + 1 < scenario.calls && rng.next_u64() % 100 < burst_per_cent {
+        let together = match generated {
+            true => rng.next_u64() % 100 < burst_per_cent,
+            false => rng.next_u64() % 3 == 0,
+        };
+        if index + 1 < scenario.calls && together {
             continue;
         }
         instance = settle_down(&world, instance, &mut client, &mut report);
@@ -252,6 +271,52 @@ fn leaks(text: &str, secret: &str) -> bool {
     let runs = secret.split(|c: char| !c.is_ascii_alphanumeric()).filter(|run| run.len() >= 5);
     let unicode: String = secret.chars().map(|c| format!("u{:04x}", c as u32)).collect();
     text.contains(secret) || runs.into_iter().any(|run| text.contains(run)) || text.replace('\\', "").contains(&unicode)
+}
+
+/// Stops the server (a crash: unsynced bytes go), then flips one durable byte of the ledger
+/// or of an unfinished run's journal, before its last newline (a flipped final newline reads
+/// as a torn tail and cannot be told from one). Returns the file and the line damaged.
+fn rot(world: &World, instance: Instance, file: &str, at: u64) -> Option<(std::path::PathBuf, usize)> {
+    world.crash(instance);
+    // Faults armed for this call would strike the start that must report the damage.
+    world.probes.crash_at.set(None);
+    world.disk.crash_at_operation.set(None);
+    world.disk.fail_next_fsync.set(false);
+    world.disk.faults.borrow_mut().capacity_bytes = None;
+    let journals = World::path("journals");
+    let path = match file {
+        "ledger" => journals.join(warden::ledger::LEDGER_FILE),
+        _ => {
+            let state = check::ledger_state(&world.disk, &journals).ok()?;
+            let open: Vec<_> = state.runs.values().filter(|e| e.is_open()).collect();
+            let entry = open.get((at % open.len().max(1) as u64) as usize)?;
+            warden::journal::RunFiles::new(&journals, &entry.tool, &entry.run).journal
+        }
+    };
+    let mut bytes = world.disk.peek(&path)?;
+    let last_newline = bytes.iter().rposition(|&b| b == b'\n').filter(|&n| n > 0)?;
+    let position = (at % last_newline as u64) as usize;
+    bytes[position] ^= 0x01;
+    let line = 1 + bytes[..position].iter().filter(|&&b| b == b'\n').count();
+    world.disk.corrupt(&path, bytes);
+    Some((path, line))
+}
+
+/// After a byte rotted: the next start must refuse, naming the file and line. The seed ends.
+fn damage_reported(world: &World, (path, line): (std::path::PathBuf, usize), mut report: Report) -> Report {
+    let instance = world.start("manifest.json");
+    instance.run();
+    let named = format!("{}:{line}:", path.display());
+    match instance.exited() {
+        Some(Err(message)) if message.contains(&named) => {}
+        other => report.violations.push(Violation {
+            invariant: 6,
+            message: format!("a byte of {named} rotted and the server's start did not report it: {other:?}"),
+        }),
+    }
+    report.log.extend(instance.log());
+    report.sim_ms = world.clock.now();
+    report
 }
 
 fn final_checks(world: &World, manifest: &Manifest, client: &Client, report: &mut Report) {
