@@ -146,8 +146,8 @@ fn run(seed: u64, check_determinism: bool, canary: Option<CanaryArg>, verbose: b
     scenario.canary = canary.map(Canary::from);
     let report = simulate(&scenario);
     if verbose {
-        for line in &report.log {
-            println!("  | {line}");
+        for (at_ms, line) in &report.log {
+            println!("  | {at_ms} ms {line}");
         }
         for (at_ms, lane, label) in &report.events {
             println!("  @ {at_ms} ms {lane}: {label}");

@@ -115,6 +115,7 @@ pub fn net_fault(kind: NetworkFault) -> NetFault {
 /// Arms one planned fault for the coming call. Returns lines the client sends first.
 pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
     *report.faults.entry(fault.kind()).or_insert(0) += 1;
+    report.events.push((world.clock.now(), "faults".into(), format!("{}: {fault:?}", fault.kind())));
     match fault {
         Fault::CrashAtPoint { point } => {
             if let Some(point) = point_named(point) {

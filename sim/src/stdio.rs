@@ -16,6 +16,8 @@ pub struct Pipe {
     reader: RefCell<Option<Waker>>,
     pub output: RefCell<Vec<Vec<u8>>>,
     pub log: RefCell<Vec<String>>,
+    /// The simulated ms at which each log line was written.
+    pub log_at: RefCell<Vec<u64>>,
     /// When set, writes fail: the client has gone away.
     pub broken: Cell<bool>,
 }
@@ -49,6 +51,8 @@ pub struct SimStdio {
     pub crashed: Rc<Cell<bool>>,
     /// Checks that what each answer depends on is durable when it is written.
     pub oracle: Rc<crate::oracle::Oracle>,
+    /// Stamps log lines with simulated time.
+    pub clock: Rc<crate::clock::SimClock>,
 }
 
 impl Stdio for SimStdio {
@@ -86,5 +90,6 @@ impl Stdio for SimStdio {
 
     fn log(&self, line: &str) {
         self.pipe.log.borrow_mut().push(line.to_string());
+        self.pipe.log_at.borrow_mut().push(self.clock.now());
     }
 }

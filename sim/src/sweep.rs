@@ -45,8 +45,8 @@ pub struct Report {
     pub restarts: u32,
     /// (simulated ms, lane, label) for the timeline.
     pub events: Vec<(u64, String, String)>,
-    /// Every server log line, all instances, for `--verbose`.
-    pub log: Vec<String>,
+    /// Every server log line, all instances, with its simulated ms (`--verbose`, the timeline).
+    pub log: Vec<(u64, String)>,
     /// Crashes by window (`coverage.rs`): where each landed x what was in flight.
     pub windows: BTreeMap<String, u64>,
     /// The tool of each call sent, in order (shrinking pins them before dropping tools).
@@ -63,18 +63,24 @@ fn count_crash(world: &World, report: &mut Report) {
     };
     report.crashes[point.map_or(0, |p| p.step() as usize)] += 1;
     let place = point.map_or("a disk operation", |p| p.name());
-    *report.windows.entry(coverage::window(place, coverage::in_flight(world))).or_insert(0) += 1;
+    let in_flight = coverage::in_flight(world);
+    *report.windows.entry(coverage::window(place, in_flight)).or_insert(0) += 1;
+    let at = match point {
+        Some(point) => format!("after step {} ({})", point.step(), point.name()),
+        None => "at a disk operation, or a stop after a failed write".into(),
+    };
+    report.events.push((world.clock.now(), "server".into(), format!("crash {at}, with {in_flight} in flight")));
 }
 
 fn restart(world: &World, instance: Instance, report: &mut Report) -> Instance {
-    report.log.extend(instance.log());
-    report.log.push("---- crash ----".into());
+    report.log.extend(instance.log_timed());
+    report.log.push((world.clock.now(), "---- crash ----".into()));
     world.crash(instance);
     world.probes.crash_at.set(None);
     world.disk.crash_at_operation.set(None);
     world.disk.faults.borrow_mut().capacity_bytes = None;
     report.restarts += 1;
-    report.events.push((world.clock.now(), "server".into(), "crash, restart".into()));
+    report.events.push((world.clock.now(), "server".into(), "restart".into()));
     world.start("manifest.json")
 }
 
@@ -213,6 +219,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         if index + 1 < scenario.calls && together {
             continue;
         }
+        let known = report.violations.len();
         instance = settle_down(&world, instance, &mut client, &mut report);
         report.violations.append(&mut world.oracle.violations.borrow_mut());
         for kind in pending.fired(&world) {
@@ -220,6 +227,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         }
         let violations = check::at_rest_since(&world.disk, &World::path("journals"), &once_keep_ms, &mut verified);
         report.violations.extend(violations);
+        note_violations(&world, &mut report, known);
         if !report.violations.is_empty() {
             break;
         }
@@ -241,8 +249,10 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         if waiting_records(&world).is_empty() {
             break;
         }
-        report.log.extend(instance.log());
-        report.log.push("---- the operator stops the server, resolves, and restarts it ----".into());
+        report.log.extend(instance.log_timed());
+        report
+            .log
+            .push((world.clock.now(), "---- the operator stops the server, resolves, and restarts it ----".into()));
         drop(instance);
         operator(&world, &mut report);
         instance = world.start("manifest.json");
@@ -252,8 +262,10 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     client.resend_after_restart(&instance);
     instance = settle_down(&world, instance, &mut client, &mut report);
     report.violations.append(&mut world.oracle.violations.borrow_mut());
+    let known = report.violations.len();
     final_checks(&world, &manifest, &client, &mut report);
-    report.log.extend(instance.log());
+    note_violations(&world, &mut report, known);
+    report.log.extend(instance.log_timed());
     drop(instance);
     report.sim_ms = world.clock.now();
     let mut trace = client.trace.clone();
@@ -314,9 +326,15 @@ fn damage_reported(world: &World, (path, line): (std::path::PathBuf, usize), mut
             message: format!("a byte of {named} rotted and the server's start did not report it: {other:?}"),
         }),
     }
-    report.log.extend(instance.log());
+    report.log.extend(instance.log_timed());
     report.sim_ms = world.clock.now();
     report
+}
+
+/// Puts the violations found since the first `known` on the timeline, at this moment.
+fn note_violations(world: &World, report: &mut Report, known: usize) {
+    let found: Vec<String> = report.violations[known..].iter().map(|v| v.to_string()).collect();
+    report.events.extend(found.into_iter().map(|v| (world.clock.now(), "checker".to_string(), v)));
 }
 
 fn final_checks(world: &World, manifest: &Manifest, client: &Client, report: &mut Report) {

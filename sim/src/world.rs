@@ -136,6 +136,7 @@ impl World {
                 pipe: Rc::clone(pipe),
                 crashed: Rc::clone(&self.crashed),
                 oracle: Rc::clone(&self.oracle),
+                clock: Rc::clone(&self.clock),
             }),
             net: Rc::new(SimNet(Rc::clone(&self.services))),
             db: Rc::new(SimDb(Rc::clone(&self.services))),
@@ -231,6 +232,11 @@ impl Instance {
 
     pub fn log(&self) -> Vec<String> {
         self.pipe.log.borrow().clone()
+    }
+
+    /// Log lines with the simulated ms each was written at.
+    pub fn log_timed(&self) -> Vec<(u64, String)> {
+        self.pipe.log_at.borrow().iter().copied().zip(self.pipe.log.borrow().iter().cloned()).collect()
     }
 
     pub fn exited(&self) -> Option<Result<(), String>> {
