@@ -53,6 +53,14 @@ pub enum Fault {
     /// flips. At the next start, recovery must report the damage naming the file and line,
     /// and the seed ends there (damage waits for a person).
     RotByte { file: String, at: u64 },
+    /// The next read of the ledger returns one byte flipped (at `at` modulo the length before
+    /// the last newline); the disk stays intact. The start that reads it must refuse, naming
+    /// the ledger; the next start goes on.
+    FlipLedgerRead { at: u64 },
+    /// The next append to the ledger lands 1 + `at` % 64 bytes early, over the end of the
+    /// line before it. Once durable, the next start must refuse naming the line; the seed
+    /// ends there.
+    MisdirectLedgerAppend { at: u64 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +97,8 @@ impl Fault {
             Fault::MalformedLine => "malformed line",
             Fault::Cancel => "cancellation",
             Fault::RotByte { .. } => "a durable byte rots",
+            Fault::FlipLedgerRead { .. } => "a flipped byte read",
+            Fault::MisdirectLedgerAppend { .. } => "a misdirected write",
         }
     }
 }

@@ -67,6 +67,14 @@ pub struct SimDisk {
     pub crashed: Rc<Cell<bool>>,
     /// Counts of injected faults by kind, for the simulator's report.
     pub injected: RefCell<BTreeMap<&'static str, u64>>,
+    /// The next read of a path containing the text returns one byte flipped (the byte at the
+    /// number modulo the length before the last newline); the disk itself stays intact.
+    pub flip_next_read_of: RefCell<Option<(String, u64)>>,
+    /// The next append to a path containing the text lands the number (1 to 64) of bytes
+    /// early, over the end of what was there: a misdirected write.
+    pub misdirect_next_append_to: RefCell<Option<(String, u64)>>,
+    /// Where a misdirected write damaged a file: (path, 1-based line), once it happened.
+    pub misdirected: RefCell<Option<(PathBuf, usize)>>,
 }
 
 fn pending_forever<T: 'static>() -> LocalBoxFuture<'static, T> {
@@ -118,6 +126,9 @@ impl SimDisk {
             fail_exists_containing: RefCell::new(None),
             crashed,
             injected: RefCell::new(BTreeMap::new()),
+            flip_next_read_of: RefCell::new(None),
+            misdirect_next_append_to: RefCell::new(None),
+            misdirected: RefCell::new(None),
         };
         {
             let mut state = disk.state.borrow_mut();
@@ -289,8 +300,21 @@ impl SimDisk {
                 inode
             }
         };
+        // Only into an earlier line: an append to a file shorter than 65 bytes lands right.
+        let long_enough = state.inodes[inode].current.len() > 64;
+        let misdirect = match append && long_enough {
+            true => self.take_if_names(&self.misdirect_next_append_to, path),
+            false => None,
+        };
         let file = &mut state.inodes[inode];
-        if append {
+        if let Some(early) = misdirect.map(|n| (1 + n % 64) as usize) {
+            let at = file.current.len() - early;
+            let line = 1 + file.current[..at].iter().filter(|&&b| b == b'\n').count();
+            file.current.truncate(at);
+            file.current.extend_from_slice(&bytes);
+            *self.misdirected.borrow_mut() = Some((path.to_path_buf(), line));
+            self.count("misdirected write");
+        } else if append {
             file.current.extend_from_slice(&bytes);
         } else {
             file.current = bytes;
@@ -300,6 +324,24 @@ impl SimDisk {
 }
 
 impl SimDisk {
+    /// Takes a one-shot fault's number if `path` contains its text.
+    fn take_if_names(&self, fault: &RefCell<Option<(String, u64)>>, path: &Path) -> Option<u64> {
+        let names = fault.borrow().as_ref().is_some_and(|(part, _)| path.to_string_lossy().contains(part.as_str()));
+        names.then(|| fault.borrow_mut().take().map(|(_, n)| n)).flatten()
+    }
+
+    /// `bytes` as read, with one byte flipped if a read fault is armed for `path`.
+    fn as_read(&self, path: &Path, mut bytes: Vec<u8>) -> Vec<u8> {
+        let last_newline = bytes.iter().rposition(|&b| b == b'\n').filter(|&n| n > 0);
+        if let Some(last_newline) = last_newline {
+            if let Some(at) = self.take_if_names(&self.flip_next_read_of, path) {
+                bytes[(at % last_newline as u64) as usize] ^= 0x01;
+                self.count("flipped read");
+            }
+        }
+        bytes
+    }
+
     /// Half the operations let other tasks run before their caller resumes.
     fn complete<T: 'static>(&self, value: T) -> LocalBoxFuture<'static, T> {
         if self.rng.borrow_mut().next_u32() % 2 == 0 {
@@ -318,7 +360,8 @@ impl Disk for SimDiskHandle {
         if self.0.crash_now() {
             return pending_forever();
         }
-        self.0.complete(self.0.peek(path).ok_or_else(|| SimDisk::not_found(path)))
+        let bytes = self.0.peek(path).map(|bytes| self.0.as_read(path, bytes));
+        self.0.complete(bytes.ok_or_else(|| SimDisk::not_found(path)))
     }
 
     fn append(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {

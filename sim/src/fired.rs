@@ -31,6 +31,10 @@ enum Witness {
     },
     NotifyFails,
     NotifyHangs,
+    Injected {
+        kind: &'static str,
+        before: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -74,6 +78,12 @@ impl Pending {
             }
             Fault::NotifyFails { .. } => Witness::NotifyFails,
             Fault::NotifyHangs { .. } => Witness::NotifyHangs,
+            Fault::FlipLedgerRead { .. } => {
+                Witness::Injected { kind: "flipped read", before: injected(world, "flipped read") }
+            }
+            Fault::MisdirectLedgerAppend { .. } => {
+                Witness::Injected { kind: "misdirected write", before: injected(world, "misdirected write") }
+            }
             _ => Witness::Now,
         };
         // One setting per kind: an earlier one of the same kind not yet fired is overwritten.
@@ -112,5 +122,6 @@ fn has_fired(world: &World, armed: &Armed) -> bool {
         Witness::Network { url, kind, pending } => network_pending(world, url, *kind) < *pending,
         Witness::NotifyFails => world.services.notify_failures.get() == 0,
         Witness::NotifyHangs => world.services.notify_hangs.get() == 0,
+        Witness::Injected { kind, before } => injected(world, kind) > *before,
     }
 }

@@ -53,6 +53,8 @@ const FAULT_KINDS: &[FaultKind] = &[
         draw: |r| Fault::RotByte { file: ["ledger", "journal"][pick(r, 2) as usize].into(), at: r.next_u64() },
         rarity: 8,
     },
+    FaultKind { draw: |r| Fault::FlipLedgerRead { at: r.next_u64() }, rarity: 2 },
+    FaultKind { draw: |r| Fault::MisdirectLedgerAppend { at: r.next_u64() }, rarity: 8 },
     FaultKind { draw: |r| Fault::StepClock { ms: pick(r, 7_200_000) as i64 - 3_600_000 }, rarity: 1 },
     FaultKind { draw: |r| Fault::AdvanceTime { ms: pick(r, 3_600_000) }, rarity: 1 },
     FaultKind { draw: |_| Fault::MalformedLine, rarity: 1 },
@@ -137,6 +139,12 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine => return true,
         // Applied by the sweep, which stops the server first (`sweep::rot`).
         Fault::RotByte { .. } => {}
+        Fault::FlipLedgerRead { at } => {
+            *world.disk.flip_next_read_of.borrow_mut() = Some((warden::ledger::LEDGER_FILE.into(), *at))
+        }
+        Fault::MisdirectLedgerAppend { at } => {
+            *world.disk.misdirect_next_append_to.borrow_mut() = Some((warden::ledger::LEDGER_FILE.into(), *at))
+        }
     }
     false
 }

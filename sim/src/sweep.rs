@@ -88,7 +88,13 @@ fn restart(world: &World, instance: Instance, report: &mut Report) -> Instance {
 /// resends what was not answered after each restart.
 fn settle_down(world: &World, mut instance: Instance, client: &mut Client, report: &mut Report) -> Instance {
     for _ in 0..RESTARTS_MAX {
+        let flips = world.disk.injected.borrow().get("flipped read").copied().unwrap_or(0);
         let stop = instance.run();
+        flipped_read_refused(world, &instance, flips, report);
+        if world.disk.misdirected.borrow().is_some() {
+            // The caller sees whether the damage lasts; a restart now would meet it.
+            return instance;
+        }
         // What the durability oracle saw comes first: a lost fsync explains what follows.
         report.violations.append(&mut world.oracle.violations.borrow_mut());
         client.read(&instance, report, world.clock.now());
@@ -110,6 +116,39 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
     }
     report.violations.push(Violation { invariant: 10, message: format!("no progress after {RESTARTS_MAX} restarts") });
     instance
+}
+
+/// A byte flipped in a read of the ledger (during this instance's run) must have stopped the
+/// start that read it, naming the ledger.
+fn flipped_read_refused(world: &World, instance: &Instance, flips_before: u64, report: &mut Report) {
+    let flips = world.disk.injected.borrow().get("flipped read").copied().unwrap_or(0);
+    if flips == flips_before {
+        return;
+    }
+    let ledger = World::path("journals").join(warden::ledger::LEDGER_FILE);
+    match instance.exited() {
+        Some(Err(message)) if message.contains(&format!("{}:", ledger.display())) && message.contains("damaged") => {}
+        other => report.violations.push(Violation {
+            invariant: 6,
+            message: format!("a byte flipped in a read of the ledger went unreported: {other:?}"),
+        }),
+    }
+}
+
+/// After a misdirected write: with the server stopped, if the damage is durable the next
+/// start must refuse naming its line (and the seed ends); if the crash took it away, the
+/// seed goes on with a new instance.
+fn misdirected(world: &World, instance: Instance, report: &mut Report) -> Result<Instance, ()> {
+    world.crash(instance);
+    disarm_disk_faults(world);
+    let damage = world.disk.misdirected.borrow_mut().take().expect("called after a misdirected write");
+    let bytes = world.disk.peek(&damage.0).unwrap_or_default();
+    if warden::record::parse_file::<serde_json::Value>(&bytes).is_ok() {
+        report.events.push((world.clock.now(), "server".into(), "the misdirected write was lost in the crash".into()));
+        return Ok(world.start("manifest.json"));
+    }
+    *report = damage_reported(world, damage, std::mem::take(report));
+    Err(())
 }
 
 /// Runs one scenario; a panic anywhere in the server (a broken assertion, a double borrow) is
@@ -221,6 +260,16 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         }
         let known = report.violations.len();
         instance = settle_down(&world, instance, &mut client, &mut report);
+        for kind in pending.fired(&world) {
+            *report.fired.entry(kind).or_insert(0) += 1;
+        }
+        if world.disk.misdirected.borrow().is_some() {
+            let Ok(next) = misdirected(&world, instance, &mut report) else { return report };
+            instance = next;
+            client.connect(&instance);
+            client.resend_after_restart(&instance);
+            instance = settle_down(&world, instance, &mut client, &mut report);
+        }
         report.violations.append(&mut world.oracle.violations.borrow_mut());
         for kind in pending.fired(&world) {
             *report.fired.entry(kind).or_insert(0) += 1;
@@ -241,6 +290,8 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     world.disk.crash_at_operation.set(None);
     world.disk.faults.borrow_mut().capacity_bytes = None;
     world.disk.fail_next_fsync.set(false);
+    world.disk.flip_next_read_of.borrow_mut().take();
+    world.disk.misdirect_next_append_to.borrow_mut().take();
     world.services.faults.borrow_mut().clear();
     world.services.notify_failures.set(0);
     world.services.notify_hangs.set(0);
@@ -290,11 +341,7 @@ fn leaks(text: &str, secret: &str) -> bool {
 /// as a torn tail and cannot be told from one). Returns the file and the line damaged.
 fn rot(world: &World, instance: Instance, file: &str, at: u64) -> Option<(std::path::PathBuf, usize)> {
     world.crash(instance);
-    // Faults armed for this call would strike the start that must report the damage.
-    world.probes.crash_at.set(None);
-    world.disk.crash_at_operation.set(None);
-    world.disk.fail_next_fsync.set(false);
-    world.disk.faults.borrow_mut().capacity_bytes = None;
+    disarm_disk_faults(world);
     let journals = World::path("journals");
     let path = match file {
         "ledger" => journals.join(warden::ledger::LEDGER_FILE),
@@ -314,7 +361,18 @@ fn rot(world: &World, instance: Instance, file: &str, at: u64) -> Option<(std::p
     Some((path, line))
 }
 
-/// After a byte rotted: the next start must refuse, naming the file and line. The seed ends.
+/// Faults armed for the coming call would strike the start that must report damage.
+fn disarm_disk_faults(world: &World) {
+    world.probes.crash_at.set(None);
+    world.disk.crash_at_operation.set(None);
+    world.disk.fail_next_fsync.set(false);
+    world.disk.faults.borrow_mut().capacity_bytes = None;
+    world.disk.flip_next_read_of.borrow_mut().take();
+    world.disk.misdirect_next_append_to.borrow_mut().take();
+}
+
+/// After durable damage (a rotted byte, a misdirected write): the next start must refuse,
+/// naming the file and line. The seed ends: damage waits for a person.
 fn damage_reported(world: &World, (path, line): (std::path::PathBuf, usize), mut report: Report) -> Report {
     let instance = world.start("manifest.json");
     instance.run();
@@ -323,7 +381,7 @@ fn damage_reported(world: &World, (path, line): (std::path::PathBuf, usize), mut
         Some(Err(message)) if message.contains(&named) => {}
         other => report.violations.push(Violation {
             invariant: 6,
-            message: format!("a byte of {named} rotted and the server's start did not report it: {other:?}"),
+            message: format!("{named} was damaged on disk and the server's start did not report it: {other:?}"),
         }),
     }
     report.log.extend(instance.log_timed());
