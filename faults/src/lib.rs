@@ -48,6 +48,9 @@ pub enum Fault {
     MalformedLine,
     /// The client cancels the call right after sending it.
     Cancel,
+    /// The client goes away right after sending the call (its stdin closes, writes to it
+    /// fail), then connects to a new server and sends again what `once` lets it.
+    ClientGone,
     /// With the server stopped, a durable byte of `file` ("ledger", or "journal": an
     /// unfinished run's) rots: the byte at `at` modulo the length before the last newline
     /// flips. At the next start, recovery must report the damage naming the file and line,
@@ -96,6 +99,7 @@ impl Fault {
             Fault::NotifyFails { .. } => "notify command fails",
             Fault::MalformedLine => "malformed line",
             Fault::Cancel => "cancellation",
+            Fault::ClientGone => "client gone mid-call",
             Fault::RotByte { .. } => "a durable byte rots",
             Fault::FlipLedgerRead { .. } => "a flipped byte read",
             Fault::MisdirectLedgerAppend { .. } => "a misdirected write",

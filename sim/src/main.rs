@@ -270,6 +270,8 @@ struct Totals {
     first_violation: Option<String>,
     /// Crashes by window (`coverage.rs`).
     windows: std::collections::BTreeMap<String, u64>,
+    /// Faults by kind x what was in flight when armed.
+    fault_states: std::collections::BTreeMap<String, u64>,
 }
 
 impl Totals {
@@ -287,6 +289,9 @@ impl Totals {
         }
         for (window, count) in &report.windows {
             *self.windows.entry(window.clone()).or_insert(0) += count;
+        }
+        for (state, count) in &report.fault_states {
+            *self.fault_states.entry(state.clone()).or_insert(0) += count;
         }
     }
 }
@@ -394,7 +399,11 @@ fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
     println!("| crashes at a disk operation, or stops after a failed write | {} |", totals.crashes[0]);
     for (kind, armed) in &totals.faults {
         let fired = totals.fired.get(kind).copied().unwrap_or(0);
-        println!("| fault: {kind} | {fired} fired of {armed} armed |");
+        let states: Vec<String> = coverage::IN_FLIGHT
+            .iter()
+            .filter_map(|state| Some(format!("{state} {}", totals.fault_states.get(&coverage::window(kind, state))?)))
+            .collect();
+        println!("| fault: {kind} | {fired} fired of {armed} armed; armed with {} |", states.join(", "));
     }
     let places = Point::ALL.iter().map(|p| p.name()).chain(std::iter::once("a disk operation"));
     for place in places {
@@ -431,6 +440,7 @@ fn json_report(seeds: &Range<u64>, totals: &Totals, elapsed: f64) -> serde_json:
         "faults_armed": totals.faults,
         "faults_fired": totals.fired,
         "crash_windows": totals.windows,
+        "faults_by_state": totals.fault_states,
         "required_windows_unhit": unhit_windows(totals),
     })
 }

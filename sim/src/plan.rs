@@ -59,6 +59,7 @@ const FAULT_KINDS: &[FaultKind] = &[
     FaultKind { draw: |r| Fault::AdvanceTime { ms: pick(r, 3_600_000) }, rarity: 1 },
     FaultKind { draw: |_| Fault::MalformedLine, rarity: 1 },
     FaultKind { draw: |_| Fault::Cancel, rarity: 1 },
+    FaultKind { draw: |_| Fault::ClientGone, rarity: 2 },
     FaultKind { draw: |_| Fault::FailFsync, rarity: 1 },
     FaultKind { draw: |_| Fault::FillDisk, rarity: 1 },
     FaultKind { draw: |r| Fault::DriftClock { ppm: pick(r, 200_001) as i64 - 100_000 }, rarity: 1 },
@@ -118,6 +119,8 @@ pub fn net_fault(kind: NetworkFault) -> NetFault {
 pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
     *report.faults.entry(fault.kind()).or_insert(0) += 1;
     report.events.push((world.clock.now(), "faults".into(), format!("{}: {fault:?}", fault.kind())));
+    let state = crate::coverage::window(fault.kind(), crate::coverage::in_flight(world));
+    *report.fault_states.entry(state).or_insert(0) += 1;
     match fault {
         Fault::CrashAtPoint { point } => {
             if let Some(point) = point_named(point) {
@@ -136,7 +139,7 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::NotifyFails { times } => world.services.notify_failures.set(*times),
         Fault::NotifyHangs { times } => world.services.notify_hangs.set(*times),
         Fault::DriftClock { ppm } => world.clock.set_drift_ppm(*ppm),
-        Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine => return true,
+        Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine | Fault::ClientGone => return true,
         // Applied by the sweep, which stops the server first (`sweep::rot`).
         Fault::RotByte { .. } => {}
         Fault::FlipLedgerRead { at } => {

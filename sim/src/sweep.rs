@@ -49,6 +49,8 @@ pub struct Report {
     pub log: Vec<(u64, String)>,
     /// Crashes by window (`coverage.rs`): where each landed x what was in flight.
     pub windows: BTreeMap<String, u64>,
+    /// Faults by kind x what was in flight when each was armed (`coverage.rs`).
+    pub fault_states: BTreeMap<String, u64>,
     /// The tool of each call sent, in order (shrinking pins them before dropping tools).
     pub sent_tools: Vec<String>,
 }
@@ -109,7 +111,9 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
             }
             _ => {}
         }
-        count_crash(world, report);
+        if instance.exited() != Some(Ok(())) {
+            count_crash(world, report);
+        }
         instance = restart(world, instance, report);
         client.connect(&instance);
         client.resend_after_restart(&instance);
@@ -205,9 +209,12 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         let mut malformed = false;
         let mut oversized = false;
         let mut cancel = false;
+        let mut gone = false;
         for (position, planned) in scenario.faults.iter().enumerate().filter(|(_, p)| p.before_call == index) {
             if let Fault::RotByte { file, at } = &planned.fault {
                 *report.faults.entry(planned.fault.kind()).or_insert(0) += 1;
+                let state = coverage::window(planned.fault.kind(), coverage::in_flight(&world));
+                *report.fault_states.entry(state).or_insert(0) += 1;
                 let Some(damage) = rot(&world, instance, file, *at) else {
                     pending.never.push((position, planned.fault.kind()));
                     instance = world.start("manifest.json");
@@ -223,6 +230,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
                 malformed |= planned.fault == Fault::MalformedLine;
                 oversized |= planned.fault == Fault::OversizedLine;
                 cancel |= planned.fault == Fault::Cancel;
+                gone |= planned.fault == Fault::ClientGone;
             }
         }
         if malformed {
@@ -239,6 +247,10 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
             None => workload_call(&mut rng, &mut client, index, scenario.tools.as_ref()),
         };
         instance.send(&message);
+        if gone {
+            instance.pipe.broken.set(true);
+            instance.close_stdin();
+        }
         if cancel {
             instance.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": message["id"], "reason": "sim"}}));
             // A cancelled call may get no answer; the client does not wait for one.
