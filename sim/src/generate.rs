@@ -34,9 +34,9 @@ impl Draw {
         &items[self.below(items.len() as u64) as usize]
     }
 
-    fn usd(&mut self, low_cents: u64, high_cents: u64) -> Value {
+    fn money(&mut self, low_cents: u64, high_cents: u64, currency: &str) -> Value {
         let cents = low_cents + self.below(high_cents - low_cents + 1);
-        json!({"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"})
+        json!({"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": currency})
     }
 }
 
@@ -176,14 +176,22 @@ fn tool_config(
         // `warden check` wants a finite worst case under a money quota: every refund grant
         // with `max` or `uses`. Drawn either way; the check decides.
         if refunds && draw.chance(70) {
+            // The grant's currency, mostly (`warden check` refuses a quota in another).
+            let granted = grants
+                .get("pay")
+                .and_then(|g| g.get("each").or(g.get("max")))
+                .and_then(|m| m["currency"].as_str())
+                .unwrap_or("USD")
+                .to_string();
+            let currency = if draw.chance(90) { granted.as_str() } else { "EUR" };
             // Often a small multiple of a run's worst case: a few runs at once can contend
             // for it, and a miscount of open runs overspends it.
             quota["money"] = match (worst_case_cents(&grants), draw.chance(60)) {
                 (Some(worst), true) => {
                     let cents = worst * (1 + draw.below(3));
-                    json!({"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"})
+                    json!({"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": currency})
                 }
-                _ => draw.usd(2000, 30000),
+                _ => draw.money(2000, 30000, currency),
             };
         }
         if quota.get("calls").is_some() || quota.get("money").is_some() {
@@ -212,6 +220,8 @@ fn grants(template: Template, draw: &mut Draw) -> Map<String, Value> {
     match template {
         Template::Echo => {}
         Template::Refund => {
+            // Mostly dollars; some grants in euros (the services hold one intent in EUR).
+            let currency = if draw.chance(15) { "EUR" } else { "USD" };
             let mut pay = json!({"cap": "payments.stripe.refund", "needs": {
                 "get": {"cap": "net.http.get", "only": ["https://payments.sim/v1/payment_intents/*"]},
                 "post": {"cap": "net.http.post", "only": ["https://payments.sim/v1/refunds"],
@@ -220,11 +230,11 @@ fn grants(template: Template, draw: &mut Draw) -> Map<String, Value> {
             // `warden check` wants `each`, `max` or both; drawn either way.
             match draw.below(7) {
                 0 => {}
-                1 | 2 => pay["each"] = draw.usd(1000, 6000),
-                3 | 4 => pay["max"] = draw.usd(2000, 15000),
+                1 | 2 => pay["each"] = draw.money(1000, 6000, currency),
+                3 | 4 => pay["max"] = draw.money(2000, 15000, currency),
                 _ => {
-                    pay["each"] = draw.usd(1000, 6000);
-                    pay["max"] = draw.usd(2000, 15000);
+                    pay["each"] = draw.money(1000, 6000, currency);
+                    pay["max"] = draw.money(2000, 15000, currency);
                 }
             }
             if draw.chance(50) {
@@ -378,7 +388,8 @@ pub fn call_arguments(template: Template, rng: &mut ChaCha8Rng, index: u32) -> V
             };
             // Mostly amounts most grants allow; some over any `each`.
             let cents = if below(2) == 0 { 500 + below(2000) } else { 100 + below(7000) };
-            json!({"order": order, "amount": {"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": "USD"},
+            let currency = if below(8) == 0 { "EUR" } else { "USD" };
+            json!({"order": order, "amount": {"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": currency},
                    "parts": 1 + below(3)})
         }
         Template::Notes => json!({"text": format!("n{label}"), "count": below(4)}),

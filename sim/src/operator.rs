@@ -49,7 +49,11 @@ pub fn operator(world: &World, report: &mut Report) {
         };
         let journal = std::path::PathBuf::from(&record.journal);
         let op = record.op;
-        let answer = happened.then(|| r#"{"status": 200, "json": {"seen_by": "operator"}}"#.to_string());
+        // What the operator writes as the result varies in shape: the server must count a
+        // "happened" by the operator's word, not by the result looking like a response.
+        const SHAPES: &[&str] = &[r#"{"status": 200, "json": {"seen_by": "operator"}}"#, "null", r#"{"note": "seen"}"#];
+        let shape = SHAPES[(world.next_u64() % SHAPES.len() as u64) as usize];
+        let answer = happened.then(|| shape.to_string());
         let outcome = world.start_command(move |env| {
             Box::pin(async move { warden::commands::resolve(&env, &journal, op, answer.as_deref()).await })
         });

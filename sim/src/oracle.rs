@@ -61,20 +61,19 @@ impl Oracle {
             .collect()
     }
 
-    /// Whether a line in `path` for which `wanted` holds is durable: `None` if no line is
-    /// wanted, else whether one of them would survive a crash now.
-    fn line_durable(&self, path: &Path, wanted: &dyn Fn(&Value) -> bool) -> Option<bool> {
-        let bytes = self.disk.peek(path)?;
+    /// For each line of `path` for which `wanted` holds, in order: whether it would survive
+    /// a crash now.
+    fn lines_durable(&self, path: &Path, wanted: &dyn Fn(&Value) -> bool) -> Vec<bool> {
+        let Some(bytes) = self.disk.peek(path) else { return Vec::new() };
         let survives = self.disk.surviving_len(path);
         let mut offset = 0;
-        let mut found = None;
+        let mut found = Vec::new();
         for line in bytes.split_inclusive(|&b| b == b'\n') {
             offset += line.len();
             // A checksummed line (`record.rs`): the record is under `rec`.
             let Ok(line_value) = serde_json::from_slice::<Value>(line) else { continue };
             if wanted(&line_value["rec"]) {
-                let durable = offset <= survives && line.ends_with(b"\n");
-                found = Some(found.unwrap_or(false) || durable);
+                found.push(offset <= survives && line.ends_with(b"\n"));
             }
         }
         found
@@ -112,10 +111,12 @@ impl Oracle {
         self.begun_durably(&wanted, &format!("the SQLite write of run {run} action {op}"));
     }
 
+    /// Some journal's latest begin record matching the request is durable (an action begun
+    /// again after an operator said it did not happen is begun by its latest record).
     fn begun_durably(&self, matches: &dyn Fn(&Value, &str) -> bool, what: &str) {
         let mut seen = false;
         for (path, run) in self.journal_files() {
-            match self.line_durable(&path, &|record| matches(record, &run)) {
+            match self.lines_durable(&path, &|record| matches(record, &run)).last() {
                 Some(true) => return,
                 Some(false) => seen = true,
                 None => {}
@@ -163,7 +164,7 @@ impl Oracle {
             self.violation(format!("run {run} was answered before its journal was durable"));
         }
         let ledger = self.journals.join(LEDGER_FILE);
-        if self.line_durable(&ledger, &|record| record["run"] == run) == Some(false) {
+        if self.lines_durable(&ledger, &|record| record["run"] == run).contains(&false) {
             self.violation(format!("run {run} was answered before its ledger records were durable"));
         }
     }

@@ -46,11 +46,12 @@ pub fn signature(action: &Action, run: &str) -> String {
     if action.kind == Kind::Sqlite {
         return format!("sql {run} {}", action.op);
     }
-    let what = if action.method == Method::Refund { "refund" } else { "post" };
-    match (&action.idempotency_key, action.money()) {
-        (Some(key), _) => format!("{what} key {key}"),
-        (None, Some(money)) => format!("{what} {} {}", action.body, money.minor),
-        (None, None) => format!("{what} {}", action.body),
+    // The key (when sent) and what was sent under it: a request that sends other content
+    // than its journal holds does not match.
+    let key = action.idempotency_key.as_ref().map(|key| format!("key {key} ")).unwrap_or_default();
+    match (action.method, action.money()) {
+        (Method::Refund, Some(money)) => format!("refund {key}{} {}", action.body, money.minor),
+        _ => format!("post {key}{}", action.body),
     }
 }
 
@@ -95,11 +96,10 @@ pub fn write_ops(world: &World, state: &State) -> Vec<WriteOp> {
 pub fn effects(world: &World) -> BTreeMap<String, u32> {
     let mut seen = BTreeMap::new();
     for effect in world.services.effects.borrow().iter() {
-        let what = if effect.kind == "refund" { "refund" } else { "post" };
-        let signature = match (&effect.key, effect.kind.as_str()) {
-            (Some(key), _) => format!("{what} key {key}"),
-            (None, "refund") => format!("refund {} {}", effect.detail, effect.minor),
-            (None, _) => format!("post {}", effect.detail),
+        let key = effect.key.as_ref().map(|key| format!("key {key} ")).unwrap_or_default();
+        let signature = match effect.kind.as_str() {
+            "refund" => format!("refund {key}{} {}", effect.detail, effect.minor),
+            _ => format!("post {key}{}", effect.detail),
         };
         *seen.entry(signature).or_insert(0) += 1;
     }
@@ -197,8 +197,13 @@ pub fn limits_kept(world: &World, manifest: &Manifest, state: &State) -> Vec<Vio
             }
         }
         if let (Some(Grant::Capability(grant)), Some(money)) = (grant, op.action.money()) {
-            if let Some(each) = grant.each.as_ref().filter(|each| money.minor > each.minor) {
-                push(1, format!("run {} refunded {money}, over `each` of {each} ({})", op.run, op.tool));
+            if let Some(each) =
+                grant.each.as_ref().filter(|each| money.currency != each.currency || money.minor > each.minor)
+            {
+                push(1, format!("run {} refunded {money}, beyond `each` of {each} ({})", op.run, op.tool));
+            }
+            if let Some(max) = grant.max.as_ref().filter(|max| money.currency != max.currency) {
+                push(1, format!("run {} refunded {money}, in another currency than `max` of {max}", op.run));
             }
         }
     }
