@@ -135,6 +135,32 @@ fn once_expires_at(entry: &warden::ledger::RunEntry, keep_ms: u64) -> Option<u64
     }
 }
 
+/// A journal line's record tag (`begin`, `done`, `end`...), read at its fixed place in the
+/// checksummed line (`{"sum":"<16 hex>","rec":{"record":"<tag>"`) without parsing the line:
+/// an end record may hold a result of a megabyte.
+pub fn record_tag(line: &[u8]) -> Option<&str> {
+    const HEAD: usize = "{\"sum\":\"".len() + 16;
+    let rest = line.get(HEAD..)?.strip_prefix(b"\",\"rec\":{\"record\":\"")?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    std::str::from_utf8(&rest[..end]).ok()
+}
+
+/// The lines of `bytes` from the last to the first, each with its newline (the last may
+/// have none), found with `memrchr`: a journal's last line may be a megabyte long.
+pub fn lines_from_end(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut end = bytes.len();
+    std::iter::from_fn(move || {
+        if end == 0 {
+            return None;
+        }
+        let body_end = if bytes[end - 1] == b'\n' { end - 1 } else { end };
+        let start = memchr::memrchr(b'\n', &bytes[..body_end]).map_or(0, |n| n + 1);
+        let line = &bytes[start..end];
+        end = start;
+        Some(line)
+    })
+}
+
 /// Runs still open in the ledger.
 pub fn open_runs(disk: &SimDisk, journals: &Path) -> Vec<String> {
     ledger_state(disk, journals)

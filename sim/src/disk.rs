@@ -205,6 +205,12 @@ impl SimDisk {
         current.iter().zip(durable.iter()).take_while(|(a, b)| a == b).count()
     }
 
+    /// Runs `read` over a file's current bytes without copying them.
+    pub fn with_bytes<R>(&self, path: &Path, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let state = self.state.borrow();
+        state.names.get(path).map(|&inode| read(&state.inodes[inode].current))
+    }
+
     /// Every file path, sorted.
     pub fn files(&self) -> Vec<PathBuf> {
         self.state.borrow().names.keys().cloned().collect()

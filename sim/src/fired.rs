@@ -20,7 +20,9 @@ enum Witness {
     CrashAtDiskOperation {
         crashes: u64,
     },
-    FailFsync,
+    FailFsync {
+        failures: u64,
+    },
     FillDisk {
         full: u64,
     },
@@ -69,7 +71,7 @@ impl Pending {
             Fault::CrashAtDiskOperation { .. } => {
                 Witness::CrashAtDiskOperation { crashes: injected(world, "crash at a disk operation") }
             }
-            Fault::FailFsync => Witness::FailFsync,
+            Fault::FailFsync => Witness::FailFsync { failures: injected(world, "fsync failure") },
             Fault::FillDisk => Witness::FillDisk { full: injected(world, "disk full") },
             Fault::Network { url, kind } => {
                 let kind = crate::plan::net_fault(*kind);
@@ -117,7 +119,7 @@ fn has_fired(world: &World, armed: &Armed) -> bool {
         Witness::Now => true,
         Witness::CrashAtPoint { crashes } => world.probes.crashes.borrow().len() > *crashes,
         Witness::CrashAtDiskOperation { crashes } => injected(world, "crash at a disk operation") > *crashes,
-        Witness::FailFsync => !world.disk.fail_next_fsync.get(),
+        Witness::FailFsync { failures } => injected(world, "fsync failure") > *failures,
         Witness::FillDisk { full } => injected(world, "disk full") > *full,
         Witness::Network { url, kind, pending } => network_pending(world, url, *kind) < *pending,
         Witness::NotifyFails => world.services.notify_failures.get() == 0,

@@ -292,7 +292,8 @@ fn program_text(template: Template, draw: &mut Draw) -> String {
         Template::Echo => {
             // Results of a few bytes, some kilobytes, and (rarely: they cost real time) near and
             // over the 1 MiB a result may take (`RESULT_BYTES_MAX`; texts are 2 to 3 bytes).
-            let repeat = *draw.one_of(&[1u64, 1, 10, 1000, 1, 1, 10, 1000, 1, 1, 10, 1000, 340_000, 600_000]);
+            let big = draw.chance(8);
+            let repeat = if big { *draw.one_of(&[340_000u64, 600_000]) } else { *draw.one_of(&[1u64, 1, 10, 1000]) };
             body.push_str(&format!("    out = text * {repeat}\n"));
             body.push_str("    return {\"echo\": out}\n");
             format!("def main(text: str) -> dict:\n{}", docstring("Echo.", &[("text", "The text.")]))

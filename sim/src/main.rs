@@ -405,7 +405,7 @@ fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
             .collect();
         println!("| fault: {kind} | {fired} fired of {armed} armed; armed with {} |", states.join(", "));
     }
-    let places = Point::ALL.iter().map(|p| p.name()).chain(std::iter::once("a disk operation"));
+    let places = Point::ALL.iter().map(|p| p.name()).chain(coverage::OTHER_PLACES.iter().copied());
     for place in places {
         let hits: Vec<String> = coverage::IN_FLIGHT
             .iter()

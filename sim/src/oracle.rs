@@ -9,7 +9,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use serde_json::Value;
@@ -19,6 +19,27 @@ use warden::ledger::LEDGER_FILE;
 
 use crate::check::Violation;
 use crate::disk::SimDisk;
+
+/// A journal's latest begin line and its end offset, unless the journal has ended.
+fn latest_begin_of_unended(bytes: &[u8]) -> Option<(usize, Vec<u8>)> {
+    let mut end = bytes.len();
+    for line in crate::check::lines_from_end(bytes) {
+        match crate::check::record_tag(line) {
+            Some("end") => return None,
+            Some("begin") => return Some((end, line.to_vec())),
+            _ => end -= line.len(),
+        }
+    }
+    None
+}
+
+/// The last line of `bytes` that holds `needle`: (its end offset, the line with its newline).
+fn last_line_holding<'a>(bytes: &'a [u8], needle: &[u8]) -> Option<(usize, &'a [u8])> {
+    let at = memchr::memmem::rfind(bytes, needle)?;
+    let start = memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |n| n + 1);
+    let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n + 1);
+    Some((end, &bytes[start..end]))
+}
 
 /// What a durability violation is reported as (DESIGN.md section 7: durable before dependent).
 pub const INVARIANT: u8 = 11;
@@ -61,24 +82,6 @@ impl Oracle {
             .collect()
     }
 
-    /// For each line of `path` for which `wanted` holds, in order: whether it would survive
-    /// a crash now.
-    fn lines_durable(&self, path: &Path, wanted: &dyn Fn(&Value) -> bool) -> Vec<bool> {
-        let Some(bytes) = self.disk.peek(path) else { return Vec::new() };
-        let survives = self.disk.surviving_len(path);
-        let mut offset = 0;
-        let mut found = Vec::new();
-        for line in bytes.split_inclusive(|&b| b == b'\n') {
-            offset += line.len();
-            // A checksummed line (`record.rs`): the record is under `rec`.
-            let Ok(line_value) = serde_json::from_slice::<Value>(line) else { continue };
-            if wanted(&line_value["rec"]) {
-                found.push(offset <= survives && line.ends_with(b"\n"));
-            }
-        }
-        found
-    }
-
     /// Before a write request reaches a service: some journal holds its begin record, durably.
     pub fn before_request(&self, request: &HttpRequest) {
         if request.method == "GET" || request.method == "HEAD" {
@@ -116,10 +119,17 @@ impl Oracle {
     fn begun_durably(&self, matches: &dyn Fn(&Value, &str) -> bool, what: &str) {
         let mut seen = false;
         for (path, run) in self.journal_files() {
-            match self.lines_durable(&path, &|record| matches(record, &run)).last() {
-                Some(true) => return,
-                Some(false) => seen = true,
-                None => {}
+            // An action being sent is its run's latest begin, and the run has not ended:
+            // journals that ended are skipped (a settled run's begin of the same request
+            // does not vouch for this one), and only the latest begin line is read.
+            let latest = self.disk.with_bytes(&path, latest_begin_of_unended);
+            let Some(Some((end, line))) = latest else { continue };
+            let Ok(record) = serde_json::from_slice::<Value>(&line) else { continue };
+            if matches(&record["rec"], &run) {
+                if end <= self.disk.surviving_len(&path) && line.ends_with(b"\n") {
+                    return;
+                }
+                seen = true;
             }
         }
         let why = if seen { "its begin record is not durable yet" } else { "no journal holds its begin record" };
@@ -159,19 +169,25 @@ impl Oracle {
     /// The run's whole journal and every ledger line naming it would survive a crash now.
     fn run_durable(&self, run: &str) {
         let Some((journal, _)) = self.journal_files().into_iter().find(|(_, r)| r == run) else { return };
-        let length = self.disk.peek(&journal).map_or(0, |b| b.len());
+        let length = self.disk.with_bytes(&journal, |b| b.len()).unwrap_or(0);
         if self.disk.surviving_len(&journal) < length {
             self.violation(format!("run {run} was answered before its journal was durable"));
         }
+        // What survives is a prefix: every ledger line naming the run survives when its last does.
         let ledger = self.journals.join(LEDGER_FILE);
-        if self.lines_durable(&ledger, &|record| record["run"] == run).contains(&false) {
-            self.violation(format!("run {run} was answered before its ledger records were durable"));
+        let named = format!("\"run\":\"{run}\"");
+        let last =
+            self.disk.with_bytes(&ledger, |bytes| last_line_holding(bytes, named.as_bytes()).map(|(end, _)| end));
+        if let Some(Some(end)) = last {
+            if end > self.disk.surviving_len(&ledger) {
+                self.violation(format!("run {run} was answered before its ledger records were durable"));
+            }
         }
     }
 
     fn waiting_durable(&self, run: &str, what: &str) {
         let record = self.journals.join(WAITING_DIR).join(format!("{run}.json"));
-        let length = self.disk.peek(&record).map_or(0, |b| b.len());
+        let length = self.disk.with_bytes(&record, |b| b.len()).unwrap_or(0);
         if length == 0 || self.disk.surviving_len(&record) < length {
             self.violation(format!("{what} of run {run} came before its waiting record was durable"));
         }

@@ -66,7 +66,7 @@ const FAULT_KINDS: &[FaultKind] = &[
     FaultKind { draw: |r| Fault::NotifyHangs { times: 1 + pick(r, 2) as u32 }, rarity: 1 },
     // A 4 MiB line costs real time to build and scan: keep it rare.
     FaultKind { draw: |_| Fault::OversizedLine, rarity: 10 },
-    FaultKind { draw: |r| Fault::NotifyFails { times: pick(r, 3) as u32 }, rarity: 1 },
+    FaultKind { draw: |r| Fault::NotifyFails { times: 1 + pick(r, 2) as u32 }, rarity: 1 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only

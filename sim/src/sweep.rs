@@ -57,21 +57,31 @@ pub struct Report {
 
 /// Counts the crash against the step it followed, and its window (before the disk's crash
 /// semantics apply, so what was in flight is still there to see).
-fn count_crash(world: &World, report: &mut Report) {
+fn count_crash(world: &World, report: &mut Report, stop: Stop, disk_crashes_before: u64) {
     let by_point = world.probes.crashes.borrow().len();
     let point = match by_point > report.crashes[1..].iter().sum::<u64>() as usize {
         true => world.probes.crashes.borrow().last().copied(),
         false => None,
     };
     report.crashes[point.map_or(0, |p| p.step() as usize)] += 1;
-    let place = point.map_or("a disk operation", |p| p.name());
+    let at_disk_operation = disk_crashes(world) > disk_crashes_before;
+    let place = match (point, at_disk_operation, stop) {
+        (Some(point), _, _) => point.name(),
+        (None, true, _) => "a disk operation",
+        (None, false, Stop::Crashed) => "a service's answer (the server crashed after it acted)",
+        (None, false, _) => "a stop (a failed write, a refused start)",
+    };
     let in_flight = coverage::in_flight(world);
     *report.windows.entry(coverage::window(place, in_flight)).or_insert(0) += 1;
     let at = match point {
         Some(point) => format!("after step {} ({})", point.step(), point.name()),
-        None => "at a disk operation, or a stop after a failed write".into(),
+        None => format!("at {place}"),
     };
     report.events.push((world.clock.now(), "server".into(), format!("crash {at}, with {in_flight} in flight")));
+}
+
+fn disk_crashes(world: &World) -> u64 {
+    world.disk.injected.borrow().get("crash at a disk operation").copied().unwrap_or(0)
 }
 
 fn restart(world: &World, instance: Instance, report: &mut Report) -> Instance {
@@ -91,6 +101,7 @@ fn restart(world: &World, instance: Instance, report: &mut Report) -> Instance {
 fn settle_down(world: &World, mut instance: Instance, client: &mut Client, report: &mut Report) -> Instance {
     for _ in 0..RESTARTS_MAX {
         let flips = world.disk.injected.borrow().get("flipped read").copied().unwrap_or(0);
+        let disk_crashes_before = disk_crashes(world);
         let stop = instance.run();
         flipped_read_refused(world, &instance, flips, report);
         if world.disk.misdirected.borrow().is_some() {
@@ -112,7 +123,7 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
             _ => {}
         }
         if instance.exited() != Some(Ok(())) {
-            count_crash(world, report);
+            count_crash(world, report, stop, disk_crashes_before);
         }
         instance = restart(world, instance, report);
         client.connect(&instance);
@@ -215,6 +226,8 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
                 *report.faults.entry(planned.fault.kind()).or_insert(0) += 1;
                 let state = coverage::window(planned.fault.kind(), coverage::in_flight(&world));
                 *report.fault_states.entry(state).or_insert(0) += 1;
+                // Damage ends the seed: what happened before it is checked first.
+                ground_truth(&world, &manifest, &mut report);
                 let Some(damage) = rot(&world, instance, file, *at) else {
                     pending.never.push((position, planned.fault.kind()));
                     instance = world.start("manifest.json");
@@ -276,6 +289,9 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
             *report.fired.entry(kind).or_insert(0) += 1;
         }
         if world.disk.misdirected.borrow().is_some() {
+            report.violations.append(&mut world.oracle.violations.borrow_mut());
+            client.read(&instance, &mut report, world.clock.now());
+            ground_truth(&world, &manifest, &mut report);
             let Ok(next) = misdirected(&world, instance, &mut report) else { return report };
             instance = next;
             client.connect(&instance);
@@ -407,7 +423,17 @@ fn note_violations(world: &World, report: &mut Report, known: usize) {
     report.events.extend(found.into_iter().map(|v| (world.clock.now(), "checker".to_string(), v)));
 }
 
+/// Invariants 1, 2, 4 and 5 against the services' records: valid at any moment the server
+/// is at rest (an action in doubt may or may not have happened).
+fn ground_truth(world: &World, manifest: &Manifest, report: &mut Report) {
+    let Ok(state) = check::ledger_state(&world.disk, &World::path("journals")) else { return };
+    let ops = truth::write_ops(world, &state);
+    report.violations.extend(truth::journals_match_services(world, &ops));
+    report.violations.extend(truth::limits_kept(world, manifest, &state, &ops));
+}
+
 fn final_checks(world: &World, manifest: &Manifest, client: &Client, report: &mut Report) {
+    ground_truth(world, manifest, report);
     let journals = World::path("journals");
     let mut push = |invariant: u8, message: String| report.violations.push(Violation { invariant, message });
     if !client.unanswered.is_empty() {
@@ -423,14 +449,12 @@ fn final_checks(world: &World, manifest: &Manifest, client: &Client, report: &mu
     if !open.is_empty() {
         push(10, format!("reservations still held after the liveness phase: {open:?}"));
     }
+    // 3 and 6 once more: runs made by calls resent in the liveness phase are checked too.
+    let once_keep_ms = |tool: &str| manifest.tool(tool).and_then(|t| t.once.as_ref()).map_or(u64::MAX, |o| o.keep_ms);
+    for violation in check::at_rest_with(&world.disk, &journals, &once_keep_ms) {
+        push(violation.invariant, violation.message);
+    }
     if let Ok(state) = check::ledger_state(&world.disk, &journals) {
-        // 2 and 5: the services saw each action as the journals say; 1 and 4: the limits.
-        for violation in truth::journals_match_services(world, &state) {
-            push(violation.invariant, violation.message);
-        }
-        for violation in truth::limits_kept(world, manifest, &state) {
-            push(violation.invariant, violation.message);
-        }
         // 7: every answer naming a result is backed by a settled run.
         for (id, answer) in &client.answers {
             let Some(run) = client.runs.get(id).and_then(|runs| runs.last()) else { continue };

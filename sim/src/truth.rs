@@ -115,9 +115,9 @@ pub fn effects(world: &World) -> BTreeMap<String, u32> {
 
 /// Invariants 2 and 5: the services saw each action the journals say happened exactly once,
 /// and none they say did not happen.
-pub fn journals_match_services(world: &World, state: &State) -> Vec<Violation> {
+pub fn journals_match_services(world: &World, ops: &[WriteOp]) -> Vec<Violation> {
     let mut claimed: BTreeMap<String, (u32, u32)> = BTreeMap::new();
-    for op in write_ops(world, state) {
+    for op in ops {
         let (certain, maybe) = claimed.entry(signature(&op.action, &op.run)).or_insert((0, 0));
         match op.status {
             Status::Happened => *certain += 1,
@@ -129,7 +129,7 @@ pub fn journals_match_services(world: &World, state: &State) -> Vec<Violation> {
     let mut found = Vec::new();
     // 5: a write that may have been sent and cannot be sent again safely waits for a person;
     // recording it done (with an error) is a guess.
-    for op in write_ops(world, state).iter().filter(|op| op.status == Status::Maybe) {
+    for op in ops.iter().filter(|op| op.status == Status::Maybe) {
         if op.action.idempotency_key.is_none() && op.action.kind != Kind::Sqlite {
             found.push(Violation {
                 invariant: 5,
@@ -179,16 +179,18 @@ fn charged_by_run(ops: &[WriteOp], seen: &BTreeMap<String, u32>) -> BTreeMap<(St
 
 /// Invariants 1 and 4 from the manifest: each refund within `each`, each run within `max`
 /// and `uses`, each quota window within its calls and money.
-pub fn limits_kept(world: &World, manifest: &Manifest, state: &State) -> Vec<Violation> {
-    let ops = write_ops(world, state);
+pub fn limits_kept(world: &World, manifest: &Manifest, state: &State, ops: &[WriteOp]) -> Vec<Violation> {
     let seen = effects(world);
-    let charged = charged_by_run(&ops, &seen);
+    let charged = charged_by_run(ops, &seen);
     let mut found = Vec::new();
     let mut push = |invariant: u8, message: String| found.push(Violation { invariant, message });
     for op in ops.iter().filter(|op| op.action.method == Method::Refund && op.status != Status::NotHappened) {
         let grant = manifest.tool(&op.tool).and_then(|t| t.grants.get(&op.action.grant));
+        // The intent's currency is checked when the refund is sent: only a refund the
+        // payment service saw is held to it (one begun before a crash may never be sent).
+        let reached = seen.contains_key(&signature(&op.action, &op.run));
         let intent_currency = world.services.intents.borrow().get(&op.action.body).map(|(_, c)| c.clone());
-        if let (Some(currency), Some(money)) = (intent_currency, op.action.money()) {
+        if let (true, Some(currency), Some(money)) = (reached, intent_currency, op.action.money()) {
             if !currency.eq_ignore_ascii_case(&money.currency) {
                 push(
                     1,
