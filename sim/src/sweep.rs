@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::limits::ToolLimits;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::json;
 use warden::ledger::RunPhase;
-use warden::manifest::Manifest;
 use warden_faults::{Fault, Scenario};
 
 use crate::check::{self, Violation};
@@ -189,15 +189,14 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     let mut report = Report { seed: scenario.seed, calls: scenario.calls, ..Report::default() };
     let world = World::new(scenario.seed);
     install(&world, scenario.world.as_ref(), scenario.canary);
-    let manifest = match truth::manifest(&world) {
-        Ok(manifest) => manifest,
-        Err(problem) => {
-            let message = format!("the world's manifest does not pass `warden check`: {problem}");
-            report.violations.push(Violation { invariant: 0, message });
-            return report;
-        }
-    };
-    let once_keep_ms = |tool: &str| manifest.tool(tool).and_then(|t| t.once.as_ref()).map_or(u64::MAX, |o| o.keep_ms);
+    if let Err(problem) = truth::manifest(&world) {
+        let message = format!("the world's manifest does not pass `warden check`: {problem}");
+        report.violations.push(Violation { invariant: 0, message });
+        return report;
+    }
+    // The checker's limits, read by the simulator itself (`limits.rs`).
+    let limits = crate::limits::of_world(&world);
+    let once_keep_ms = |tool: &str| limits.get(tool).and_then(|t| t.once_keep_ms).unwrap_or(u64::MAX);
     let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0xc11e_47);
     let mut client = Client { next_id: 1, ..Client::default() };
     client.resend = match &scenario.world {
@@ -227,7 +226,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
                 let state = coverage::window(planned.fault.kind(), coverage::in_flight(&world));
                 *report.fault_states.entry(state).or_insert(0) += 1;
                 // Damage ends the seed: what happened before it is checked first.
-                ground_truth(&world, &manifest, &mut report);
+                ground_truth(&world, &limits, &mut report);
                 let Some(damage) = rot(&world, instance, file, *at) else {
                     pending.never.push((position, planned.fault.kind()));
                     instance = world.start("manifest.json");
@@ -291,7 +290,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         if world.disk.misdirected.borrow().is_some() {
             report.violations.append(&mut world.oracle.violations.borrow_mut());
             client.read(&instance, &mut report, world.clock.now());
-            ground_truth(&world, &manifest, &mut report);
+            ground_truth(&world, &limits, &mut report);
             let Ok(next) = misdirected(&world, instance, &mut report) else { return report };
             instance = next;
             client.connect(&instance);
@@ -342,7 +341,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     instance = settle_down(&world, instance, &mut client, &mut report);
     report.violations.append(&mut world.oracle.violations.borrow_mut());
     let known = report.violations.len();
-    final_checks(&world, &manifest, &client, &mut report);
+    final_checks(&world, &limits, &client, &mut report);
     note_violations(&world, &mut report, known);
     report.log.extend(instance.log_timed());
     drop(instance);
@@ -425,15 +424,15 @@ fn note_violations(world: &World, report: &mut Report, known: usize) {
 
 /// Invariants 1, 2, 4 and 5 against the services' records: valid at any moment the server
 /// is at rest (an action in doubt may or may not have happened).
-fn ground_truth(world: &World, manifest: &Manifest, report: &mut Report) {
+fn ground_truth(world: &World, limits: &BTreeMap<String, ToolLimits>, report: &mut Report) {
     let Ok(state) = check::ledger_state(&world.disk, &World::path("journals")) else { return };
     let ops = truth::write_ops(world, &state);
     report.violations.extend(truth::journals_match_services(world, &ops));
-    report.violations.extend(truth::limits_kept(world, manifest, &state, &ops));
+    report.violations.extend(truth::limits_kept(world, limits, &state, &ops));
 }
 
-fn final_checks(world: &World, manifest: &Manifest, client: &Client, report: &mut Report) {
-    ground_truth(world, manifest, report);
+fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &Client, report: &mut Report) {
+    ground_truth(world, limits, report);
     let journals = World::path("journals");
     let mut push = |invariant: u8, message: String| report.violations.push(Violation { invariant, message });
     if !client.unanswered.is_empty() {
@@ -450,7 +449,7 @@ fn final_checks(world: &World, manifest: &Manifest, client: &Client, report: &mu
         push(10, format!("reservations still held after the liveness phase: {open:?}"));
     }
     // 3 and 6 once more: runs made by calls resent in the liveness phase are checked too.
-    let once_keep_ms = |tool: &str| manifest.tool(tool).and_then(|t| t.once.as_ref()).map_or(u64::MAX, |o| o.keep_ms);
+    let once_keep_ms = |tool: &str| limits.get(tool).and_then(|t| t.once_keep_ms).unwrap_or(u64::MAX);
     for violation in check::at_rest_with(&world.disk, &journals, &once_keep_ms) {
         push(violation.invariant, violation.message);
     }

@@ -17,7 +17,9 @@ use warden::broker::kinds::{Kind, Method};
 use warden::broker::Action;
 use warden::journal::OpState;
 use warden::ledger::{RunPhase, State};
-use warden::manifest::{Grant, Manifest};
+use warden::manifest::Manifest;
+
+use crate::limits::{amount, ToolLimits};
 
 use crate::check::{self, Violation};
 use crate::world::World;
@@ -168,7 +170,7 @@ fn charged_by_run(ops: &[WriteOp], seen: &BTreeMap<String, u32>) -> BTreeMap<(St
             Status::Maybe => seen.get(&signature(&op.action, &op.run)).is_some_and(|&n| n > 0),
             _ => false,
         };
-        if let (true, Some(money)) = (happened, op.action.money()) {
+        if let (true, Some(money)) = (happened, op.action.amount.as_ref().and_then(amount)) {
             let entry = charged.entry((op.run.clone(), op.action.grant.clone())).or_insert((0, 0));
             entry.0 += money.minor;
             entry.1 += 1;
@@ -179,18 +181,25 @@ fn charged_by_run(ops: &[WriteOp], seen: &BTreeMap<String, u32>) -> BTreeMap<(St
 
 /// Invariants 1 and 4 from the manifest: each refund within `each`, each run within `max`
 /// and `uses`, each quota window within its calls and money.
-pub fn limits_kept(world: &World, manifest: &Manifest, state: &State, ops: &[WriteOp]) -> Vec<Violation> {
+pub fn limits_kept(
+    world: &World,
+    limits: &BTreeMap<String, ToolLimits>,
+    state: &State,
+    ops: &[WriteOp],
+) -> Vec<Violation> {
+    let grant_of = |tool: &str, grant: &str| limits.get(tool).and_then(|t| t.grants.get(grant));
     let seen = effects(world);
     let charged = charged_by_run(ops, &seen);
     let mut found = Vec::new();
     let mut push = |invariant: u8, message: String| found.push(Violation { invariant, message });
     for op in ops.iter().filter(|op| op.action.method == Method::Refund && op.status != Status::NotHappened) {
-        let grant = manifest.tool(&op.tool).and_then(|t| t.grants.get(&op.action.grant));
+        let grant = grant_of(&op.tool, &op.action.grant);
+        let money = op.action.amount.as_ref().and_then(amount);
         // The intent's currency is checked when the refund is sent: only a refund the
         // payment service saw is held to it (one begun before a crash may never be sent).
         let reached = seen.contains_key(&signature(&op.action, &op.run));
         let intent_currency = world.services.intents.borrow().get(&op.action.body).map(|(_, c)| c.clone());
-        if let (true, Some(currency), Some(money)) = (reached, intent_currency, op.action.money()) {
+        if let (true, Some(currency), Some(money)) = (reached, intent_currency, &money) {
             if !currency.eq_ignore_ascii_case(&money.currency) {
                 push(
                     1,
@@ -198,7 +207,7 @@ pub fn limits_kept(world: &World, manifest: &Manifest, state: &State, ops: &[Wri
                 );
             }
         }
-        if let (Some(Grant::Capability(grant)), Some(money)) = (grant, op.action.money()) {
+        if let (Some(grant), Some(money)) = (grant, &money) {
             if let Some(each) =
                 grant.each.as_ref().filter(|each| money.currency != each.currency || money.minor > each.minor)
             {
@@ -211,8 +220,7 @@ pub fn limits_kept(world: &World, manifest: &Manifest, state: &State, ops: &[Wri
     }
     for ((run, grant_name), (minor, count)) in &charged {
         let Some(entry) = state.run(run) else { continue };
-        let grant = manifest.tool(&entry.tool).and_then(|t| t.grants.get(grant_name));
-        let Some(Grant::Capability(grant)) = grant else { continue };
+        let Some(grant) = grant_of(&entry.tool, grant_name) else { continue };
         if let Some(max) = grant.max.as_ref().filter(|max| *minor > max.minor) {
             push(1, format!("run {run} refunded {minor} minor units, over `max` of {max}"));
         }
@@ -220,13 +228,10 @@ pub fn limits_kept(world: &World, manifest: &Manifest, state: &State, ops: &[Wri
             push(1, format!("run {run} made {count} refunds, over `uses` of {uses}"));
         }
     }
-    for tool in &manifest.tools {
-        let Some(quota) = &tool.quota else { continue };
-        let runs: Vec<_> = state
-            .runs
-            .values()
-            .filter(|e| e.tool == tool.name && !matches!(e.phase, RunPhase::Released { .. }))
-            .collect();
+    for (tool, tool_limits) in limits {
+        let Some(quota) = &tool_limits.quota else { continue };
+        let runs: Vec<_> =
+            state.runs.values().filter(|e| &e.tool == tool && !matches!(e.phase, RunPhase::Released { .. })).collect();
         let spent = |run: &str| charged.iter().filter(|((r, _), _)| r == run).map(|(_, (minor, _))| minor).sum::<i64>();
         for admitted in &runs {
             // Every run admitted before it and reserved within its window was counted then.
@@ -234,11 +239,11 @@ pub fn limits_kept(world: &World, manifest: &Manifest, state: &State, ops: &[Wri
             let window: Vec<_> =
                 runs.iter().filter(|e| e.sequence <= admitted.sequence && e.reserved_at_ms > since).collect();
             if let Some(calls) = quota.calls.filter(|&calls| window.len() as u64 > calls) {
-                push(4, format!("{} runs of `{}` admitted within one window, over {calls}", window.len(), tool.name));
+                push(4, format!("{} runs of `{tool}` admitted within one window, over {calls}", window.len()));
             }
             let money: i64 = window.iter().map(|e| spent(&e.run)).sum();
             if let Some(max) = quota.money.as_ref().filter(|max| money > max.minor) {
-                push(4, format!("runs of `{}` within one window refunded {money} minor units, over {max}", tool.name));
+                push(4, format!("runs of `{tool}` within one window refunded {money} minor units, over {max}"));
             }
         }
     }
