@@ -59,7 +59,10 @@ for patch in mutants/*.patch; do
     applied="$patch"
     build
     report="$scratch/$name.json"
-    if "$sim" explore --seeds "0..$seeds_max" --expect-violation --out "$scratch/found" --json "$report" >/dev/null 2>&1; then
+    # A patch may state its own budget on a line "Seeds: N" of its header.
+    budget="$(sed -n 's/^Seeds: \([0-9]*\)$/\1/p' "$patch" | head -1)"
+    budget="${budget:-$seeds_max}"
+    if "$sim" explore --seeds "0..$budget" --expect-violation --out "$scratch/found" --json "$report" >/dev/null 2>&1; then
         python3 - "$report" "$name" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
@@ -68,7 +71,7 @@ first = (report.get("first_violation") or "").replace("|", "/")[:120]
 print(f"| {sys.argv[2]} | {seed} | {seed - report['seeds']['from'] + 1} | {first} |")
 PY
     else
-        echo "| $name | NOT CAUGHT | $seeds_max | - |"
+        echo "| $name | NOT CAUGHT | $budget | - |"
         failed=1
     fi
     revert
