@@ -39,6 +39,9 @@ pub struct Runs {
     pub ledger: Ledger,
     /// Runs executing in this process now.
     in_progress: RefCell<BTreeSet<String>>,
+    /// Held from a directory's existence check to its parent's fsync: a directory another
+    /// run has created but not yet made durable is never taken for a durable one.
+    dirs: crate::sync::Mutex,
     /// Set when a durable write failed: the server stops serving.
     pub fatal: Signal,
     fatal_message: RefCell<Option<String>>,
@@ -80,9 +83,16 @@ impl Runs {
             journals,
             ledger,
             in_progress: RefCell::new(BTreeSet::new()),
+            dirs: crate::sync::Mutex::new(),
             fatal: Signal::new(),
             fatal_message: RefCell::new(None),
         }
+    }
+
+    /// Creates `dir` under the journals durably, one run at a time (`dirs`).
+    async fn create_dirs(&self, dir: &Path) -> std::io::Result<()> {
+        let _held = self.dirs.lock().await;
+        journal::create_dirs_durably(&self.env, &self.journals, dir).await
     }
 
     pub fn files(&self, tool: &str, run: &str) -> RunFiles {
@@ -189,9 +199,7 @@ impl Runs {
     pub async fn start_files(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
         let files = self.files(&tool.config.name, run);
         let io = |what: &str, e: std::io::Error| Fatal(format!("{what} of run {run} failed: {e}"));
-        journal::create_dirs_durably(&self.env, &self.journals, &files.dir)
-            .await
-            .map_err(|e| io("creating the directory", e))?;
+        self.create_dirs(&files.dir).await.map_err(|e| io("creating the directory", e))?;
         let kept = record::encode(&InputsRecord { run: run.to_string(), inputs: inputs.clone() });
         journal::write_new_durably(&self.env, &files.inputs, kept).await.map_err(|e| io("keeping the arguments", e))?;
         self.env.reached(Point::InputsKept, run);
@@ -269,7 +277,7 @@ impl Runs {
                 halted,
             };
             let waiting_dir = self.journals.join(journal::WAITING_DIR);
-            journal::create_dirs_durably(&self.env, &self.journals, &waiting_dir)
+            self.create_dirs(&waiting_dir)
                 .await
                 .map_err(|e| Fatal(format!("creating {} failed: {e}", waiting_dir.display())))?;
             let record = scrub_value(&serde_json::to_value(&record).expect("records serialise"), &self.secrets);
