@@ -71,6 +71,12 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Write one seed's scenario (its world included) as JSON on stdout, without the faults
+    /// that never fire, so it can be committed as a scenario file.
+    Scenario {
+        #[arg(long)]
+        seed: u64,
+    },
     /// Draw one seed's timeline as self-contained HTML on stdout.
     Timeline {
         #[arg(long)]
@@ -131,6 +137,11 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::SUCCESS
             }
+        }
+        Command::Scenario { seed } => {
+            let scenario = without_unfired_faults(plan_for_seed(seed));
+            println!("{}", serde_json::to_string_pretty(&scenario).expect("scenarios serialise"));
+            ExitCode::SUCCESS
         }
         Command::Timeline { seed, canary } => {
             let mut scenario = plan_for_seed(seed);
@@ -198,6 +209,25 @@ fn replay(path: &Path) -> Result<String, String> {
         }
         (expect, _) => Err(format!("FAIL {path}: expected {expect:?}, found {:?}", report.violations)),
     }
+}
+
+/// Drops the faults that never fired, until every fault left fires (each drop changes the run).
+fn without_unfired_faults(mut scenario: Scenario) -> Scenario {
+    for _ in 0..10 {
+        let never = simulate(&scenario).never_fired;
+        if never.is_empty() {
+            break;
+        }
+        let positions: Vec<usize> = never.iter().map(|(position, _)| *position).collect();
+        scenario.faults = scenario
+            .faults
+            .into_iter()
+            .enumerate()
+            .filter(|(position, _)| !positions.contains(position))
+            .map(|(_, fault)| fault)
+            .collect();
+    }
+    scenario
 }
 
 /// Shrinks a failing scenario: fewer calls, then fewer faults, while it still fails the same way.
