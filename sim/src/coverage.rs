@@ -58,8 +58,10 @@ fn kind_of(action: &serde_json::Value) -> &'static str {
     }
 }
 
-/// The windows a sweep of 0..500 seeds must hit (CI's sweep). Where: a step's point name, or
-/// "a disk operation".
+/// The windows a sweep of 0..500 seeds must hit (CI's sweep): those hit often enough there that
+/// a change to the worlds cannot leave them out by chance (an action of a rarer kind begun at a
+/// crash is reported, and hit by 10,000 seeds, but not required). Where: a step's point name,
+/// or "a disk operation".
 pub const REQUIRED: &[(&str, &str)] = &[
     ("reserved", "no action"),
     ("inputs-kept", "no action"),
@@ -68,9 +70,6 @@ pub const REQUIRED: &[(&str, &str)] = &[
     ("settled", "no action"),
     ("answered", "no action"),
     ("action-begun", "an HTTP read begun"),
-    ("action-begun", "a keyed HTTP write begun"),
-    ("action-begun", "a plain HTTP write begun"),
-    ("action-begun", "an SQLite write begun"),
     ("a disk operation", "no action"),
     ("a disk operation", "a waiting run"),
     ("a disk operation", "an HTTP read begun"),

@@ -315,10 +315,15 @@ fn program_text(template: Template, draw: &mut Draw) -> String {
             )
         }
         Template::Notes => {
+            // Some programs try to set a header only Warden may set: the broker must refuse.
+            let headers = match draw.chance(12) {
+                true => ", headers = {\"Idempotency-Key\": \"mine-\" + text}",
+                false => "",
+            };
             body.push_str("    statuses = []\n    for i in range(count):\n");
-            body.push_str(
-                "        r = notes.post(\"https://notes.sim/notes\", json = {\"text\": text + \"-\" + str(i)})\n",
-            );
+            body.push_str(&format!(
+                "        r = notes.post(\"https://notes.sim/notes\", json = {{\"text\": text + \"-\" + str(i)}}{headers})\n",
+            ));
             body.push_str("        statuses.append(r.get(\"status\"))\n");
             body.push_str("    return {\"statuses\": statuses}\n");
             format!(
