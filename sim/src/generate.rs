@@ -238,7 +238,9 @@ fn grants(template: Template, draw: &mut Draw) -> Map<String, Value> {
                 }
             }
             if draw.chance(50) {
-                pay["uses"] = json!(1 + draw.below(3));
+                // Rarely a count past what `warden check` accepts (2^63 wraps negative as i64).
+                let huge = [1u64 << 63, u64::MAX, 1 << 40];
+                pay["uses"] = if draw.chance(4) { json!(*draw.one_of(&huge)) } else { json!(1 + draw.below(3)) };
             }
             grants.insert("pay".into(), pay);
         }
