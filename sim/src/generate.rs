@@ -187,7 +187,7 @@ fn tool_config(
             // Often a small multiple of a run's worst case: a few runs at once can contend
             // for it, and a miscount of open runs overspends it.
             quota["money"] = match (worst_case_cents(&grants), draw.chance(60)) {
-                (Some(worst), true) => {
+                (Some(worst), true) if worst < u64::MAX / 4 => {
                     let cents = worst * (1 + draw.below(3));
                     json!({"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": currency})
                 }
@@ -210,7 +210,7 @@ fn worst_case_cents(grants: &Map<String, Value>) -> Option<u64> {
     let pay = grants.get("pay")?;
     match (pay.get("max"), pay.get("each"), pay.get("uses").and_then(Value::as_u64)) {
         (Some(max), _, _) => cents(max),
-        (None, Some(each), Some(uses)) => Some(cents(each)? * uses),
+        (None, Some(each), Some(uses)) => cents(each)?.checked_mul(uses),
         _ => None,
     }
 }

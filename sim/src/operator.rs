@@ -16,10 +16,46 @@ pub fn waiting_records(world: &World) -> Vec<std::path::PathBuf> {
     world.disk.files().into_iter().filter(|p| p.parent() == Some(waiting_dir.as_path())).collect()
 }
 
+/// The command `warden mcp status` prints for `run` after "resolve with:", as a person would
+/// copy it: the journal, and the action (`--op`) or `--resume`.
+enum Printed {
+    Resolve { journal: std::path::PathBuf, op: u64 },
+    Resume { journal: std::path::PathBuf },
+}
+
+fn printed_command(status: &str, run: &str) -> Result<Printed, String> {
+    let line = status.lines().find(|line| line.contains(run)).ok_or("it does not list the run")?;
+    let (_, command) = line.split_once("resolve with: ").ok_or_else(|| format!("it names no command: {line}"))?;
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let after = |flag: &str| words.iter().position(|w| *w == flag).and_then(|at| words.get(at + 1)).copied();
+    let journal = after("--journal").ok_or_else(|| format!("its command names no journal: {command}"))?.into();
+    if words.contains(&"--resume") {
+        return Ok(Printed::Resume { journal });
+    }
+    let op = after("--op").and_then(|op| op.parse().ok());
+    let op = op.ok_or_else(|| format!("its command names no action: {command}"))?;
+    Ok(Printed::Resolve { journal, op })
+}
+
 /// The operator follows the runbook with the server stopped (resolve refuses beside a live
-/// one): for each waiting run, look at the service's own records and resolve.
+/// one): `warden mcp status` lists the waiting runs and the command that resolves each; for
+/// each, look at the service's own records and run that command.
 pub fn operator(world: &World, report: &mut Report) {
     let records = waiting_records(world);
+    if records.is_empty() {
+        return;
+    }
+    let manifest = World::path("manifest.json");
+    let status =
+        world.start_command(move |env| Box::pin(async move { warden::commands::status(&env, &manifest).await }));
+    let status = match status {
+        Ok(status) => status,
+        Err(problem) => {
+            let message = format!("`warden mcp status` failed with runs waiting: {problem}");
+            report.violations.push(Violation { invariant: 10, message });
+            return;
+        }
+    };
     for path in &records {
         let bytes = world.disk.peek(path).unwrap_or_default();
         let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
@@ -27,9 +63,16 @@ pub fn operator(world: &World, report: &mut Report) {
             report.violations.push(Violation { invariant: 6, message: format!("{} does not parse", path.display()) });
             continue;
         };
-        if record.halted {
+        let printed = match printed_command(&status, &record.run) {
+            Ok(printed) => printed,
+            Err(problem) => {
+                let message = format!("`warden mcp status` does not tell how to resolve run {}: {problem}", record.run);
+                report.violations.push(Violation { invariant: 10, message });
+                continue;
+            }
+        };
+        if let Printed::Resume { journal } = printed {
             // A halted run: the runbook says resume it again once the server is back.
-            let journal = std::path::PathBuf::from(&record.journal);
             let outcome = world.start_command(move |env| {
                 Box::pin(async move { warden::commands::resume_halted(&env, &journal).await })
             });
@@ -47,8 +90,7 @@ pub fn operator(world: &World, report: &mut Report) {
                 .is_ok_and(|state| truth::happened(world, &state, &record.run, &action)),
             Err(_) => false,
         };
-        let journal = std::path::PathBuf::from(&record.journal);
-        let op = record.op;
+        let Printed::Resolve { journal, op } = printed else { unreachable!("resumes are handled above") };
         // What the operator writes as the result varies in shape: the server must count a
         // "happened" by the operator's word, not by the result looking like a response.
         const SHAPES: &[&str] = &[r#"{"status": 200, "json": {"seen_by": "operator"}}"#, "null", r#"{"note": "seen"}"#];
