@@ -32,6 +32,9 @@ pub enum Fault {
     FillDisk,
     /// Step the wall clock by `ms` (negative: backwards).
     StepClock { ms: i64 },
+    /// Step the wall clock by `ms` while the next program execution runs: inside a run,
+    /// between its start and its next action. Time did not pass: no deadline may expire.
+    StepClockDuringRun { ms: i64 },
     /// Let virtual time pass.
     AdvanceTime { ms: u64 },
     /// Make the wall clock drift by `ppm` millionths (negative: slow) from now on.
@@ -88,6 +91,7 @@ impl Fault {
             Fault::FailFsync => "fsync failure",
             Fault::FillDisk => "full disk",
             Fault::StepClock { .. } => "clock step",
+            Fault::StepClockDuringRun { .. } => "clock step during a run",
             Fault::AdvanceTime { .. } => "time passes",
             Fault::DriftClock { .. } => "clock drift",
             Fault::NotifyHangs { .. } => "notify command hangs",

@@ -29,12 +29,21 @@ pub struct Client {
     pub resend: BTreeSet<String>,
     /// The world's tool (by index) that takes most calls, in some seeds.
     pub hot_tool: Option<usize>,
+    /// Connections opened so far: a call is answered by the server it was sent to only if
+    /// no new connection came between.
+    pub connections: u64,
+    /// id -> (connection, virtual time) of each call when it was sent.
+    pub sent: BTreeMap<i64, (u64, u64)>,
+    /// The `deadline` of each tool that has one and no `once` (each of its calls is a fresh
+    /// run, so a refusal measures this call's time alone).
+    pub deadlines: BTreeMap<String, u64>,
 }
 
 impl Client {
     /// A new connection: the client opens a 2025-11-25 session too, so each call can use
     /// either era on the same connection.
     pub fn connect(&mut self, instance: &Instance) {
+        self.connections += 1;
         instance.send(&json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "sim-client", "version": "1"}}}));
         instance.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -64,6 +73,34 @@ impl Client {
             // A resent call starts afresh: a run named before the crash does not answer it.
             self.runs.remove(id);
             instance.send(message);
+        }
+    }
+
+    /// Records call `id` as sent now, on the current connection.
+    pub fn sent_now(&mut self, id: i64, now: u64) {
+        self.sent.insert(id, (self.connections, now));
+    }
+
+    /// A deadline measures time that passed (seed 000 section 3): a call refused on its
+    /// deadline by the server it was sent to must have waited at least that long, whatever
+    /// the wall clock did meanwhile. `now` is when the answer was read, no earlier than when
+    /// it was written, so a refusal found early here was early.
+    fn deadline_kept(&self, id: i64, result: &Value, now: u64, report: &mut Report) {
+        let text = result["content"][0]["text"].as_str().unwrap_or("");
+        if !(text.contains("deadline (") && text.contains("passed before action")) {
+            return;
+        }
+        let deadline = self.tools.get(&id).and_then(|tool| self.deadlines.get(tool));
+        let Some((&deadline, &(connection, sent_at))) = deadline.zip(self.sent.get(&id)) else { return };
+        let elapsed = now.saturating_sub(sent_at);
+        if connection == self.connections && elapsed <= deadline {
+            report.violations.push(Violation {
+                invariant: 1,
+                message: format!(
+                    "call {id} was refused on its tool's deadline of {deadline} ms after {elapsed} ms (a wall-clock \
+                     step is not time passing)"
+                ),
+            });
         }
     }
 
@@ -114,6 +151,7 @@ impl Client {
                         .take(60)
                         .collect::<String>();
                     report.events.push((now, format!("call {id}"), format!("answered: {text}")));
+                    self.deadline_kept(id, &message["result"], now, report);
                     self.answers.insert(id, message["result"].clone());
                 }
             }

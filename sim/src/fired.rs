@@ -33,6 +33,9 @@ enum Witness {
     },
     NotifyFails,
     NotifyHangs,
+    ClockStepDuringRun {
+        before: u64,
+    },
     Injected {
         kind: &'static str,
         before: u64,
@@ -80,6 +83,7 @@ impl Pending {
             }
             Fault::NotifyFails { .. } => Witness::NotifyFails,
             Fault::NotifyHangs { .. } => Witness::NotifyHangs,
+            Fault::StepClockDuringRun { .. } => Witness::ClockStepDuringRun { before: world.sandbox.steps_taken.get() },
             Fault::FlipLedgerRead { .. } => {
                 Witness::Injected { kind: "flipped read", before: injected(world, "flipped read") }
             }
@@ -124,6 +128,7 @@ fn has_fired(world: &World, armed: &Armed) -> bool {
         Witness::Network { url, kind, pending } => network_pending(world, url, *kind) < *pending,
         Witness::NotifyFails => world.services.notify_failures.get() == 0,
         Witness::NotifyHangs => world.services.notify_hangs.get() == 0,
+        Witness::ClockStepDuringRun { before } => world.sandbox.steps_taken.get() > *before,
         Witness::Injected { kind, before } => injected(world, kind) > *before,
     }
 }

@@ -41,6 +41,8 @@ pub struct ToolLimits {
     pub quota: Option<Quota>,
     /// How long a `once` key holds after its run ends; `None`: the tool has no `once`.
     pub once_keep_ms: Option<u64>,
+    /// The tool's `deadline`, if it has one.
+    pub deadline_ms: Option<u64>,
 }
 
 /// `server.keep` when the manifest leaves it out, in days (seed 000: 90).
@@ -99,6 +101,7 @@ pub fn read(manifest: &str) -> BTreeMap<String, ToolLimits> {
         if let Some(once) = tool.get("once") {
             limits.once_keep_ms = Some(once["keep"].as_str().and_then(duration_ms).unwrap_or(server_keep_ms));
         }
+        limits.deadline_ms = tool["deadline"].as_str().and_then(duration_ms);
         tools.insert(tool["name"].as_str().unwrap_or_default().to_string(), limits);
     }
     tools
@@ -117,12 +120,13 @@ mod tests {
         let money = |a: &str| amount(&serde_json::json!({"amount": a, "currency": "usd"})).unwrap().minor;
         assert_eq!((money("35"), money("35.5"), money("35.07")), (3500, 3550, 3507));
         let tools = read(
-            r#"{"server": {"keep": 7}, "tools": [{"name": "t", "once": {"by": ["a"]},
+            r#"{"server": {"keep": 7}, "tools": [{"name": "t", "once": {"by": ["a"]}, "deadline": "2m",
                 "quota": {"window": "1m", "calls": 3, "money": {"amount": "40.00", "currency": "EUR"}},
                 "grants": {"pay": {"each": {"amount": "5", "currency": "EUR"}, "uses": 2}}}]}"#,
         );
         let t = &tools["t"];
         assert_eq!(t.once_keep_ms, Some(7 * 86_400_000));
+        assert_eq!(t.deadline_ms, Some(120_000));
         let quota = t.quota.as_ref().unwrap();
         assert_eq!((quota.window_ms, quota.calls, quota.money.as_ref().unwrap().minor), (60_000, Some(3), 4000));
         assert_eq!(t.grants["pay"].each.as_ref().unwrap().minor, 500);

@@ -67,6 +67,8 @@ const FAULT_KINDS: &[FaultKind] = &[
     // A 4 MiB line costs real time to build and scan: keep it rare.
     FaultKind { draw: |_| Fault::OversizedLine, rarity: 10 },
     FaultKind { draw: |r| Fault::NotifyFails { times: 1 + pick(r, 2) as u32 }, rarity: 1 },
+    // Forward mostly: a step back cannot expire a deadline.
+    FaultKind { draw: |r| Fault::StepClockDuringRun { ms: pick(r, 7_200_000) as i64 - 600_000 }, rarity: 2 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only
@@ -134,6 +136,7 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::FailFsync => world.disk.fail_next_fsync.set(true),
         Fault::FillDisk => world.disk.faults.borrow_mut().capacity_bytes = Some(world.disk.used()),
         Fault::StepClock { ms } => world.clock.step_wall(*ms),
+        Fault::StepClockDuringRun { ms } => world.sandbox.step_wall_ms.set(*ms),
         Fault::AdvanceTime { ms } => world.clock.advance(*ms),
         Fault::Network { url, kind } => world.services.fault_next(url, net_fault(*kind)),
         Fault::NotifyFails { times } => world.services.notify_failures.set(*times),

@@ -1,7 +1,8 @@
 //! The simulator's sandbox: program executions run in this process, on the executor's
 //! blocking path, through the same `program::job::run` a worker process runs. A panic is an
-//! abnormal end, as a crashed worker would be. Two faults: an execution that takes virtual
-//! time (a program computing before it asks for an action), and no worker at all.
+//! abnormal end, as a crashed worker would be. Three faults: an execution that takes virtual
+//! time (a program computing before it asks for an action), a wall-clock step while one
+//! runs, and no worker at all.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -18,6 +19,10 @@ pub struct SandboxFaults {
     pub execution_ms: Cell<u64>,
     /// No worker can be started (the binary or the machine's processes are gone).
     pub unavailable: Cell<bool>,
+    /// The wall clock steps by this much during the next execution (0: it does not).
+    pub step_wall_ms: Cell<i64>,
+    /// Wall-clock steps taken during executions so far (for honest fault counts).
+    pub steps_taken: Cell<u64>,
 }
 
 pub struct SimSandbox {
@@ -40,9 +45,15 @@ impl Sandbox for SimSandbox {
         let spawn = Rc::clone(&self.spawn);
         let clock = Rc::clone(&self.clock);
         let took = self.faults.execution_ms.get();
+        let faults = Rc::clone(&self.faults);
         Box::pin(async move {
             let executed = blocking_on(spawn.as_ref(), move || job::run(job)).await.map_err(Stopped::Abnormal);
             clock.advance(took);
+            let step = faults.step_wall_ms.replace(0);
+            if step != 0 {
+                clock.step_wall(step);
+                faults.steps_taken.set(faults.steps_taken.get() + 1);
+            }
             executed
         })
     }

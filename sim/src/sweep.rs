@@ -203,6 +203,10 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         Some(file) => file.tools.iter().filter(|t| t.resend).map(|t| t.name.clone()).collect(),
         None => ["echo", "refund", "close"].iter().map(|t| t.to_string()).collect(),
     };
+    client.deadlines = (limits.iter())
+        .filter(|(tool, tool_limits)| tool_limits.once_keep_ms.is_none() && !client.resend.contains(*tool))
+        .filter_map(|(tool, tool_limits)| Some((tool.clone(), tool_limits.deadline_ms?)))
+        .collect();
     let mut instance = world.start("manifest.json");
     client.connect(&instance);
     let mut pending = Pending::default();
@@ -259,6 +263,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
             None => workload_call(&mut rng, &mut client, index, scenario.tools.as_ref()),
         };
         instance.send(&message);
+        client.sent_now(message["id"].as_i64().unwrap_or(0), world.clock.now());
         if gone {
             instance.pipe.broken.set(true);
             instance.close_stdin();
