@@ -4,6 +4,7 @@
 //! halted run to be resumed, as the runbook says.
 
 use warden::journal::WAITING_DIR;
+use warden::runs::WaitingRecord;
 
 use crate::check::{self, Violation};
 use crate::sweep::Report;
@@ -14,6 +15,36 @@ use crate::world::World;
 pub fn waiting_records(world: &World) -> Vec<std::path::PathBuf> {
     let waiting_dir = World::path("journals").join(WAITING_DIR);
     world.disk.files().into_iter().filter(|p| p.parent() == Some(waiting_dir.as_path())).collect()
+}
+
+fn waiting_record(world: &World, path: &std::path::Path, report: &mut Report) -> Option<WaitingRecord> {
+    let bytes = world.disk.peek(path).unwrap_or_default();
+    let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    let record = warden::record::decode::<WaitingRecord>(line);
+    if record.is_err() {
+        report.violations.push(Violation { invariant: 6, message: format!("{} does not parse", path.display()) });
+    }
+    record.ok()
+}
+
+/// A careless operator runs the resolve command with the server still running: it must
+/// refuse (the server holds the journals' lock), or the journal gets a record the live
+/// server does not know of.
+pub fn resolve_beside_live_server(world: &World, report: &mut Report) {
+    let Some(path) = waiting_records(world).into_iter().next() else { return };
+    let Some(record) = waiting_record(world, &path, report).filter(|record| !record.halted) else { return };
+    let (journal, op) = (std::path::PathBuf::from(&record.journal), record.op);
+    let outcome = world
+        .start_command(move |env| Box::pin(async move { warden::commands::resolve(&env, &journal, op, None).await }));
+    report.events.push((
+        world.clock.now(),
+        "operator".into(),
+        format!("tried resolving {} beside the server", &record.run[..8]),
+    ));
+    if outcome.is_ok() {
+        let message = format!("`warden resolve` of run {} was accepted beside a live server", record.run);
+        report.violations.push(Violation { invariant: 6, message });
+    }
 }
 
 /// The command `warden mcp status` prints for `run` after "resolve with:", as a person would
@@ -57,12 +88,7 @@ pub fn operator(world: &World, report: &mut Report) {
         }
     };
     for path in &records {
-        let bytes = world.disk.peek(path).unwrap_or_default();
-        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-        let Ok(record) = warden::record::decode::<warden::runs::WaitingRecord>(line) else {
-            report.violations.push(Violation { invariant: 6, message: format!("{} does not parse", path.display()) });
-            continue;
-        };
+        let Some(record) = waiting_record(world, path, report) else { continue };
         let printed = match printed_command(&status, &record.run) {
             Ok(printed) => printed,
             Err(problem) => {

@@ -17,7 +17,7 @@ use crate::client::{generated_call, workload_call, Client};
 use crate::executor::Stop;
 use crate::fired::Pending;
 use crate::fixture::{install, SECRETS};
-use crate::operator::{operator, waiting_records};
+use crate::operator::{operator, resolve_beside_live_server, waiting_records};
 use crate::plan::arm;
 use crate::world::{Instance, World};
 use crate::{coverage, truth};
@@ -332,6 +332,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         if waiting_records(&world).is_empty() {
             break;
         }
+        resolve_beside_live_server(&world, &mut report);
         report.log.extend(instance.log_timed());
         report
             .log
