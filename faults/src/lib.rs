@@ -35,6 +35,10 @@ pub enum Fault {
     /// Step the wall clock by `ms` while the next program execution runs: inside a run,
     /// between its start and its next action. Time did not pass: no deadline may expire.
     StepClockDuringRun { ms: i64 },
+    /// The next program execution, and every later one of the same run, crashes the server
+    /// (as a program that exhausts the machine would) until the faults stop. The server must
+    /// stop resuming that run after a few crashes and serve the others.
+    PoisonRun,
     /// Let virtual time pass.
     AdvanceTime { ms: u64 },
     /// Make the wall clock drift by `ppm` millionths (negative: slow) from now on.
@@ -92,6 +96,7 @@ impl Fault {
             Fault::FillDisk => "full disk",
             Fault::StepClock { .. } => "clock step",
             Fault::StepClockDuringRun { .. } => "clock step during a run",
+            Fault::PoisonRun => "a run that crashes the server",
             Fault::AdvanceTime { .. } => "time passes",
             Fault::DriftClock { .. } => "clock drift",
             Fault::NotifyHangs { .. } => "notify command hangs",

@@ -79,6 +79,7 @@ pub const REQUIRED: &[(&str, &str)] = &[
 pub const OTHER_PLACES: &[&str] = &[
     "a disk operation",
     "a service's answer (the server crashed after it acted)",
+    "a program's execution",
     "a stop (a failed write, a refused start)",
 ];
 

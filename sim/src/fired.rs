@@ -36,6 +36,9 @@ enum Witness {
     ClockStepDuringRun {
         before: u64,
     },
+    PoisonRun {
+        before: u64,
+    },
     Injected {
         kind: &'static str,
         before: u64,
@@ -84,6 +87,7 @@ impl Pending {
             Fault::NotifyFails { .. } => Witness::NotifyFails,
             Fault::NotifyHangs { .. } => Witness::NotifyHangs,
             Fault::StepClockDuringRun { .. } => Witness::ClockStepDuringRun { before: world.sandbox.steps_taken.get() },
+            Fault::PoisonRun => Witness::PoisonRun { before: world.sandbox.poison_crashes.get() },
             Fault::FlipLedgerRead { .. } => {
                 Witness::Injected { kind: "flipped read", before: injected(world, "flipped read") }
             }
@@ -129,6 +133,7 @@ fn has_fired(world: &World, armed: &Armed) -> bool {
         Witness::NotifyFails => world.services.notify_failures.get() == 0,
         Witness::NotifyHangs => world.services.notify_hangs.get() == 0,
         Witness::ClockStepDuringRun { before } => world.sandbox.steps_taken.get() > *before,
+        Witness::PoisonRun { before } => world.sandbox.poison_crashes.get() > *before,
         Witness::Injected { kind, before } => injected(world, kind) > *before,
     }
 }

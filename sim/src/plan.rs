@@ -69,6 +69,7 @@ const FAULT_KINDS: &[FaultKind] = &[
     FaultKind { draw: |r| Fault::NotifyFails { times: 1 + pick(r, 2) as u32 }, rarity: 1 },
     // Forward mostly: a step back cannot expire a deadline.
     FaultKind { draw: |r| Fault::StepClockDuringRun { ms: pick(r, 7_200_000) as i64 - 600_000 }, rarity: 2 },
+    FaultKind { draw: |_| Fault::PoisonRun, rarity: 4 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only
@@ -137,6 +138,7 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::FillDisk => world.disk.faults.borrow_mut().capacity_bytes = Some(world.disk.used()),
         Fault::StepClock { ms } => world.clock.step_wall(*ms),
         Fault::StepClockDuringRun { ms } => world.sandbox.step_wall_ms.set(*ms),
+        Fault::PoisonRun => world.sandbox.poison_next.set(true),
         Fault::AdvanceTime { ms } => world.clock.advance(*ms),
         Fault::Network { url, kind } => world.services.fault_next(url, net_fault(*kind)),
         Fault::NotifyFails { times } => world.services.notify_failures.set(*times),

@@ -57,17 +57,19 @@ pub struct Report {
 
 /// Counts the crash against the step it followed, and its window (before the disk's crash
 /// semantics apply, so what was in flight is still there to see).
-fn count_crash(world: &World, report: &mut Report, stop: Stop, disk_crashes_before: u64) {
+fn count_crash(world: &World, report: &mut Report, stop: Stop, before: CrashesBefore) {
     let by_point = world.probes.crashes.borrow().len();
     let point = match by_point > report.crashes[1..].iter().sum::<u64>() as usize {
         true => world.probes.crashes.borrow().last().copied(),
         false => None,
     };
     report.crashes[point.map_or(0, |p| p.step() as usize)] += 1;
-    let at_disk_operation = disk_crashes(world) > disk_crashes_before;
+    let at_disk_operation = disk_crashes(world) > before.disk;
+    let at_execution = world.sandbox.poison_crashes.get() > before.poison;
     let place = match (point, at_disk_operation, stop) {
         (Some(point), _, _) => point.name(),
         (None, true, _) => "a disk operation",
+        (None, false, _) if at_execution => "a program's execution",
         (None, false, Stop::Crashed) => "a service's answer (the server crashed after it acted)",
         (None, false, _) => "a stop (a failed write, a refused start)",
     };
@@ -78,6 +80,13 @@ fn count_crash(world: &World, report: &mut Report, stop: Stop, disk_crashes_befo
         None => format!("at {place}"),
     };
     report.events.push((world.clock.now(), "server".into(), format!("crash {at}, with {in_flight} in flight")));
+}
+
+/// Crashes counted before an instance ran, to tell where its crash landed.
+#[derive(Clone, Copy)]
+struct CrashesBefore {
+    disk: u64,
+    poison: u64,
 }
 
 fn disk_crashes(world: &World) -> u64 {
@@ -101,7 +110,7 @@ fn restart(world: &World, instance: Instance, report: &mut Report) -> Instance {
 fn settle_down(world: &World, mut instance: Instance, client: &mut Client, report: &mut Report) -> Instance {
     for _ in 0..RESTARTS_MAX {
         let flips = world.disk.injected.borrow().get("flipped read").copied().unwrap_or(0);
-        let disk_crashes_before = disk_crashes(world);
+        let before = CrashesBefore { disk: disk_crashes(world), poison: world.sandbox.poison_crashes.get() };
         let stop = instance.run();
         flipped_read_refused(world, &instance, flips, report);
         if world.disk.misdirected.borrow().is_some() {
@@ -123,7 +132,7 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
             _ => {}
         }
         if instance.exited() != Some(Ok(())) {
-            count_crash(world, report, stop, disk_crashes_before);
+            count_crash(world, report, stop, before);
         }
         instance = restart(world, instance, report);
         client.connect(&instance);
@@ -328,6 +337,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     world.services.notify_failures.set(0);
     world.services.notify_hangs.set(0);
     world.clock.set_drift_ppm(0);
+    world.sandbox.disarm();
     for _ in 0..3 {
         if waiting_records(&world).is_empty() {
             break;

@@ -146,6 +146,7 @@ impl World {
                 spawn: Rc::new(executor.spawner()),
                 clock: Rc::clone(&self.clock),
                 faults: Rc::clone(&self.sandbox),
+                crashed: Rc::clone(&self.crashed),
             }),
             process: Rc::new(SimProcess(Rc::clone(&self.services))),
             probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
