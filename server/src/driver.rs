@@ -29,7 +29,8 @@ struct Context<'a> {
     /// (parameter, kind) of each capability grant.
     capabilities: Vec<(String, crate::broker::Kind)>,
     /// For the deadline: what the wall clock says had elapsed before this process took the
-    /// run up (nonzero only after a restart: the wall clock is all that survives one), and
+    /// run up (only for a run resumed after a restart: the wall clock is all that survives
+    /// one; zero for a fresh run), and
     /// the monotonic clock when it did. A wall-clock step cannot expire a run in progress.
     elapsed_before_ms: u64,
     started_monotonic_ms: u64,
@@ -63,7 +64,12 @@ impl Runs {
                     Grant::Secret { .. } => None,
                 })
                 .collect(),
-            elapsed_before_ms: self.env.clock.now_ms().saturating_sub(journal.header_at_ms),
+            // Only a resumed run was taken up before this process: for a fresh one, a wall-clock
+            // step since its header (another run's await in between) is not time that passed.
+            elapsed_before_ms: match resumed {
+                true => self.env.clock.now_ms().saturating_sub(journal.header_at_ms),
+                false => 0,
+            },
             started_monotonic_ms: self.env.clock.monotonic_ms(),
         };
         let mut event = match resumed {
