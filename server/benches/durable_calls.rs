@@ -197,7 +197,38 @@ fn main() {
             );
         }
     }
+    let lists = tools_list_per_second(&disk_dir, 5000);
+    println!("tools/list: 5000 written at once, {lists:.0} answered per second");
     let _ = std::fs::remove_dir_all(&tmpfs_dir);
+}
+
+/// `tools/list` requests answered per second when `count` are written at once (a writer
+/// thread, so the pipes never fill both ways).
+fn tools_list_per_second(dir: &Path, count: u64) -> f64 {
+    let _ = std::fs::remove_dir_all(dir);
+    let manifest = manifest(dir);
+    let mut server = Server::start(env!("CARGO_BIN_EXE_warden"), &["mcp", manifest.to_str().unwrap()]);
+    let mut stdin = server.stdin;
+    let started = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let mut batch = Vec::new();
+        for id in 0..count {
+            let list = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+            writeln!(batch, "{list}").unwrap();
+        }
+        stdin.write_all(&batch).unwrap();
+        stdin.flush().unwrap();
+        stdin
+    });
+    for _ in 0..count {
+        let line = server.lines.next().expect("an answer").unwrap();
+        assert!(line.contains("\"tools\""), "{line}");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    drop(writer.join().unwrap());
+    server.child.wait().unwrap();
+    count as f64 / seconds
 }
 
 fn ms(d: Duration) -> f64 {

@@ -30,9 +30,15 @@ pub fn depth(value: &serde_json::Value) -> usize {
     }
 }
 
-fn sum(bytes: &[u8]) -> String {
+fn sum(bytes: &[u8]) -> [u8; SUM_HEX_CHARS] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(bytes);
-    digest[..SUM_HEX_CHARS / 2].iter().map(|b| format!("{b:02x}")).collect()
+    let mut hex = [0u8; SUM_HEX_CHARS];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(&digest[..SUM_HEX_CHARS / 2]) {
+        pair[0] = HEX[(byte >> 4) as usize];
+        pair[1] = HEX[(byte & 0xf) as usize];
+    }
+    hex
 }
 
 /// Encodes one record as a line, newline included.
@@ -41,7 +47,7 @@ pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
     assert!(!body.contains(&b'\n'), "a serialised record never holds a raw newline");
     let mut line = Vec::with_capacity(body.len() + 40);
     line.extend_from_slice(PREFIX);
-    line.extend_from_slice(sum(&body).as_bytes());
+    line.extend_from_slice(&sum(&body));
     line.extend_from_slice(MIDDLE);
     line.extend_from_slice(&body);
     line.extend_from_slice(b"}\n");
@@ -59,7 +65,7 @@ pub fn decode<T: DeserializeOwned>(line: &[u8]) -> Result<T, String> {
     }
     let (stated, rest) = rest.split_at(SUM_HEX_CHARS);
     let body = rest.strip_prefix(MIDDLE).and_then(|r| r.strip_suffix(b"}")).ok_or("not a record line")?;
-    if stated != sum(body).as_bytes() {
+    if stated != sum(body) {
         return Err("checksum mismatch".into());
     }
     serde_json::from_slice(body).map_err(|e| format!("record does not parse: {e}"))

@@ -3,7 +3,7 @@
 //! decision table over (ledger phase, inputs file, journal state, waiting record); each cell
 //! names its action, and a cell that can only come from a bug or from damage stops the server.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::journal::{Journal, WAITING_DIR};
 use crate::ledger::RunPhase;
@@ -115,7 +115,8 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
                 let Some((run, kind)) = file.split_once('.') else {
                     continue;
                 };
-                if !is_run_id(run) {
+                // A run's log is not a record: no cell of the table looks at it.
+                if !matches!(kind, "inputs.json" | "journal") || !is_run_id(run) {
                     continue;
                 }
                 let entry = found.entry(run.to_string()).or_insert(Found {
@@ -126,8 +127,7 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
                 });
                 match kind {
                     "inputs.json" => entry.inputs = true,
-                    "journal" => entry.journal = true,
-                    _ => {}
+                    _ => entry.journal = true,
                 }
             }
         }
@@ -160,8 +160,12 @@ fn listed(listing: std::io::Result<Vec<String>>, dir: &std::path::Path) -> Resul
 /// Applies the decision table to every run, resuming interrupted runs one after another.
 pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
     let found = scan(runs).await?;
-    let mut all: BTreeSet<String> = found.keys().cloned().collect();
-    all.extend(runs.ledger.state().runs.keys().cloned());
+    // Only a run with files on disk or open in the ledger can need anything: a settled or
+    // released run whose files are gone is in its final cell (Nothing) already.
+    let mut all: Vec<String> = found.keys().cloned().collect();
+    all.extend(runs.ledger.state().runs.values().filter(|entry| entry.is_open()).map(|entry| entry.run.clone()));
+    all.sort_unstable();
+    all.dedup();
     let mut report = Report::default();
     let mut refusals = Vec::new();
     let mut to_resume = Vec::new();
@@ -224,17 +228,16 @@ struct Examined {
 /// Reads what the ledger and the disk say of `run`. An I/O error stops recovery (the outer
 /// `Err`); a damaged journal is a refusal naming it (the inner `Err`).
 async fn examine(runs: &Runs, run: &str, files: Option<&Found>) -> Result<Result<Examined, String>, Fatal> {
-    let entry = runs.ledger.state().run(run).cloned();
-    let tool = entry.as_ref().map(|e| e.tool.clone()).or_else(|| files.map(|f| f.tool.clone())).unwrap_or_default();
-    let phase = match entry.as_ref().map(|e| &e.phase) {
-        None => LedgerPhase::Absent,
-        Some(RunPhase::Open) => LedgerPhase::Open,
-        Some(RunPhase::Settled { .. }) => LedgerPhase::Settled,
-        Some(RunPhase::Released { .. }) => LedgerPhase::Released,
+    let (tool, phase) = match runs.ledger.state().run(run) {
+        Some(entry) => (entry.tool.clone(), phase_of(&entry.phase)),
+        None => (files.map(|f| f.tool.clone()).unwrap_or_default(), LedgerPhase::Absent),
     };
+    if matches!(phase, LedgerPhase::Settled | LedgerPhase::Released) {
+        return Ok(Ok(finished(tool, phase, files)));
+    }
     // A run the ledger knows is checked at its own paths, not only through the scan. An I/O
     // error is not "absent": reading it so could release an open run and delete its journal.
-    let known = entry.is_some() && is_run_id(run);
+    let known = phase != LedgerPhase::Absent && is_run_id(run);
     let exists = |path: std::path::PathBuf| async move {
         runs.env.disk.exists(&path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))
     };
@@ -257,6 +260,31 @@ async fn examine(runs: &Runs, run: &str, files: Option<&Found>) -> Result<Result
         Some(_) => JournalState::Started,
     };
     Ok(Ok(Examined { tool, journal, cell: (phase, inputs, journal_state, waiting) }))
+}
+
+fn phase_of(phase: &RunPhase) -> LedgerPhase {
+    match phase {
+        RunPhase::Open => LedgerPhase::Open,
+        RunPhase::Settled { .. } => LedgerPhase::Settled,
+        RunPhase::Released { .. } => LedgerPhase::Released,
+    }
+}
+
+/// A settled or released run, from the scan alone: start-up reads no journal of a finished
+/// run, so it does not grow with history. The ledger settles a run only once its journal's
+/// end is durable, so a settled run's journal has ended by construction (the simulator checks
+/// that every settled run's journal ends as the ledger says); a released run's journal must
+/// not exist, which the scan tells. What is left to do is cleaning up files left over, and
+/// the scan lists every file (a listing that fails stops recovery, never reads as absent).
+fn finished(tool: String, phase: LedgerPhase, files: Option<&Found>) -> Examined {
+    let (journal, inputs, waiting) = files.map_or((false, false, false), |f| (f.journal, f.inputs, f.waiting));
+    let journal_state = match (journal, phase) {
+        (false, _) => JournalState::Absent,
+        (true, LedgerPhase::Settled) => JournalState::Ended,
+        // A journal the ledger says never started: refused by the table, whatever it holds.
+        (true, _) => JournalState::Started,
+    };
+    Examined { tool, journal: None, cell: (phase, inputs, journal_state, waiting) }
 }
 
 /// Whether an unfinished run can resume under the current manifest and binary.

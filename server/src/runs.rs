@@ -312,8 +312,10 @@ impl Runs {
                 self.env.reached(Point::Settled, run);
             }
         }
-        self.remove_if_present(&self.files(&tool.config.name, run).inputs).await?;
-        self.remove_if_present(&self.files(&tool.config.name, run).waiting).await?;
+        // Not waited on: a removal a crash undoes is redone by recovery (the table's CleanUp
+        // cell: a settled run whose kept arguments or waiting record are still there).
+        self.remove_leftover(&self.files(&tool.config.name, run).inputs).await?;
+        self.remove_leftover(&self.files(&tool.config.name, run).waiting).await?;
         self.log_run(&tool.config.name, run, &format!("settled ({})", end.outcome)).await;
         Ok(())
     }
@@ -325,6 +327,16 @@ impl Runs {
             self.env.disk.remove(path).await.map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))?;
             let dir = path.parent().expect("files live in directories");
             self.env.disk.fsync_dir(dir).await.map_err(|e| Fatal(format!("fsync of {} failed: {e}", dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Removes a file that may exist, without fsyncing its directory: for files whose
+    /// return after a crash recovery handles (see `settle`).
+    pub async fn remove_leftover(&self, path: &Path) -> Result<(), Fatal> {
+        let exists = self.env.disk.exists(path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))?;
+        if exists {
+            self.env.disk.remove(path).await.map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))?;
         }
         Ok(())
     }

@@ -10,6 +10,8 @@ use warden::journal::Journal;
 use warden::ledger::{self, Event, MoneyRecord, OnceRecord};
 use warden::manifest::Manifest;
 use warden::program::Program;
+use warden::protocol::framing::{Frame, LineSplitter};
+use warden::protocol::jsonrpc::{classify, Incoming};
 use warden::record;
 use warden_faults::{Fault, NetworkFault, Planned, Scenario, POINTS};
 
@@ -44,10 +46,61 @@ fn schema_validators() -> &'static [(jsonschema::Validator, jsonschema::Validato
     })
 }
 
-/// `framing`: arbitrary bytes on the protocol stream, then one good request. Every line
-/// written is one JSON-RPC message valid under an era's official schema, and the good
-/// request is answered whatever came before it.
+/// `framing`: the protocol's framing and classification, called directly (no server, so
+/// thousands of inputs a second). Arbitrary bytes fed in chunks whose sizes the input draws
+/// give the same frames as fed whole; each frame is the input's line, carriage return
+/// stripped, or `TooLong`; every frame classifies without a panic, and every error the
+/// server would answer with is a JSON-RPC error valid under an era's official schema.
+/// (`stream` runs the same bytes through a whole simulated server.)
 pub fn framing(data: &[u8]) {
+    let data = &data[..data.len().min(INPUT_BYTES_MAX)];
+    let whole = frames_of(data, &[data.len().max(1)]);
+    let sizes: Vec<usize> = data.iter().rev().take(8).map(|b| 1 + *b as usize % 97).collect();
+    assert_eq!(frames_of(data, &sizes), whole, "the frames depend on how the input was chunked");
+    let mut lines = data.split(|b| *b == b'\n').collect::<Vec<_>>();
+    lines.pop(); // The unterminated last line is no message.
+    let expected: Vec<&[u8]> = (lines.into_iter())
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .collect();
+    assert_eq!(whole.len(), expected.len(), "a line was lost or invented");
+    for (frame, line) in whole.iter().zip(&expected) {
+        assert_eq!(frame, &Frame::Line(line.to_vec()), "a frame is not its line");
+        match classify(frame) {
+            Incoming::Invalid(error) => {
+                let message = error.to_value();
+                let valid = schema_validators().iter().any(|(_, error_schema)| error_schema.is_valid(&message));
+                assert!(valid, "an error answer valid in neither era: {message}");
+            }
+            Incoming::Request(request) => {
+                assert!(request.id.is_string() || request.id.is_i64() || request.id.is_u64(), "a request's id");
+            }
+            Incoming::Notification(_) | Incoming::Response => {}
+        }
+    }
+}
+
+/// The frames a splitter gives for `data` fed in chunks of `sizes` (cycled).
+fn frames_of(data: &[u8], sizes: &[usize]) -> Vec<Frame> {
+    let mut splitter = LineSplitter::new();
+    let mut rest = data;
+    for size in sizes.iter().cycle() {
+        if rest.is_empty() {
+            break;
+        }
+        let (chunk, after) = rest.split_at((*size).min(rest.len()));
+        splitter.feed(chunk);
+        rest = after;
+    }
+    let frames = std::iter::from_fn(|| splitter.next_frame()).collect();
+    splitter.finish();
+    frames
+}
+
+/// `stream`: arbitrary bytes on the protocol stream of a whole simulated server, then one
+/// good request. Every line written is one JSON-RPC message valid under an era's official
+/// schema, and the good request is answered whatever came before it.
+pub fn stream(data: &[u8]) {
     let data = &data[..data.len().min(INPUT_BYTES_MAX)];
     let world = World::new(0);
     world.install("manifest.json", PURE_MANIFEST.as_bytes());

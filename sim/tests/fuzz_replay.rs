@@ -8,6 +8,7 @@ use warden_sim::fuzzing;
 
 const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("framing", fuzzing::framing),
+    ("stream", fuzzing::stream),
     ("ledger", fuzzing::ledger),
     ("journal", fuzzing::journal),
     ("manifest", fuzzing::manifest),

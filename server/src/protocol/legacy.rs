@@ -2,6 +2,8 @@
 //! without the per-request envelope once `initialize` happened. Results carry no
 //! `resultType` and no cache hints.
 
+use std::rc::Rc;
+
 use serde_json::{json, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
@@ -17,7 +19,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             jsonrpc::INVALID_PARAMS,
             "missing _meta[\"io.modelcontextprotocol/protocolVersion\"]: send `initialize` first, or use the 2026-07-28 per-request envelope",
         )),
-        "tools/list" => Ok(json!({"tools": connection.tool_list()})),
+        "tools/list" => return Routed::Static { id, result: Rc::clone(&connection.statics.legacy_tools_list) },
         "tools/call" => match call_params(connection, &request) {
             Ok((tool, arguments, progress)) => return Routed::Call(PendingCall { id, tool, arguments, progress, finish }),
             Err(error) => Err(error),
@@ -28,6 +30,11 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         Ok(result) => jsonrpc::response(&id, result),
         Err(error) => error.to_value(),
     })
+}
+
+/// The result of `tools/list` (built once, `StaticResults`).
+pub(super) fn tools_list(tools: Value) -> Value {
+    json!({"tools": tools})
 }
 
 fn initialize(connection: &Connection, request: &Request) -> Result<Value, RpcError> {

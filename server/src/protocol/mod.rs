@@ -48,6 +48,34 @@ pub struct Connection {
     calls: RefCell<BTreeMap<String, Rc<CallControl>>>,
     tasks: WaitGroup,
     client_gone: Signal,
+    /// Results that never change while the server runs, serialised once (scrubbed).
+    statics: StaticResults,
+}
+
+/// The serialised results that are the same for every request of their kind: the manifest
+/// cannot change while the server runs, so they are built once per era at start and each
+/// answer only writes its id around them.
+pub(crate) struct StaticResults {
+    pub legacy_tools_list: Rc<[u8]>,
+    pub modern_tools_list: Rc<[u8]>,
+    pub modern_discover: Rc<[u8]>,
+}
+
+impl StaticResults {
+    fn new(catalog: &Catalog, secrets: &[String]) -> StaticResults {
+        let mut tools = catalog.list();
+        tools.push(crate::status::describe());
+        let info = server_info(catalog);
+        let bytes = |result: Value| -> Rc<[u8]> {
+            let result = crate::broker::scrub_value(&result, secrets);
+            serde_json::to_vec(&result).expect("JSON values serialise").into()
+        };
+        StaticResults {
+            legacy_tools_list: bytes(legacy::tools_list(Value::Array(tools.clone()))),
+            modern_tools_list: bytes(modern::tools_list(&info, Value::Array(tools))),
+            modern_discover: bytes(modern::discover(&info)),
+        }
+    }
 }
 
 impl Connection {
@@ -55,6 +83,7 @@ impl Connection {
         Rc::new(Connection {
             env: runs.env.clone(),
             catalog: Rc::clone(&runs.catalog),
+            statics: StaticResults::new(&runs.catalog, &runs.secrets),
             runs,
             slots: Rc::new(Slots::default()),
             legacy_initialized: Cell::new(false),
@@ -135,6 +164,7 @@ impl Connection {
         let routed = if modern { modern::route(self, request) } else { legacy::route(self, request) };
         match routed {
             Routed::Reply(reply) => self.send(reply).await,
+            Routed::Static { id, result } => self.send_static(&id, &result).await,
             Routed::Call(call) => self.start_call(call),
         }
     }
@@ -193,7 +223,27 @@ impl Connection {
         }
         // The last boundary before the client: no secret in any form a reader decodes.
         let message = crate::broker::scrub_value(&message, &self.runs.secrets);
-        let mut line = serde_json::to_vec(&message).expect("JSON values serialise");
+        let line = serde_json::to_vec(&message).expect("JSON values serialise");
+        self.write_line(line).await;
+    }
+
+    /// Writes the response to `id` whose result is `result`, serialised (and scrubbed) at
+    /// start: only the id is serialised now.
+    async fn send_static(&self, id: &RequestId, result: &[u8]) {
+        if self.client_gone.is_set() {
+            return;
+        }
+        let id = serde_json::to_vec(&crate::broker::scrub_value(id, &self.runs.secrets)).expect("ids serialise");
+        let mut line = Vec::with_capacity(result.len() + id.len() + 40);
+        line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        line.extend_from_slice(&id);
+        line.extend_from_slice(b",\"result\":");
+        line.extend_from_slice(result);
+        line.push(b'}');
+        self.write_line(line).await;
+    }
+
+    async fn write_line(&self, mut line: Vec<u8>) {
         assert!(!line.contains(&b'\n'), "a serialised message never holds a raw newline");
         line.push(b'\n');
         if let Err(error) = self.env.stdio.write_line(line).await {
@@ -219,16 +269,13 @@ impl Connection {
         })
     }
 
-    /// The `tools` array of `tools/list`: the manifest's tools in order, then the status tool.
-    fn tool_list(&self) -> Value {
-        let mut tools = self.catalog.list();
-        tools.push(crate::status::describe());
-        Value::Array(tools)
-    }
-
     fn server_info(&self) -> Value {
-        serde_json::json!({"name": self.catalog.manifest.server.name, "version": crate::VERSION})
+        server_info(&self.catalog)
     }
+}
+
+fn server_info(catalog: &Catalog) -> Value {
+    serde_json::json!({"name": catalog.manifest.server.name, "version": crate::VERSION})
 }
 
 /// A `tools/call` routed to a known tool, with the era's way of wrapping its result.
@@ -242,6 +289,11 @@ pub(crate) struct PendingCall {
 
 pub(crate) enum Routed {
     Reply(Value),
+    /// A response whose result is one of the `StaticResults`.
+    Static {
+        id: RequestId,
+        result: Rc<[u8]>,
+    },
     Call(PendingCall),
 }
 

@@ -2,6 +2,8 @@
 //! Every result has `resultType` and `_meta.serverInfo`; cacheable ones have `ttlMs` and
 //! `cacheScope`.
 
+use std::rc::Rc;
+
 use serde_json::{json, Map, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
@@ -18,17 +20,8 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         return Routed::Reply(error.to_value());
     }
     let outcome = match request.method.as_str() {
-        "server/discover" => Ok(json!({
-            "supportedVersions": [MODERN_VERSION],
-            "capabilities": {"tools": {"listChanged": false}},
-            "ttlMs": LIST_TTL_MS,
-            "cacheScope": "public",
-        })),
-        "tools/list" => Ok(json!({
-            "tools": connection.tool_list(),
-            "ttlMs": LIST_TTL_MS,
-            "cacheScope": "public",
-        })),
+        "server/discover" => return Routed::Static { id, result: Rc::clone(&connection.statics.modern_discover) },
+        "tools/list" => return Routed::Static { id, result: Rc::clone(&connection.statics.modern_tools_list) },
         "tools/call" => match call_params(connection, &request) {
             Ok((tool, arguments, progress)) => {
                 return Routed::Call(PendingCall { id, tool, arguments, progress, finish })
@@ -87,14 +80,36 @@ fn check_envelope(request: &Request) -> Result<(), RpcError> {
     Ok(())
 }
 
+/// The result of `server/discover` (built once, `StaticResults`).
+pub(super) fn discover(server_info: &Value) -> Value {
+    complete_with(
+        server_info,
+        json!({
+            "supportedVersions": [MODERN_VERSION],
+            "capabilities": {"tools": {"listChanged": false}},
+            "ttlMs": LIST_TTL_MS,
+            "cacheScope": "public",
+        }),
+    )
+}
+
+/// The result of `tools/list` (built once, `StaticResults`).
+pub(super) fn tools_list(server_info: &Value, tools: Value) -> Value {
+    complete_with(server_info, json!({"tools": tools, "ttlMs": LIST_TTL_MS, "cacheScope": "public"}))
+}
+
 fn complete(connection: &Connection, result: Value) -> Value {
+    complete_with(&connection.server_info(), result)
+}
+
+fn complete_with(server_info: &Value, result: Value) -> Value {
     let mut result = match result {
         Value::Object(result) => result,
         other => panic!("results are objects, got {other}"),
     };
     result.insert("resultType".into(), json!("complete"));
     let mut meta = Map::new();
-    meta.insert(META_SERVER_INFO.into(), connection.server_info());
+    meta.insert(META_SERVER_INFO.into(), server_info.clone());
     result.insert("_meta".into(), Value::Object(meta));
     Value::Object(result)
 }

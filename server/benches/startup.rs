@@ -1,0 +1,127 @@
+//! Benchmark: start-up time against history. A journals folder holding N settled runs (each
+//! with its journal and run log, and its reserve and settle in the ledger, as a real run
+//! leaves them) is synthesised through the library's own record types; then the real binary
+//! is started and timed until it answers `initialize`, three times per size (the median is
+//! printed; the first start also compacts the ledger).
+//!
+//!   cargo bench -p warden --bench startup                  # 0, 10,000 and 100,000 runs
+//!   STARTUP_RUNS=0,20000 cargo bench -p warden --bench startup
+//!   WARDEN_BIN=<an earlier build> cargo bench -p warden --bench startup   # compare
+//!   STARTUP_RUNS=100000 STARTUP_DIR=<dir> cargo bench ...  # keep the folder, to profile a start
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde_json::json;
+use warden::journal::{Binding, EndRecord, JournalRecord, RunFiles, RunOutcome};
+use warden::ledger::{Event, LEDGER_FILE};
+use warden::record;
+
+const PROGRAM: &str = r#"
+def main(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    return a + b
+"#;
+
+/// Writes a manifest and a journals folder holding `runs` settled runs of tool `add`.
+fn synthesise(dir: &Path, runs: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("add.star"), PROGRAM).unwrap();
+    let manifest = json!({"server": {"name": "bench", "journals": "journals"},
+        "tools": [{"name": "add", "program": "add.star", "limits": {"max_steps": 1000}}]});
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    let journals = dir.join("journals");
+    std::fs::create_dir_all(&journals).unwrap();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let mut ledger = Vec::new();
+    for index in 0..runs {
+        let run = format!("{:032x}", (index as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
+        let at_ms = now_ms - (runs - index) as u64;
+        ledger.extend(record::encode(&Event::Reserve {
+            run: run.clone(),
+            tool: "add".into(),
+            at_ms,
+            calls: 1,
+            money: vec![],
+            once: None,
+        }));
+        ledger.extend(record::encode(&Event::Settle {
+            run: run.clone(),
+            at_ms: at_ms + 1,
+            charged: vec![],
+            outcome: RunOutcome::Done,
+        }));
+        let files = RunFiles::new(&journals, "add", &run);
+        std::fs::create_dir_all(&files.dir).unwrap();
+        let binding = Binding { program: "synthetic".into(), config: "synthetic".into(), version: "synthetic".into() };
+        let header =
+            JournalRecord::Header { run: run.clone(), tool: "add".into(), binding, inputs: "{}".into(), at_ms };
+        let end = JournalRecord::End(EndRecord {
+            outcome: RunOutcome::Done,
+            result: Some(json!(index)),
+            message: None,
+            usage: json!({}),
+            at_ms: at_ms + 1,
+        });
+        std::fs::write(&files.journal, [record::encode(&header), record::encode(&end)].concat()).unwrap();
+        std::fs::write(&files.log, format!("{{\"at_ms\":{at_ms},\"line\":\"settled (done)\"}}\n")).unwrap();
+    }
+    std::fs::write(journals.join(LEDGER_FILE), ledger).unwrap();
+}
+
+/// Starts the server and returns the seconds until it answered `initialize`.
+fn time_to_initialize(binary: &Path, dir: &Path) -> f64 {
+    let started = Instant::now();
+    let mut child = Command::new(binary)
+        .args(["mcp", dir.join("manifest.json").to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}});
+    writeln!(stdin, "{initialize}").unwrap();
+    stdin.flush().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let answer = lines.next().expect("an answer to initialize").unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(answer.contains("\"result\""), "initialize failed: {answer}");
+    drop(stdin);
+    child.wait().unwrap();
+    seconds
+}
+
+fn main() {
+    // WARDEN_BIN: another build to compare with (an earlier commit's binary).
+    let binary = std::env::var_os("WARDEN_BIN").map_or_else(|| env!("CARGO_BIN_EXE_warden").into(), PathBuf::from);
+    let binary = binary.as_path();
+    let sizes: Vec<usize> = std::env::var("STARTUP_RUNS")
+        .unwrap_or_else(|_| "0,10000,100000".into())
+        .split(',')
+        .map(|n| n.trim().parse().expect("STARTUP_RUNS: numbers separated by commas"))
+        .collect();
+    println!("| settled runs | start-up to `initialize` (median of 3) | first start |");
+    println!("|---|---|---|");
+    // STARTUP_DIR: write the (last) history there and keep it, to profile a start by hand.
+    let kept = std::env::var_os("STARTUP_DIR").map(PathBuf::from);
+    for runs in sizes {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = kept.clone().unwrap_or_else(|| scratch.path().to_path_buf());
+        let made = Instant::now();
+        synthesise(&dir, runs);
+        eprintln!("startup: {runs} settled runs written in {:.1} s", made.elapsed().as_secs_f64());
+        let mut times: Vec<f64> = (0..3).map(|_| time_to_initialize(binary, &dir)).collect();
+        let first = times[0];
+        times.sort_by(f64::total_cmp);
+        println!("| {runs} | {:.3} s | {:.3} s |", times[1], first);
+    }
+}
