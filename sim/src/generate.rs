@@ -295,7 +295,7 @@ fn program_text(template: Template, draw: &mut Draw) -> String {
             // Results of a few bytes, some kilobytes, and (rarely: they cost real time) near and
             // over the 1 MiB a result may take (`RESULT_BYTES_MAX`; texts are 2 to 3 bytes), and
             // over the 8 MiB a journal line holds (`RECORD_LINE_BYTES_MAX`).
-            let big = draw.chance(8);
+            let big = draw.chance(5);
             let sizes = [340_000u64, 600_000, 340_000, 600_000, 4_500_000];
             let repeat = if big { *draw.one_of(&sizes) } else { *draw.one_of(&[1u64, 1, 10, 1000]) };
             body.push_str(&format!("    out = text * {repeat}\n"));

