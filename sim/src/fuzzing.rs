@@ -133,7 +133,9 @@ pub fn stream(data: &[u8]) {
 fn events_from(data: &[u8]) -> Vec<Event> {
     let mut events = Vec::new();
     let mut open: Vec<String> = Vec::new();
-    for (index, chunk) in data.chunks(3).enumerate().take(64) {
+    // Sixteen events hold every pattern the properties need (reserves with and without money
+    // and keys, settles, releases, interleaved); more only made each input slower to check.
+    for (index, chunk) in data.chunks(3).enumerate().take(16) {
         let run = format!("{:032x}", index as u128 + 1);
         let choice = chunk[0] % 3;
         if choice == 0 || open.is_empty() {
@@ -185,7 +187,11 @@ pub fn ledger(data: &[u8]) {
     if let Some(last) = lines.last() {
         let cut = data.first().copied().unwrap_or(0) as usize % last.len();
         let torn = &whole[..whole.len() - last.len() + cut];
-        let (without, _) = ledger::parse(file, &whole[..whole.len() - last.len()]).expect("valid");
+        // The state without the last event, applied directly (parsing it again cost a third).
+        let mut without = ledger::State::default();
+        for event in &events[..events.len() - 1] {
+            without.apply(event).expect("events_from makes a valid ledger");
+        }
         let (recovered, parsed) = ledger::parse(file, torn).expect("a torn tail is not damage");
         assert_eq!(recovered, without, "a torn tail changed the state");
         assert_eq!(parsed.torn_tail_bytes, cut);
