@@ -312,10 +312,13 @@ impl Runs {
                 self.env.reached(Point::Settled, run);
             }
         }
-        // Not waited on: a removal a crash undoes is redone by recovery (the table's CleanUp
-        // cell: a settled run whose kept arguments or waiting record are still there).
+        // The kept arguments are not waited on: a removal a crash undoes is redone by
+        // recovery (the CleanUp cell), and retention fsyncs their directory before compaction
+        // can drop the run. A waiting record's removal is waited on: nothing else fsyncs the
+        // waiting directory, and one that came back after the run left the ledger would be
+        // "files of a run with no reservation", refused at every start.
         self.remove_leftover(&self.files(&tool.config.name, run).inputs).await?;
-        self.remove_leftover(&self.files(&tool.config.name, run).waiting).await?;
+        self.remove_if_present(&self.files(&tool.config.name, run).waiting).await?;
         self.log_run(&tool.config.name, run, &format!("settled ({})", end.outcome)).await;
         Ok(())
     }

@@ -58,6 +58,15 @@ pub struct State {
     next_sequence: u64,
 }
 
+/// The open run `run`, for its settle or release (the errors `State::check` gives).
+fn open_entry<'a>(runs: &'a mut BTreeMap<String, RunEntry>, run: &str) -> Result<&'a mut RunEntry, String> {
+    match runs.get_mut(run) {
+        None => Err(format!("a settle or release for run {run}, which has no reserve")),
+        Some(entry) if !entry.is_open() => Err(format!("a second settle or release for run {run}")),
+        Some(entry) => Ok(entry),
+    }
+}
+
 /// What a `once` key finds.
 #[derive(Debug, PartialEq, Eq)]
 pub enum OnceLookup<'a> {
@@ -92,17 +101,18 @@ impl State {
         Ok(())
     }
 
+    /// Applies `event` after the checks of `check`, looking each run up once (a start reads
+    /// every event of the ledger through here).
     pub fn apply(&mut self, event: &Event) -> Result<(), String> {
-        self.check(event)?;
-        self.last_at_ms = self.last_at_ms.max(event.at_ms());
+        for money in money_of(event) {
+            money.to_money().map_err(|e| format!("bad money in run {}: {e}", event.run()))?;
+        }
         match event {
             Event::Reserve { run, tool, at_ms, calls, money, once } => {
-                if let Some(once) = once {
-                    self.once.insert(once.key.clone(), run.clone());
-                }
-                self.runs.insert(
-                    run.clone(),
-                    RunEntry {
+                let std::collections::btree_map::Entry::Vacant(slot) = self.runs.entry(run.clone()) else {
+                    return Err(format!("a second reserve for run {run}"));
+                };
+                slot.insert(RunEntry {
                         run: run.clone(),
                         tool: tool.clone(),
                         reserved_at_ms: *at_ms,
@@ -111,16 +121,18 @@ impl State {
                         once: once.clone(),
                         phase: RunPhase::Open,
                         sequence: self.next_sequence,
-                    },
-                );
+                });
                 self.next_sequence += 1;
+                if let Some(once) = once {
+                    self.once.insert(once.key.clone(), run.clone());
+                }
             }
             Event::Settle { run, at_ms, charged, outcome } => {
-                let entry = self.runs.get_mut(run).expect("checked");
+                let entry = open_entry(&mut self.runs, run)?;
                 entry.phase = RunPhase::Settled { at_ms: *at_ms, charged: charged.clone(), outcome: outcome.clone() };
             }
             Event::Release { run, at_ms } => {
-                let entry = self.runs.get_mut(run).expect("checked");
+                let entry = open_entry(&mut self.runs, run)?;
                 entry.phase = RunPhase::Released { at_ms: *at_ms };
                 if let Some(once) = &entry.once {
                     if self.once.get(&once.key) == Some(run) {
@@ -129,6 +141,7 @@ impl State {
                 }
             }
         }
+        self.last_at_ms = self.last_at_ms.max(event.at_ms());
         Ok(())
     }
 
