@@ -113,14 +113,14 @@ impl State {
                     return Err(format!("a second reserve for run {run}"));
                 };
                 slot.insert(RunEntry {
-                        run: run.clone(),
-                        tool: tool.clone(),
-                        reserved_at_ms: *at_ms,
-                        calls: *calls,
-                        money: money.clone(),
-                        once: once.clone(),
-                        phase: RunPhase::Open,
-                        sequence: self.next_sequence,
+                    run: run.clone(),
+                    tool: tool.clone(),
+                    reserved_at_ms: *at_ms,
+                    calls: *calls,
+                    money: money.clone(),
+                    once: once.clone(),
+                    phase: RunPhase::Open,
+                    sequence: self.next_sequence,
                 });
                 self.next_sequence += 1;
                 if let Some(once) = once {

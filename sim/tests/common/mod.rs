@@ -1,5 +1,6 @@
 //! What the simulator's action tests share: a `tools/call` message, asking and reading the
-//! answer, money, and where the journals are.
+//! answer, money, and where the journals are. Each test file uses a subset of them.
+#![allow(dead_code)]
 
 use serde_json::{json, Value};
 use warden_sim::executor::Stop;
