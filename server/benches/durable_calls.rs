@@ -176,6 +176,8 @@ fn main() {
     let calls: u64 = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
     let disk_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-durable-calls");
     let tmpfs_dir = Path::new("/dev/shm").join(format!("warden-bench-{}", std::process::id()));
+    let fsync = append_fsync_median(&disk_dir);
+    println!("the disk: append+fsync median {:.3} ms", ms(fsync));
     println!("durable tools/call, {calls} calls per figure, {IN_FLIGHT} in flight for throughput");
     println!("| tool | journals on | median | p99 | throughput ({IN_FLIGHT} in flight) | fsyncs per call |");
     println!("|---|---|---|---|---|---|");
@@ -190,8 +192,9 @@ fn main() {
             }
             let f = measure(dir, tool, calls);
             println!(
-                "| {tool} | {name} | {:.2} ms | {:.2} ms | {:.0} calls/s | {fsyncs} |",
+                "| {tool} | {name} | {:.2} ms ({:.1}x fsync) | {:.2} ms | {:.0} calls/s | {fsyncs} |",
                 ms(f.median),
+                f.median.as_secs_f64() / fsync.as_secs_f64(),
                 ms(f.p99),
                 f.throughput
             );
@@ -200,6 +203,25 @@ fn main() {
     let lists = tools_list_per_second(&disk_dir, 5000);
     println!("tools/list: 5000 written at once, {lists:.0} answered per second");
     let _ = std::fs::remove_dir_all(&tmpfs_dir);
+}
+
+/// The disk's own median of appending a short line and fsyncing it, in `dir`: the unit a
+/// durable call is measured against.
+fn append_fsync_median(dir: &Path) -> Duration {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+    let mut times: Vec<Duration> = (0..200)
+        .map(|_| {
+            let started = Instant::now();
+            file.write_all(b"{\"probe\":1}\n").unwrap();
+            file.sync_all().unwrap();
+            started.elapsed()
+        })
+        .collect();
+    let _ = std::fs::remove_file(&path);
+    times.sort();
+    times[times.len() / 2]
 }
 
 /// `tools/list` requests answered per second when `count` are written at once (a writer
