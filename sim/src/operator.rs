@@ -47,6 +47,17 @@ pub fn resolve_beside_live_server(world: &World, report: &mut Report) {
     }
 }
 
+/// A halted run: the runbook says resume it again once the server is back.
+fn resume_halted(world: &World, journal: std::path::PathBuf, run: &str, report: &mut Report) {
+    let outcome =
+        world.start_command(move |env| Box::pin(async move { warden::commands::resume_halted(&env, &journal).await }));
+    if let Err(problem) = outcome {
+        let message = format!("the operator could not resume halted run {run}: {problem}");
+        report.violations.push(Violation { invariant: 10, message });
+    }
+    report.events.push((world.clock.now(), "operator".into(), format!("resumed halted {}", &run[..8])));
+}
+
 /// The command `warden mcp status` prints for `run` after "resolve with:", as a person would
 /// copy it: the journal, and the action (`--op`) or `--resume`.
 enum Printed {
@@ -97,26 +108,18 @@ pub fn operator(world: &World, report: &mut Report) {
                 continue;
             }
         };
-        if let Printed::Resume { journal } = printed {
-            // A halted run: the runbook says resume it again once the server is back.
-            let outcome = world.start_command(move |env| {
-                Box::pin(async move { warden::commands::resume_halted(&env, &journal).await })
-            });
-            if let Err(problem) = outcome {
-                report.violations.push(Violation {
-                    invariant: 10,
-                    message: format!("the operator could not resume halted run {}: {problem}", record.run),
-                });
+        let (journal, op) = match printed {
+            Printed::Resolve { journal, op } => (journal, op),
+            Printed::Resume { journal } => {
+                resume_halted(world, journal, &record.run, report);
+                continue;
             }
-            report.events.push((world.clock.now(), "operator".into(), format!("resumed halted {}", &record.run[..8])));
-            continue;
-        }
+        };
         let happened = match serde_json::from_value::<warden::broker::Action>(record.action.clone()) {
             Ok(action) => check::ledger_state(&world.disk, &World::path("journals"))
                 .is_ok_and(|state| truth::happened(world, &state, &record.run, &action)),
             Err(_) => false,
         };
-        let Printed::Resolve { journal, op } = printed else { unreachable!("resumes are handled above") };
         // What the operator writes as the result varies in shape: the server must count a
         // "happened" by the operator's word, not by the result looking like a response.
         const SHAPES: &[&str] = &[r#"{"status": 200, "json": {"seen_by": "operator"}}"#, "null", r#"{"note": "seen"}"#];
