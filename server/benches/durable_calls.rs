@@ -5,7 +5,9 @@
 //!
 //! Prints, for the journals on the real disk and on tmpfs (where fsync costs nearly
 //! nothing, to show durability's share): median and p99 latency of sequential calls, and
-//! throughput with 8 calls in flight. When strace is installed, also the fsyncs per call.
+//! throughput with 1, 8 and 32 calls in flight; the disk's own append+fsync median and each
+//! median's ratio to it; `tools/list` answered per second. When strace is installed, also
+//! the fsyncs per call.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -14,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-const IN_FLIGHT: usize = 8;
+/// Calls kept in flight for the throughput figures.
+const IN_FLIGHT: [u64; 3] = [1, 8, 32];
 
 const PROGRAM: &str = r#"
 def main(a: int, b: int) -> int:
@@ -46,7 +49,7 @@ fn manifest(dir: &Path) -> PathBuf {
     std::fs::write(dir.join("sums.sql"), "CREATE TABLE sums (a INTEGER, b INTEGER);").unwrap();
     let manifest = dir.join("manifest.json");
     let text = json!({
-        "server": {"name": "bench", "journals": "journals", "max_concurrent_runs": IN_FLIGHT},
+        "server": {"name": "bench", "journals": "journals", "max_concurrent_runs": 32},
         "tools": [
             {"name": "add", "program": "add.star", "limits": {"max_steps": 1000}},
             {"name": "add_and_record", "program": "write.star", "limits": {"max_steps": 1000},
@@ -105,7 +108,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 struct Figures {
     median: Duration,
     p99: Duration,
-    throughput: f64,
+    /// Calls per second with each of `IN_FLIGHT` in flight.
+    throughput: Vec<f64>,
 }
 
 fn measure(dir: &Path, tool: &str, calls: u64) -> Figures {
@@ -126,20 +130,24 @@ fn measure(dir: &Path, tool: &str, calls: u64) -> Figures {
         latencies.push(started.elapsed());
     }
     latencies.sort();
-    let started = Instant::now();
-    let mut sent = 0;
-    for _ in 0..IN_FLIGHT {
-        server.send_call(tool, 2_000_000 + sent);
-        sent += 1;
-    }
-    for _ in 0..calls {
-        server.answer();
-        if sent < calls {
-            server.send_call(tool, 2_000_000 + sent);
+    let mut throughput = Vec::new();
+    for (round, in_flight) in IN_FLIGHT.into_iter().enumerate() {
+        let first_id = 2_000_000 * (round as u64 + 1);
+        let started = Instant::now();
+        let mut sent = 0;
+        while sent < in_flight.min(calls) {
+            server.send_call(tool, first_id + sent);
             sent += 1;
         }
+        for _ in 0..calls {
+            server.answer();
+            if sent < calls {
+                server.send_call(tool, first_id + sent);
+                sent += 1;
+            }
+        }
+        throughput.push(calls as f64 / started.elapsed().as_secs_f64());
     }
-    let throughput = calls as f64 / started.elapsed().as_secs_f64();
     server.stop();
     Figures { median: percentile(&latencies, 0.5), p99: percentile(&latencies, 0.99), throughput }
 }
@@ -178,8 +186,8 @@ fn main() {
     let tmpfs_dir = Path::new("/dev/shm").join(format!("warden-bench-{}", std::process::id()));
     let fsync = append_fsync_median(&disk_dir);
     println!("the disk: append+fsync median {:.3} ms", ms(fsync));
-    println!("durable tools/call, {calls} calls per figure, {IN_FLIGHT} in flight for throughput");
-    println!("| tool | journals on | median | p99 | throughput ({IN_FLIGHT} in flight) | fsyncs per call |");
+    println!("durable tools/call, {calls} calls per figure");
+    println!("| tool | journals on | median | p99 | calls/s with 1 / 8 / 32 in flight | fsyncs per call |");
     println!("|---|---|---|---|---|---|");
     for tool in ["add", "add_and_record"] {
         let fsyncs = match fsyncs_per_call(&disk_dir, tool, calls.min(100)) {
@@ -192,11 +200,13 @@ fn main() {
             }
             let f = measure(dir, tool, calls);
             println!(
-                "| {tool} | {name} | {:.2} ms ({:.1}x fsync) | {:.2} ms | {:.0} calls/s | {fsyncs} |",
+                "| {tool} | {name} | {:.2} ms ({:.1}x fsync) | {:.2} ms | {:.0} / {:.0} / {:.0} | {fsyncs} |",
                 ms(f.median),
                 f.median.as_secs_f64() / fsync.as_secs_f64(),
                 ms(f.p99),
-                f.throughput
+                f.throughput[0],
+                f.throughput[1],
+                f.throughput[2]
             );
         }
     }
