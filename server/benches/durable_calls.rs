@@ -9,6 +9,8 @@
 //! median's ratio to it; `tools/list` answered per second. When strace is installed, also
 //! the fsyncs per call.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -18,17 +20,6 @@ use serde_json::{json, Value};
 
 /// Calls kept in flight for the throughput figures.
 const IN_FLIGHT: [u64; 3] = [1, 8, 32];
-
-const PROGRAM: &str = r#"
-def main(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: The first.
-        b: The second.
-    """
-    return a + b
-"#;
 
 const WRITE_PROGRAM: &str = r#"
 def main(db, a: int, b: int) -> int:
@@ -44,7 +35,7 @@ def main(db, a: int, b: int) -> int:
 
 fn manifest(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("add.star"), PROGRAM).unwrap();
+    std::fs::write(dir.join("add.star"), common::PROGRAM).unwrap();
     std::fs::write(dir.join("write.star"), WRITE_PROGRAM).unwrap();
     std::fs::write(dir.join("sums.sql"), "CREATE TABLE sums (a INTEGER, b INTEGER);").unwrap();
     let manifest = dir.join("manifest.json");

@@ -9,6 +9,8 @@
 //!   WARDEN_BIN=<an earlier build> cargo bench -p warden --bench startup   # compare
 //!   STARTUP_RUNS=100000 STARTUP_DIR=<dir> cargo bench ...  # keep the folder, to profile a start
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,21 +21,10 @@ use warden::journal::{Binding, EndRecord, JournalRecord, RunFiles, RunOutcome};
 use warden::ledger::{Event, LEDGER_FILE};
 use warden::record;
 
-const PROGRAM: &str = r#"
-def main(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: The first.
-        b: The second.
-    """
-    return a + b
-"#;
-
 /// Writes a manifest and a journals folder holding `runs` settled runs of tool `add`.
 fn synthesise(dir: &Path, runs: usize) {
     std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("add.star"), PROGRAM).unwrap();
+    std::fs::write(dir.join("add.star"), common::PROGRAM).unwrap();
     let manifest = json!({"server": {"name": "bench", "journals": "journals"},
         "tools": [{"name": "add", "program": "add.star", "limits": {"max_steps": 1000}}]});
     std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();

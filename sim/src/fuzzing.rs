@@ -18,6 +18,19 @@ use warden_faults::{Fault, NetworkFault, Planned, Scenario, POINTS};
 use crate::executor::Stop;
 use crate::world::World;
 
+/// Every fuzz target's name (its folder under `fuzz/corpus/`) and property, for the tests
+/// that replay or time the committed inputs.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("framing", framing),
+    ("stream", stream),
+    ("ledger", ledger),
+    ("journal", journal),
+    ("manifest", manifest),
+    ("inputs", inputs),
+    ("sim", sim),
+    ("canary", canary),
+];
+
 /// Bytes a fuzz input may hold; longer inputs are cut (the framing limit is tested by the
 /// end-to-end tests, not by making every input 4 MiB).
 pub const INPUT_BYTES_MAX: usize = 64 * 1024;

@@ -4,18 +4,7 @@
 
 use std::path::Path;
 
-use warden_sim::fuzzing;
-
-const TARGETS: &[(&str, fn(&[u8]))] = &[
-    ("framing", fuzzing::framing),
-    ("stream", fuzzing::stream),
-    ("ledger", fuzzing::ledger),
-    ("journal", fuzzing::journal),
-    ("manifest", fuzzing::manifest),
-    ("inputs", fuzzing::inputs),
-    ("sim", fuzzing::sim),
-    ("canary", fuzzing::canary),
-];
+use warden_sim::fuzzing::{self, TARGETS};
 
 fn inputs(dir: &Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
