@@ -41,6 +41,12 @@ pub enum Fault {
     PoisonRun,
     /// Let virtual time pass.
     AdvanceTime { ms: u64 },
+    /// The next `ops` disk operations each take `ms` of virtual time (a slow or stalling
+    /// disk): deadlines, timeouts and other runs' progress cross them.
+    SlowDisk { ms: u64, ops: u64 },
+    /// The client reads the server's next `lines` lines `ms` apart; the pipe between them
+    /// holds two lines, so the server's writes wait while it is full.
+    SlowReader { ms: u64, lines: u32 },
     /// Make the wall clock drift by `ppm` millionths (negative: slow) from now on.
     DriftClock { ppm: i64 },
     /// The next request to a URL containing `url` gets this network fault.
@@ -55,6 +61,9 @@ pub enum Fault {
     MalformedLine,
     /// The client cancels the call right after sending it.
     Cancel,
+    /// Before the call, the client sends `calls` status calls at once (a hostile client
+    /// flooding the server); their answers are not the workload's.
+    Flood { calls: u32 },
     /// The client goes away right after sending the call (its stdin closes, writes to it
     /// fail), then connects to a new server and sends again what `once` lets it.
     ClientGone,
@@ -98,6 +107,8 @@ impl Fault {
             Fault::StepClockDuringRun { .. } => "clock step during a run",
             Fault::PoisonRun => "a run that crashes the server",
             Fault::AdvanceTime { .. } => "time passes",
+            Fault::SlowDisk { .. } => "slow disk",
+            Fault::SlowReader { .. } => "client reads slowly",
             Fault::DriftClock { .. } => "clock drift",
             Fault::NotifyHangs { .. } => "notify command hangs",
             Fault::OversizedLine => "oversized line",
@@ -108,6 +119,7 @@ impl Fault {
             Fault::NotifyFails { .. } => "notify command fails",
             Fault::MalformedLine => "malformed line",
             Fault::Cancel => "cancellation",
+            Fault::Flood { .. } => "a flood of calls",
             Fault::ClientGone => "client gone mid-call",
             Fault::RotByte { .. } => "a durable byte rots",
             Fault::FlipLedgerRead { .. } => "a flipped byte read",

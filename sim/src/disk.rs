@@ -7,8 +7,9 @@
 //!   its unsynced tail cut at an arbitrary byte (a torn write); namespaces revert to their
 //!   durable state.
 //!
-//! Faults: a crash at the k-th operation, fsync and write failures, a full disk, and the
-//! `lying_fsync` canary (fsync acknowledges without making anything durable).
+//! Faults: a crash at the k-th operation, fsync and write failures, a full disk, slow and
+//! stalling operations (they take virtual time), and the `lying_fsync` canary (fsync
+//! acknowledges without making anything durable).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +19,9 @@ use std::rc::Rc;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::RngCore;
-use warden::env::{Disk, DiskLock, LocalBoxFuture};
+use warden::env::{Clock, Disk, DiskLock, LocalBoxFuture};
+
+use crate::clock::{SimClock, SimClockHandle};
 
 #[derive(Clone, Debug, Default)]
 struct Inode {
@@ -75,6 +78,10 @@ pub struct SimDisk {
     pub misdirect_next_append_to: RefCell<Option<(String, u64)>>,
     /// Where a misdirected write damaged a file: (path, 1-based line), once it happened.
     pub misdirected: RefCell<Option<(PathBuf, usize)>>,
+    /// A slow or stalling disk: (ms each operation takes, operations left to slow down).
+    /// The operation happens at once; its caller resumes when the time has passed.
+    pub slow: Cell<(u64, u64)>,
+    clock: Rc<SimClock>,
 }
 
 fn pending_forever<T: 'static>() -> LocalBoxFuture<'static, T> {
@@ -115,7 +122,7 @@ impl DiskFaults {
 }
 
 impl SimDisk {
-    pub fn new(rng: ChaCha8Rng, crashed: Rc<Cell<bool>>) -> Rc<SimDisk> {
+    pub fn new(rng: ChaCha8Rng, crashed: Rc<Cell<bool>>, clock: Rc<SimClock>) -> Rc<SimDisk> {
         let disk = SimDisk {
             state: RefCell::new(State::default()),
             rng: RefCell::new(rng),
@@ -129,6 +136,8 @@ impl SimDisk {
             flip_next_read_of: RefCell::new(None),
             misdirect_next_append_to: RefCell::new(None),
             misdirected: RefCell::new(None),
+            slow: Cell::new((0, 0)),
+            clock,
         };
         {
             let mut state = disk.state.borrow_mut();
@@ -348,8 +357,19 @@ impl SimDisk {
         bytes
     }
 
-    /// Half the operations let other tasks run before their caller resumes.
+    /// Half the operations let other tasks run before their caller resumes; a slowed one
+    /// resumes it only after its time has passed.
     fn complete<T: 'static>(&self, value: T) -> LocalBoxFuture<'static, T> {
+        let (ms, left) = self.slow.get();
+        if left > 0 {
+            self.slow.set((ms, left - 1));
+            self.count("slow operation");
+            let sleep = SimClockHandle(Rc::clone(&self.clock)).sleep(ms);
+            return Box::pin(async move {
+                sleep.await;
+                value
+            });
+        }
         if self.rng.borrow_mut().next_u32() % 2 == 0 {
             after_a_turn(value)
         } else {

@@ -39,6 +39,9 @@ enum Witness {
     PoisonRun {
         before: u64,
     },
+    SlowReader {
+        before: u64,
+    },
     Injected {
         kind: &'static str,
         before: u64,
@@ -88,6 +91,10 @@ impl Pending {
             Fault::NotifyHangs { .. } => Witness::NotifyHangs,
             Fault::StepClockDuringRun { .. } => Witness::ClockStepDuringRun { before: world.sandbox.steps_taken.get() },
             Fault::PoisonRun => Witness::PoisonRun { before: world.sandbox.poison_crashes.get() },
+            Fault::SlowReader { .. } => Witness::SlowReader { before: world.slow_reader.lines_read.get() },
+            Fault::SlowDisk { .. } => {
+                Witness::Injected { kind: "slow operation", before: injected(world, "slow operation") }
+            }
             Fault::FlipLedgerRead { .. } => {
                 Witness::Injected { kind: "flipped read", before: injected(world, "flipped read") }
             }
@@ -134,6 +141,7 @@ fn has_fired(world: &World, armed: &Armed) -> bool {
         Witness::NotifyHangs => world.services.notify_hangs.get() == 0,
         Witness::ClockStepDuringRun { before } => world.sandbox.steps_taken.get() > *before,
         Witness::PoisonRun { before } => world.sandbox.poison_crashes.get() > *before,
+        Witness::SlowReader { before } => world.slow_reader.lines_read.get() > *before,
         Witness::Injected { kind, before } => injected(world, kind) > *before,
     }
 }

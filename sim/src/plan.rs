@@ -70,6 +70,20 @@ const FAULT_KINDS: &[FaultKind] = &[
     // Forward mostly: a step back cannot expire a deadline.
     FaultKind { draw: |r| Fault::StepClockDuringRun { ms: pick(r, 7_200_000) as i64 - 600_000 }, rarity: 2 },
     FaultKind { draw: |_| Fault::PoisonRun, rarity: 4 },
+    // Slow operations and stalls, all within the 60 s an instance may run ahead while quiet.
+    FaultKind {
+        draw: |r| {
+            let ms = [5, 50, 500, 5_000, 20_000][pick(r, 5) as usize];
+            Fault::SlowDisk { ms, ops: 1 + pick(r, (40_000 / ms).min(20)) }
+        },
+        rarity: 1,
+    },
+    FaultKind {
+        draw: |r| Fault::SlowReader { ms: [1, 100, 1_000, 5_000][pick(r, 4) as usize], lines: 1 + pick(r, 8) as u32 },
+        rarity: 1,
+    },
+    // More calls at once than the smallest servers take in progress (4 x 1 + 16).
+    FaultKind { draw: |r| Fault::Flood { calls: 10 + pick(r, 60) as u32 }, rarity: 1 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only
@@ -140,11 +154,15 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::StepClockDuringRun { ms } => world.sandbox.step_wall_ms.set(*ms),
         Fault::PoisonRun => world.sandbox.poison_next.set(true),
         Fault::AdvanceTime { ms } => world.clock.advance(*ms),
+        Fault::SlowDisk { ms, ops } => world.disk.slow.set((*ms, *ops)),
+        Fault::SlowReader { ms, lines } => world.slow_reader.armed.set((*ms, *lines)),
         Fault::Network { url, kind } => world.services.fault_next(url, net_fault(*kind)),
         Fault::NotifyFails { times } => world.services.notify_failures.set(*times),
         Fault::NotifyHangs { times } => world.services.notify_hangs.set(*times),
         Fault::DriftClock { ppm } => world.clock.set_drift_ppm(*ppm),
-        Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine | Fault::ClientGone => return true,
+        Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine | Fault::ClientGone | Fault::Flood { .. } => {
+            return true
+        }
         // Applied by the sweep, which stops the server first (`sweep::rot`).
         Fault::RotByte { .. } => {}
         Fault::FlipLedgerRead { at } => {

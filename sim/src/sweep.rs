@@ -119,8 +119,11 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
         }
         // What the durability oracle saw comes first: a lost fsync explains what follows.
         report.violations.append(&mut world.oracle.violations.borrow_mut());
-        client.read(&instance, report, world.clock.now());
         let stopped = instance.exited().is_some();
+        if stop != Stop::Quiet || stopped {
+            instance.pipe.deliver_unread();
+        }
+        client.read(&instance, report, world.clock.now());
         match stop {
             Stop::Quiet if !stopped => return instance,
             Stop::StepBudget => {
@@ -233,6 +236,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         let mut oversized = false;
         let mut cancel = false;
         let mut gone = false;
+        let mut flood = 0;
         for (position, planned) in scenario.faults.iter().enumerate().filter(|(_, p)| p.before_call == index) {
             if let Fault::RotByte { file, at } = &planned.fault {
                 *report.faults.entry(planned.fault.kind()).or_insert(0) += 1;
@@ -256,10 +260,20 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
                 oversized |= planned.fault == Fault::OversizedLine;
                 cancel |= planned.fault == Fault::Cancel;
                 gone |= planned.fault == Fault::ClientGone;
+                if let Fault::Flood { calls } = planned.fault {
+                    flood += calls;
+                }
             }
         }
         if malformed {
             instance.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":\n");
+        }
+        for n in 0..flood {
+            // String ids: their answers are not the workload's (the client model counts
+            // integer ids); an unknown run's status is answered without touching a run.
+            let run = format!("{n:032x}");
+            instance.send(&json!({"jsonrpc": "2.0", "id": format!("flood-{n}"), "method": "tools/call",
+                "params": {"name": warden::manifest::RUN_STATUS_TOOL, "arguments": {"run": run}}}));
         }
         if oversized {
             let mut line = vec![b' '; warden::protocol::framing::LINE_BYTES_MAX + 1];
@@ -317,6 +331,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         }
         let violations = check::at_rest_since(&world.disk, &World::path("journals"), &once_keep_ms, &mut verified);
         report.violations.extend(violations);
+        writes_bounded(&world, &mut report);
         note_violations(&world, &mut report, known);
         if !report.violations.is_empty() {
             break;
@@ -338,6 +353,8 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     world.services.notify_hangs.set(0);
     world.clock.set_drift_ppm(0);
     world.sandbox.disarm();
+    world.disk.slow.set((0, 0));
+    world.slow_reader.armed.set((0, 0));
     for _ in 0..3 {
         if waiting_records(&world).is_empty() {
             break;
@@ -368,6 +385,20 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     }
     report.trace_hash = warden::runs::sha256_hex(&trace)[..16].to_string();
     report
+}
+
+/// A client that reads slowly must slow the server down, not make it hold ever more answers
+/// it cannot write: the writes waiting at once stay within what calls in progress allow.
+fn writes_bounded(world: &World, report: &mut Report) {
+    let peak = world.slow_reader.waiting_peak.take();
+    let max = crate::limits::writes_waiting_max(world);
+    if peak > max {
+        let message = format!(
+            "{peak} writes waited at once on a client reading slowly, over {max} (one per call in progress, one more): \
+             the server kept taking requests it could not answer"
+        );
+        report.violations.push(Violation { invariant: 10, message });
+    }
 }
 
 /// Whether `text` holds `secret` in a form a reader would decode: as it is, or escaped (a

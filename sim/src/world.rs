@@ -82,6 +82,8 @@ pub struct World {
     pub sandbox: Rc<crate::sandbox::SandboxFaults>,
     /// The durability oracle, shared by the services and the protocol stream.
     pub oracle: Rc<Oracle>,
+    /// A client that reads the server's lines slowly (a fault).
+    pub slow_reader: Rc<crate::stdio::SlowReader>,
 }
 
 pub struct Instance {
@@ -95,10 +97,10 @@ impl World {
     pub fn new(seed: u64) -> World {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let crashed = Rc::new(Cell::new(false));
-        let disk = SimDisk::new(ChaCha8Rng::seed_from_u64(rng.next_u64()), Rc::clone(&crashed));
+        let clock = SimClock::new();
+        let disk = SimDisk::new(ChaCha8Rng::seed_from_u64(rng.next_u64()), Rc::clone(&crashed), Rc::clone(&clock));
         let services = Services::new();
         *services.crashed.borrow_mut() = Some(Rc::clone(&crashed));
-        let clock = SimClock::new();
         *services.clock.borrow_mut() = Some(Rc::clone(&clock));
         let oracle = Oracle::new(Rc::clone(&disk), World::path("journals"));
         *services.oracle.borrow_mut() = Some(Rc::clone(&oracle));
@@ -113,6 +115,7 @@ impl World {
             services,
             sandbox: Rc::new(crate::sandbox::SandboxFaults::default()),
             oracle,
+            slow_reader: Rc::default(),
         }
     }
 
@@ -137,6 +140,7 @@ impl World {
                 crashed: Rc::clone(&self.crashed),
                 oracle: Rc::clone(&self.oracle),
                 clock: Rc::clone(&self.clock),
+                spawn: executor.spawner(),
             }),
             net: Rc::new(SimNet(Rc::clone(&self.services))),
             db: Rc::new(SimDb(Rc::clone(&self.services))),
@@ -158,7 +162,7 @@ impl World {
         self.instances.set(self.instances.get() + 1);
         let executor =
             Executor::new(ChaCha8Rng::seed_from_u64(self.next_u64()), Rc::clone(&self.clock), Rc::clone(&self.crashed));
-        let pipe = Pipe::new();
+        let pipe = Pipe::new(Rc::clone(&self.slow_reader));
         let env = self.env(&executor, &pipe);
         let exit = Rc::new(RefCell::new(None));
         let slot = Rc::clone(&exit);
@@ -177,7 +181,7 @@ impl World {
     {
         let executor =
             Executor::new(ChaCha8Rng::seed_from_u64(self.next_u64()), Rc::clone(&self.clock), Rc::clone(&self.crashed));
-        let pipe = Pipe::new();
+        let pipe = Pipe::new(Rc::default());
         let env = self.env(&executor, &pipe);
         let outcome = Rc::new(RefCell::new(None));
         let slot = Rc::clone(&outcome);

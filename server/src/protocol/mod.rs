@@ -165,54 +165,49 @@ impl Connection {
         match routed {
             Routed::Reply(reply) => self.send(reply).await,
             Routed::Static { id, result } => self.send_static(&id, &result).await,
-            Routed::Call(call) => self.start_call(call),
+            Routed::Call(call) => self.start_call(call).await,
         }
     }
 
-    /// Runs a call as its own task, so a long run never holds up other requests.
-    fn start_call(self: &Rc<Self>, call: PendingCall) {
+    /// Runs a call as its own task, so a long run never holds up other requests. A call
+    /// counts as in progress until its answer is written, and a refusal (a duplicate id, a
+    /// busy server) is written before the next request is read: a client that floods the
+    /// server without reading its answers slows it down instead of making it hold ever more.
+    async fn start_call(self: &Rc<Self>, call: PendingCall) {
         let key = call.id.to_string();
         if self.calls.borrow().contains_key(&key) {
             let error =
                 RpcError::new(Some(call.id), jsonrpc::INVALID_REQUEST, "a request with this id is still in progress");
-            let connection = Rc::clone(self);
-            self.env.spawn.spawn(Box::pin(async move { connection.send(error.to_value()).await }));
+            self.send(error.to_value()).await;
             return;
         }
-        let busy =
-            self.calls.borrow().len() >= call::calls_in_progress_max(self.catalog.manifest.server.max_concurrent_runs);
-        let control = Rc::new(CallControl::default());
-        if !busy {
-            self.calls.borrow_mut().insert(key.clone(), Rc::clone(&control));
+        if self.calls.borrow().len() >= call::calls_in_progress_max(self.catalog.manifest.server.max_concurrent_runs) {
+            let busy = crate::answer::error_result(
+                "the server is busy: too many calls are in progress; nothing was run, try again later".to_string(),
+            );
+            self.send((call.finish)(self, &call.id, busy)).await;
+            return;
         }
+        let control = Rc::new(CallControl::default());
+        self.calls.borrow_mut().insert(key.clone(), Rc::clone(&control));
         let guard = self.tasks.enter();
         let connection = Rc::clone(self);
         self.env.spawn.spawn(Box::pin(async move {
             let _guard = guard;
-            let reply = if busy {
-                CallReply::Result(
-                    crate::answer::error_result(
-                        "the server is busy: too many calls are in progress; nothing was run, try again later"
-                            .to_string(),
-                    ),
-                    None,
-                )
-            } else if call.tool == RUN_STATUS_TOOL {
+            let reply = if call.tool == RUN_STATUS_TOOL {
                 CallReply::Result(crate::status::run_status(&connection.runs, &call.arguments).await, None)
             } else {
                 let tool = connection.catalog.tool(&call.tool).expect("routing checked the tool exists");
                 let progress = |run: &str| connection.progress(call.progress.as_ref(), run);
                 call::call_tool(&connection.runs, &connection.slots, tool, &call.arguments, &control, &progress).await
             };
-            if !busy {
-                connection.calls.borrow_mut().remove(&key);
-            }
             if let CallReply::Result(result, run) = reply {
                 connection.send((call.finish)(&connection, &call.id, result)).await;
                 if let Some(run) = run {
                     connection.env.reached(crate::env::Point::Answered, &run);
                 }
             }
+            connection.calls.borrow_mut().remove(&key);
         }));
     }
 
