@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::answer::{answer, error_result, stopped_result};
 use crate::call::{once_record, worst_case, CallControl, CallReply};
 use crate::catalog::Tool;
-use crate::ledger::{Event, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
+use crate::ledger::{Event, LedgerError, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
 use crate::runs::{InProgress, Runs};
 use crate::store::RunStore;
 
@@ -27,6 +27,12 @@ pub enum Admission<'a> {
 
 fn answered(text: String) -> Admission<'static> {
     Admission::Answered(CallReply::Result(error_result(text), None))
+}
+
+/// The ledger failed: the server stops, and the call is answered that nothing was run.
+fn not_recorded(runs: &Runs, error: LedgerError) -> Admission<'static> {
+    runs.stop(&error.clone().into());
+    answered(format!("the server could not record the call durably ({error}); nothing was run"))
 }
 
 /// Admits one call of `tool` with its checked `inputs`, or answers it.
@@ -51,6 +57,10 @@ pub async fn admit<'a>(
         };
         if let Some(earlier) = found {
             drop(held);
+            // The earlier run's reserve may still wait for its fsync: answer once it is durable.
+            if let Err(error) = runs.ledger.flush().await {
+                return not_recorded(runs, error);
+            }
             let reply = repeated(runs, tool, &earlier, once).await;
             return Admission::Answered(CallReply::Result(reply, Some(earlier.run)));
         }
@@ -65,6 +75,11 @@ pub async fn admit<'a>(
         let admitted =
             runs.ledger.state().quota_admits(name, quota.window_ms, quota.calls, quota.money.as_ref(), &worst, now);
         if let Err(refusal) = admitted {
+            // The runs that fill the window may still wait for their fsync.
+            drop(held);
+            if let Err(error) = runs.ledger.flush().await {
+                return not_recorded(runs, error);
+            }
             return answered(refusal.message);
         }
     }
@@ -82,14 +97,12 @@ pub async fn admit<'a>(
         money: worst.iter().map(MoneyRecord::from).collect(),
         once,
     };
-    if let Err(error) = RunStore::reserve(runs, &held, reserve).await {
-        drop(held);
-        runs.stop(&error.clone().into());
-        return answered(format!("the server could not record the call durably ({error}); nothing was run"));
-    }
-    // From the reserve on, a repeated `once` call finds this run in progress.
+    // In progress from the reserve on (marked first: the lock is released while the reserve
+    // waits for its fsync), so a repeated `once` call finds this run in progress.
     let running = runs.running(&run);
-    drop(held);
+    if let Err(error) = RunStore::reserve(runs, held, reserve).await {
+        return not_recorded(runs, error);
+    }
     Admission::Reserved { run, slot, running }
 }
 

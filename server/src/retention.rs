@@ -40,6 +40,8 @@ fn files_expired(runs: &Runs, entry: &RunEntry, now: u64) -> bool {
 }
 
 pub async fn sweep(runs: &Runs) -> Result<Swept, Fatal> {
+    // Files are deleted on what the ledger says: only once all of it is durable.
+    runs.ledger.flush().await?;
     let now = runs.ledger.stamp();
     let expired: Vec<RunEntry> =
         runs.ledger.state().runs.values().filter(|e| files_expired(runs, e, now)).cloned().collect();

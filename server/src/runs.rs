@@ -308,8 +308,12 @@ impl Runs {
                 let at_ms = self.ledger.stamp();
                 let charged = charged_of(&end.usage);
                 let event = Event::Settle { run: run.to_string(), at_ms, charged, outcome: end.outcome.clone() };
-                self.ledger.append(&held, event).await?;
+                self.ledger.append(held, event).await?;
                 self.env.reached(Point::Settled, run);
+            } else {
+                // Settled already, perhaps by an event still waiting for its fsync.
+                drop(held);
+                self.ledger.flush().await?;
             }
         }
         // The kept arguments are not waited on: a removal a crash undoes is redone by

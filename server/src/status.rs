@@ -40,6 +40,10 @@ pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>)
             )
         }
     };
+    // What the state says is answered only once it is durable.
+    if let Err(error) = runs.ledger.flush().await {
+        return crate::answer::error_result(format!("the server could not read its ledger durably ({error})"));
+    }
     let entry = runs.ledger.state().run(&run).cloned();
     let Some(entry) = entry else {
         return status_result(json!({"run": run, "status": "unknown"}), format!("run {run} is unknown to this server"));

@@ -13,9 +13,10 @@ use crate::runs::{Fatal, Runs, Waiting};
 use crate::sync::MutexGuard;
 
 pub trait RunStore {
-    /// Step 1: the `reserve` event, durable, under the ledger's lock (the caller looked up
-    /// `once` and the quota under the same hold).
-    fn reserve<'a>(&'a self, held: &'a MutexGuard<'a>, event: Event) -> LocalBoxFuture<'a, Result<(), LedgerError>>;
+    /// Step 1: the `reserve` event, durable, written under the ledger's lock (the caller
+    /// looked up `once` and the quota under the same hold; the lock is released while the
+    /// event's fsync is shared with others).
+    fn reserve<'a>(&'a self, held: MutexGuard<'a>, event: Event) -> LocalBoxFuture<'a, Result<(), LedgerError>>;
     /// A run that never started (recovery): its files go, then its reservation is released.
     fn release<'a>(&'a self, tool: &'a str, run: &'a str) -> LocalBoxFuture<'a, Result<(), Fatal>>;
     /// Steps 2 and 3: the kept arguments, then the journal's header, each durable.
@@ -41,7 +42,7 @@ pub trait RunStore {
 }
 
 impl RunStore for Runs {
-    fn reserve<'a>(&'a self, held: &'a MutexGuard<'a>, event: Event) -> LocalBoxFuture<'a, Result<(), LedgerError>> {
+    fn reserve<'a>(&'a self, held: MutexGuard<'a>, event: Event) -> LocalBoxFuture<'a, Result<(), LedgerError>> {
         assert!(matches!(event, Event::Reserve { .. }), "reserve appends reserve events only");
         Box::pin(self.ledger.append(held, event))
     }
@@ -53,7 +54,7 @@ impl RunStore for Runs {
             self.remove_if_present(&paths.journal).await?;
             let held = self.ledger.lock().await;
             let at_ms = self.ledger.stamp();
-            self.ledger.append(&held, Event::Release { run: run.to_string(), at_ms }).await?;
+            self.ledger.append(held, Event::Release { run: run.to_string(), at_ms }).await?;
             Ok(())
         })
     }

@@ -205,3 +205,53 @@ impl Drop for MutexGuard<'_> {
         }
     }
 }
+
+/// Wakes every task waiting when something they wait for changed (a group commit made more
+/// events durable). Waiters are the tasks in progress, which the call pipeline bounds.
+#[derive(Default)]
+pub struct Notify {
+    generation: Cell<u64>,
+    next_ticket: Cell<u64>,
+    waiters: RefCell<std::collections::BTreeMap<u64, Waker>>,
+}
+
+impl Notify {
+    pub fn notify_all(&self) {
+        self.generation.set(self.generation.get() + 1);
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        for (_, waker) in waiters {
+            waker.wake();
+        }
+    }
+
+    /// Completes at the next `notify_all` after this call.
+    pub fn changed(&self) -> NotifyWait<'_> {
+        let ticket = self.next_ticket.get();
+        self.next_ticket.set(ticket + 1);
+        NotifyWait { notify: self, seen: self.generation.get(), ticket }
+    }
+}
+
+pub struct NotifyWait<'a> {
+    notify: &'a Notify,
+    seen: u64,
+    ticket: u64,
+}
+
+impl Future for NotifyWait<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.notify.generation.get() != self.seen {
+            return Poll::Ready(());
+        }
+        self.notify.waiters.borrow_mut().insert(self.ticket, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for NotifyWait<'_> {
+    fn drop(&mut self) {
+        self.notify.waiters.borrow_mut().remove(&self.ticket);
+    }
+}

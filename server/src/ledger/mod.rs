@@ -2,9 +2,17 @@
 //! hold (seed 000 section 6). One checksummed event a line: `reserve`, `settle`, `release`.
 //!
 //! `State` is the pure fold of the events (rebuilt at start, and after each append). The
-//! `Ledger` writes events: each is appended and fsynced before anything depends on it, and
-//! the in-memory state changes only after the fsync succeeded. A failed write or fsync poisons
-//! the ledger: nothing more is written (as fjall and PostgreSQL do), and the server stops.
+//! `Ledger` writes events: each is appended and fsynced before anything depends on it. A
+//! failed write or fsync poisons the ledger: nothing more is written (as fjall and
+//! PostgreSQL do), and the server stops.
+//!
+//! Group commit: an event is written and applied to the state under the append lock, so the
+//! next decision sees it; the lock is then released and the caller waits until an fsync
+//! covers its event. While one fsync is in flight, other calls write their events; the next
+//! fsync makes all of them durable at once, and each caller goes on when its own is. A
+//! decision read from the state (a `once` key found, a quota refusal, a status, files to
+//! delete) waits with `flush` until everything it read is durable. A crash in the middle of
+//! a batch leaves whole lines and at most one torn tail, which the next start drops.
 
 mod state;
 
@@ -16,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::env::Env;
 use crate::money::Money;
 use crate::record;
+use crate::sync::{MutexGuard, Notify};
 
 pub use state::{duration_text, OnceLookup, QuotaRefusal, RunEntry, RunPhase, State};
 
@@ -131,6 +140,26 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(State, record::Records<Event>
     Ok((state, parsed))
 }
 
+/// Marks an fsync in flight; ends the mark even if the leading task is dropped mid-fsync,
+/// so its waiters take over instead of waiting forever.
+struct Leading<'a> {
+    ledger: &'a Ledger,
+}
+
+impl<'a> Leading<'a> {
+    fn new(ledger: &'a Ledger) -> Leading<'a> {
+        assert!(!ledger.syncing.replace(true), "one ledger fsync at a time");
+        Leading { ledger }
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        self.ledger.syncing.set(false);
+        self.ledger.committed.notify_all();
+    }
+}
+
 /// The ledger file and its state, owned by the one server holding `server.lock`.
 pub struct Ledger {
     env: Env,
@@ -138,8 +167,17 @@ pub struct Ledger {
     file: PathBuf,
     state: RefCell<State>,
     poisoned: Cell<bool>,
-    /// Serialises appends: each event is durable before the next is decided.
+    /// Serialises decisions and writes: each event is in the state before the next is decided.
     lock: crate::sync::Mutex,
+    /// Events written to the file so far, and how many of them an fsync has made durable.
+    written: Cell<u64>,
+    durable: Cell<u64>,
+    /// The file was created by a write not yet covered by a directory fsync.
+    dir_unsynced: Cell<bool>,
+    /// An fsync is in flight (its caller leads the next commit).
+    syncing: Cell<bool>,
+    /// Woken when an fsync ends, made events durable or failed.
+    committed: Notify,
 }
 
 impl Ledger {
@@ -181,6 +219,11 @@ impl Ledger {
             state: RefCell::new(state),
             poisoned: Cell::new(false),
             lock: crate::sync::Mutex::new(),
+            written: Cell::new(0),
+            durable: Cell::new(0),
+            dir_unsynced: Cell::new(false),
+            syncing: Cell::new(false),
+            committed: Notify::default(),
         })
     }
 
@@ -206,14 +249,16 @@ impl Ledger {
     }
 
     /// Takes the append lock: what is decided under it (a quota, a `once` key) cannot be
-    /// raced by another call until the event is durable.
+    /// raced by another call until its event is in the state (and the caller's answer waits
+    /// for it to be durable).
     pub async fn lock(&self) -> crate::sync::MutexGuard<'_> {
         self.lock.lock().await
     }
 
-    /// Appends one event durably (write, fsync; directory fsync when the file is new), then
-    /// applies it. The caller holds the lock from `lock()`.
-    pub async fn append(&self, _held: &crate::sync::MutexGuard<'_>, event: Event) -> Result<(), LedgerError> {
+    /// Appends one event durably: writes it and applies it to the state under the lock the
+    /// caller holds, releases the lock, and returns once an fsync (shared with the events
+    /// others write meanwhile) has made it durable.
+    pub async fn append(&self, held: MutexGuard<'_>, event: Event) -> Result<(), LedgerError> {
         if self.poisoned.get() {
             return Err(LedgerError::Poisoned);
         }
@@ -222,22 +267,70 @@ impl Ledger {
             panic!("refusing to write a ledger event that breaks the one-reserve rule: {problem}");
         }
         let is_new = !self.env.disk.exists(&self.file).await.unwrap_or(false);
-        let line = record::encode(&event);
-        let written = async {
-            self.env.disk.append(&self.file, line).await.map_err(|e| format!("appending failed: {e}"))?;
+        if let Err(e) = self.env.disk.append(&self.file, record::encode(&event)).await {
+            self.poisoned.set(true);
+            self.committed.notify_all();
+            return Err(LedgerError::Io { file: self.file.clone(), problem: format!("appending failed: {e}") });
+        }
+        if is_new {
+            self.dir_unsynced.set(true);
+        }
+        self.state.borrow_mut().apply(&event).expect("checked before writing");
+        let seq = self.written.get() + 1;
+        self.written.set(seq);
+        drop(held);
+        self.durable_up_to(seq).await
+    }
+
+    /// Returns once every event written so far is durable: a decision read from the state
+    /// may depend on events other calls wrote and still wait for.
+    pub async fn flush(&self) -> Result<(), LedgerError> {
+        self.durable_up_to(self.written.get()).await
+    }
+
+    /// Waits until event `seq` is durable, leading an fsync when none is in flight.
+    async fn durable_up_to(&self, seq: u64) -> Result<(), LedgerError> {
+        loop {
+            if self.durable.get() >= seq {
+                return Ok(());
+            }
+            if self.poisoned.get() {
+                return Err(LedgerError::Poisoned);
+            }
+            if self.syncing.get() {
+                self.committed.changed().await;
+                continue;
+            }
+            self.commit().await?;
+        }
+    }
+
+    /// One fsync covering every event written so far (and the directory, for a new file).
+    async fn commit(&self) -> Result<(), LedgerError> {
+        let leading = Leading::new(self);
+        let target = self.written.get();
+        let new_file = self.dir_unsynced.replace(false);
+        let synced = async {
             self.env.disk.fsync(&self.file).await.map_err(|e| format!("fsync failed: {e}"))?;
-            if is_new {
+            if new_file {
                 self.env.disk.fsync_dir(&self.dir).await.map_err(|e| format!("fsync of the directory failed: {e}"))?;
             }
             Ok::<(), String>(())
         }
         .await;
-        if let Err(problem) = written {
-            self.poisoned.set(true);
-            return Err(LedgerError::Io { file: self.file.clone(), problem });
+        drop(leading);
+        match synced {
+            Ok(()) => {
+                self.durable.set(self.durable.get().max(target));
+                self.committed.notify_all();
+                Ok(())
+            }
+            Err(problem) => {
+                self.poisoned.set(true);
+                self.committed.notify_all();
+                Err(LedgerError::Io { file: self.file.clone(), problem })
+            }
         }
-        self.state.borrow_mut().apply(&event).expect("checked before writing");
-        Ok(())
     }
 
     /// Rewrites the ledger keeping only the runs `keep` selects: temporary file, fsync,
@@ -245,9 +338,8 @@ impl Ledger {
     /// When every run is kept, nothing is rewritten (a start does not pay for history).
     pub async fn compact(&self, keep: impl Fn(&RunEntry) -> bool) -> Result<usize, LedgerError> {
         let held = self.lock().await;
-        if self.poisoned.get() {
-            return Err(LedgerError::Poisoned);
-        }
+        // The rename must not overtake an fsync of the old file in flight.
+        self.flush().await?;
         if self.state.borrow().runs.values().all(&keep) {
             return Ok(0);
         }
