@@ -72,6 +72,8 @@ fi
 WARDEN_CHROMIUM="$(command -v chromium)" cargo test -p warden-sim --test timeline --locked -- --ignored
 
 step "planted bugs: the CI subset of mutants/, each caught by the simulator (the whole set: scripts/mutants.sh)"
+# Every patch must still apply, or the full run (a documented longer command) would stop at it.
+for patch in "$root"/mutants/*.patch; do git -C "$root" apply --check "$patch"; done
 if git -C "$root" diff --quiet -- server; then
     "$root/scripts/mutants.sh" --quick
 else
