@@ -105,6 +105,9 @@ impl Tool {
             tool.insert("outputSchema".into(), output);
         }
         tool.insert("annotations".into(), self.annotations());
+        // The digest a client can pin (and `warden.lock` records): a rewritten description
+        // or schema changes it.
+        tool.insert("_meta".into(), json!({crate::tool_lock::META_DIGEST: crate::tool_lock::tool_digest(self).digest}));
         Value::Object(tool)
     }
 

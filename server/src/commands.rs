@@ -26,6 +26,7 @@ const LOCK_RETRY_MS: u64 = 100;
 pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
     let catalog = Rc::new(load(env, manifest_path).await?);
     catalog.check_secrets(env)?;
+    let pinned = crate::tool_lock::verify(env, &catalog).await?;
     initialize_databases(env, &catalog).await?;
     let journals = catalog.manifest.server.journals.clone();
     create_root(env, &journals).await?;
@@ -45,10 +46,11 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
     retention::sweep(&runs).await.map_err(|Fatal(message)| message)?;
     warn_about_duplicates(env, &catalog);
     env.log(&format!(
-        "serving {} tool(s) from {} as `{}`",
+        "serving {} tool(s) from {} as `{}`{}",
         catalog.tools.len(),
         manifest_path.display(),
-        catalog.manifest.server.name
+        catalog.manifest.server.name,
+        if pinned { ", each as warden.lock recorded it" } else { " (no warden.lock: the tools are not pinned)" }
     ));
     spawn_daily_sweep(&runs);
     let connection = Connection::new(Rc::clone(&runs));
@@ -176,6 +178,17 @@ pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
             tool.program.path.display(),
             inputs.join(", ")
         ));
+    }
+    Ok(report)
+}
+
+/// `warden lock <manifest>`: records each tool's digest in `warden.lock` beside the manifest.
+pub async fn lock(env: &Env, manifest_path: &Path) -> Result<String, String> {
+    let catalog = load(env, manifest_path).await?;
+    let path = crate::tool_lock::write(env, &catalog).await?;
+    let mut report = format!("wrote {}: {} tool(s) pinned\n", path.display(), catalog.tools.len());
+    for tool in &catalog.tools {
+        report.push_str(&format!("  {} {}\n", tool.config.name, crate::tool_lock::tool_digest(tool).digest));
     }
     Ok(report)
 }

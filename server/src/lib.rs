@@ -24,6 +24,7 @@ pub mod runs;
 pub mod status;
 pub mod store;
 pub mod sync;
+pub mod tool_lock;
 
 /// Warden's version, bound into journals and reported as `serverInfo.version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -26,6 +26,9 @@ enum Command {
     Check { manifest: PathBuf },
     /// Print the tools' schemas as `tools/list` gives them.
     Schema { manifest: PathBuf, tool: Option<String> },
+    /// Pin the tools: write `warden.lock` beside the manifest with a digest of each tool's
+    /// name, description and schemas. `warden mcp` then refuses to start when one changed.
+    Lock { manifest: PathBuf },
     #[command(flatten)]
     Hidden(Hidden),
     /// Settle an action in doubt of a run waiting for an operator, or resume a halted run.
@@ -111,6 +114,10 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::Lock { manifest } => {
+            let env = warden::io::command_env();
+            report(warden::io::run(warden::commands::lock(&env, &manifest)))
+        }
         Command::Schema { manifest, tool } => {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::schema(&env, &manifest, tool.as_deref())))
