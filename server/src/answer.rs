@@ -33,6 +33,20 @@ pub fn error_result(text: String) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
 }
 
+/// The `_meta` key under which a call refused on its arguments carries each problem with its
+/// JSON path.
+pub const META_INVALID_ARGUMENTS: &str = "dev.warden/invalid-arguments";
+
+/// The `_meta` key under which a stopped result names its run and its status.
+pub const META_RUN: &str = "dev.warden/run";
+
+/// A call refused on its arguments: every problem as text, and again with paths in `_meta`.
+pub fn invalid_arguments(invalid: &crate::program::InvalidInputs) -> Value {
+    let mut result = error_result(invalid.text());
+    result["_meta"] = json!({META_INVALID_ARGUMENTS: invalid.meta()});
+    result
+}
+
 /// The largest tool result sent, as JSON (seed 000 section 3).
 pub const RESULT_BYTES_MAX: usize = 1024 * 1024;
 
@@ -55,7 +69,8 @@ pub fn stopped_result(run: &str) -> Value {
             "run {run} stopped: an action may already have happened and only an operator can tell. \
              The run is waiting for an operator. Do not call this tool again for it; follow run {run} with warden_run_status."
         )}],
-        "structuredContent": {"status": "waiting_for_operator", "run": run},
+        // Not in `structuredContent`, which must match the tool's output schema.
+        "_meta": {META_RUN: {"status": "waiting_for_operator", "run": run}},
         "isError": true
     })
 }

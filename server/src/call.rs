@@ -124,9 +124,7 @@ pub async fn call_tool(
     let name = &tool.config.name;
     let inputs = match tool.program.check_inputs(arguments) {
         Ok(inputs) => inputs,
-        Err(problems) => {
-            return CallReply::Result(error_result(format!("invalid arguments:\n- {}", problems.join("\n- "))), None)
-        }
+        Err(invalid) => return CallReply::Result(crate::answer::invalid_arguments(&invalid), None),
     };
     let (run, _slot, running) = match admission::admit(runs, slots, tool, &inputs, control).await {
         Admission::Answered(reply) => return reply,

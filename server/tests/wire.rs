@@ -243,6 +243,19 @@ fn tool_calls_answer_by_outcome() {
     for path in ["$.extra", "$.text: is required", "$.times", "$.tags[0]", "$.tags[2]", "$.price.amount"] {
         assert!(text.contains(path), "{path} missing from {text}");
     }
+    // The same problems for programs, each with its path, under `_meta` (never in
+    // `structuredContent`, which must match the output schema).
+    assert!(refused["result"].get("structuredContent").is_none(), "{refused}");
+    let structured = &refused["result"]["_meta"]["dev.warden/invalid-arguments"];
+    let paths: Vec<&str> =
+        structured["problems"].as_array().unwrap().iter().map(|p| p["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["$.extra", "$.text", "$.times", "$.tags[0]", "$.tags[2]", "$.price.amount"], "{structured}");
+    assert_eq!(structured["problems"][1]["problem"], json!("is required"));
+    assert_eq!(structured["omitted"], json!(0));
+    // In the 2025-11-25 era too.
+    wire.initialize();
+    let legacy = wire.request(Era::Legacy, json!(22), "tools/call", json!({"name": "echo", "arguments": {"times": 1}}));
+    assert_eq!(legacy["result"]["_meta"]["dev.warden/invalid-arguments"]["problems"][0]["path"], json!("$.text"));
 
     let budget = wire.request(Era::Modern, json!(3), "tools/call", json!({"name": "spin"}));
     assert_eq!(budget["result"]["isError"], json!(true));

@@ -155,8 +155,8 @@ impl Oracle {
         if text.contains("could not record the call durably") || text.contains("could not be recorded durably") {
             return;
         }
-        if result["structuredContent"]["status"] == "waiting_for_operator" {
-            let run = result["structuredContent"]["run"].as_str().unwrap_or("").to_string();
+        if result["_meta"]["dev.warden/run"]["status"] == "waiting_for_operator" {
+            let run = result["_meta"]["dev.warden/run"]["run"].as_str().unwrap_or("").to_string();
             self.checks.set(self.checks.get() + 1);
             self.waiting_durable(&run, "the answer that it waits");
             return;

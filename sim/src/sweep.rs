@@ -504,7 +504,7 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
         // 7: every answer naming a result is backed by a settled run.
         for (id, answer) in &client.answers {
             let Some(run) = client.runs.get(id).and_then(|runs| runs.last()) else { continue };
-            let stopped = answer["structuredContent"]["status"] == json!("waiting_for_operator");
+            let stopped = answer["_meta"]["dev.warden/run"]["status"] == json!("waiting_for_operator");
             let internal =
                 answer["content"][0]["text"].as_str().is_some_and(|t| t.contains("could not be recorded durably"));
             if stopped || internal {

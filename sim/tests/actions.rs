@@ -308,8 +308,8 @@ fn a_plain_post_in_doubt_waits_for_an_operator_who_resolves_it() {
     let instance = world.start("manifest.json");
     let stopped = ask(&instance, &call(1, "add_note", json!({"text": "hello"})));
     assert_eq!(stopped["isError"], json!(true));
-    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"));
-    let run = stopped["structuredContent"]["run"].as_str().unwrap().to_string();
+    assert_eq!(stopped["_meta"]["dev.warden/run"]["status"], json!("waiting_for_operator"));
+    let run = stopped["_meta"]["dev.warden/run"]["run"].as_str().unwrap().to_string();
     assert!(text(&stopped).contains("Do not call this tool again"), "{}", text(&stopped));
     // The waiting record is on disk, stderr names the resolve command, notify was retried.
     let files = warden::journal::RunFiles::new(&journals(), "add_note", &run);
@@ -414,7 +414,7 @@ fn once_repeated_while_its_run_waits_for_an_operator_gets_the_same_stopped_answe
     world.services.fault_next("notes.sim", NetFault::LoseResponse);
     let instance = world.start("manifest.json");
     let stopped = ask(&instance, &call(1, "add_note_once", json!({"text": "once"})));
-    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"));
+    assert_eq!(stopped["_meta"]["dev.warden/run"]["status"], json!("waiting_for_operator"));
     let again = ask(&instance, &call(2, "add_note_once", json!({"text": "once"})));
     assert_eq!(again, stopped, "the repeat gets the same stopped result, and nothing runs");
     assert_eq!(world.services.effects_of("note"), 1);

@@ -477,7 +477,7 @@ fn status_names_the_action_waiting_for_an_operator() {
     world.services.fault_next("notes.sim", NetFault::LoseResponse);
     let instance = world.start("manifest.json");
     let stopped = ask(&instance, &call(1, "slow_note", json!({"text": "hello"})));
-    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"));
+    assert_eq!(stopped["_meta"]["dev.warden/run"]["status"], json!("waiting_for_operator"));
     let status = world.start_command(|env| {
         Box::pin(async move { warden::commands::status(&env, &World::path("manifest.json")).await })
     });
@@ -492,8 +492,8 @@ fn waiting_run(world: &World) -> (Instance, String) {
     world.services.fault_next("notes.sim", NetFault::LoseResponse);
     let instance = world.start("manifest.json");
     let stopped = ask(&instance, &call(1, "slow_note", json!({"text": "hello"})));
-    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"), "{stopped}");
-    let run = stopped["structuredContent"]["run"].as_str().unwrap().to_string();
+    assert_eq!(stopped["_meta"]["dev.warden/run"]["status"], json!("waiting_for_operator"), "{stopped}");
+    let run = stopped["_meta"]["dev.warden/run"]["run"].as_str().unwrap().to_string();
     (instance, run)
 }
 
@@ -675,8 +675,8 @@ fn a_refund_resolved_as_happened_with_the_services_own_record_is_charged() {
     let instance = world.start("manifest.json");
     let stopped =
         ask(&instance, &call(1, "refund_twice", json!({"order": "pi_1002", "first": usd("20"), "second": usd("20")})));
-    assert_eq!(stopped["structuredContent"]["status"], json!("waiting_for_operator"), "{stopped}");
-    let run = stopped["structuredContent"]["run"].as_str().unwrap().to_string();
+    assert_eq!(stopped["_meta"]["dev.warden/run"]["status"], json!("waiting_for_operator"), "{stopped}");
+    let run = stopped["_meta"]["dev.warden/run"]["run"].as_str().unwrap().to_string();
     drop(instance);
     // The operator pastes the payment service's own refund object, as the runbook says.
     let stripe = r#"{"id": "re_0", "object": "refund", "amount": 2000, "status": "succeeded"}"#;

@@ -23,6 +23,7 @@ use starlark::eval::Evaluator;
 use starlark::syntax::{AstModule, Dialect, DialectTypes};
 
 pub use run::{execute, execute_with, Execution, Failure, FailureKind, Outcome, RunLimits};
+pub use types::InputProblem;
 use types::{ArgType, INPUT_PROBLEMS_MAX};
 
 /// The largest program file accepted.
@@ -78,6 +79,32 @@ pub(crate) fn globals() -> Globals {
     GlobalsBuilder::extended_by(&[LibraryExtension::Print, LibraryExtension::Typing, LibraryExtension::Json])
         .with(starlark_money::money_globals)
         .build()
+}
+
+/// Every bad argument of a call (the first `INPUT_PROBLEMS_MAX`), and how many more.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidInputs {
+    pub problems: Vec<InputProblem>,
+    pub omitted: usize,
+}
+
+impl InvalidInputs {
+    /// The text a model reads: one line per problem.
+    pub fn text(&self) -> String {
+        let mut lines: Vec<String> = self.problems.iter().map(|p| format!("- {p}")).collect();
+        if self.omitted > 0 {
+            lines.push(format!("- ... and {} more", self.omitted));
+        }
+        format!("invalid arguments:\n{}", lines.join("\n"))
+    }
+
+    /// The same problems for programs: each with its JSON path, under `_meta` (never in
+    /// `structuredContent`, which must match the tool's output schema).
+    pub fn meta(&self) -> Value {
+        let problems: Vec<Value> =
+            self.problems.iter().map(|p| serde_json::json!({"path": p.path, "problem": p.problem})).collect();
+        serde_json::json!({"problems": problems, "omitted": self.omitted})
+    }
 }
 
 impl Program {
@@ -206,14 +233,14 @@ impl Program {
         }))
     }
 
-    /// Warden's own input check: every problem at once, or the normalised inputs in
-    /// declaration order with defaults filled in.
-    pub fn check_inputs(&self, arguments: &Map<String, Value>) -> Result<Map<String, Value>, Vec<String>> {
+    /// Warden's own input check: every problem at once (the first `INPUT_PROBLEMS_MAX`, and
+    /// how many more), or the normalised inputs in declaration order with defaults filled in.
+    pub fn check_inputs(&self, arguments: &Map<String, Value>) -> Result<Map<String, Value>, InvalidInputs> {
         let mut problems = Vec::new();
         let mut checked = Map::new();
         for name in arguments.keys() {
             if !self.inputs.iter().any(|input| &input.name == name) {
-                problems.push(format!("$.{name}: is not an input of this tool"));
+                problems.push(InputProblem::new(format!("$.{name}"), "is not an input of this tool".to_string()));
             }
         }
         for input in &self.inputs {
@@ -225,18 +252,15 @@ impl Program {
                 (None, Some(default)) => {
                     checked.insert(input.name.clone(), default.clone());
                 }
-                (None, None) => problems.push(format!("{path}: is required")),
+                (None, None) => problems.push(InputProblem::new(path, "is required".to_string())),
             }
         }
         if problems.is_empty() {
             return Ok(checked);
         }
-        if problems.len() > INPUT_PROBLEMS_MAX {
-            let more = problems.len() - INPUT_PROBLEMS_MAX;
-            problems.truncate(INPUT_PROBLEMS_MAX);
-            problems.push(format!("... and {more} more"));
-        }
-        Err(problems)
+        let omitted = problems.len().saturating_sub(INPUT_PROBLEMS_MAX);
+        problems.truncate(INPUT_PROBLEMS_MAX);
+        Err(InvalidInputs { problems, omitted })
     }
 
     pub(crate) fn module(&self) -> &FrozenModule {
@@ -262,6 +286,7 @@ fn input(param: &DocParam, at: &str) -> Result<Input, String> {
             let mut problems = Vec::new();
             let value = ty.check(&value, &format!("default of `{name}`"), &mut problems);
             if !problems.is_empty() {
+                let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
                 return Err(format!("{at}: input `{name}`: {}", problems.join("; ")));
             }
             Some(value)

@@ -242,7 +242,10 @@ fn result_json(value: StarlarkValue, returns: Option<&ArgType>) -> Outcome {
     } else {
         Outcome::Failed(Failure {
             kind: FailureKind::Validation,
-            message: format!("the result does not match the return annotation: {}", problems.join("; ")),
+            message: format!(
+                "the result does not match the return annotation: {}",
+                problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+            ),
         })
     }
 }

@@ -14,6 +14,25 @@ pub const TYPE_DEPTH_MAX: usize = 8;
 /// The most input problems listed in one result; the rest are counted.
 pub const INPUT_PROBLEMS_MAX: usize = 50;
 
+/// One bad argument: where (a JSON path from `$`, the arguments object) and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputProblem {
+    pub path: String,
+    pub problem: String,
+}
+
+impl InputProblem {
+    pub fn new(path: String, problem: String) -> InputProblem {
+        InputProblem { path, problem }
+    }
+}
+
+impl std::fmt::Display for InputProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.problem)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArgType {
     Str,
@@ -61,9 +80,9 @@ impl ArgType {
     }
 
     /// Checks `value` at `path`, pushing every problem; returns the normalised value.
-    pub fn check(&self, value: &Value, path: &str, problems: &mut Vec<String>) -> Value {
+    pub fn check(&self, value: &Value, path: &str, problems: &mut Vec<InputProblem>) -> Value {
         let mut wrong = |expected: &str| {
-            problems.push(format!("{path}: expected {expected}, got {}", describe(value)));
+            problems.push(InputProblem::new(path.to_string(), format!("expected {expected}, got {}", describe(value))));
             Value::Null
         };
         match (self, value) {
@@ -95,21 +114,27 @@ impl ArgType {
     }
 }
 
-fn check_money(object: &Map<String, Value>, path: &str, problems: &mut Vec<String>) -> Value {
+fn check_money(object: &Map<String, Value>, path: &str, problems: &mut Vec<InputProblem>) -> Value {
     let before = problems.len();
     for key in object.keys() {
         if key != "amount" && key != "currency" {
-            problems.push(format!("{path}.{key}: is not a field of money (only amount and currency)"));
+            problems.push(InputProblem::new(
+                format!("{path}.{key}"),
+                "is not a field of money (only amount and currency)".to_string(),
+            ));
         }
     }
-    let field = |name: &str, problems: &mut Vec<String>| match object.get(name) {
+    let field = |name: &str, problems: &mut Vec<InputProblem>| match object.get(name) {
         Some(Value::String(text)) => Some(text.clone()),
         Some(other) => {
-            problems.push(format!("{path}.{name}: expected a string, got {}", describe(other)));
+            problems.push(InputProblem::new(
+                format!("{path}.{name}"),
+                format!("expected a string, got {}", describe(other)),
+            ));
             None
         }
         None => {
-            problems.push(format!("{path}.{name}: is required"));
+            problems.push(InputProblem::new(format!("{path}.{name}"), "is required".to_string()));
             None
         }
     };
@@ -122,10 +147,10 @@ fn check_money(object: &Map<String, Value>, path: &str, problems: &mut Vec<Strin
     let mut parsed = None;
     match money::parse_amount(&amount) {
         Ok(minor) => parsed = Some(minor),
-        Err(e) => problems.push(format!("{path}.amount: {e}")),
+        Err(e) => problems.push(InputProblem::new(format!("{path}.amount"), e.to_string())),
     }
     if let Err(e) = money::check_currency(&currency) {
-        problems.push(format!("{path}.currency: {e}"));
+        problems.push(InputProblem::new(format!("{path}.currency"), e.to_string()));
     }
     match parsed {
         Some(minor) if problems.len() == before => Money { minor, currency }.to_json(),
@@ -248,6 +273,7 @@ mod tests {
         let mut problems = Vec::new();
         ty.check(&json!([{"amount": "1.234", "currency": "usd"}, 3, {"amount": "2"}]), "$.refunds", &mut problems);
         assert_eq!(problems.len(), 4, "{problems:?}");
+        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert!(problems[0].starts_with("$.refunds[0].amount"));
         assert!(problems[1].starts_with("$.refunds[0].currency"));
         assert!(problems[2].starts_with("$.refunds[1]: expected money"));

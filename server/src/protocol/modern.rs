@@ -108,7 +108,11 @@ fn complete_with(server_info: &Value, result: Value) -> Value {
         other => panic!("results are objects, got {other}"),
     };
     result.insert("resultType".into(), json!("complete"));
-    let mut meta = Map::new();
+    // Keeps what the result's own `_meta` carries (argument problems) beside the server's info.
+    let mut meta = match result.remove("_meta") {
+        Some(Value::Object(meta)) => meta,
+        _ => Map::new(),
+    };
     meta.insert(META_SERVER_INFO.into(), server_info.clone());
     result.insert("_meta".into(), Value::Object(meta));
     Value::Object(result)
