@@ -17,6 +17,21 @@ use crate::env::{LocalBoxFuture, Stdio};
 pub struct ProtectedStdio {
     reader: Option<Rc<tokio::sync::Mutex<tokio::fs::File>>>,
     writer: Rc<tokio::sync::Mutex<tokio::fs::File>>,
+    outbox: Rc<Outbox>,
+}
+
+/// Lines waiting to be written, batched: while one write is in flight, the lines other
+/// answers queue go out together in the next write (one syscall and one flush for all).
+/// Each caller returns once its own line is written, so a client that does not read still
+/// holds every writer back.
+#[derive(Default)]
+struct Outbox {
+    queued: std::cell::RefCell<Vec<u8>>,
+    /// Bytes queued since start, and bytes written (queued offsets, not buffer indexes).
+    queued_total: std::cell::Cell<u64>,
+    written_total: std::cell::Cell<u64>,
+    /// A write failed: every line not yet written fails with it.
+    failed: std::cell::Cell<Option<io::ErrorKind>>,
 }
 
 /// Takes fds 0 and 1 for the protocol and points the process's own at /dev/null and stderr.
@@ -36,6 +51,7 @@ pub fn protect_stdio() -> io::Result<ProtectedStdio> {
         Ok(ProtectedStdio {
             reader: Some(Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(File::from_raw_fd(reader))))),
             writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(File::from_raw_fd(writer)))),
+            outbox: Rc::default(),
         })
     }
 }
@@ -45,7 +61,11 @@ impl ProtectedStdio {
     pub fn for_command() -> ProtectedStdio {
         // SAFETY: duplicating fd 1 gives this value its own descriptor to own.
         let writer = unsafe { File::from_raw_fd(libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3)) };
-        ProtectedStdio { reader: None, writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(writer))) }
+        ProtectedStdio {
+            reader: None,
+            writer: Rc::new(tokio::sync::Mutex::new(tokio::fs::File::from_std(writer))),
+            outbox: Rc::default(),
+        }
     }
 }
 
@@ -73,12 +93,37 @@ impl Stdio for ProtectedStdio {
 
     fn write_line(&self, line: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
         let writer = Rc::clone(&self.writer);
+        let outbox = Rc::clone(&self.outbox);
         Box::pin(async move {
-            // The lock is held across the whole line and its flush, so lines never
-            // interleave; write_all retries short writes and EINTR.
+            outbox.queued.borrow_mut().extend_from_slice(&line);
+            let mine = outbox.queued_total.get() + line.len() as u64;
+            outbox.queued_total.set(mine);
+            // The lock is held across a whole batch and its flush, so lines never interleave;
+            // write_all retries short writes and EINTR.
             let mut file = writer.lock().await;
-            file.write_all(&line).await?;
-            file.flush().await
+            if outbox.written_total.get() >= mine {
+                return Ok(()); // An earlier holder wrote this line in its batch.
+            }
+            if let Some(kind) = outbox.failed.get() {
+                return Err(io::Error::new(kind, "an earlier write to the client failed"));
+            }
+            let batch = std::mem::take(&mut *outbox.queued.borrow_mut());
+            let end = outbox.queued_total.get();
+            let written = async {
+                file.write_all(&batch).await?;
+                file.flush().await
+            }
+            .await;
+            match written {
+                Ok(()) => {
+                    outbox.written_total.set(end);
+                    Ok(())
+                }
+                Err(error) => {
+                    outbox.failed.set(Some(error.kind()));
+                    Err(error)
+                }
+            }
         })
     }
 
