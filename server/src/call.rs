@@ -22,10 +22,11 @@ pub use crate::admission::Slots;
 use crate::admission::{self, Admission};
 use crate::answer::{answer, error_result, stopped_result};
 use crate::catalog::Tool;
-use crate::env::{LocalBoxFuture, Point};
+use crate::env::Point;
 use crate::ledger::OnceRecord;
 use crate::manifest::Grant;
 use crate::money::Money;
+use crate::notice::Notice;
 use crate::runs::{self, sha256_hex, Runs};
 use crate::store::RunStore;
 
@@ -60,9 +61,6 @@ pub enum CallReply {
     /// The call was cancelled: nothing more is sent for it.
     Silent,
 }
-
-/// Told the run id when a run starts, so a client that asked for progress hears it.
-pub type OnStart<'a> = &'a dyn Fn(&str) -> LocalBoxFuture<'a, ()>;
 
 /// JSON with object keys sorted at every level: the form keys and hashes are taken over.
 pub fn canonical_json(value: &Value) -> String {
@@ -119,7 +117,7 @@ pub async fn call_tool(
     tool: &Tool,
     arguments: &Map<String, Value>,
     control: &CallControl,
-    on_start: OnStart<'_>,
+    listener: Option<Rc<dyn crate::notice::Listener>>,
 ) -> CallReply {
     let name = &tool.config.name;
     let inputs = match tool.program.check_inputs(arguments) {
@@ -131,7 +129,8 @@ pub async fn call_tool(
         Admission::Reserved { run, slot, running } => (run, slot, running),
     };
     runs.env.reached(Point::Reserved, &run);
-    on_start(&run).await;
+    let _listening = listener.map(|listener| runs.listeners.listen(&run, listener));
+    runs.listeners.tell(&run, Notice::Started).await;
     let outcome = match RunStore::start(runs, tool, &run, &inputs).await {
         Ok(()) => {
             runs.log_run(name, &run, "started").await;

@@ -11,6 +11,7 @@ use crate::env::Point;
 use crate::journal::{EndRecord, Journal, JournalRecord, RunOutcome};
 use crate::machine::{self, Command, Event, Next, State};
 use crate::manifest::{CapabilityGrant, Grant};
+use crate::notice::Notice;
 use crate::program::job::{Executed, Job, Stopped};
 use crate::program::{FailureKind, Outcome};
 use crate::runs::{Fatal, RunEnd, Runs, Waiting};
@@ -155,7 +156,9 @@ impl Runs {
     async fn journal(&self, cx: &Context<'_>, record: &JournalRecord) -> Result<(), Fatal> {
         let (name, run) = (&cx.tool.config.name, cx.run);
         match record {
-            JournalRecord::Print { text, .. } => self.log_run(name, run, &format!("print: {text}")).await,
+            JournalRecord::Print { text, .. } => {
+                self.log_run_at(name, run, &format!("print: {text}"), crate::notice::INFO).await
+            }
             JournalRecord::End(end) if end.outcome == RunOutcome::Failed(FailureKind::Internal) => {
                 let message = end.message.as_deref().unwrap_or("");
                 self.log_run(name, run, &format!("internal error: {message}")).await
@@ -168,6 +171,15 @@ impl Runs {
             JournalRecord::Resumed { .. } => self.env.reached(Point::Resumed, run),
             JournalRecord::End(_) => self.env.reached(Point::RunRecorded, run),
             _ => {}
+        }
+        // The caller hears of an action once its record is durable.
+        let notice = match record {
+            JournalRecord::Begin { op, action } => Some(Notice::ActionBegun { op: *op, what: action_summary(action) }),
+            JournalRecord::Done { op, .. } => Some(Notice::ActionDone { op: *op }),
+            _ => None,
+        };
+        if let Some(notice) = notice {
+            self.listeners.tell(run, notice).await;
         }
         Ok(())
     }
@@ -216,6 +228,9 @@ impl Runs {
                 return Ok(Event::Executed { prints: vec![], next: Next::End(self.fitted_end(end)) });
             }
         };
+        if !execution.progress.is_empty() {
+            self.listeners.tell(run, Notice::Progress(execution.progress.clone())).await;
+        }
         let prints = (execution.prints.iter().enumerate().skip(journal.prints as usize))
             .map(|(index, text)| (index as u64, scrub(text, &cx.secrets)))
             .collect();
@@ -290,4 +305,11 @@ fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
             at_ms,
         },
     }
+}
+
+/// An action as a caller's progress names it: its method and kind (never its URL, headers
+/// or body, which may carry what the caller should not see).
+fn action_summary(action: &Value) -> String {
+    let field = |name: &str| action[name].as_str().unwrap_or("?").to_string();
+    format!("{} {}", field("method"), field("kind"))
 }

@@ -14,6 +14,7 @@ pub mod ledger;
 pub mod machine;
 pub mod manifest;
 pub mod money;
+pub mod notice;
 pub mod notify;
 pub mod program;
 pub mod protocol;

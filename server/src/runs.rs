@@ -47,6 +47,8 @@ pub struct Runs {
     fatal_message: RefCell<Option<String>>,
     /// Every secret value any grant can attach: scrubbed at every output boundary.
     pub secrets: Vec<String>,
+    /// The callers listening to runs in progress (progress and log messages).
+    pub listeners: crate::notice::Listeners,
 }
 
 /// A durable step failed: the server cannot go on safely.
@@ -86,6 +88,7 @@ impl Runs {
             dirs: crate::sync::Mutex::new(),
             fatal: Signal::new(),
             fatal_message: RefCell::new(None),
+            listeners: Default::default(),
         }
     }
 
@@ -183,9 +186,15 @@ impl Runs {
     }
 
     /// Appends one line to the run's log (best effort: the log is for people, and the
-    /// journal is the record).
+    /// journal is the record); a caller listening at debug level hears it too.
     pub async fn log_run(&self, tool: &str, run: &str, line: &str) {
+        self.log_run_at(tool, run, line, crate::notice::DEBUG).await;
+    }
+
+    /// `log_run` at a level of `notice::LOG_LEVELS` (a program's prints are `info`).
+    pub async fn log_run_at(&self, tool: &str, run: &str, line: &str, level: usize) {
         let line = &scrub(line, &self.secrets);
+        self.listeners.tell(run, crate::notice::Notice::Log { level, text: line.clone() }).await;
         self.env.log(&format!("tool {tool} run {run}: {line}"));
         let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
         let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");

@@ -112,3 +112,87 @@ fn a_missing_secret_variable_stops_the_server_naming_it() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("the environment variable STRIPE_SECRET_KEY is not set"), "{stderr}");
 }
+
+/// A client that sent a progress token hears the run id at start, each action begun and
+/// done, and what the program reports with `progress(...)`; at the log level it asked for,
+/// it hears the program's prints (info) and the run's lifecycle (debug). Both eras.
+#[test]
+fn progress_per_action_and_log_messages_at_the_level_asked() {
+    let payments = Payments::start();
+    let dir = shop(&payments);
+    let program = dir.path().join("refund.star");
+    let text = std::fs::read_to_string(&program).unwrap().replace(
+        "    refund = pay.refund(order, amount)\n",
+        "    print(\"order checked\")\n    progress(1, 2, \"order checked\")\n    refund = pay.refund(order, amount)\n",
+    );
+    std::fs::write(&program, text).unwrap();
+    let mut wire = Wire::start_dir(dir, &[("STRIPE_SECRET_KEY", SECRET)]);
+    let call = |wire: &mut Wire, era: Era, id: i64, order: &str, meta: serde_json::Value| {
+        let arguments = json!({"order": order, "amount": {"amount": "1", "currency": "USD"}});
+        wire.send_request(
+            era,
+            json!(id),
+            "tools/call",
+            json!({"name": "refund_order", "arguments": arguments, "_meta": meta}),
+        );
+    };
+    let until_answer = |wire: &mut Wire, id: i64| {
+        let mut heard = Vec::new();
+        loop {
+            let message = wire.recv();
+            if message["id"] == json!(id) {
+                assert_eq!(message["result"]["isError"], json!(false), "{message}");
+                return heard;
+            }
+            heard.push(message);
+        }
+    };
+    call(
+        &mut wire,
+        Era::Modern,
+        1,
+        "pi_9001",
+        json!({"progressToken": "p1", "io.modelcontextprotocol/logLevel": "debug"}),
+    );
+    let heard = until_answer(&mut wire, 1);
+    let progress: Vec<&serde_json::Value> =
+        heard.iter().filter(|m| m["method"] == "notifications/progress").map(|m| &m["params"]).collect();
+    let texts: Vec<&str> = progress.iter().map(|p| p["message"].as_str().unwrap()).collect();
+    assert!(texts[0].starts_with("run ") && texts[0].ends_with(" started"), "{texts:?}");
+    for expected in [
+        "action 0 (GET payments.stripe.refund) begun",
+        "action 0 done",
+        "1 of 2: order checked",
+        "action 1 (REFUND payments.stripe.refund) begun",
+        "action 1 done",
+    ] {
+        assert!(texts.contains(&expected), "{expected:?} missing from {texts:?}");
+    }
+    let numbers: Vec<u64> = progress.iter().map(|p| p["progress"].as_u64().unwrap()).collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "progress must increase: {numbers:?}");
+    assert!(progress.iter().all(|p| p["progressToken"] == json!("p1")));
+    let logs: Vec<(&str, &str)> = heard
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .map(|m| (m["params"]["level"].as_str().unwrap(), m["params"]["data"]["text"].as_str().unwrap()))
+        .collect();
+    assert!(logs.contains(&("info", "print: order checked")), "{logs:?}");
+    assert!(logs.iter().any(|(level, text)| *level == "debug" && *text == "started"), "{logs:?}");
+
+    // No log level, no token: nothing but the answer.
+    call(&mut wire, Era::Modern, 2, "pi_9002", json!({}));
+    assert_eq!(until_answer(&mut wire, 2), Vec::<serde_json::Value>::new());
+
+    // 2025-11-25: the level set with logging/setLevel; info and above only.
+    wire.initialize();
+    wire.request(Era::Legacy, json!(3), "logging/setLevel", json!({"level": "info"}));
+    call(&mut wire, Era::Legacy, 4, "pi_9003", json!({}));
+    let heard = until_answer(&mut wire, 4);
+    let logs: Vec<&str> = heard.iter().map(|m| m["params"]["data"]["text"].as_str().unwrap()).collect();
+    assert_eq!(logs, ["print: order checked"], "{heard:?}");
+    let mut bytes = Vec::new();
+    for message in &wire.received {
+        bytes.extend(serde_json::to_vec(message).unwrap());
+    }
+    assert!(!String::from_utf8_lossy(&bytes).contains(SECRET));
+}

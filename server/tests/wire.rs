@@ -105,8 +105,14 @@ fn unknown_methods_in_both_eras() {
     wire.initialize();
     wire.send_request(Era::Legacy, json!("l1"), "prompts/list", json!({}));
     wire.expect_error(-32601, Some(json!("l1")));
-    wire.send_request(Era::Legacy, json!("l2"), "logging/setLevel", json!({"level": "info"}));
-    wire.expect_error(-32601, Some(json!("l2")));
+    // Logging is advertised in 2025-11-25, so its `logging/setLevel` is served; a bad level
+    // is -32602. In 2026-07-28 it is removed (-32601): the level comes with each request.
+    let set = wire.request(Era::Legacy, json!("l2"), "logging/setLevel", json!({"level": "info"}));
+    assert_eq!(set["result"], json!({}));
+    wire.send_request(Era::Legacy, json!("l3"), "logging/setLevel", json!({"level": "loud"}));
+    wire.expect_error(-32602, Some(json!("l3")));
+    wire.send_request(Era::Modern, json!("m2"), "logging/setLevel", json!({"level": "info"}));
+    wire.expect_error(-32601, Some(json!("m2")));
     wire.assert_serving(1);
 }
 
@@ -193,7 +199,7 @@ fn initialize_asking_for_2026_is_answered_with_2025() {
         json!({"protocolVersion": "2026-07-28", "capabilities": {}, "clientInfo": {"name": "rmcp", "version": "3"}}),
     );
     assert_eq!(answer["result"]["protocolVersion"], json!("2025-11-25"));
-    assert_eq!(answer["result"]["capabilities"], json!({"tools": {"listChanged": false}}));
+    assert_eq!(answer["result"]["capabilities"], json!({"tools": {"listChanged": false}, "logging": {}}));
 }
 
 #[test]

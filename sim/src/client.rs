@@ -125,12 +125,10 @@ impl Client {
             }
             if message["method"] == json!("notifications/progress") {
                 let id = message["params"]["progressToken"].as_i64().unwrap_or(-1);
-                let run = message["params"]["message"]
-                    .as_str()
-                    .unwrap_or("")
-                    .trim_start_matches("run ")
-                    .trim_end_matches(" started")
-                    .to_string();
+                let text = message["params"]["message"].as_str().unwrap_or("");
+                // Only the first names the run; the others tell its actions' progress.
+                let Some(run) = text.strip_prefix("run ").and_then(|r| r.strip_suffix(" started")) else { continue };
+                let run = run.to_string();
                 report.events.push((now, format!("call {id}"), format!("run {} started", &run[..8.min(run.len())])));
                 self.runs.entry(id).or_default().push(run);
                 continue;

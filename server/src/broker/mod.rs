@@ -132,6 +132,8 @@ pub struct Broker {
     pub refused: RefCell<Option<Refusal>>,
     pub mismatch: RefCell<Option<String>>,
     pub run: String,
+    /// What the program reported with `progress(...)` in this execution.
+    pub progress: RefCell<Vec<crate::program::progress::ProgressReport>>,
 }
 
 /// What a broker starts one execution with: everything it decides from, so the execution can
@@ -158,6 +160,7 @@ impl Broker {
             refused: RefCell::new(None),
             mismatch: RefCell::new(None),
             run: seed.run,
+            progress: RefCell::new(Vec::new()),
         }
     }
 
@@ -191,6 +194,7 @@ impl Broker {
             refused: RefCell::new(None),
             mismatch: RefCell::new(None),
             run: run.to_string(),
+            progress: RefCell::new(Vec::new()),
         }
     }
 

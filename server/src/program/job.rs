@@ -124,7 +124,7 @@ pub fn loaded() -> Executed {
 }
 
 fn execution(outcome: Outcome) -> Execution {
-    Execution { outcome, prints: Vec::new(), prints_dropped: 0, ticks: 0 }
+    Execution { outcome, prints: Vec::new(), prints_dropped: 0, ticks: 0, progress: Vec::new() }
 }
 
 fn failed(message: String) -> Executed {

@@ -8,6 +8,7 @@
 
 mod capability;
 pub mod job;
+pub mod progress;
 mod run;
 mod starlark_money;
 pub mod types;
@@ -73,11 +74,12 @@ pub(crate) fn dialect() -> Dialect {
 }
 
 /// The globals a program sees: standard Starlark, `print` (to stderr and the journal),
-/// `json`, typing, and the `money` type. Nothing that reads the clock, the disk or the
+/// `progress` (to a client that asked for it), `json`, typing, and the `money` type. Nothing that reads the clock, the disk or the
 /// network: a program acts only through the capabilities it is handed.
 pub(crate) fn globals() -> Globals {
     GlobalsBuilder::extended_by(&[LibraryExtension::Print, LibraryExtension::Typing, LibraryExtension::Json])
         .with(starlark_money::money_globals)
+        .with(progress::progress_globals)
         .build()
 }
 

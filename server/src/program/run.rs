@@ -100,6 +100,9 @@ pub struct Execution {
     pub prints: Vec<String>,
     pub prints_dropped: usize,
     pub ticks: u64,
+    /// What the program reported with `progress(...)`, in order.
+    #[serde(default)]
+    pub progress: Vec<crate::program::progress::ProgressReport>,
 }
 
 #[derive(Default)]
@@ -177,7 +180,13 @@ pub fn execute_with(
         };
         (outcome, ticks)
     });
-    Execution { outcome, prints: prints.kept.into_inner(), prints_dropped: prints.dropped.into_inner(), ticks }
+    Execution {
+        outcome,
+        prints: prints.kept.into_inner(),
+        prints_dropped: prints.dropped.into_inner(),
+        ticks,
+        progress: broker.progress.take(),
+    }
 }
 
 /// Starlark's rendering of an error (traceback, snippet, caret) cut to what a model needs:

@@ -21,9 +21,13 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         )),
         "tools/list" => return Routed::Static { id, result: Rc::clone(&connection.statics.legacy_tools_list) },
         "tools/call" => match call_params(connection, &request) {
-            Ok((tool, arguments, progress)) => return Routed::Call(PendingCall { id, tool, arguments, progress, finish }),
+            Ok((tool, arguments, progress)) => {
+                let log_level = connection.legacy_log_level.get();
+                return Routed::Call(PendingCall { id, tool, arguments, progress, log_level, finish });
+            }
             Err(error) => Err(error),
         },
+        "logging/setLevel" => set_level(connection, &request),
         method => Err(RpcError::new(Some(id.clone()), jsonrpc::METHOD_NOT_FOUND, format!("Method not found: {method}"))),
     };
     Routed::Reply(match outcome {
@@ -61,9 +65,20 @@ fn initialize(connection: &Connection, request: &Request) -> Result<Value, RpcEr
     connection.legacy_initialized.set(true);
     Ok(json!({
         "protocolVersion": LEGACY_VERSION,
-        "capabilities": {"tools": {"listChanged": false}},
+        "capabilities": {"tools": {"listChanged": false}, "logging": {}},
         "serverInfo": connection.server_info(),
     }))
+}
+
+/// `logging/setLevel`: from now on, calls' runs send log messages at this level and above.
+fn set_level(connection: &Connection, request: &Request) -> Result<Value, RpcError> {
+    let level = request.params.as_ref().and_then(|p| p.get("level")).and_then(Value::as_str);
+    let Some(level) = level.and_then(crate::notice::log_level) else {
+        let message = format!("`level` must be one of {}", crate::notice::LOG_LEVELS.join(", "));
+        return Err(RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message));
+    };
+    connection.legacy_log_level.set(Some(level));
+    Ok(json!({}))
 }
 
 fn finish(_connection: &Connection, id: &RequestId, result: Value) -> Value {

@@ -9,6 +9,7 @@
 pub mod framing;
 pub mod jsonrpc;
 mod legacy;
+mod listener;
 mod modern;
 
 use std::cell::{Cell, RefCell};
@@ -44,6 +45,8 @@ pub struct Connection {
     catalog: Rc<Catalog>,
     slots: Rc<Slots>,
     legacy_initialized: Cell<bool>,
+    /// The level a 2025-11-25 client set with `logging/setLevel` (no log messages before).
+    legacy_log_level: Cell<Option<usize>>,
     /// Calls in progress by request id (as JSON text), for `notifications/cancelled`.
     calls: RefCell<BTreeMap<String, Rc<CallControl>>>,
     tasks: WaitGroup,
@@ -87,6 +90,7 @@ impl Connection {
             runs,
             slots: Rc::new(Slots::default()),
             legacy_initialized: Cell::new(false),
+            legacy_log_level: Cell::new(None),
             calls: RefCell::new(BTreeMap::new()),
             tasks: WaitGroup::new(),
             client_gone: Signal::new(),
@@ -198,8 +202,9 @@ impl Connection {
                 CallReply::Result(crate::status::run_status(&connection.runs, &call.arguments).await, None)
             } else {
                 let tool = connection.catalog.tool(&call.tool).expect("routing checked the tool exists");
-                let progress = |run: &str| connection.progress(call.progress.as_ref(), run);
-                call::call_tool(&connection.runs, &connection.slots, tool, &call.arguments, &control, &progress).await
+                let listener =
+                    listener::CallListener::wanted(&connection, call.progress.clone(), call.log_level, &control);
+                call::call_tool(&connection.runs, &connection.slots, tool, &call.arguments, &control, listener).await
             };
             if let CallReply::Result(result, run) = reply {
                 connection.send((call.finish)(&connection, &call.id, result)).await;
@@ -247,23 +252,6 @@ impl Connection {
         }
     }
 
-    /// One `notifications/progress` at the start of a run, carrying its run id, for a
-    /// client that sent a progress token (seed 000 section 3).
-    fn progress<'a>(&'a self, token: Option<&Value>, run: &str) -> crate::env::LocalBoxFuture<'a, ()> {
-        let message = token.map(|token| {
-            serde_json::json!({
-                "jsonrpc": "2.0",
-                "method": "notifications/progress",
-                "params": {"progressToken": token, "progress": 0, "message": format!("run {run} started")}
-            })
-        });
-        Box::pin(async move {
-            if let Some(message) = message {
-                self.send(message).await;
-            }
-        })
-    }
-
     fn server_info(&self) -> Value {
         server_info(&self.catalog)
     }
@@ -279,6 +267,8 @@ pub(crate) struct PendingCall {
     tool: String,
     arguments: Map<String, Value>,
     progress: Option<Value>,
+    /// The least severe level of `notice::LOG_LEVELS` the client wants as log messages.
+    log_level: Option<usize>,
     finish: fn(&Connection, &RequestId, Value) -> Value,
 }
 

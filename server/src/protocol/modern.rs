@@ -12,7 +12,7 @@ use super::{
     META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
 };
 
-const LOG_LEVELS: &[&str] = &["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+use crate::notice::LOG_LEVELS;
 
 pub(super) fn route(connection: &Connection, request: Request) -> Routed {
     let id = request.id.clone();
@@ -24,7 +24,12 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         "tools/list" => return Routed::Static { id, result: Rc::clone(&connection.statics.modern_tools_list) },
         "tools/call" => match call_params(connection, &request) {
             Ok((tool, arguments, progress)) => {
-                return Routed::Call(PendingCall { id, tool, arguments, progress, finish })
+                // Without `logLevel` the server sends no log message for the request.
+                let log_level = request_meta(&request)
+                    .and_then(|meta| meta.get(META_LOG_LEVEL))
+                    .and_then(Value::as_str)
+                    .and_then(crate::notice::log_level);
+                return Routed::Call(PendingCall { id, tool, arguments, progress, log_level, finish });
             }
             Err(error) => Err(error),
         },
@@ -36,6 +41,10 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         Ok(result) => jsonrpc::response(&id, complete(connection, result)),
         Err(error) => error.to_value(),
     })
+}
+
+fn request_meta(request: &Request) -> Option<&serde_json::Map<String, Value>> {
+    request.params.as_ref()?.get("_meta")?.as_object()
 }
 
 /// The per-request envelope: a supported version, client capabilities, a valid log level.
@@ -86,7 +95,7 @@ pub(super) fn discover(server_info: &Value) -> Value {
         server_info,
         json!({
             "supportedVersions": [MODERN_VERSION],
-            "capabilities": {"tools": {"listChanged": false}},
+            "capabilities": {"tools": {"listChanged": false}, "logging": {}},
             "ttlMs": LIST_TTL_MS,
             "cacheScope": "public",
         }),
