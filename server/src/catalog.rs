@@ -7,12 +7,29 @@ use serde_json::{json, Map, Value};
 
 use crate::broker::kinds;
 use crate::env::Env;
-use crate::manifest::{CapabilityGrant, Grant, Manifest, ToolConfig};
+use crate::manifest::{CapabilityGrant, Grant, Manifest, PromptConfig, ResourceConfig, ToolConfig};
 use crate::program::job::Job;
+use crate::program::types::ArgType;
 use crate::program::Program;
 
 pub struct Tool {
     pub config: ToolConfig,
+    pub program: Program,
+    /// Set when this is the tool a resource's reads run as (not listed, not callable).
+    pub resource: Option<ResourceSpec>,
+}
+
+/// How a resource is addressed and described.
+pub struct ResourceSpec {
+    pub uri_template: String,
+    pub variables: Vec<String>,
+    pub mime_type: String,
+    pub ttl_ms: Option<u64>,
+}
+
+/// A prompt: its program (no grants) and its arguments (its `str` parameters).
+pub struct Prompt {
+    pub config: PromptConfig,
     pub program: Program,
 }
 
@@ -21,7 +38,9 @@ pub const SECRET_BYTES_MIN: usize = 8;
 
 pub struct Catalog {
     pub manifest: Manifest,
+    /// The manifest's tools, then the tools its resources' reads run as.
     pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
 }
 
 /// Reads, parses and validates the manifest.
@@ -37,14 +56,46 @@ impl Catalog {
         let mut problems = Vec::new();
         for config in &manifest.tools {
             match load_program(env, config).await {
-                Ok(program) => tools.push(Tool { config: config.clone(), program }),
+                Ok(program) => tools.push(Tool { config: config.clone(), program, resource: None }),
+                Err(problem) => problems.push(problem),
+            }
+        }
+        for (index, config) in manifest.resources.iter().enumerate() {
+            match load_resource(env, config, index).await {
+                Ok(tool) => tools.push(tool),
+                Err(problem) => problems.push(problem),
+            }
+        }
+        let mut prompts = Vec::new();
+        for (index, config) in manifest.prompts.iter().enumerate() {
+            match load_prompt(env, config, index).await {
+                Ok(program) => prompts.push(Prompt { config: config.clone(), program }),
                 Err(problem) => problems.push(problem),
             }
         }
         if !problems.is_empty() {
             return Err(problems.join("\n"));
         }
-        Ok(Catalog { manifest, tools })
+        Ok(Catalog { manifest, tools, prompts })
+    }
+
+    /// The resources, in manifest order.
+    pub fn resources(&self) -> impl Iterator<Item = (&Tool, &ResourceSpec)> {
+        self.tools.iter().filter_map(|tool| tool.resource.as_ref().map(|spec| (tool, spec)))
+    }
+
+    /// The tools a client may call (not the resources' tools), in manifest order.
+    pub fn list_tools(&self) -> impl Iterator<Item = &Tool> {
+        self.tools.iter().filter(|tool| tool.resource.is_none())
+    }
+
+    /// A tool a client may call by name (not a resource's).
+    pub fn callable(&self, name: &str) -> Option<&Tool> {
+        self.tool(name).filter(|tool| tool.resource.is_none())
+    }
+
+    pub fn prompt(&self, name: &str) -> Option<&Prompt> {
+        self.prompts.iter().find(|prompt| prompt.config.name == name)
     }
 
     /// Every environment variable a grant reads a secret from must be set, and long enough,
@@ -84,7 +135,7 @@ impl Catalog {
     /// The `tools` array of `tools/list`, in manifest order. Era-neutral: both eras'
     /// `Tool` shapes accept it (object-rooted schemas, no `execution`).
     pub fn list(&self) -> Vec<Value> {
-        self.tools.iter().map(Tool::describe).collect()
+        self.list_tools().map(Tool::describe).collect()
     }
 }
 
@@ -153,6 +204,78 @@ pub fn secret_variables(grants: &std::collections::BTreeMap<String, Grant>) -> V
     out.sort();
     out.dedup();
     out
+}
+
+/// A resource's program: every template variable must be one of its inputs, and every other
+/// input optional (a read has nothing else to fill it with).
+async fn load_resource(env: &Env, config: &ResourceConfig, index: usize) -> Result<Tool, String> {
+    let program = load_program(env, &config.tool).await?;
+    let at = format!("{}: resources[{index}]", program.path.display());
+    let mut problems = Vec::new();
+    for variable in &config.variables {
+        if !program.inputs.iter().any(|input| &input.name == variable) {
+            problems.push(format!(
+                "{at}: URI template variable `{variable}` of `{}` is not a parameter of `{}`",
+                config.uri_template, config.tool.entry
+            ));
+        }
+    }
+    for input in &program.inputs {
+        if !config.variables.contains(&input.name) && input.default.is_none() {
+            problems.push(format!(
+                "{at}: parameter `{}` is not in the URI template `{}` and has no default",
+                input.name, config.uri_template
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("\n"));
+    }
+    let resource = ResourceSpec {
+        uri_template: config.uri_template.clone(),
+        variables: config.variables.clone(),
+        mime_type: config.mime_type.clone(),
+        ttl_ms: config.ttl_ms,
+    };
+    Ok(Tool { config: config.tool.clone(), program, resource: Some(resource) })
+}
+
+/// A prompt's program: no grants, and every parameter `str` or `None | str` (MCP prompt
+/// arguments are strings).
+async fn load_prompt(env: &Env, config: &PromptConfig, index: usize) -> Result<Program, String> {
+    let path = &config.program;
+    let bytes = env
+        .disk
+        .read(path)
+        .await
+        .map_err(|e| format!("{}: cannot read the program of prompt `{}`: {e}", path.display(), config.name))?;
+    let source = String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8", path.display()))?;
+    let job = Job::load(path.clone(), source.clone(), config.entry.clone(), Vec::new(), config.execution_ms);
+    if let Err(stopped) = env.sandbox.execute(job).await {
+        return Err(format!("{}: loading the program was stopped: {stopped}", path.display()));
+    }
+    let program = Program::load(path, &source, &config.entry, &[])?;
+    let mut problems = Vec::new();
+    for input in &program.inputs {
+        let string = match &input.ty {
+            ArgType::Str => true,
+            ArgType::Optional(inner) => **inner == ArgType::Str,
+            _ => false,
+        };
+        if !string {
+            problems.push(format!(
+                "{}: prompts[{index}]: parameter `{}` of `{}` is not `str` or `None | str` (prompt arguments are strings)",
+                path.display(),
+                input.name,
+                config.entry
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(program)
+    } else {
+        Err(problems.join("\n"))
+    }
 }
 
 async fn load_program(env: &Env, config: &ToolConfig) -> Result<Program, String> {

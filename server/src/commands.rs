@@ -169,14 +169,33 @@ pub async fn status(env: &Env, manifest_path: &Path) -> Result<String, String> {
 pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
     catalog.check_secrets(env)?;
-    let mut report = format!("{}: ok, {} tool(s)\n", manifest_path.display(), catalog.tools.len());
+    let resources = catalog.resources().count();
+    let mut report = format!(
+        "{}: ok, {} tool(s), {resources} resource(s), {} prompt(s)\n",
+        manifest_path.display(),
+        catalog.list_tools().count(),
+        catalog.prompts.len()
+    );
     for tool in &catalog.tools {
         let inputs: Vec<&str> = tool.program.inputs.iter().map(|i| i.name.as_str()).collect();
+        let what = match &tool.resource {
+            Some(spec) => format!("resource {}", spec.uri_template),
+            None => "tool".to_string(),
+        };
         report.push_str(&format!(
-            "  {} ({}): inputs {}\n",
+            "  {} {what} ({}): inputs {}\n",
             tool.config.name,
             tool.program.path.display(),
             inputs.join(", ")
+        ));
+    }
+    for prompt in &catalog.prompts {
+        let arguments: Vec<&str> = prompt.program.inputs.iter().map(|i| i.name.as_str()).collect();
+        report.push_str(&format!(
+            "  {} prompt ({}): arguments {}\n",
+            prompt.config.name,
+            prompt.program.path.display(),
+            arguments.join(", ")
         ));
     }
     Ok(report)
@@ -186,8 +205,8 @@ pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
 pub async fn lock(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
     let path = crate::tool_lock::write(env, &catalog).await?;
-    let mut report = format!("wrote {}: {} tool(s) pinned\n", path.display(), catalog.tools.len());
-    for tool in &catalog.tools {
+    let mut report = format!("wrote {}: {} tool(s) pinned\n", path.display(), catalog.list_tools().count());
+    for tool in catalog.list_tools() {
         report.push_str(&format!("  {} {}\n", tool.config.name, crate::tool_lock::tool_digest(tool).digest));
     }
     Ok(report)
@@ -198,9 +217,10 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
     let catalog = load(env, manifest_path).await?;
     let described = match tool {
         None => json!(catalog.list()),
-        Some(name) => {
-            catalog.tool(name).map(|t| t.describe()).ok_or_else(|| format!("no tool named `{name}` in the manifest"))?
-        }
+        Some(name) => catalog
+            .callable(name)
+            .map(|t| t.describe())
+            .ok_or_else(|| format!("no tool named `{name}` in the manifest"))?,
     };
     Ok(serde_json::to_string_pretty(&described).expect("JSON values serialise") + "\n")
 }

@@ -24,6 +24,7 @@ pub mod retention;
 pub mod runs;
 pub mod status;
 pub mod store;
+pub mod surface;
 pub mod sync;
 pub mod tool_lock;
 

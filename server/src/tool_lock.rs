@@ -82,7 +82,7 @@ pub fn lock_path(manifest: &Path) -> PathBuf {
 }
 
 fn render(catalog: &Catalog) -> Vec<u8> {
-    let tools = catalog.tools.iter().map(|tool| (tool.config.name.clone(), tool_digest(tool))).collect();
+    let tools = catalog.list_tools().map(|tool| (tool.config.name.clone(), tool_digest(tool))).collect();
     let lock = LockFile { warden_lock: LOCK_VERSION, tools };
     let mut text = serde_json::to_vec_pretty(&lock).expect("the lock serialises");
     text.push(b'\n');
@@ -137,7 +137,7 @@ pub async fn verify(env: &Env, catalog: &Catalog) -> Result<bool, String> {
 
 fn differences(catalog: &Catalog, locked: &BTreeMap<String, ToolDigest>) -> Vec<String> {
     let mut problems = Vec::new();
-    for tool in &catalog.tools {
+    for tool in catalog.list_tools() {
         let name = &tool.config.name;
         let Some(recorded) = locked.get(name) else {
             problems.push(format!("tool `{name}` is served but not in the lock"));
@@ -159,7 +159,7 @@ fn differences(catalog: &Catalog, locked: &BTreeMap<String, ToolDigest>) -> Vec<
         }
     }
     for name in locked.keys() {
-        if catalog.tool(name).is_none() {
+        if catalog.callable(name).is_none() {
             problems.push(format!("tool `{name}` is in the lock but no longer served"));
         }
     }

@@ -185,3 +185,35 @@ fn a_lock_naming_a_tool_no_longer_served_or_damaged_stops_the_server() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("warden.lock: is not a lock written by `warden lock`"), "{stderr}");
 }
+
+/// Resources and prompts are checked before any message is read: a resource whose grants
+/// can write, a template variable that is not a parameter, a parameter the template cannot
+/// fill, a prompt parameter that is not a string; each named.
+#[test]
+fn resources_and_prompts_that_break_their_rules_stop_the_server_naming_them() {
+    let (code, _, stderr) = warden(&["check", fixture("surface/writes.json").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    for expected in [
+        "writes.json: resources[0].grants.web: `net.http.post` can write; a resource is read-only",
+        "resources[1].uri: `no-scheme/{id` needs a scheme",
+        "resources[1].mime_type: `json` is not a MIME type",
+    ] {
+        assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
+    }
+    let manifest = fixture("surface/programs.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["mcp", manifest.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(output.stdout.is_empty());
+    for expected in [
+        "ticket.star: resources[0]: URI template variable `part` of `ticket://{ticket_id}/{part}` is not a parameter of `main`",
+        "extra.star: resources[1]: parameter `depth` is not in the URI template `extra://{id}` and has no default",
+        "triage.star: prompts[0]: parameter `urgency` of `main` is not `str` or `None | str`",
+    ] {
+        assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
+    }
+}

@@ -31,8 +31,10 @@ pub const EXECUTION_MS_MIN: u64 = 100;
 pub const EXECUTION_MS_LIMIT: u64 = 600_000;
 /// The largest manifest file read.
 pub const MANIFEST_BYTES_MAX: usize = 1024 * 1024;
-/// The most tools one manifest may serve.
+/// The most tools one manifest may serve (resources and prompts: as many of each).
 pub const TOOLS_MAX: usize = 256;
+/// The longest URI template.
+pub const URI_TEMPLATE_CHARS_MAX: usize = 1024;
 /// `server.keep`: at most 100 years of days.
 pub const KEEP_DAYS_LIMIT: u64 = 36_500;
 /// `net.timeout_ms` and `net.connect_timeout_ms`: at most 10 minutes.
@@ -55,6 +57,30 @@ pub struct Manifest {
     pub server: ServerConfig,
     pub model: Option<ModelConfig>,
     pub tools: Vec<ToolConfig>,
+    pub resources: Vec<ResourceConfig>,
+    pub prompts: Vec<PromptConfig>,
+}
+
+/// A resource: the tool its reads run as, and how it is addressed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceConfig {
+    pub tool: ToolConfig,
+    pub uri_template: String,
+    /// The template's variables, in order.
+    pub variables: Vec<String>,
+    pub mime_type: String,
+    pub ttl_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptConfig {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub program: PathBuf,
+    pub entry: String,
+    pub max_steps: u64,
+    pub execution_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]

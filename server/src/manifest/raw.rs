@@ -11,6 +11,68 @@ pub struct RawManifest {
     pub server: RawServer,
     pub model: Option<RawModel>,
     pub tools: Vec<RawTool>,
+    #[serde(default)]
+    pub resources: Vec<RawResource>,
+    #[serde(default)]
+    pub prompts: Vec<RawPrompt>,
+}
+
+/// A resource: a program read through a URI template; a read is a run like a tool call's,
+/// with only grants that read.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResource {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    /// An RFC 6570 level-1 template, e.g. "ticket://{ticket_id}"; each variable a parameter.
+    pub uri: String,
+    pub mime_type: String,
+    /// How long a client may cache a read (a duration); reads are not cached without it.
+    pub ttl: Option<String>,
+    pub program: String,
+    pub entry: Option<String>,
+    #[serde(default)]
+    pub grants: BTreeMap<String, RawGrant>,
+    pub net: Option<RawNet>,
+    pub deadline: Option<String>,
+    pub max_concurrent_runs: Option<u64>,
+    pub quota: Option<RawQuota>,
+    pub limits: Option<RawLimits>,
+}
+
+impl RawResource {
+    /// The tool a read runs as (the same validation, journal and quotas).
+    pub fn into_tool(self) -> (RawTool, String, String, Option<String>) {
+        let tool = RawTool {
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            program: self.program,
+            entry: self.entry,
+            grants: self.grants,
+            net: self.net,
+            deadline: self.deadline,
+            max_concurrent_runs: self.max_concurrent_runs,
+            once: None,
+            quota: self.quota,
+            limits: self.limits,
+        };
+        (tool, self.uri, self.mime_type, self.ttl)
+    }
+}
+
+/// A prompt: a program without grants whose `str` parameters are the prompt's arguments and
+/// whose result is its messages.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrompt {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub program: String,
+    pub entry: Option<String>,
+    pub limits: Option<RawLimits>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -68,7 +68,7 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
         return Err(ManifestError { problems: problems.list });
     }
     let mut deserializer = serde_json::Deserializer::from_slice(text);
-    let raw: RawManifest = match serde_path_to_error::deserialize(&mut deserializer) {
+    let mut raw: RawManifest = match serde_path_to_error::deserialize(&mut deserializer) {
         Ok(raw) => raw,
         Err(error) => {
             let at = error.path().to_string();
@@ -92,11 +92,136 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
         }
         tools.push(tool_config(tool, &at, base, &server, &mut problems));
     }
+    let resources = resource_configs(std::mem::take(&mut raw.resources), base, &server, &mut names, &mut problems);
+    let prompts = prompt_configs(&raw.prompts, base, &mut problems);
     if problems.list.is_empty() {
-        Ok(Manifest { path: path.to_path_buf(), server, model, tools })
+        Ok(Manifest { path: path.to_path_buf(), server, model, tools, resources, prompts })
     } else {
         Err(ManifestError { problems: problems.list })
     }
+}
+
+/// Resources: each validated as the tool its reads run as (its name shares the tools' names:
+/// it names its journals), with only grants that read, and a URI template.
+fn resource_configs(
+    raw: Vec<RawResource>,
+    base: &Path,
+    server: &ServerConfig,
+    names: &mut BTreeSet<String>,
+    problems: &mut Problems,
+) -> Vec<ResourceConfig> {
+    if raw.len() > TOOLS_MAX {
+        problems.add("resources", format!("has {} resources; the limit is {TOOLS_MAX}", raw.len()));
+    }
+    let mut resources = Vec::new();
+    for (index, resource) in raw.into_iter().enumerate() {
+        let at = format!("resources[{index}]");
+        let (tool, uri, mime_type, ttl) = resource.into_tool();
+        if !names.insert(tool.name.clone()) {
+            problems.add(&format!("{at}.name"), format!("`{}` is used by an earlier tool or resource", tool.name));
+        }
+        let config = tool_config(&tool, &at, base, server, problems);
+        for (name, grant) in &config.grants {
+            let Grant::Capability(grant) = grant else { continue };
+            if !crate::broker::grant_reads_only(grant) {
+                problems.add(
+                    &format!("{at}.grants.{name}"),
+                    format!("`{}` can write; a resource is read-only, so its grants may only read", grant.cap.name()),
+                );
+            }
+        }
+        let variables = uri_variables(&uri).map_err(|e| problems.add(&format!("{at}.uri"), e)).unwrap_or_default();
+        if mime_type.trim().is_empty() || !mime_type.contains('/') {
+            problems.add(
+                &format!("{at}.mime_type"),
+                format!("`{mime_type}` is not a MIME type, e.g. \"application/json\""),
+            );
+        }
+        let ttl_ms = ttl.as_ref().and_then(|text| {
+            parse_duration_ms(text, DurationUnits::SecondsUp).map_err(|e| problems.add(&format!("{at}.ttl"), e)).ok()
+        });
+        resources.push(ResourceConfig { tool: config, uri_template: uri, variables, mime_type, ttl_ms });
+    }
+    resources
+}
+
+/// The variables of an RFC 6570 level-1 template (`{name}`, no operators), in order; the
+/// template needs a scheme.
+pub fn uri_variables(template: &str) -> Result<Vec<String>, String> {
+    if template.chars().count() > URI_TEMPLATE_CHARS_MAX {
+        return Err(format!("is longer than {URI_TEMPLATE_CHARS_MAX} characters"));
+    }
+    let scheme_ok = template.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    });
+    if !scheme_ok {
+        return Err(format!("`{template}` needs a scheme, e.g. \"ticket://{{ticket_id}}\""));
+    }
+    let mut variables = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest.as_bytes()[open] == b'}' {
+            return Err(format!("`{template}` has a `}}` without its `{{`"));
+        }
+        let after = &rest[open + 1..];
+        let close = after.find('}').ok_or_else(|| format!("`{template}` has a `{{` without its `}}`"))?;
+        let name = &after[..close];
+        let valid = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!("`{{{name}}}` is not a variable: write `{{name}}` with letters, digits and _"));
+        }
+        if variables.iter().any(|v| v == name) {
+            return Err(format!("variable `{name}` appears twice"));
+        }
+        variables.push(name.to_string());
+        rest = &after[close + 1..];
+    }
+    Ok(variables)
+}
+
+fn prompt_configs(raw: &[RawPrompt], base: &Path, problems: &mut Problems) -> Vec<PromptConfig> {
+    if raw.len() > TOOLS_MAX {
+        problems.add("prompts", format!("has {} prompts; the limit is {TOOLS_MAX}", raw.len()));
+    }
+    let mut names = BTreeSet::new();
+    let mut prompts = Vec::new();
+    for (index, prompt) in raw.iter().enumerate() {
+        let at = format!("prompts[{index}]");
+        check_tool_name(&prompt.name, &format!("{at}.name"), problems);
+        if !names.insert(prompt.name.clone()) {
+            problems.add(&format!("{at}.name"), format!("`{}` is used by an earlier prompt", prompt.name));
+        }
+        let limits = prompt.limits.as_ref();
+        let max_steps = match limits.and_then(|limits| limits.max_steps) {
+            None => MAX_STEPS_DEFAULT,
+            Some(steps) if (1..=MAX_STEPS_LIMIT).contains(&steps) => steps,
+            Some(steps) => {
+                problems.add(&format!("{at}.limits.max_steps"), format!("{steps} is outside 1..={MAX_STEPS_LIMIT}"));
+                MAX_STEPS_DEFAULT
+            }
+        };
+        let execution_ms = match limits.and_then(|limits| limits.execution_ms) {
+            None => EXECUTION_MS_DEFAULT,
+            Some(ms) if (EXECUTION_MS_MIN..=EXECUTION_MS_LIMIT).contains(&ms) => ms,
+            Some(ms) => {
+                let range = format!("{ms} is outside {EXECUTION_MS_MIN}..={EXECUTION_MS_LIMIT}");
+                problems.add(&format!("{at}.limits.execution_ms"), range);
+                EXECUTION_MS_DEFAULT
+            }
+        };
+        prompts.push(PromptConfig {
+            name: prompt.name.clone(),
+            title: prompt.title.clone(),
+            description: prompt.description.clone(),
+            program: base.join(&prompt.program),
+            entry: prompt.entry.clone().unwrap_or_else(|| "main".to_string()),
+            max_steps,
+            execution_ms,
+        });
+    }
+    prompts
 }
 
 fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> ServerConfig {

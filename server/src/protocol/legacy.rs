@@ -7,7 +7,14 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
-use super::{call_params, Connection, PendingCall, Routed, LEGACY_VERSION};
+use super::{call_params, prompt_call, read_call, CallJob, Connection, PendingCall, Routed, LEGACY_VERSION};
+
+/// Resource not found, in 2025-11-25 (2026-07-28 uses -32602).
+const RESOURCE_NOT_FOUND: i64 = -32002;
+
+fn has_resources(connection: &Connection) -> bool {
+    connection.catalog.resources().next().is_some()
+}
 
 pub(super) fn route(connection: &Connection, request: Request) -> Routed {
     let id = request.id.clone();
@@ -23,11 +30,30 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         "tools/call" => match call_params(connection, &request) {
             Ok((tool, arguments, progress)) => {
                 let log_level = connection.legacy_log_level.get();
-                return Routed::Call(PendingCall { id, tool, arguments, progress, log_level, finish });
+                return Routed::Call(PendingCall { id, tool, arguments, progress, log_level, finish, job: CallJob::Tool });
             }
             Err(error) => Err(error),
         },
         "logging/setLevel" => set_level(connection, &request),
+        "resources/list" if has_resources(connection) => {
+            Ok(json!({"resources": crate::surface::resources(&connection.catalog)}))
+        }
+        "resources/templates/list" if has_resources(connection) => {
+            Ok(json!({"resourceTemplates": crate::surface::templates(&connection.catalog)}))
+        }
+        "resources/read" if has_resources(connection) => {
+            match read_call(connection, &request, RESOURCE_NOT_FOUND, finish) {
+                Ok(call) => return Routed::Call(call),
+                Err(error) => Err(error),
+            }
+        }
+        "prompts/list" if !connection.catalog.prompts.is_empty() => {
+            Ok(json!({"prompts": crate::surface::prompts(&connection.catalog)}))
+        }
+        "prompts/get" if !connection.catalog.prompts.is_empty() => match prompt_call(connection, &request, finish) {
+            Ok(call) => return Routed::Call(call),
+            Err(error) => Err(error),
+        },
         method => Err(RpcError::new(Some(id.clone()), jsonrpc::METHOD_NOT_FOUND, format!("Method not found: {method}"))),
     };
     Routed::Reply(match outcome {
@@ -65,7 +91,7 @@ fn initialize(connection: &Connection, request: &Request) -> Result<Value, RpcEr
     connection.legacy_initialized.set(true);
     Ok(json!({
         "protocolVersion": LEGACY_VERSION,
-        "capabilities": {"tools": {"listChanged": false}, "logging": {}},
+        "capabilities": super::capabilities(&connection.catalog),
         "serverInfo": connection.server_info(),
     }))
 }

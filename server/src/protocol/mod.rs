@@ -76,7 +76,7 @@ impl StaticResults {
         StaticResults {
             legacy_tools_list: bytes(legacy::tools_list(Value::Array(tools.clone()))),
             modern_tools_list: bytes(modern::tools_list(&info, Value::Array(tools))),
-            modern_discover: bytes(modern::discover(&info)),
+            modern_discover: bytes(modern::discover(&info, capabilities(catalog))),
         }
     }
 }
@@ -186,10 +186,12 @@ impl Connection {
             return;
         }
         if self.calls.borrow().len() >= call::calls_in_progress_max(self.catalog.manifest.server.max_concurrent_runs) {
-            let busy = crate::answer::error_result(
-                "the server is busy: too many calls are in progress; nothing was run, try again later".to_string(),
-            );
-            self.send((call.finish)(self, &call.id, busy)).await;
+            let text = "the server is busy: too many calls are in progress; nothing was run, try again later";
+            let busy = match call.job {
+                CallJob::Tool => (call.finish)(self, &call.id, crate::answer::error_result(text.to_string())),
+                _ => RpcError::new(Some(call.id), jsonrpc::INTERNAL_ERROR, text).to_value(),
+            };
+            self.send(busy).await;
             return;
         }
         let control = Rc::new(CallControl::default());
@@ -198,22 +200,59 @@ impl Connection {
         let connection = Rc::clone(self);
         self.env.spawn.spawn(Box::pin(async move {
             let _guard = guard;
-            let reply = if call.tool == RUN_STATUS_TOOL {
-                CallReply::Result(crate::status::run_status(&connection.runs, &call.arguments).await, None)
-            } else {
-                let tool = connection.catalog.tool(&call.tool).expect("routing checked the tool exists");
-                let listener =
-                    listener::CallListener::wanted(&connection, call.progress.clone(), call.log_level, &control);
-                call::call_tool(&connection.runs, &connection.slots, tool, &call.arguments, &control, listener).await
-            };
-            if let CallReply::Result(result, run) = reply {
-                connection.send((call.finish)(&connection, &call.id, result)).await;
+            let listener = listener::CallListener::wanted(&connection, call.progress.clone(), call.log_level, &control);
+            let (message, run) = connection.carry_out(&call, &control, listener).await;
+            if let Some(message) = message {
+                connection.send(message).await;
                 if let Some(run) = run {
                     connection.env.reached(crate::env::Point::Answered, &run);
                 }
             }
             connection.calls.borrow_mut().remove(&key);
         }));
+    }
+
+    /// A call's answer (none when it was cancelled), and the run it answers for.
+    async fn carry_out(
+        self: &Rc<Self>,
+        call: &PendingCall,
+        control: &CallControl,
+        listener: Option<Rc<dyn crate::notice::Listener>>,
+    ) -> (Option<Value>, Option<String>) {
+        let failed =
+            |message: String| RpcError::new(Some(call.id.clone()), jsonrpc::INVALID_PARAMS, message).to_value();
+        match &call.job {
+            CallJob::Tool if call.tool == RUN_STATUS_TOOL => {
+                let result = crate::status::run_status(&self.runs, &call.arguments).await;
+                (Some((call.finish)(self, &call.id, result)), None)
+            }
+            CallJob::Tool => {
+                let tool = self.catalog.callable(&call.tool).expect("routing checked the tool exists");
+                match call::call_tool(&self.runs, &self.slots, tool, &call.arguments, control, listener).await {
+                    CallReply::Result(result, run) => (Some((call.finish)(self, &call.id, result)), run),
+                    CallReply::Silent => (None, None),
+                }
+            }
+            CallJob::Read { uri } => {
+                let tool = self.catalog.tool(&call.tool).expect("routing found the resource");
+                let spec = tool.resource.as_ref().expect("a resource's tool");
+                match call::call_tool(&self.runs, &self.slots, tool, &call.arguments, control, listener).await {
+                    CallReply::Result(answer, run) => match crate::surface::contents(spec, uri, &answer) {
+                        Ok(contents) => (Some((call.finish)(self, &call.id, contents)), run),
+                        Err(text) => (Some(failed(format!("reading {uri} failed: {text}"))), run),
+                    },
+                    CallReply::Silent => (None, None),
+                }
+            }
+            CallJob::Prompt => {
+                let prompt = self.catalog.prompt(&call.tool).expect("routing found the prompt");
+                let message = match crate::surface::get_prompt(&self.env, prompt, &call.arguments).await {
+                    Ok(result) => (call.finish)(self, &call.id, result),
+                    Err(text) => failed(format!("prompt `{}`: {text}", call.tool)),
+                };
+                (Some(message).filter(|_| !control.is_cancelled()), None)
+            }
+        }
     }
 
     /// Writes one message as one line. A failed write means the client is gone.
@@ -257,6 +296,19 @@ impl Connection {
     }
 }
 
+/// What the server offers, in both eras: resources and prompts only when the manifest has
+/// some (a method whose capability is not advertised is -32601).
+fn capabilities(catalog: &Catalog) -> Value {
+    let mut capabilities = serde_json::json!({"tools": {"listChanged": false}, "logging": {}});
+    if catalog.resources().next().is_some() {
+        capabilities["resources"] = serde_json::json!({"subscribe": false, "listChanged": false});
+    }
+    if !catalog.prompts.is_empty() {
+        capabilities["prompts"] = serde_json::json!({"listChanged": false});
+    }
+    capabilities
+}
+
 fn server_info(catalog: &Catalog) -> Value {
     serde_json::json!({"name": catalog.manifest.server.name, "version": crate::VERSION})
 }
@@ -270,6 +322,66 @@ pub(crate) struct PendingCall {
     /// The least severe level of `notice::LOG_LEVELS` the client wants as log messages.
     log_level: Option<usize>,
     finish: fn(&Connection, &RequestId, Value) -> Value,
+    job: CallJob,
+}
+
+/// What a routed call does: a tool call, a resource read (`tool` names the resource), or
+/// getting a prompt (`tool` names the prompt).
+pub(crate) enum CallJob {
+    Tool,
+    Read { uri: String },
+    Prompt,
+}
+
+/// Routes `resources/read`: the resource the URI names and the read's arguments, or the
+/// era's not-found error.
+fn read_call(
+    connection: &Connection,
+    request: &Request,
+    not_found: i64,
+    finish: fn(&Connection, &RequestId, Value) -> Value,
+) -> Result<PendingCall, RpcError> {
+    let id = request.id.clone();
+    let uri = request.params.as_ref().and_then(|p| p.get("uri")).and_then(Value::as_str);
+    let Some(uri) = uri else {
+        return Err(RpcError::new(Some(id), jsonrpc::INVALID_PARAMS, "resources/read needs a string `uri`"));
+    };
+    let Some((tool, arguments)) = crate::surface::find(&connection.catalog, uri) else {
+        return Err(RpcError::new(Some(id), not_found, "Resource not found").with_data(serde_json::json!({"uri": uri})));
+    };
+    let job = CallJob::Read { uri: uri.to_string() };
+    Ok(PendingCall { id, tool: tool.config.name.clone(), arguments, progress: None, log_level: None, finish, job })
+}
+
+/// Routes `prompts/get`: a known prompt and its string arguments.
+fn prompt_call(
+    connection: &Connection,
+    request: &Request,
+    finish: fn(&Connection, &RequestId, Value) -> Value,
+) -> Result<PendingCall, RpcError> {
+    let id = request.id.clone();
+    let invalid = |message: String| RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message);
+    let params = request.params.as_ref();
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Err(invalid("prompts/get needs a string `name`".to_string()));
+    };
+    if connection.catalog.prompt(name).is_none() {
+        return Err(invalid(format!("Unknown prompt: {name}")));
+    }
+    let arguments = match params.and_then(|p| p.get("arguments")) {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(arguments)) => arguments.clone(),
+        Some(_) => return Err(invalid("`arguments` must be an object of strings".to_string())),
+    };
+    Ok(PendingCall {
+        id,
+        tool: name.to_string(),
+        arguments,
+        progress: None,
+        log_level: None,
+        finish,
+        job: CallJob::Prompt,
+    })
 }
 
 pub(crate) enum Routed {
@@ -294,7 +406,7 @@ fn call_params(
         Some(Value::String(name)) => name.clone(),
         _ => return Err(invalid("tools/call needs a string `name`".to_string())),
     };
-    if connection.catalog.tool(&name).is_none() && name != RUN_STATUS_TOOL {
+    if connection.catalog.callable(&name).is_none() && name != RUN_STATUS_TOOL {
         return Err(invalid(format!("Unknown tool: {name}")));
     }
     let arguments = match params.get("arguments") {

@@ -8,8 +8,8 @@ use serde_json::{json, Map, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
 use super::{
-    call_params, Connection, PendingCall, Routed, LIST_TTL_MS, META_CLIENT_CAPABILITIES, META_LOG_LEVEL,
-    META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
+    call_params, prompt_call, read_call, CallJob, Connection, PendingCall, Routed, LIST_TTL_MS,
+    META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
 };
 
 use crate::notice::LOG_LEVELS;
@@ -29,8 +29,37 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
                     .and_then(|meta| meta.get(META_LOG_LEVEL))
                     .and_then(Value::as_str)
                     .and_then(crate::notice::log_level);
-                return Routed::Call(PendingCall { id, tool, arguments, progress, log_level, finish });
+                return Routed::Call(PendingCall {
+                    id,
+                    tool,
+                    arguments,
+                    progress,
+                    log_level,
+                    finish,
+                    job: CallJob::Tool,
+                });
             }
+            Err(error) => Err(error),
+        },
+        "resources/list" if has_resources(connection) => {
+            Ok(cacheable(json!({"resources": crate::surface::resources(&connection.catalog)}), LIST_TTL_MS, "public"))
+        }
+        "resources/templates/list" if has_resources(connection) => Ok(cacheable(
+            json!({"resourceTemplates": crate::surface::templates(&connection.catalog)}),
+            LIST_TTL_MS,
+            "public",
+        )),
+        "resources/read" if has_resources(connection) => {
+            match read_call(connection, &request, jsonrpc::INVALID_PARAMS, finish_read) {
+                Ok(call) => return Routed::Call(call),
+                Err(error) => Err(error),
+            }
+        }
+        "prompts/list" if !connection.catalog.prompts.is_empty() => {
+            Ok(cacheable(json!({"prompts": crate::surface::prompts(&connection.catalog)}), LIST_TTL_MS, "public"))
+        }
+        "prompts/get" if !connection.catalog.prompts.is_empty() => match prompt_call(connection, &request, finish) {
+            Ok(call) => return Routed::Call(call),
             Err(error) => Err(error),
         },
         method => {
@@ -90,12 +119,12 @@ fn check_envelope(request: &Request) -> Result<(), RpcError> {
 }
 
 /// The result of `server/discover` (built once, `StaticResults`).
-pub(super) fn discover(server_info: &Value) -> Value {
+pub(super) fn discover(server_info: &Value, capabilities: Value) -> Value {
     complete_with(
         server_info,
         json!({
             "supportedVersions": [MODERN_VERSION],
-            "capabilities": {"tools": {"listChanged": false}, "logging": {}},
+            "capabilities": capabilities,
             "ttlMs": LIST_TTL_MS,
             "cacheScope": "public",
         }),
@@ -129,4 +158,24 @@ fn complete_with(server_info: &Value, result: Value) -> Value {
 
 fn finish(connection: &Connection, id: &RequestId, result: Value) -> Value {
     jsonrpc::response(id, complete(connection, result))
+}
+
+fn has_resources(connection: &Connection) -> bool {
+    connection.catalog.resources().next().is_some()
+}
+
+fn cacheable(mut result: Value, ttl_ms: u64, scope: &str) -> Value {
+    result["ttlMs"] = json!(ttl_ms);
+    result["cacheScope"] = json!(scope);
+    result
+}
+
+/// A read's result: private, and stale at once unless the resource declares a `ttl`.
+fn finish_read(connection: &Connection, id: &RequestId, contents: Value) -> Value {
+    let ttl_ms = contents["contents"][0]["uri"]
+        .as_str()
+        .and_then(|uri| crate::surface::find(&connection.catalog, uri))
+        .and_then(|(tool, _)| tool.resource.as_ref()?.ttl_ms)
+        .unwrap_or(0);
+    finish(connection, id, cacheable(contents, ttl_ms, "private"))
 }

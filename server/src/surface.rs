@@ -1,0 +1,238 @@
+//! Resources and prompts, era-neutral (seed 004, "Resources and prompts"): their listings,
+//! matching a URI to a resource's template, turning a read's run into contents, and getting
+//! a prompt's messages. The eras wrap these results; a resource read is a run of the tool
+//! the resource's reads run as (`call::call_tool`), so it has the same grants, journal and
+//! quotas as a tool call.
+
+use serde_json::{json, Map, Value};
+
+use crate::catalog::{Catalog, Prompt, ResourceSpec, Tool};
+use crate::env::Env;
+use crate::program::job::{Executed, Job};
+use crate::program::types::ArgType;
+use crate::program::Outcome;
+
+/// The longest URI a read may name.
+pub const URI_CHARS_MAX: usize = 8192;
+/// The most messages a prompt may return, and the longest message text.
+pub const PROMPT_MESSAGES_MAX: usize = 100;
+pub const PROMPT_TEXT_BYTES_MAX: usize = 256 * 1024;
+
+fn described(tool: &Tool, mut item: Map<String, Value>) -> Value {
+    item.insert("name".into(), json!(tool.config.name));
+    if let Some(title) = &tool.config.title {
+        item.insert("title".into(), json!(title));
+    }
+    item.insert("description".into(), json!(tool.description()));
+    Value::Object(item)
+}
+
+/// `resources/list`: the resources whose URI has no variable.
+pub fn resources(catalog: &Catalog) -> Vec<Value> {
+    catalog
+        .resources()
+        .filter(|(_, spec)| spec.variables.is_empty())
+        .map(|(tool, spec)| {
+            let item = json!({"uri": spec.uri_template, "mimeType": spec.mime_type});
+            described(tool, item.as_object().expect("an object").clone())
+        })
+        .collect()
+}
+
+/// `resources/templates/list`: the resources addressed by a template with variables.
+pub fn templates(catalog: &Catalog) -> Vec<Value> {
+    catalog
+        .resources()
+        .filter(|(_, spec)| !spec.variables.is_empty())
+        .map(|(tool, spec)| {
+            let item = json!({"uriTemplate": spec.uri_template, "mimeType": spec.mime_type});
+            described(tool, item.as_object().expect("an object").clone())
+        })
+        .collect()
+}
+
+/// `prompts/list`.
+pub fn prompts(catalog: &Catalog) -> Vec<Value> {
+    catalog
+        .prompts
+        .iter()
+        .map(|prompt| {
+            let arguments: Vec<Value> = prompt
+                .program
+                .inputs
+                .iter()
+                .map(|input| {
+                    json!({"name": input.name, "description": input.description, "required": input.default.is_none()
+                        && !matches!(input.ty, ArgType::Optional(_))})
+                })
+                .collect();
+            let mut item =
+                json!({"name": prompt.config.name, "description": prompt_description(prompt), "arguments": arguments});
+            if let Some(title) = &prompt.config.title {
+                item["title"] = json!(title);
+            }
+            item
+        })
+        .collect()
+}
+
+fn prompt_description(prompt: &Prompt) -> &str {
+    prompt.config.description.as_deref().unwrap_or(&prompt.program.description)
+}
+
+/// The resource `uri` names, and its read's arguments: each template variable's text
+/// (percent-decoded; a whole number for an `int` parameter). None: no resource has it.
+pub fn find<'a>(catalog: &'a Catalog, uri: &str) -> Option<(&'a Tool, Map<String, Value>)> {
+    if uri.chars().count() > URI_CHARS_MAX {
+        return None;
+    }
+    catalog.resources().find_map(|(tool, spec)| {
+        let texts = match_template(&spec.uri_template, uri)?;
+        let mut arguments = Map::new();
+        for (name, text) in spec.variables.iter().zip(texts) {
+            let int = tool.program.inputs.iter().any(|input| &input.name == name && input.ty == ArgType::Int);
+            let value = match text.parse::<i64>() {
+                Ok(number) if int => json!(number),
+                _ => json!(text),
+            };
+            arguments.insert(name.clone(), value);
+        }
+        Some((tool, arguments))
+    })
+}
+
+/// Each variable's text where `uri` matches `template`: a variable takes a non-empty run of
+/// characters up to the next literal part, never a `/`.
+fn match_template(template: &str, uri: &str) -> Option<Vec<String>> {
+    let mut texts = Vec::new();
+    let mut rest_template = template;
+    let mut rest_uri = uri;
+    loop {
+        let Some(open) = rest_template.find('{') else {
+            return (rest_template == rest_uri).then_some(texts);
+        };
+        let literal = &rest_template[..open];
+        rest_uri = rest_uri.strip_prefix(literal)?;
+        let close = open + rest_template[open..].find('}')?;
+        rest_template = &rest_template[close + 1..];
+        let next_literal_end = rest_template.find('{').unwrap_or(rest_template.len());
+        let next_literal = &rest_template[..next_literal_end];
+        let taken = if next_literal.is_empty() { rest_uri.len() } else { rest_uri.find(next_literal)? };
+        let text = &rest_uri[..taken];
+        if text.is_empty() || text.contains('/') {
+            return None;
+        }
+        texts.push(percent_decode(text)?);
+        rest_uri = &rest_uri[taken..];
+    }
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A read's contents from its run's answer, or why it failed (the answer's text).
+pub fn contents(spec: &ResourceSpec, uri: &str, answer: &Value) -> Result<Value, String> {
+    let text_of = |answer: &Value| answer["content"][0]["text"].as_str().unwrap_or("").to_string();
+    if answer["isError"] == json!(true) {
+        return Err(text_of(answer));
+    }
+    let result = &answer["structuredContent"]["result"];
+    let json_type = spec.mime_type.contains("json");
+    let text = match result {
+        Value::String(text) if !json_type => text.clone(),
+        _ => text_of(answer),
+    };
+    Ok(json!({"contents": [{"uri": uri, "mimeType": spec.mime_type, "text": text}]}))
+}
+
+/// `prompts/get`: runs the prompt's program (no grants, nothing journaled: it only computes)
+/// and returns its messages. A program returns a string (one user message) or a list of
+/// strings and `{"role": "user" | "assistant", "content": str}`.
+pub async fn get_prompt(env: &Env, prompt: &Prompt, arguments: &Map<String, Value>) -> Result<Value, String> {
+    for (name, value) in arguments {
+        if !value.is_string() {
+            return Err(format!("argument `{name}` must be a string"));
+        }
+    }
+    let inputs = prompt.program.check_inputs(arguments).map_err(|invalid| invalid.text())?;
+    let mut job = Job::load(
+        prompt.program.path.clone(),
+        prompt.program.source.to_string(),
+        prompt.config.entry.clone(),
+        Vec::new(),
+        prompt.config.execution_ms,
+    );
+    job.load_only = false;
+    job.inputs = inputs;
+    job.max_steps = prompt.config.max_steps;
+    job.compiled = Some(prompt.program.clone());
+    let Executed { execution, .. } = env.sandbox.execute(job).await.map_err(|stopped| stopped.to_string())?;
+    let value = match execution.outcome {
+        Outcome::Done(value) => value,
+        Outcome::Failed(failure) => return Err(failure.message),
+        Outcome::Suspended(_) => return Err("a prompt has no grants and cannot act".to_string()),
+    };
+    let items = match value {
+        Value::Array(items) => items,
+        single => vec![single],
+    };
+    if items.len() > PROMPT_MESSAGES_MAX {
+        return Err(format!("the prompt returned {} messages; the limit is {PROMPT_MESSAGES_MAX}", items.len()));
+    }
+    let messages = items.iter().map(message).collect::<Result<Vec<Value>, String>>()?;
+    Ok(json!({"description": prompt_description(prompt), "messages": messages}))
+}
+
+fn message(item: &Value) -> Result<Value, String> {
+    let (role, text) = match item {
+        Value::String(text) => ("user", text.as_str()),
+        Value::Object(object) => {
+            let role = match object.get("role").and_then(Value::as_str) {
+                Some(role @ ("user" | "assistant")) => role,
+                _ => return Err("a prompt message's `role` must be \"user\" or \"assistant\"".to_string()),
+            };
+            let Some(text) = object.get("content").and_then(Value::as_str) else {
+                return Err("a prompt message's `content` must be a string".to_string());
+            };
+            (role, text)
+        }
+        _ => return Err("a prompt returns a string, or a list of strings and {role, content}".to_string()),
+    };
+    if text.len() > PROMPT_TEXT_BYTES_MAX {
+        return Err(format!("a prompt message holds {} bytes; the limit is {PROMPT_TEXT_BYTES_MAX}", text.len()));
+    }
+    Ok(json!({"role": role, "content": {"type": "text", "text": text}}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match_whole_segments_and_decode_them() {
+        assert_eq!(match_template("ticket://{id}", "ticket://42"), Some(vec!["42".to_string()]));
+        assert_eq!(match_template("ticket://{id}", "ticket://"), None);
+        assert_eq!(match_template("ticket://{id}", "ticket://4/2"), None);
+        assert_eq!(match_template("ticket://{id}", "tickets://42"), None);
+        assert_eq!(
+            match_template("desk://{queue}/tickets/{id}.json", "desk://vip%20line/tickets/7.json"),
+            Some(vec!["vip line".to_string(), "7".to_string()])
+        );
+        assert_eq!(match_template("desk://all", "desk://all"), Some(vec![]));
+        assert_eq!(match_template("desk://{id}", "desk://%zz"), None);
+    }
+}
