@@ -244,17 +244,8 @@ async fn load_resource(env: &Env, config: &ResourceConfig, index: usize) -> Resu
 /// arguments are strings).
 async fn load_prompt(env: &Env, config: &PromptConfig, index: usize) -> Result<Program, String> {
     let path = &config.program;
-    let bytes = env
-        .disk
-        .read(path)
-        .await
-        .map_err(|e| format!("{}: cannot read the program of prompt `{}`: {e}", path.display(), config.name))?;
-    let source = String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8", path.display()))?;
-    let job = Job::load(path.clone(), source.clone(), config.entry.clone(), Vec::new(), config.execution_ms);
-    if let Err(stopped) = env.sandbox.execute(job).await {
-        return Err(format!("{}: loading the program was stopped: {stopped}", path.display()));
-    }
-    let program = Program::load(path, &source, &config.entry, &[])?;
+    let what = format!("prompt `{}`", config.name);
+    let program = load_source(env, path, &what, &config.entry, &[], config.execution_ms).await?;
     let mut problems = Vec::new();
     for input in &program.inputs {
         let string = match &input.ty {
@@ -279,19 +270,28 @@ async fn load_prompt(env: &Env, config: &PromptConfig, index: usize) -> Result<P
 }
 
 async fn load_program(env: &Env, config: &ToolConfig) -> Result<Program, String> {
-    let path = &config.program;
-    let bytes = env
-        .disk
-        .read(path)
-        .await
-        .map_err(|e| format!("{}: cannot read the program of tool `{}`: {e}", path.display(), config.name))?;
-    let source = String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8", path.display()))?;
     let grant_names: Vec<String> = config.grants.keys().cloned().collect();
+    let what = format!("tool `{}`", config.name);
+    load_source(env, &config.program, &what, &config.entry, &grant_names, config.execution_ms).await
+}
+
+/// Reads and compiles a program (`what` names its tool, resource or prompt in errors).
+async fn load_source(
+    env: &Env,
+    path: &Path,
+    what: &str,
+    entry: &str,
+    grant_names: &[String],
+    execution_ms: u64,
+) -> Result<Program, String> {
+    let bytes =
+        env.disk.read(path).await.map_err(|e| format!("{}: cannot read the program of {what}: {e}", path.display()))?;
+    let source = String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8", path.display()))?;
     // Loading runs the program's top level, which one builtin can make spin or allocate
     // without bound: load it first where that can be stopped, then here.
-    let job = Job::load(path.clone(), source.clone(), config.entry.clone(), grant_names.clone(), config.execution_ms);
+    let job = Job::load(path.to_path_buf(), source.clone(), entry.to_string(), grant_names.to_vec(), execution_ms);
     if let Err(stopped) = env.sandbox.execute(job).await {
         return Err(format!("{}: loading the program was stopped: {stopped}", path.display()));
     }
-    Program::load(path, &source, &config.entry, &grant_names)
+    Program::load(path, &source, entry, grant_names)
 }

@@ -29,24 +29,23 @@ fn described(tool: &Tool, mut item: Map<String, Value>) -> Value {
 
 /// `resources/list`: the resources whose URI has no variable.
 pub fn resources(catalog: &Catalog) -> Vec<Value> {
-    catalog
-        .resources()
-        .filter(|(_, spec)| spec.variables.is_empty())
-        .map(|(tool, spec)| {
-            let item = json!({"uri": spec.uri_template, "mimeType": spec.mime_type});
-            described(tool, item.as_object().expect("an object").clone())
-        })
-        .collect()
+    addressed(catalog, false, "uri")
 }
 
 /// `resources/templates/list`: the resources addressed by a template with variables.
 pub fn templates(catalog: &Catalog) -> Vec<Value> {
+    addressed(catalog, true, "uriTemplate")
+}
+
+fn addressed(catalog: &Catalog, templated: bool, key: &str) -> Vec<Value> {
     catalog
         .resources()
-        .filter(|(_, spec)| !spec.variables.is_empty())
+        .filter(|(_, spec)| spec.variables.is_empty() != templated)
         .map(|(tool, spec)| {
-            let item = json!({"uriTemplate": spec.uri_template, "mimeType": spec.mime_type});
-            described(tool, item.as_object().expect("an object").clone())
+            let mut item = Map::new();
+            item.insert(key.into(), json!(spec.uri_template));
+            item.insert("mimeType".into(), json!(spec.mime_type));
+            described(tool, item)
         })
         .collect()
 }

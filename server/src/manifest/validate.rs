@@ -193,24 +193,7 @@ fn prompt_configs(raw: &[RawPrompt], base: &Path, problems: &mut Problems) -> Ve
         if !names.insert(prompt.name.clone()) {
             problems.add(&format!("{at}.name"), format!("`{}` is used by an earlier prompt", prompt.name));
         }
-        let limits = prompt.limits.as_ref();
-        let max_steps = match limits.and_then(|limits| limits.max_steps) {
-            None => MAX_STEPS_DEFAULT,
-            Some(steps) if (1..=MAX_STEPS_LIMIT).contains(&steps) => steps,
-            Some(steps) => {
-                problems.add(&format!("{at}.limits.max_steps"), format!("{steps} is outside 1..={MAX_STEPS_LIMIT}"));
-                MAX_STEPS_DEFAULT
-            }
-        };
-        let execution_ms = match limits.and_then(|limits| limits.execution_ms) {
-            None => EXECUTION_MS_DEFAULT,
-            Some(ms) if (EXECUTION_MS_MIN..=EXECUTION_MS_LIMIT).contains(&ms) => ms,
-            Some(ms) => {
-                let range = format!("{ms} is outside {EXECUTION_MS_MIN}..={EXECUTION_MS_LIMIT}");
-                problems.add(&format!("{at}.limits.execution_ms"), range);
-                EXECUTION_MS_DEFAULT
-            }
-        };
+        let (max_steps, execution_ms) = limits_config(prompt.limits.as_ref(), &at, problems);
         prompts.push(PromptConfig {
             name: prompt.name.clone(),
             title: prompt.title.clone(),
@@ -222,6 +205,28 @@ fn prompt_configs(raw: &[RawPrompt], base: &Path, problems: &mut Problems) -> Ve
         });
     }
     prompts
+}
+
+/// `limits`: (max_steps, execution_ms), each range-checked, defaults filled in.
+fn limits_config(raw: Option<&RawLimits>, at: &str, problems: &mut Problems) -> (u64, u64) {
+    let max_steps = match raw.and_then(|limits| limits.max_steps) {
+        None => MAX_STEPS_DEFAULT,
+        Some(steps) if (1..=MAX_STEPS_LIMIT).contains(&steps) => steps,
+        Some(steps) => {
+            problems.add(&format!("{at}.limits.max_steps"), format!("{steps} is outside 1..={MAX_STEPS_LIMIT}"));
+            MAX_STEPS_DEFAULT
+        }
+    };
+    let execution_ms = match raw.and_then(|limits| limits.execution_ms) {
+        None => EXECUTION_MS_DEFAULT,
+        Some(ms) if (EXECUTION_MS_MIN..=EXECUTION_MS_LIMIT).contains(&ms) => ms,
+        Some(ms) => {
+            let range = format!("{ms} is outside {EXECUTION_MS_MIN}..={EXECUTION_MS_LIMIT}");
+            problems.add(&format!("{at}.limits.execution_ms"), range);
+            EXECUTION_MS_DEFAULT
+        }
+    };
+    (max_steps, execution_ms)
 }
 
 fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> ServerConfig {
@@ -357,25 +362,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
     let once = raw.once.as_ref().map(|once| once_config(once, &format!("{at}.once"), server, problems));
     let quota = raw.quota.as_ref().map(|quota| quota_config(quota, &format!("{at}.quota"), problems));
     check_money_limits(&grants, quota.as_ref(), at, problems);
-    let max_steps = match raw.limits.as_ref().and_then(|limits| limits.max_steps) {
-        None => MAX_STEPS_DEFAULT,
-        Some(steps) if (1..=MAX_STEPS_LIMIT).contains(&steps) => steps,
-        Some(steps) => {
-            problems.add(&format!("{at}.limits.max_steps"), format!("{steps} is outside 1..={MAX_STEPS_LIMIT}"));
-            MAX_STEPS_DEFAULT
-        }
-    };
-    let execution_ms = match raw.limits.as_ref().and_then(|limits| limits.execution_ms) {
-        None => EXECUTION_MS_DEFAULT,
-        Some(ms) if (EXECUTION_MS_MIN..=EXECUTION_MS_LIMIT).contains(&ms) => ms,
-        Some(ms) => {
-            problems.add(
-                &format!("{at}.limits.execution_ms"),
-                format!("{ms} is outside {EXECUTION_MS_MIN}..={EXECUTION_MS_LIMIT}"),
-            );
-            EXECUTION_MS_DEFAULT
-        }
-    };
+    let (max_steps, execution_ms) = limits_config(raw.limits.as_ref(), at, problems);
     if let Some(description) = &raw.description {
         if description.trim().is_empty() {
             problems
