@@ -46,6 +46,28 @@ bash "$shared/clients/run_all.sh" --tool search_tickets --args '{"query":"Refund
 step "every message the clients received validates against its era's official schema"
 validate
 
+step "resources, prompts, progress and log messages through the Python SDK (auto, legacy, low-level)"
+rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db" "$clients_dir/out/py-surface.jsonl"
+"$clients_dir/.venv/bin/python" "$root/scripts/clients/surface.py" --uri ticket://3 \
+  --prompt triage '{"ticket_id": "3"}' --call search_tickets '{"query": "Refund"}' \
+  -- "$clients_dir/.venv/bin/python" "$shared/clients/mcp_tee.py" --log "$clients_dir/out/py-surface.jsonl" \
+  "$root/target/debug/warden" mcp "$scratch/support-desk/manifest.json" >/dev/null
+
+step "the same through the TypeScript SDK (2025-11-25) and inspector-cli"
+rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db" "$clients_dir/out/ts-surface.jsonl"
+NODE_PATH="$clients_dir/node/node_modules" node "$root/scripts/clients/surface.mjs" ticket://3 \
+  triage '{"ticket_id": "3"}' search_tickets '{"query": "Refund"}' \
+  -- "$clients_dir/.venv/bin/python" "$shared/clients/mcp_tee.py" --log "$clients_dir/out/ts-surface.jsonl" \
+  "$root/target/debug/warden" mcp "$scratch/support-desk/manifest.json" >/dev/null
+inspector() {
+  (cd "$clients_dir/node/.inspector-cwd" && "$clients_dir/node/node_modules/.bin/mcp-inspector-cli" --cli \
+    "$root/target/debug/warden" mcp "$scratch/support-desk/manifest.json" "$@" 2>/dev/null)
+}
+inspector --method resources/read --uri ticket://3 | grep -q "Invoice shows the wrong address"
+inspector --method prompts/get --prompt-name triage --prompt-args ticket_id=3 | grep -q "ticket://3"
+inspector --method resources/templates/list | grep -q "ticket://{ticket_id}"
+validate
+
 step "real MCP clients against the toolbox example (pure programs)"
 cp -r "$root/examples/toolbox" "$scratch/toolbox"
 rm -rf "$scratch/toolbox/journals"

@@ -17,6 +17,12 @@ RESULTS = {
     "tools/call": "CallToolResult",
     "server/discover": "DiscoverResult",
     "ping": "EmptyResult",
+    "logging/setLevel": "EmptyResult",
+    "resources/list": "ListResourcesResult",
+    "resources/templates/list": "ListResourceTemplatesResult",
+    "resources/read": "ReadResourceResult",
+    "prompts/list": "ListPromptsResult",
+    "prompts/get": "GetPromptResult",
 }
 ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
 

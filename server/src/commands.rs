@@ -46,8 +46,10 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
     retention::sweep(&runs).await.map_err(|Fatal(message)| message)?;
     warn_about_duplicates(env, &catalog);
     env.log(&format!(
-        "serving {} tool(s) from {} as `{}`{}",
-        catalog.tools.len(),
+        "serving {} tool(s), {} resource(s) and {} prompt(s) from {} as `{}`{}",
+        catalog.list_tools().count(),
+        catalog.resources().count(),
+        catalog.prompts.len(),
         manifest_path.display(),
         catalog.manifest.server.name,
         if pinned { ", each as warden.lock recorded it" } else { " (no warden.lock: the tools are not pinned)" }
