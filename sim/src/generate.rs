@@ -100,8 +100,45 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
             _ => json!(7 + draw.below(24)),
         };
     }
-    let manifest = json!({"server": server, "tools": tools});
+    let mut manifest = json!({"server": server, "tools": tools});
+    // Some worlds serve a resource too: its reads are runs of the same pipeline, under their
+    // own quota, recovered after crashes like a tool's.
+    if draw.chance(50) {
+        manifest["resources"] = json!([resource(&mut draw, &mut programs)]);
+    }
     WorldFile { manifest: serde_json::to_string_pretty(&manifest).expect("JSON"), programs, tools: shapes }
+}
+
+/// A read-only resource: a ticket looked up in SQLite, or a payment intent fetched.
+fn resource(draw: &mut Draw, programs: &mut BTreeMap<String, String>) -> Value {
+    let template = *draw.one_of(&[Template::Lookup, Template::Fetch]);
+    let (name, uri) = match template {
+        Template::Lookup => ("ticket_resource", RESOURCE_TICKETS),
+        _ => ("intent_resource", RESOURCE_INTENTS),
+    };
+    let program = format!("{name}.star");
+    programs.insert(program.clone(), program_text(template, draw));
+    let mut resource = json!({"name": name, "uri": uri, "mime_type": "application/json", "program": program,
+        "grants": Value::Object(grants(template, draw))});
+    if template == Template::Fetch {
+        resource["net"] = json!({"timeout_ms": 1000, "connect_timeout_ms": 1000});
+    }
+    if draw.chance(30) {
+        resource["quota"] = json!({"window": "1m", "calls": 1 + draw.below(3)});
+    }
+    resource
+}
+
+/// The URI templates of generated resources (the client model fills them in).
+pub const RESOURCE_TICKETS: &str = "ticket://{ticket}";
+pub const RESOURCE_INTENTS: &str = "intent://{order}";
+
+/// A URI the client model reads from a world serving `template`.
+pub fn resource_uri(template: &str, rng: &mut ChaCha8Rng) -> String {
+    match template {
+        RESOURCE_TICKETS => format!("ticket://{}", 1 + rng.next_u64() % 25),
+        _ => format!("intent://pi_{}", 2000 + rng.next_u64() % 22),
+    }
 }
 
 fn template_name(template: Template) -> &'static str {

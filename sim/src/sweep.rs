@@ -230,6 +230,12 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     let generated = scenario.world.is_some();
     let burst_per_cent = if generated { [33, 33, 60, 85][(scenario.seed % 4) as usize] } else { 0 };
     let mut draws = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4075_7001);
+    let mut reads = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4ead_5001);
+    let resource_template = scenario.world.as_ref().and_then(|file| {
+        let manifest: serde_json::Value = serde_json::from_str(&file.manifest).ok()?;
+        let template = manifest["resources"][0]["uri"].as_str()?.to_string();
+        [crate::generate::RESOURCE_TICKETS, crate::generate::RESOURCE_INTENTS].into_iter().find(|t| *t == template)
+    });
     client.hot_tool = (generated && draws.next_u64() % 2 == 0).then(|| draws.next_u64() as usize);
     for index in 0..scenario.calls {
         let mut malformed = false;
@@ -287,6 +293,14 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         };
         instance.send(&message);
         client.sent_now(message["id"].as_i64().unwrap_or(0), world.clock.now());
+        // Reads of the world's resource, now and then, beside the workload (their answers
+        // are not the workload's; the runs they make are checked like any other).
+        if let Some(template) = resource_template.filter(|_| reads.next_u64() % 100 < 15) {
+            let uri = crate::generate::resource_uri(template, &mut reads);
+            instance.send(&json!({"jsonrpc": "2.0", "id": format!("read-{index}"), "method": "resources/read",
+                "params": {"uri": uri, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}}}}));
+        }
         if gone {
             instance.pipe.broken.set(true);
             instance.close_stdin();
