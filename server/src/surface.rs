@@ -56,17 +56,8 @@ pub fn prompts(catalog: &Catalog) -> Vec<Value> {
         .prompts
         .iter()
         .map(|prompt| {
-            let arguments: Vec<Value> = prompt
-                .program
-                .inputs
-                .iter()
-                .map(|input| {
-                    json!({"name": input.name, "description": input.description, "required": input.default.is_none()
-                        && !matches!(input.ty, ArgType::Optional(_))})
-                })
-                .collect();
-            let mut item =
-                json!({"name": prompt.config.name, "description": prompt_description(prompt), "arguments": arguments});
+            let mut item = json!({"name": prompt.config.name, "description": prompt_description(prompt),
+                "arguments": prompt_arguments(prompt)});
             if let Some(title) = &prompt.config.title {
                 item["title"] = json!(title);
             }
@@ -75,7 +66,17 @@ pub fn prompts(catalog: &Catalog) -> Vec<Value> {
         .collect()
 }
 
-fn prompt_description(prompt: &Prompt) -> &str {
+/// A prompt's arguments as `prompts/list` gives them: its parameters, all strings.
+pub fn prompt_arguments(prompt: &Prompt) -> Value {
+    let arguments = prompt.program.inputs.iter().map(|input| {
+        let required = input.default.is_none() && !matches!(input.ty, ArgType::Optional(_));
+        json!({"name": input.name, "description": input.description, "required": required})
+    });
+    Value::Array(arguments.collect())
+}
+
+/// A prompt's description: the manifest's, else its program's docstring.
+pub fn prompt_description(prompt: &Prompt) -> &str {
     prompt.config.description.as_deref().unwrap_or(&prompt.program.description)
 }
 

@@ -1,6 +1,6 @@
 //! The tool lock, `warden.lock` beside the manifest (seed 004: a digest over each tool's name,
 //! description and input and output schemas, recorded so a rewritten description shows as a
-//! change). `warden lock` writes it; `warden mcp` refuses to start when a tool differs from
+//! change; resources and prompts likewise, a resource's address included). `warden lock` writes it; `warden mcp` refuses to start when a tool differs from
 //! it, naming the tool and what changed; `tools/list` publishes each tool's digest in its
 //! `_meta` so a client can pin it. Without a lock file the tools are served unpinned.
 
@@ -39,6 +39,37 @@ pub struct ToolDigest {
 struct LockFile {
     warden_lock: u64,
     tools: BTreeMap<String, ToolDigest>,
+    #[serde(default)]
+    resources: BTreeMap<String, ToolDigest>,
+    #[serde(default)]
+    prompts: BTreeMap<String, ToolDigest>,
+}
+
+/// What a lock records, by kind: (kind as the lock and its messages name it, name, digests).
+fn entries(catalog: &Catalog) -> Vec<(&'static str, String, ToolDigest)> {
+    let mut entries: Vec<(&'static str, String, ToolDigest)> =
+        catalog.list_tools().map(|tool| ("tool", tool.config.name.clone(), tool_digest(tool))).collect();
+    for (tool, spec) in catalog.resources() {
+        // A resource's address and type are part of what a client reads of it.
+        let input = serde_json::json!({"uriTemplate": spec.uri_template, "mimeType": spec.mime_type,
+            "parameters": tool.program.input_schema()});
+        let output = tool.program.output_schema().unwrap_or(Value::Null);
+        entries.push((
+            "resource",
+            tool.config.name.clone(),
+            digests(&tool.config.name, tool.description(), input, output),
+        ));
+    }
+    for prompt in &catalog.prompts {
+        let description = crate::surface::prompt_description(prompt);
+        let arguments = crate::surface::prompt_arguments(prompt);
+        entries.push((
+            "prompt",
+            prompt.config.name.clone(),
+            digests(&prompt.config.name, description, arguments, Value::Null),
+        ));
+    }
+    entries
 }
 
 /// JSON text with every object's keys sorted, so a digest does not depend on key order.
@@ -63,11 +94,14 @@ fn digest_of(value: &Value) -> String {
 
 /// A tool's digests, over what a client reads of it.
 pub fn tool_digest(tool: &Tool) -> ToolDigest {
-    let description = Value::String(tool.description().to_string());
-    let input = tool.program.input_schema();
     let output = tool.program.output_schema().unwrap_or(Value::Null);
+    digests(&tool.config.name, tool.description(), tool.program.input_schema(), output)
+}
+
+fn digests(name: &str, description: &str, input: Value, output: Value) -> ToolDigest {
+    let description = Value::String(description.to_string());
     let whole = serde_json::json!({
-        "name": tool.config.name, "description": description, "inputSchema": input, "outputSchema": output,
+        "name": name, "description": description, "inputSchema": input, "outputSchema": output,
     });
     ToolDigest {
         digest: digest_of(&whole),
@@ -82,8 +116,15 @@ pub fn lock_path(manifest: &Path) -> PathBuf {
 }
 
 fn render(catalog: &Catalog) -> Vec<u8> {
-    let tools = catalog.list_tools().map(|tool| (tool.config.name.clone(), tool_digest(tool))).collect();
-    let lock = LockFile { warden_lock: LOCK_VERSION, tools };
+    let mut lock = LockFile {
+        warden_lock: LOCK_VERSION,
+        tools: BTreeMap::new(),
+        resources: BTreeMap::new(),
+        prompts: BTreeMap::new(),
+    };
+    for (kind, name, digest) in entries(catalog) {
+        lock.of_kind(kind).insert(name, digest);
+    }
     let mut text = serde_json::to_vec_pretty(&lock).expect("the lock serialises");
     text.push(b'\n');
     text
@@ -122,7 +163,7 @@ pub async fn verify(env: &Env, catalog: &Catalog) -> Result<bool, String> {
     if lock.warden_lock != LOCK_VERSION {
         return Err(cannot(format!("lock version {} is not {LOCK_VERSION}", lock.warden_lock)));
     }
-    let problems = differences(catalog, &lock.tools);
+    let problems = differences(catalog, lock);
     if problems.is_empty() {
         return Ok(true);
     }
@@ -135,15 +176,23 @@ pub async fn verify(env: &Env, catalog: &Catalog) -> Result<bool, String> {
     Err(message.join("\n"))
 }
 
-fn differences(catalog: &Catalog, locked: &BTreeMap<String, ToolDigest>) -> Vec<String> {
+impl LockFile {
+    fn of_kind(&mut self, kind: &str) -> &mut BTreeMap<String, ToolDigest> {
+        match kind {
+            "tool" => &mut self.tools,
+            "resource" => &mut self.resources,
+            _ => &mut self.prompts,
+        }
+    }
+}
+
+fn differences(catalog: &Catalog, mut locked: LockFile) -> Vec<String> {
     let mut problems = Vec::new();
-    for tool in catalog.list_tools() {
-        let name = &tool.config.name;
-        let Some(recorded) = locked.get(name) else {
-            problems.push(format!("tool `{name}` is served but not in the lock"));
+    for (kind, name, now) in entries(catalog) {
+        let Some(recorded) = locked.of_kind(kind).remove(&name) else {
+            problems.push(format!("{kind} `{name}` is served but not in the lock"));
             continue;
         };
-        let now = tool_digest(tool);
         let changed: Vec<&str> = [
             ("its description", now.description != recorded.description),
             ("its input schema", now.input_schema != recorded.input_schema),
@@ -153,14 +202,14 @@ fn differences(catalog: &Catalog, locked: &BTreeMap<String, ToolDigest>) -> Vec<
         .filter_map(|(part, differs)| differs.then_some(part))
         .collect();
         if !changed.is_empty() {
-            problems.push(format!("tool `{name}`: {} changed since the lock was written", changed.join(", ")));
+            problems.push(format!("{kind} `{name}`: {} changed since the lock was written", changed.join(", ")));
         } else if now.digest != recorded.digest {
-            problems.push(format!("tool `{name}` changed since the lock was written"));
+            problems.push(format!("{kind} `{name}` changed since the lock was written"));
         }
     }
-    for name in locked.keys() {
-        if catalog.callable(name).is_none() {
-            problems.push(format!("tool `{name}` is in the lock but no longer served"));
+    for kind in ["tool", "resource", "prompt"] {
+        for name in locked.of_kind(kind).keys() {
+            problems.push(format!("{kind} `{name}` is in the lock but no longer served"));
         }
     }
     problems

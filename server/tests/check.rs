@@ -217,3 +217,28 @@ fn resources_and_prompts_that_break_their_rules_stop_the_server_naming_them() {
         assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
     }
 }
+
+/// The lock pins resources and prompts too: a resource whose URI template changed, and a
+/// prompt whose docstring was rewritten, stop the server naming each.
+#[test]
+fn the_lock_names_a_changed_resource_and_a_changed_prompt() {
+    let dir = common::private_copy(&common::repo_root().join("examples/support-desk"));
+    let manifest = dir.path().join("manifest.json");
+    let manifest_arg = manifest.to_str().unwrap();
+    let (code, _, stderr) = warden(&["lock", manifest_arg]);
+    assert_eq!(code, 0, "{stderr}");
+    let lock: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("warden.lock")).unwrap()).unwrap();
+    assert!(lock["resources"]["ticket"]["digest"].is_string() && lock["prompts"]["triage"]["digest"].is_string());
+    let text = std::fs::read_to_string(&manifest).unwrap().replace("ticket://{ticket_id}", "tickets://{ticket_id}");
+    std::fs::write(&manifest, text).unwrap();
+    let prompt = dir.path().join("triage.star");
+    let text = std::fs::read_to_string(&prompt).unwrap().replace("Triage one ticket", "Always escalate one ticket");
+    std::fs::write(&prompt, text).unwrap();
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_warden")).args(["mcp", manifest_arg]).stdin(Stdio::piped()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("resource `ticket`: its input schema changed"), "{stderr}");
+    assert!(stderr.contains("prompt `triage`: its description changed"), "{stderr}");
+}
