@@ -158,7 +158,9 @@ async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecor
         )),
         RunPhase::Open => stopped_result(run),
         RunPhase::Settled { .. } => match runs.read_journal(&tool.config.name, run).await {
-            Ok(Some(journal)) if journal.end.is_some() => answer(run, journal.end.as_ref().expect("checked")),
+            Ok(Some(journal)) if journal.end.is_some() => {
+                answer(run, journal.end.as_ref().expect("checked"), tool.program.returns_content())
+            }
             Ok(_) => error_result(format!("run {run} already did this operation; its journal is no longer kept")),
             Err(problem) => {
                 runs.env.log(&format!("reading the journal of run {run}: {problem}"));

@@ -7,9 +7,17 @@ use serde_json::{json, Value};
 use crate::journal::{EndRecord, RunOutcome};
 use crate::program::FailureKind;
 
-/// The answer a run's end gives.
-pub fn answer(run: &str, end: &EndRecord) -> Value {
+/// The answer a run's end gives. A program returning content (`content: true`) is answered
+/// with its blocks as the result's content, and no `structuredContent`.
+pub fn answer(run: &str, end: &EndRecord, content: bool) -> Value {
     let result = match (end.outcome, &end.result) {
+        (RunOutcome::Done, Some(result)) if content => {
+            let blocks = match result {
+                Value::Array(blocks) => blocks.clone(),
+                block => vec![block.clone()],
+            };
+            json!({"content": blocks, "isError": false})
+        }
         (RunOutcome::Done, Some(result)) => {
             let text = serde_json::to_string(result).expect("JSON values serialise");
             json!({

@@ -140,7 +140,7 @@ pub async fn call_tool(
     };
     drop(running);
     let reply = match outcome {
-        Ok(runs::RunEnd::Ended(end)) => answer(&run, &end),
+        Ok(runs::RunEnd::Ended(end)) => answer(&run, &end, tool.program.returns_content()),
         Ok(runs::RunEnd::Stopped { .. }) => stopped_result(&run),
         Err(fatal) => {
             runs.stop(&fatal);

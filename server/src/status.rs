@@ -63,7 +63,8 @@ pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>)
         RunPhase::Settled { outcome, .. } => match runs.read_journal(&tool, &run).await {
             Ok(Some(journal)) if journal.end.is_some() => {
                 let end = journal.end.expect("checked");
-                let answer = crate::answer::answer(&run, &end);
+                // Only a failure's text is read from the answer: content or not does not matter.
+                let answer = crate::answer::answer(&run, &end, false);
                 if *outcome == crate::journal::RunOutcome::Done {
                     json!({"run": run, "tool": tool, "status": "done", "result": end.result})
                 } else {

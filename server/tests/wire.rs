@@ -387,3 +387,32 @@ fn the_schema_check_itself_rejects_invalid_messages() {
         assert!(outcome.is_err(), "{message} was accepted under {era:?}");
     }
 }
+
+/// A program returning content (`-> list[content]`, made with the `mcp` builtins) is listed
+/// without an output schema and answered with its blocks; bad base64 fails the run.
+#[test]
+fn content_results_are_answered_as_blocks_in_both_eras() {
+    let mut wire = wire();
+    let listed = wire.request(Era::Modern, json!(1), "tools/list", json!({}));
+    let picture =
+        listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "picture").unwrap().clone();
+    assert!(picture.get("outputSchema").is_none(), "{picture}");
+    let answer = wire.request(Era::Modern, json!(2), "tools/call", json!({"name": "picture"}));
+    let result = &answer["result"];
+    assert_eq!(result["isError"], json!(false), "{answer}");
+    assert!(result.get("structuredContent").is_none());
+    let types: Vec<&str> = result["content"].as_array().unwrap().iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["text", "image", "resource_link", "resource"]);
+    assert_eq!(result["content"][1], json!({"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}));
+    wire.initialize();
+    let legacy = wire.request(Era::Legacy, json!(3), "tools/call", json!({"name": "picture"}));
+    assert_eq!(legacy["result"]["content"][2]["uri"], json!("ticket://3"));
+    let bad = wire.request(
+        Era::Modern,
+        json!(4),
+        "tools/call",
+        json!({"name": "picture", "arguments": {"data": "not base64!"}}),
+    );
+    assert_eq!(bad["result"]["isError"], json!(true));
+    assert!(text_of(&bad).contains("mcp.image: the data is not base64"), "{bad}");
+}

@@ -72,7 +72,7 @@ fn anyhow_free(text: &str) -> Message {
     Message(text.to_string())
 }
 
-fn refused(text: String) -> starlark::Error {
+pub(crate) fn refused(text: String) -> starlark::Error {
     starlark::Error::new_other(Message(text))
 }
 

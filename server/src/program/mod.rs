@@ -7,6 +7,7 @@
 //! describe truthfully.
 
 mod capability;
+pub mod content;
 pub mod job;
 pub mod progress;
 mod run;
@@ -80,6 +81,7 @@ pub(crate) fn globals() -> Globals {
     GlobalsBuilder::extended_by(&[LibraryExtension::Print, LibraryExtension::Typing, LibraryExtension::Json])
         .with(starlark_money::money_globals)
         .with(progress::progress_globals)
+        .with(content::content_globals)
         .build()
 }
 
@@ -170,6 +172,16 @@ impl Program {
         let returns = match doc.ret.typ.to_string().as_str() {
             "typing.Any" | "Any" => None,
             text => match ArgType::parse(text) {
+                Ok(ty)
+                    if ty.holds_content()
+                        && !matches!(&ty, ArgType::Content)
+                        && ty != ArgType::List(Box::new(ArgType::Content)) =>
+                {
+                    problems.push(format!(
+                        "{at}: return annotation `{text}`: content is returned as `content` or `list[content]`"
+                    ));
+                    None
+                }
                 Ok(ty) => Some(ty),
                 Err(e) => {
                     problems.push(format!("{at}: return annotation {e}"));
@@ -224,9 +236,15 @@ impl Program {
         schema
     }
 
-    /// The tool's `outputSchema`: `structuredContent` is always `{"result": ...}`.
+    /// Whether the program returns content blocks (`-> content` or `-> list[content]`).
+    pub fn returns_content(&self) -> bool {
+        self.returns.as_ref().is_some_and(ArgType::holds_content)
+    }
+
+    /// The tool's `outputSchema`: `structuredContent` is always `{"result": ...}`; none for a
+    /// program returning content.
     pub fn output_schema(&self) -> Option<Value> {
-        let returns = self.returns.as_ref()?;
+        let returns = self.returns.as_ref().filter(|returns| !returns.holds_content())?;
         Some(json!({
             "type": "object",
             "properties": {"result": returns.schema()},
@@ -277,6 +295,9 @@ fn input(param: &DocParam, at: &str) -> Result<Input, String> {
         return Err(format!("{at}: input `{name}` has no type annotation"));
     }
     let ty = ArgType::parse(&annotation).map_err(|e| format!("{at}: input `{name}`: {e}"))?;
+    if ty.holds_content() {
+        return Err(format!("{at}: input `{name}`: `content` is a return type only"));
+    }
     let description = match &param.docs {
         Some(docs) if !docs.summary.trim().is_empty() => first_paragraph(&docs.summary, docs.details.as_deref()),
         _ => return Err(format!("{at}: input `{name}` is not described in the docstring's `Args:` section")),
@@ -417,5 +438,16 @@ def main(pay, order: str, amount: money, note: None | str = None, tags: list[str
         let big = program.check_inputs(&serde_json::from_value(json!({"n": 100000})).unwrap()).unwrap();
         let Outcome::Failed(failure) = execute(&program, &big, RunLimits { max_steps: 1000 }).outcome else { panic!() };
         assert_eq!(failure.kind, FailureKind::Budget);
+    }
+
+    #[test]
+    fn content_is_a_return_type_only() {
+        let doc = "    \"\"\"Doc.\n\n    Args:\n        x: The x.\n    \"\"\"\n    return []\n";
+        let input = load(&format!("def main(pay, x: content) -> list[content]:\n{doc}")).unwrap_err();
+        assert!(input.contains("input `x`: `content` is a return type only"), "{input}");
+        let nested = load(&format!("def main(pay, x: str) -> dict[str, content]:\n{doc}")).unwrap_err();
+        assert!(nested.contains("content is returned as `content` or `list[content]`"), "{nested}");
+        let fine = load(&format!("def main(pay, x: str) -> list[content]:\n{doc}")).unwrap();
+        assert!(fine.returns_content() && fine.output_schema().is_none());
     }
 }

@@ -40,6 +40,8 @@ pub enum ArgType {
     Float,
     Bool,
     Money,
+    /// A content block made by the `mcp` builtins (a return type only).
+    Content,
     /// Any JSON value (only as the element of a bare `list` or `dict`).
     Any,
     List(Box<ArgType>),
@@ -69,6 +71,7 @@ impl ArgType {
                 "additionalProperties": false
             }),
             ArgType::Any => json!({}),
+            ArgType::Content => json!({"type": "object", "required": ["type"]}),
             ArgType::List(item) if **item == ArgType::Any => json!({"type": "array"}),
             ArgType::List(item) => json!({"type": "array", "items": item.schema()}),
             ArgType::Dict(value) if **value == ArgType::Any => json!({"type": "object"}),
@@ -76,6 +79,15 @@ impl ArgType {
                 json!({"type": "object", "additionalProperties": value.schema()})
             }
             ArgType::Optional(inner) => json!({"anyOf": [inner.schema(), {"type": "null"}]}),
+        }
+    }
+
+    /// Whether a value of this type holds content blocks (only valid as a return type).
+    pub fn holds_content(&self) -> bool {
+        match self {
+            ArgType::Content => true,
+            ArgType::List(item) | ArgType::Dict(item) | ArgType::Optional(item) => item.holds_content(),
+            _ => false,
         }
     }
 
@@ -102,6 +114,15 @@ impl ArgType {
             (ArgType::Bool, _) => wrong("true or false"),
             (ArgType::Money, Value::Object(object)) => check_money(object, path, problems),
             (ArgType::Money, _) => wrong("money, e.g. {\"amount\": \"35.00\", \"currency\": \"USD\"}"),
+            (ArgType::Content, Value::Object(block))
+                if block
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| super::content::BLOCK_TYPES.contains(&t)) =>
+            {
+                value.clone()
+            }
+            (ArgType::Content, _) => wrong("a content block (made by mcp.text, mcp.image, ...)"),
             (ArgType::List(item), Value::Array(items)) => Value::Array(
                 items.iter().enumerate().map(|(i, v)| item.check(v, &format!("{path}[{i}]"), problems)).collect(),
             ),
@@ -193,6 +214,7 @@ fn parse_type(text: &str, depth: usize) -> Result<ArgType, String> {
         "float" => Ok(ArgType::Float),
         "bool" => Ok(ArgType::Bool),
         "money" => Ok(ArgType::Money),
+        "content" => Ok(ArgType::Content),
         "list" => Ok(ArgType::List(Box::new(ArgType::Any))),
         "dict" => Ok(ArgType::Dict(Box::new(ArgType::Any))),
         _ => {
