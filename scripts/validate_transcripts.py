@@ -23,6 +23,7 @@ RESULTS = {
     "resources/read": "ReadResourceResult",
     "prompts/list": "ListPromptsResult",
     "prompts/get": "GetPromptResult",
+    "completion/complete": "CompleteResult",
 }
 ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
 

@@ -25,6 +25,7 @@ pub struct ResourceSpec {
     pub variables: Vec<String>,
     pub mime_type: String,
     pub ttl_ms: Option<u64>,
+    pub complete: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// A prompt: its program (no grants) and its arguments (its `str` parameters).
@@ -236,6 +237,7 @@ async fn load_resource(env: &Env, config: &ResourceConfig, index: usize) -> Resu
         variables: config.variables.clone(),
         mime_type: config.mime_type.clone(),
         ttl_ms: config.ttl_ms,
+        complete: config.complete.clone(),
     };
     Ok(Tool { config: config.tool.clone(), program, resource: Some(resource) })
 }
@@ -247,6 +249,13 @@ async fn load_prompt(env: &Env, config: &PromptConfig, index: usize) -> Result<P
     let what = format!("prompt `{}`", config.name);
     let program = load_source(env, path, &what, &config.entry, &[], config.execution_ms).await?;
     let mut problems = Vec::new();
+    for name in config.complete.keys().filter(|name| !program.inputs.iter().any(|input| &input.name == *name)) {
+        problems.push(format!(
+            "{}: prompts[{index}].complete: `{name}` is not a parameter of `{}`",
+            path.display(),
+            config.entry
+        ));
+    }
     for input in &program.inputs {
         let string = match &input.ty {
             ArgType::Str => true,

@@ -144,6 +144,44 @@ fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The most completion values one answer carries (MCP: 100).
+pub const COMPLETION_VALUES_MAX: usize = 100;
+
+/// Whether any prompt or resource offers completions.
+pub fn completes(catalog: &Catalog) -> bool {
+    catalog.prompts.iter().any(|p| !p.config.complete.is_empty())
+        || catalog.resources().any(|(_, spec)| !spec.complete.is_empty())
+}
+
+/// `completion/complete`: the declared values of a prompt's argument or a resource template's
+/// variable that start with what the user typed.
+pub fn complete(catalog: &Catalog, params: &Value) -> Result<Value, String> {
+    let reference = &params["ref"];
+    let lists = match reference["type"].as_str() {
+        Some("ref/prompt") => {
+            let name = reference["name"].as_str().unwrap_or_default();
+            &catalog.prompt(name).ok_or_else(|| format!("Unknown prompt: {name}"))?.config.complete
+        }
+        Some("ref/resource") => {
+            let uri = reference["uri"].as_str().unwrap_or_default();
+            let found = catalog.resources().find(|(_, spec)| spec.uri_template == uri);
+            &found.ok_or_else(|| format!("no resource template `{uri}`"))?.1.complete
+        }
+        _ => {
+            return Err(
+                "`ref` must be {\"type\": \"ref/prompt\", \"name\"} or {\"type\": \"ref/resource\", \"uri\"}".into()
+            )
+        }
+    };
+    let (Some(argument), Some(typed)) = (params["argument"]["name"].as_str(), params["argument"]["value"].as_str())
+    else {
+        return Err("`argument` must be {\"name\": string, \"value\": string}".into());
+    };
+    let matching: Vec<&String> = lists.get(argument).into_iter().flatten().filter(|v| v.starts_with(typed)).collect();
+    let values: Vec<&String> = matching.iter().copied().take(COMPLETION_VALUES_MAX).collect();
+    Ok(json!({"completion": {"values": values, "total": matching.len(), "hasMore": matching.len() > values.len()}}))
+}
+
 /// A read's contents from its run's answer, or why it failed (the answer's text).
 pub fn contents(spec: &ResourceSpec, uri: &str, answer: &Value) -> Result<Value, String> {
     let text_of = |answer: &Value| answer["content"][0]["text"].as_str().unwrap_or("").to_string();

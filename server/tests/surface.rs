@@ -87,3 +87,32 @@ fn prompts_are_listed_and_got_in_both_eras() {
         wire.request(Era::Legacy, json!(6), "prompts/get", json!({"name": "triage", "arguments": {"ticket_id": "4"}}));
     assert!(got["result"]["messages"][0]["content"]["text"].as_str().unwrap().contains("ticket://4"));
 }
+
+#[test]
+fn completions_offer_the_declared_values_that_match_in_both_eras() {
+    let mut wire = desk();
+    let discover = wire.request(Era::Modern, json!(1), "server/discover", json!({}));
+    assert_eq!(discover["result"]["capabilities"]["completions"], json!({}));
+    let prompt = wire.request(
+        Era::Modern,
+        json!(2),
+        "completion/complete",
+        json!({"ref": {"type": "ref/prompt", "name": "triage"}, "argument": {"name": "ticket_id", "value": "3"}}),
+    );
+    assert_eq!(prompt["result"]["completion"], json!({"values": ["3"], "total": 1, "hasMore": false}));
+    wire.initialize();
+    let resource = wire.request(
+        Era::Legacy,
+        json!(3),
+        "completion/complete",
+        json!({"ref": {"type": "ref/resource", "uri": "ticket://{ticket_id}"}, "argument": {"name": "ticket_id", "value": ""}}),
+    );
+    assert_eq!(resource["result"]["completion"]["values"], json!(["1", "2", "3", "4", "5", "6"]));
+    wire.send_request(
+        Era::Legacy,
+        json!(4),
+        "completion/complete",
+        json!({"ref": {"type": "ref/prompt", "name": "nope"}, "argument": {"name": "x", "value": ""}}),
+    );
+    wire.expect_error(-32602, Some(json!(4)));
+}

@@ -33,6 +33,9 @@ pub const EXECUTION_MS_LIMIT: u64 = 600_000;
 pub const MANIFEST_BYTES_MAX: usize = 1024 * 1024;
 /// The most tools one manifest may serve (resources and prompts: as many of each).
 pub const TOOLS_MAX: usize = 256;
+/// Completion lists: the most values one argument may offer, and the longest value.
+pub const COMPLETE_VALUES_MAX: usize = 1000;
+pub const COMPLETE_VALUE_CHARS_MAX: usize = 256;
 /// The longest URI template.
 pub const URI_TEMPLATE_CHARS_MAX: usize = 1024;
 /// `server.keep`: at most 100 years of days.
@@ -70,6 +73,8 @@ pub struct ResourceConfig {
     pub variables: Vec<String>,
     pub mime_type: String,
     pub ttl_ms: Option<u64>,
+    /// Completions offered for template variables (`completion/complete`).
+    pub complete: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +86,8 @@ pub struct PromptConfig {
     pub entry: String,
     pub max_steps: u64,
     pub execution_ms: u64,
+    /// Completions offered for arguments (`completion/complete`).
+    pub complete: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

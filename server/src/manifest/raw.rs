@@ -39,11 +39,21 @@ pub struct RawResource {
     pub max_concurrent_runs: Option<u64>,
     pub quota: Option<RawQuota>,
     pub limits: Option<RawLimits>,
+    /// Completions offered for template variables: variable -> values.
+    pub complete: Option<BTreeMap<String, Vec<String>>>,
+}
+
+/// What a resource has besides the tool its reads run as.
+pub struct ResourceAddress {
+    pub uri: String,
+    pub mime_type: String,
+    pub ttl: Option<String>,
+    pub complete: BTreeMap<String, Vec<String>>,
 }
 
 impl RawResource {
     /// The tool a read runs as (the same validation, journal and quotas).
-    pub fn into_tool(self) -> (RawTool, String, String, Option<String>) {
+    pub fn into_tool(self) -> (RawTool, ResourceAddress) {
         let tool = RawTool {
             name: self.name,
             title: self.title,
@@ -58,7 +68,13 @@ impl RawResource {
             quota: self.quota,
             limits: self.limits,
         };
-        (tool, self.uri, self.mime_type, self.ttl)
+        let address = ResourceAddress {
+            uri: self.uri,
+            mime_type: self.mime_type,
+            ttl: self.ttl,
+            complete: self.complete.unwrap_or_default(),
+        };
+        (tool, address)
     }
 }
 
@@ -73,6 +89,8 @@ pub struct RawPrompt {
     pub program: String,
     pub entry: Option<String>,
     pub limits: Option<RawLimits>,
+    /// Completions offered for arguments: argument -> values.
+    pub complete: Option<BTreeMap<String, Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -116,7 +116,9 @@ fn resource_configs(
     let mut resources = Vec::new();
     for (index, resource) in raw.into_iter().enumerate() {
         let at = format!("resources[{index}]");
-        let (tool, uri, mime_type, ttl) = resource.into_tool();
+        let (tool, address) = resource.into_tool();
+        let ResourceAddress { uri, mime_type, ttl, complete } = address;
+        check_complete(&complete, &at, problems);
         if !names.insert(tool.name.clone()) {
             problems.add(&format!("{at}.name"), format!("`{}` is used by an earlier tool or resource", tool.name));
         }
@@ -140,7 +142,10 @@ fn resource_configs(
         let ttl_ms = ttl.as_ref().and_then(|text| {
             parse_duration_ms(text, DurationUnits::SecondsUp).map_err(|e| problems.add(&format!("{at}.ttl"), e)).ok()
         });
-        resources.push(ResourceConfig { tool: config, uri_template: uri, variables, mime_type, ttl_ms });
+        for name in complete.keys().filter(|name| !variables.contains(name)) {
+            problems.add(&format!("{at}.complete.{name}"), "is not a variable of the URI template");
+        }
+        resources.push(ResourceConfig { tool: config, uri_template: uri, variables, mime_type, ttl_ms, complete });
     }
     resources
 }
@@ -194,6 +199,8 @@ fn prompt_configs(raw: &[RawPrompt], base: &Path, problems: &mut Problems) -> Ve
             problems.add(&format!("{at}.name"), format!("`{}` is used by an earlier prompt", prompt.name));
         }
         let (max_steps, execution_ms) = limits_config(prompt.limits.as_ref(), &at, problems);
+        let complete = prompt.complete.clone().unwrap_or_default();
+        check_complete(&complete, &at, problems);
         prompts.push(PromptConfig {
             name: prompt.name.clone(),
             title: prompt.title.clone(),
@@ -202,9 +209,28 @@ fn prompt_configs(raw: &[RawPrompt], base: &Path, problems: &mut Problems) -> Ve
             entry: prompt.entry.clone().unwrap_or_else(|| "main".to_string()),
             max_steps,
             execution_ms,
+            complete,
         });
     }
     prompts
+}
+
+/// `complete`: bounded lists of bounded values.
+fn check_complete(complete: &BTreeMap<String, Vec<String>>, at: &str, problems: &mut Problems) {
+    for (name, values) in complete {
+        if values.len() > COMPLETE_VALUES_MAX {
+            problems.add(
+                &format!("{at}.complete.{name}"),
+                format!("has {} values; the limit is {COMPLETE_VALUES_MAX}", values.len()),
+            );
+        }
+        if let Some(long) = values.iter().find(|v| v.chars().count() > COMPLETE_VALUE_CHARS_MAX) {
+            problems.add(
+                &format!("{at}.complete.{name}"),
+                format!("`{long}` is longer than {COMPLETE_VALUE_CHARS_MAX} characters"),
+            );
+        }
+    }
 }
 
 /// `limits`: (max_steps, execution_ms), each range-checked, defaults filled in.

@@ -7,7 +7,9 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
-use super::{call_params, prompt_call, read_call, CallJob, Connection, PendingCall, Routed, LEGACY_VERSION};
+use super::{
+    call_params, completion, prompt_call, read_call, CallJob, Connection, PendingCall, Routed, LEGACY_VERSION,
+};
 
 /// Resource not found, in 2025-11-25 (2026-07-28 uses -32602).
 const RESOURCE_NOT_FOUND: i64 = -32002;
@@ -35,6 +37,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             Err(error) => Err(error),
         },
         "logging/setLevel" => set_level(connection, &request),
+        "completion/complete" if crate::surface::completes(&connection.catalog) => completion(connection, &request),
         "resources/list" if has_resources(connection) => {
             Ok(json!({"resources": crate::surface::resources(&connection.catalog)}))
         }

@@ -306,6 +306,9 @@ fn capabilities(catalog: &Catalog) -> Value {
     if !catalog.prompts.is_empty() {
         capabilities["prompts"] = serde_json::json!({"listChanged": false});
     }
+    if crate::surface::completes(catalog) {
+        capabilities["completions"] = serde_json::json!({});
+    }
     capabilities
 }
 
@@ -351,6 +354,13 @@ fn read_call(
     };
     let job = CallJob::Read { uri: uri.to_string() };
     Ok(PendingCall { id, tool: tool.config.name.clone(), arguments, progress: None, log_level: None, finish, job })
+}
+
+/// `completion/complete`, in either era: -32602 for a reference to nothing.
+fn completion(connection: &Connection, request: &Request) -> Result<Value, RpcError> {
+    let params = Value::Object(request.params.clone().unwrap_or_default());
+    crate::surface::complete(&connection.catalog, &params)
+        .map_err(|message| RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message))
 }
 
 /// Routes `prompts/get`: a known prompt and its string arguments.

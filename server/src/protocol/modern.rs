@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
 use super::{
-    call_params, prompt_call, read_call, CallJob, Connection, PendingCall, Routed, LIST_TTL_MS,
+    call_params, completion, prompt_call, read_call, CallJob, Connection, PendingCall, Routed, LIST_TTL_MS,
     META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
 };
 
@@ -55,6 +55,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
                 Err(error) => Err(error),
             }
         }
+        "completion/complete" if crate::surface::completes(&connection.catalog) => completion(connection, &request),
         "prompts/list" if !connection.catalog.prompts.is_empty() => {
             Ok(cacheable(json!({"prompts": crate::surface::prompts(&connection.catalog)}), LIST_TTL_MS, "public"))
         }

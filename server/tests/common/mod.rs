@@ -50,7 +50,13 @@ fn result_definition(method: &str) -> Option<&'static str> {
         "tools/list" => Some("ListToolsResult"),
         "tools/call" => Some("CallToolResult"),
         "server/discover" => Some("DiscoverResult"),
-        "ping" => Some("EmptyResult"),
+        "ping" | "logging/setLevel" => Some("EmptyResult"),
+        "resources/list" => Some("ListResourcesResult"),
+        "resources/templates/list" => Some("ListResourceTemplatesResult"),
+        "resources/read" => Some("ReadResourceResult"),
+        "prompts/list" => Some("ListPromptsResult"),
+        "prompts/get" => Some("GetPromptResult"),
+        "completion/complete" => Some("CompleteResult"),
         _ => None,
     }
 }
