@@ -5,7 +5,8 @@
 //!
 //! Checked dependents: a write action reaching a service (its journal's begin record), an
 //! answer to a call (the run's journal and every ledger line naming the run, or its waiting
-//! record), and the notify command (the waiting record it announces).
+//! record), a progress notification of an action begun (its begin record), and the notify
+//! command (the waiting record it announces).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -39,6 +40,13 @@ fn last_line_holding<'a>(bytes: &'a [u8], needle: &[u8]) -> Option<(usize, &'a [
     let start = memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |n| n + 1);
     let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n + 1);
     Some((end, &bytes[start..end]))
+}
+
+/// The action number of a progress message `action N (...) begun`.
+fn begun_op(text: &str) -> Option<u64> {
+    let rest = text.strip_prefix("action ")?;
+    text.ends_with(") begun").then_some(())?;
+    rest.split_once(' ')?.0.parse().ok()
 }
 
 /// What a durability violation is reported as (DESIGN.md section 7: durable before dependent).
@@ -141,9 +149,16 @@ impl Oracle {
     pub fn before_answer(&self, line: &[u8]) {
         let Ok(message) = serde_json::from_slice::<Value>(line) else { return };
         if message["method"] == "notifications/progress" {
-            let run = message["params"]["message"].as_str().unwrap_or("");
-            if let Some(run) = run.strip_prefix("run ").and_then(|r| r.strip_suffix(" started")) {
-                self.runs_by_token.borrow_mut().insert(message["params"]["progressToken"].to_string(), run.to_string());
+            let token = message["params"]["progressToken"].to_string();
+            let text = message["params"]["message"].as_str().unwrap_or("");
+            if let Some(run) = text.strip_prefix("run ").and_then(|r| r.strip_suffix(" started")) {
+                self.runs_by_token.borrow_mut().insert(token, run.to_string());
+            } else if let Some(op) = begun_op(text) {
+                // The client hears of an action only once its begin record is durable.
+                let Some(run) = self.runs_by_token.borrow().get(&token).cloned() else { return };
+                self.checks.set(self.checks.get() + 1);
+                let wanted = |record: &Value, of: &str| of == run && record["record"] == "begin" && record["op"] == op;
+                self.begun_durably(&wanted, &format!("the progress notification of run {run} action {op}"));
             }
             return;
         }
