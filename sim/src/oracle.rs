@@ -112,14 +112,14 @@ impl Oracle {
                 None => action["target"] == request.url.as_str() && action["body"] == body.as_str(),
             }
         };
-        self.begun_durably(&matches, &format!("{} {}", request.method, request.url));
+        self.begun_durably(&matches, &format!("{} {} reached the service", request.method, request.url));
     }
 
     /// Before an SQLite write commits: its journal's begin record is durable.
     pub fn before_sql_write(&self, run: &str, op: u64) {
         self.checks.set(self.checks.get() + 1);
         let wanted = |record: &Value, of: &str| of == run && record["record"] == "begin" && record["op"] == op;
-        self.begun_durably(&wanted, &format!("the SQLite write of run {run} action {op}"));
+        self.begun_durably(&wanted, &format!("the SQLite write of run {run} action {op} reached the service"));
     }
 
     /// Some journal's latest begin record matching the request is durable (an action begun
@@ -141,7 +141,7 @@ impl Oracle {
             }
         }
         let why = if seen { "its begin record is not durable yet" } else { "no journal holds its begin record" };
-        self.violation(format!("{what} reached the service, but {why}"));
+        self.violation(format!("{what}, but {why}"));
     }
 
     /// Before a line reaches the client: an answer's run is durable (journal and ledger), or
@@ -158,7 +158,7 @@ impl Oracle {
                 let Some(run) = self.runs_by_token.borrow().get(&token).cloned() else { return };
                 self.checks.set(self.checks.get() + 1);
                 let wanted = |record: &Value, of: &str| of == run && record["record"] == "begin" && record["op"] == op;
-                self.begun_durably(&wanted, &format!("the progress notification of run {run} action {op}"));
+                self.begun_durably(&wanted, &format!("the client heard that run {run} began action {op}"));
             }
             return;
         }
