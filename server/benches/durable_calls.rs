@@ -106,8 +106,21 @@ struct Figures {
 fn measure(dir: &Path, tool: &str, calls: u64) -> Figures {
     let _ = std::fs::remove_dir_all(dir);
     let manifest = manifest(dir);
-    let warden = env!("CARGO_BIN_EXE_warden");
-    let mut server = Server::start(warden, &["mcp", manifest.to_str().unwrap()]);
+    measure_server(env!("CARGO_BIN_EXE_warden"), &["mcp", manifest.to_str().unwrap()], tool, calls)
+}
+
+/// The Python SDK's reference server of the client harness (`../shared/clients/`), when the
+/// harness is installed: (its python, the server script).
+fn python_sdk_server() -> Option<(String, String)> {
+    let clients = std::env::var("MCP_CLIENTS_DIR")
+        .unwrap_or_else(|_| format!("{}/.cache/mcp-clients", std::env::var("HOME").unwrap_or_default()));
+    let python = format!("{clients}/.venv/bin/python");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/clients/ref_server.py");
+    (Path::new(&python).exists() && script.exists()).then(|| (python, script.to_string_lossy().into_owned()))
+}
+
+fn measure_server(program: &str, args: &[&str], tool: &str, calls: u64) -> Figures {
+    let mut server = Server::start(program, args);
     // Warm up (program compiled, directories created).
     for id in 0..20 {
         server.send_call(tool, 1_000_000 + id);
@@ -201,8 +214,26 @@ fn main() {
             );
         }
     }
-    let lists = tools_list_per_second(&disk_dir, 5000);
+    let _ = std::fs::remove_dir_all(&disk_dir);
+    let manifest = manifest(&disk_dir);
+    let lists = tools_list_per_second(env!("CARGO_BIN_EXE_warden"), &["mcp", manifest.to_str().unwrap()], 5000);
     println!("tools/list: 5000 written at once, {lists:.0} answered per second");
+    match python_sdk_server() {
+        Some((python, script)) => {
+            // Not durable: it journals nothing and fsyncs nothing; the same harness drives it.
+            let f = measure_server(&python, &[&script], "add", calls);
+            let lists = tools_list_per_second(&python, &[&script], 5000);
+            println!(
+                "Python SDK server (same harness, no durability): add median {:.2} ms, p99 {:.2} ms, calls/s {:.0} / {:.0} / {:.0}; tools/list {lists:.0} per second",
+                ms(f.median),
+                ms(f.p99),
+                f.throughput[0],
+                f.throughput[1],
+                f.throughput[2]
+            );
+        }
+        None => println!("Python SDK server: the client harness is not installed (scripts/test-all.sh installs it)"),
+    }
     let _ = std::fs::remove_dir_all(&tmpfs_dir);
 }
 
@@ -227,10 +258,8 @@ fn append_fsync_median(dir: &Path) -> Duration {
 
 /// `tools/list` requests answered per second when `count` are written at once (a writer
 /// thread, so the pipes never fill both ways).
-fn tools_list_per_second(dir: &Path, count: u64) -> f64 {
-    let _ = std::fs::remove_dir_all(dir);
-    let manifest = manifest(dir);
-    let mut server = Server::start(env!("CARGO_BIN_EXE_warden"), &["mcp", manifest.to_str().unwrap()]);
+fn tools_list_per_second(program: &str, args: &[&str], count: u64) -> f64 {
+    let mut server = Server::start(program, args);
     let mut stdin = server.stdin;
     let started = Instant::now();
     let writer = std::thread::spawn(move || {
