@@ -66,6 +66,16 @@ inspector() {
 inspector --method resources/read --uri ticket://3 | grep -q "Invoice shows the wrong address"
 inspector --method prompts/get --prompt-name triage --prompt-args ticket_id=3 | grep -q "ticket://3"
 inspector --method resources/templates/list | grep -q "ticket://{ticket_id}"
+if [ "$WITH_RMCP" = 1 ]; then
+  step "the same through the Rust SDK (rmcp: initialize, and 2026-07-28 discover)"
+  # Built into the harness's rmcp target, so the pinned rmcp is compiled once.
+  (cd "$root/scripts/clients/rmcp-surface" && CARGO_TARGET_DIR="$clients_dir/rmcp-client/target" cargo build --quiet --locked)
+  rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db" "$clients_dir/out/rmcp-surface.jsonl"
+  "$clients_dir/rmcp-client/target/debug/rmcp-surface" ticket://3 triage '{"ticket_id": "3"}' \
+    search_tickets '{"query": "Refund"}' \
+    -- "$clients_dir/.venv/bin/python" "$shared/clients/mcp_tee.py" --log "$clients_dir/out/rmcp-surface.jsonl" \
+    "$root/target/debug/warden" mcp "$scratch/support-desk/manifest.json" >/dev/null
+fi
 validate
 
 step "real MCP clients against the toolbox example (pure programs)"
