@@ -416,3 +416,45 @@ fn content_results_are_answered_as_blocks_in_both_eras() {
     assert_eq!(bad["result"]["isError"], json!(true));
     assert!(text_of(&bad).contains("mcp.image: the data is not base64"), "{bad}");
 }
+
+/// A program's `progress(...)` reaches a client that asked; once the call is cancelled,
+/// nothing more is sent for it, neither progress nor an answer.
+#[test]
+fn progress_reports_stop_at_a_cancellation() {
+    let mut wire = wire();
+    let heard = |wire: &mut Wire, id: i64| -> Vec<Value> {
+        let mut heard = Vec::new();
+        loop {
+            let message = wire.recv();
+            if message["id"] == json!(id) {
+                return heard;
+            }
+            heard.push(message);
+        }
+    };
+    let meta = json!({"progressToken": "p", "io.modelcontextprotocol/logLevel": "info"});
+    wire.send_request(
+        Era::Modern,
+        json!(1),
+        "tools/call",
+        json!({"name": "counting", "arguments": {"rounds": 3}, "_meta": meta}),
+    );
+    let reports: Vec<String> =
+        heard(&mut wire, 1).iter().filter_map(|m| m["params"]["message"].as_str().map(str::to_string)).collect();
+    assert_eq!(reports[1..], ["1 of 3: round done", "2 of 3: round done", "3 of 3: round done"], "{reports:?}");
+
+    wire.send_request(
+        Era::Modern,
+        json!(2),
+        "tools/call",
+        json!({"name": "counting", "_meta": {"progressToken": "q"}}),
+    );
+    let started = wire.recv();
+    assert!(started["params"]["message"].as_str().unwrap().ends_with(" started"), "{started}");
+    wire.send_line(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}));
+    wire.close_stdin();
+    assert!(wire.wait_exit(Duration::from_secs(30)).success());
+    let after = wire.drain();
+    assert!(after.is_empty(), "sent after the cancellation: {after:?}");
+    assert!(wire.stderr().contains("the call was cancelled while running"), "{}", wire.stderr());
+}
