@@ -61,6 +61,8 @@ pub async fn admit<'a>(
             if let Err(error) = runs.ledger.flush().await {
                 return not_recorded(runs, error);
             }
+            // Read the entry again: the earlier run may have moved on during the wait.
+            let earlier = runs.ledger.state().run(&earlier.run).cloned().unwrap_or(earlier);
             let reply = repeated(runs, tool, &earlier, once).await;
             return Admission::Answered(CallReply::Result(reply, Some(earlier.run)));
         }
@@ -156,7 +158,21 @@ async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecor
         RunPhase::Open if runs.is_in_progress(run) => error_result(format!(
             "already in progress as run {run}; follow it with warden_run_status instead of calling again"
         )),
-        RunPhase::Open => stopped_result(run),
+        // Stopped only when its waiting record says so; else it was interrupted (its server is
+        // stopping on a failed write) and resumes at the next start.
+        RunPhase::Open => match runs.has_waiting_record(&tool.config.name, run).await {
+            Ok(true) => stopped_result(run),
+            Ok(false) => error_result(format!(
+                "run {run} was interrupted and resumes when the server starts again; follow it with \
+                 warden_run_status instead of calling again"
+            )),
+            Err(problem) => {
+                runs.env.log(&format!("looking for the waiting record of run {run}: {problem}"));
+                error_result(format!(
+                    "run {run} already holds this operation; its state cannot be read (see the server's log)"
+                ))
+            }
+        },
         RunPhase::Settled { .. } => match runs.read_journal(&tool.config.name, run).await {
             Ok(Some(journal)) if journal.end.is_some() => {
                 answer(run, journal.end.as_ref().expect("checked"), tool.program.returns_content())

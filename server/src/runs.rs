@@ -299,6 +299,11 @@ impl Runs {
         Ok(())
     }
 
+    /// Whether a run has a waiting record (it stopped for an operator).
+    pub async fn has_waiting_record(&self, tool: &str, run: &str) -> Result<bool, String> {
+        self.env.disk.exists(&self.files(tool, run).waiting).await.map_err(|e| e.to_string())
+    }
+
     /// A run's waiting record, if it has one.
     async fn waiting_record(&self, path: &Path) -> Result<Option<WaitingRecord>, Fatal> {
         let io = |e: std::io::Error| Fatal(format!("{}: {e}", path.display()));
