@@ -122,14 +122,20 @@ pub struct Slot {
 
 impl Slots {
     fn take(self: &Rc<Self>, tool: &Tool, server_max: u64) -> Option<Slot> {
+        self.take_named(&tool.config.name, tool.config.max_concurrent_runs, server_max)
+    }
+
+    /// A slot for `name` (a tool, or a prompt's execution, which counts against the server's
+    /// runs in progress like a run does).
+    pub fn take_named(self: &Rc<Self>, name: &str, name_max: u64, server_max: u64) -> Option<Slot> {
         let mut per_tool = self.per_tool.borrow_mut();
-        let used = per_tool.entry(tool.config.name.clone()).or_insert(0);
-        if self.server.get() >= server_max || *used >= tool.config.max_concurrent_runs {
+        let used = per_tool.entry(name.to_string()).or_insert(0);
+        if self.server.get() >= server_max || *used >= name_max {
             return None;
         }
         *used += 1;
         self.server.set(self.server.get() + 1);
-        Some(Slot { slots: Rc::clone(self), tool: tool.config.name.clone() })
+        Some(Slot { slots: Rc::clone(self), tool: name.to_string() })
     }
 }
 

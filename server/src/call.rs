@@ -133,7 +133,7 @@ pub async fn call_tool(
     runs.listeners.tell(&run, Notice::Started).await;
     let outcome = match RunStore::start(runs, tool, &run, &inputs).await {
         Ok(()) => {
-            runs.log_run(name, &run, "started").await;
+            runs.log_run_at(name, &run, "started", Some(crate::notice::DEBUG)).await;
             runs.execute_to_end(tool, &run, &inputs, false).await
         }
         Err(fatal) => Err(fatal),

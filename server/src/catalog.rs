@@ -221,6 +221,9 @@ async fn load_resource(env: &Env, config: &ResourceConfig, index: usize) -> Resu
             ));
         }
     }
+    if program.returns_content() {
+        problems.push(format!("{at}: a resource returns data (its contents), not `content` blocks"));
+    }
     for input in &program.inputs {
         if !config.variables.contains(&input.name) && input.default.is_none() {
             problems.push(format!(

@@ -157,7 +157,7 @@ impl Runs {
         let (name, run) = (&cx.tool.config.name, cx.run);
         match record {
             JournalRecord::Print { text, .. } => {
-                self.log_run_at(name, run, &format!("print: {text}"), crate::notice::INFO).await
+                self.log_run_at(name, run, &format!("print: {text}"), Some(crate::notice::INFO)).await
             }
             JournalRecord::End(end) if end.outcome == RunOutcome::Failed(FailureKind::Internal) => {
                 let message = end.message.as_deref().unwrap_or("");

@@ -186,15 +186,19 @@ impl Runs {
     }
 
     /// Appends one line to the run's log (best effort: the log is for people, and the
-    /// journal is the record); a caller listening at debug level hears it too.
+    /// journal is the record). The caller does not hear it: lines for the operator name
+    /// server paths, commands and service errors (see `log_run_at`).
     pub async fn log_run(&self, tool: &str, run: &str, line: &str) {
-        self.log_run_at(tool, run, line, crate::notice::DEBUG).await;
+        self.log_run_at(tool, run, line, None).await;
     }
 
-    /// `log_run` at a level of `notice::LOG_LEVELS` (a program's prints are `info`).
-    pub async fn log_run_at(&self, tool: &str, run: &str, line: &str, level: usize) {
+    /// `log_run`, and a caller listening at `level` (of `notice::LOG_LEVELS`) hears the line
+    /// too: a program's prints (`info`), its run's start and end (`debug`).
+    pub async fn log_run_at(&self, tool: &str, run: &str, line: &str, level: Option<usize>) {
         let line = &scrub(line, &self.secrets);
-        self.listeners.tell(run, crate::notice::Notice::Log { level, text: line.clone() }).await;
+        if let Some(level) = level {
+            self.listeners.tell(run, crate::notice::Notice::Log { level, text: line.clone() }).await;
+        }
         self.env.log(&format!("tool {tool} run {run}: {line}"));
         let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
         let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");
@@ -337,7 +341,8 @@ impl Runs {
         // "files of a run with no reservation", refused at every start.
         self.remove_leftover(&self.files(&tool.config.name, run).inputs).await?;
         self.remove_if_present(&self.files(&tool.config.name, run).waiting).await?;
-        self.log_run(&tool.config.name, run, &format!("settled ({})", end.outcome)).await;
+        let settled = format!("settled ({})", end.outcome);
+        self.log_run_at(&tool.config.name, run, &settled, Some(crate::notice::DEBUG)).await;
         Ok(())
     }
 

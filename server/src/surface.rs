@@ -69,7 +69,7 @@ pub fn prompts(catalog: &Catalog) -> Vec<Value> {
 /// A prompt's arguments as `prompts/list` gives them: its parameters, all strings.
 pub fn prompt_arguments(prompt: &Prompt) -> Value {
     let arguments = prompt.program.inputs.iter().map(|input| {
-        let required = input.default.is_none() && !matches!(input.ty, ArgType::Optional(_));
+        let required = input.default.is_none();
         json!({"name": input.name, "description": input.description, "required": required})
     });
     Value::Array(arguments.collect())
@@ -232,7 +232,16 @@ pub async fn get_prompt(env: &Env, prompt: &Prompt, arguments: &Map<String, Valu
         return Err(format!("the prompt returned {} messages; the limit is {PROMPT_MESSAGES_MAX}", items.len()));
     }
     let messages = items.iter().map(message).collect::<Result<Vec<Value>, String>>()?;
-    Ok(json!({"description": prompt_description(prompt), "messages": messages}))
+    let result = json!({"description": prompt_description(prompt), "messages": messages});
+    // As large as a tool's result may be, measured as sent (escapes included).
+    let size = serde_json::to_vec(&result).map_or(usize::MAX, |bytes| bytes.len());
+    if size > crate::answer::RESULT_BYTES_MAX {
+        return Err(format!(
+            "the prompt's messages are {size} bytes; the limit is {}",
+            crate::answer::RESULT_BYTES_MAX
+        ));
+    }
+    Ok(result)
 }
 
 fn message(item: &Value) -> Result<Value, String> {

@@ -63,10 +63,12 @@ fn entries(catalog: &Catalog) -> Vec<(&'static str, String, ToolDigest)> {
     for prompt in &catalog.prompts {
         let description = crate::surface::prompt_description(prompt);
         let arguments = crate::surface::prompt_arguments(prompt);
+        // Its messages come from its program: a rewritten program is a change (of its output).
+        let program = Value::String(prompt.program.hash.clone());
         entries.push((
             "prompt",
             prompt.config.name.clone(),
-            digests(&prompt.config.name, description, arguments, Value::Null),
+            digests(&prompt.config.name, description, arguments, program),
         ));
     }
     entries

@@ -133,6 +133,12 @@ impl Client {
                 self.runs.entry(id).or_default().push(run);
                 continue;
             }
+            let prompt = message["id"].as_str().is_some_and(|id| id.starts_with("prompt-"));
+            let said = message["result"]["messages"][0]["content"]["text"].as_str().unwrap_or("");
+            if prompt && message.get("result").is_some() && !said.starts_with("Triage ticket ") {
+                let message = format!("a prompt's answer is not its program's messages: {message}");
+                report.violations.push(Violation { invariant: 8, message });
+            }
             if let Some(id) = message.get("id").and_then(Value::as_i64) {
                 if message.get("error").is_some() && self.tools.contains_key(&id) {
                     report.violations.push(Violation {

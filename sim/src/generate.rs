@@ -106,6 +106,11 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
     if draw.chance(50) {
         manifest["resources"] = json!([resource(&mut draw, &mut programs)]);
     }
+    // And a prompt: it only computes, and must answer whatever the faults do to the server.
+    if draw.chance(40) {
+        programs.insert("triage.star".into(), PROMPT_PROGRAM.into());
+        manifest["prompts"] = json!([{"name": PROMPT_NAME, "program": "triage.star"}]);
+    }
     WorldFile { manifest: serde_json::to_string_pretty(&manifest).expect("JSON"), programs, tools: shapes }
 }
 
@@ -128,6 +133,18 @@ fn resource(draw: &mut Draw, programs: &mut BTreeMap<String, String>) -> Value {
     }
     resource
 }
+
+/// The prompt generated worlds may serve, and its program.
+pub const PROMPT_NAME: &str = "triage";
+const PROMPT_PROGRAM: &str = "def main(ticket: str, tone: None | str = None) -> list:
+    \"\"\"Triage a ticket.
+
+    Args:
+        ticket: The ticket.
+        tone: How to phrase it.
+    \"\"\"
+    return [\"Triage ticket \" + ticket, {\"role\": \"assistant\", \"content\": \"In a %s tone.\" % (tone or \"plain\")}]
+";
 
 /// The URI templates of generated resources (the client model fills them in).
 pub const RESOURCE_TICKETS: &str = "ticket://{ticket}";

@@ -144,6 +144,38 @@ impl Oracle {
         self.violation(format!("{what}, but {why}"));
     }
 
+    /// A notification that `run` began action `op` is written after the record was durable
+    /// (it is queued then, and may be written once the run has moved on, even ended): the
+    /// run's journal holds that begin record within what would survive a crash.
+    fn begin_of_run_durable(&self, run: &str, op: u64) {
+        let Some((path, _)) = self.journal_files().into_iter().find(|(_, of)| of == run) else {
+            self.violation(format!("the client heard that run {run} began action {op}, but it has no journal"));
+            return;
+        };
+        let found = self.disk.with_bytes(&path, |bytes| {
+            let mut end = bytes.len();
+            for line in crate::check::lines_from_end(bytes) {
+                if crate::check::record_tag(line) == Some("begin") {
+                    let record = serde_json::from_slice::<Value>(line).ok();
+                    if record.is_some_and(|r| r["rec"]["op"] == op) && line.ends_with(b"\n") {
+                        return Some(end);
+                    }
+                }
+                end -= line.len();
+            }
+            None
+        });
+        match found.flatten() {
+            Some(end) if end <= self.disk.surviving_len(&path) => {}
+            Some(_) => self.violation(format!(
+                "the client heard that run {run} began action {op}, but its begin record is not durable yet"
+            )),
+            None => self.violation(format!(
+                "the client heard that run {run} began action {op}, but its journal holds no begin record of it"
+            )),
+        }
+    }
+
     /// Before a line reaches the client: an answer's run is durable (journal and ledger), or
     /// the waiting record it announces is.
     pub fn before_answer(&self, line: &[u8]) {
@@ -157,8 +189,7 @@ impl Oracle {
                 // The client hears of an action only once its begin record is durable.
                 let Some(run) = self.runs_by_token.borrow().get(&token).cloned() else { return };
                 self.checks.set(self.checks.get() + 1);
-                let wanted = |record: &Value, of: &str| of == run && record["record"] == "begin" && record["op"] == op;
-                self.begun_durably(&wanted, &format!("the client heard that run {run} began action {op}"));
+                self.begin_of_run_durable(&run, op);
             }
             return;
         }

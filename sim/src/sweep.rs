@@ -231,6 +231,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     let burst_per_cent = if generated { [33, 33, 60, 85][(scenario.seed % 4) as usize] } else { 0 };
     let mut draws = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4075_7001);
     let mut reads = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4ead_5001);
+    let serves_prompt = scenario.world.as_ref().is_some_and(|file| file.manifest.contains("\"prompts\""));
     let resource_template = scenario.world.as_ref().and_then(|file| {
         let manifest: serde_json::Value = serde_json::from_str(&file.manifest).ok()?;
         let template = manifest["resources"][0]["uri"].as_str()?.to_string();
@@ -295,6 +296,11 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         client.sent_now(message["id"].as_i64().unwrap_or(0), world.clock.now());
         // Reads of the world's resource, now and then, beside the workload (their answers
         // are not the workload's; the runs they make are checked like any other).
+        if serves_prompt && reads.next_u64() % 100 < 10 {
+            let ticket = format!("{}", reads.next_u64() % 30);
+            instance.send(&json!({"jsonrpc": "2.0", "id": format!("prompt-{index}"), "method": "prompts/get",
+                "params": {"name": crate::generate::PROMPT_NAME, "arguments": {"ticket": ticket}}}));
+        }
         if let Some(template) = resource_template.filter(|_| reads.next_u64() % 100 < 15) {
             let uri = crate::generate::resource_uri(template, &mut reads);
             instance.send(&json!({"jsonrpc": "2.0", "id": format!("read-{index}"), "method": "resources/read",

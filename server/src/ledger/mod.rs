@@ -309,11 +309,13 @@ impl Ledger {
     async fn commit(&self) -> Result<(), LedgerError> {
         let leading = Leading::new(self);
         let target = self.written.get();
-        let new_file = self.dir_unsynced.replace(false);
+        // Cleared only once the directory is durable: a leader dropped mid-fsync leaves it set.
+        let new_file = self.dir_unsynced.get();
         let synced = async {
             self.env.disk.fsync(&self.file).await.map_err(|e| format!("fsync failed: {e}"))?;
             if new_file {
                 self.env.disk.fsync_dir(&self.dir).await.map_err(|e| format!("fsync of the directory failed: {e}"))?;
+                self.dir_unsynced.set(false);
             }
             Ok::<(), String>(())
         }

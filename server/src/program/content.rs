@@ -14,8 +14,23 @@ use starlark::values::{StarlarkPagable, StarlarkValue};
 
 use super::capability::refused;
 
-/// The kinds of block a program can make (MCP `ContentBlock`).
-pub const BLOCK_TYPES: &[&str] = &["text", "image", "audio", "resource_link", "resource"];
+/// Whether `block` is a content block as the builtins make it (a program may build a dict
+/// by hand: it must hold what MCP's `ContentBlock` requires, base64 data included).
+pub fn is_block(block: &serde_json::Map<String, serde_json::Value>) -> bool {
+    let text = |key: &str| block.get(key).and_then(serde_json::Value::as_str);
+    match text("type") {
+        Some("text") => text("text").is_some(),
+        Some(kind @ ("image" | "audio")) => {
+            text("data").is_some_and(is_base64) && text("mimeType").is_some_and(|m| m.starts_with(&format!("{kind}/")))
+        }
+        Some("resource_link") => text("uri").is_some() && text("name").is_some(),
+        Some("resource") => {
+            let inner = block.get("resource").cloned().unwrap_or_default();
+            inner["uri"].is_string() && (inner["text"].is_string() || inner["blob"].as_str().is_some_and(is_base64))
+        }
+        _ => false,
+    }
+}
 
 /// One content block, as the JSON the client receives.
 #[derive(Debug, Clone, ProvidesStaticType, Allocative, StarlarkPagable)]

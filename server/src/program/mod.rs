@@ -450,4 +450,28 @@ def main(pay, order: str, amount: money, note: None | str = None, tags: list[str
         let fine = load(&format!("def main(pay, x: str) -> list[content]:\n{doc}")).unwrap();
         assert!(fine.returns_content() && fine.output_schema().is_none());
     }
+
+    #[test]
+    fn only_blocks_the_builtins_made_are_content() {
+        let doc = "    \"\"\"Doc.\n\n    Args:\n        x: The x.\n    \"\"\"\n";
+        let run = |body: &str| {
+            let source = format!("def main(x: str) -> content:\n{doc}    return {body}\n");
+            let program = Program::load(Path::new("tool.star"), &source, "main", &[]).unwrap();
+            let inputs = serde_json::from_value(json!({"x": "a"})).unwrap();
+            execute(&program, &inputs, RunLimits { max_steps: 10_000 }).outcome
+        };
+        let made = run("mcp.text(x)");
+        assert!(matches!(made, Outcome::Done(_)), "{made:?}");
+        // Starlark checks the annotation at return: only blocks the builtins made pass (and
+        // the result check would refuse an incomplete one besides).
+        for bad in [
+            "{\"type\": \"text\", \"text\": \"hi\"}",
+            "{\"type\": \"text\"}",
+            "{\"type\": \"image\", \"data\": \"!!\", \"mimeType\": \"text/html\"}",
+            "{\"type\": \"resource_link\", \"uri\": \"a://b\"}",
+            "{\"type\": \"video\"}",
+        ] {
+            assert!(matches!(run(bad), Outcome::Failed(_)), "{bad} was accepted");
+        }
+    }
 }

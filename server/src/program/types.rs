@@ -114,15 +114,10 @@ impl ArgType {
             (ArgType::Bool, _) => wrong("true or false"),
             (ArgType::Money, Value::Object(object)) => check_money(object, path, problems),
             (ArgType::Money, _) => wrong("money, e.g. {\"amount\": \"35.00\", \"currency\": \"USD\"}"),
-            (ArgType::Content, Value::Object(block))
-                if block
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .is_some_and(|t| super::content::BLOCK_TYPES.contains(&t)) =>
-            {
-                value.clone()
+            (ArgType::Content, Value::Object(block)) if super::content::is_block(block) => value.clone(),
+            (ArgType::Content, _) => {
+                wrong("a content block made by mcp.text, mcp.image, mcp.audio, mcp.resource_link or mcp.resource")
             }
-            (ArgType::Content, _) => wrong("a content block (made by mcp.text, mcp.image, ...)"),
             (ArgType::List(item), Value::Array(items)) => Value::Array(
                 items.iter().enumerate().map(|(i, v)| item.check(v, &format!("{path}[{i}]"), problems)).collect(),
             ),

@@ -200,8 +200,16 @@ impl Connection {
         let connection = Rc::clone(self);
         self.env.spawn.spawn(Box::pin(async move {
             let _guard = guard;
-            let listener = listener::CallListener::wanted(&connection, call.progress.clone(), call.log_level, &control);
+            let listening =
+                listener::CallListener::wanted(&connection, call.progress.clone(), call.log_level, &control);
+            let (listener, outbox) = listening.unzip();
             let (message, run) = connection.carry_out(&call, &control, listener).await;
+            // The call's notifications go out before its answer.
+            if let Some(outbox) = outbox {
+                outbox.drained().await;
+            }
+            // Nothing is sent for a call cancelled meanwhile (an answer decided before a wait).
+            let message = message.filter(|_| !control.is_cancelled());
             if let Some(message) = message {
                 connection.send(message).await;
                 if let Some(run) = run {
@@ -246,6 +254,17 @@ impl Connection {
             }
             CallJob::Prompt => {
                 let prompt = self.catalog.prompt(&call.tool).expect("routing found the prompt");
+                // An execution holds a server slot like a run (prompts share the name space
+                // `prompt:<name>`, which no tool can take).
+                let server_max = self.catalog.manifest.server.max_concurrent_runs;
+                let Some(_slot) = self.slots.take_named(&format!("prompt:{}", call.tool), server_max, server_max)
+                else {
+                    let busy = "the server is busy: its maximum of runs is in progress; try again later";
+                    return (
+                        Some(RpcError::new(Some(call.id.clone()), jsonrpc::INTERNAL_ERROR, busy).to_value()),
+                        None,
+                    );
+                };
                 let message = match crate::surface::get_prompt(&self.env, prompt, &call.arguments).await {
                     Ok(result) => (call.finish)(self, &call.id, result),
                     Err(text) => failed(format!("prompt `{}`: {text}", call.tool)),
