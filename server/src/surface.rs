@@ -119,10 +119,12 @@ fn match_template(template: &str, uri: &str) -> Option<Vec<String>> {
         let next_literal = &rest_template[..next_literal_end];
         let taken = if next_literal.is_empty() { rest_uri.len() } else { rest_uri.find(next_literal)? };
         let text = &rest_uri[..taken];
-        if text.is_empty() || text.contains('/') {
+        // Decoded, a variable still takes no `/` (nor `%2F`): one segment, as the template says.
+        let decoded = percent_decode(text)?;
+        if decoded.is_empty() || decoded.contains('/') {
             return None;
         }
-        texts.push(percent_decode(text)?);
+        texts.push(decoded);
         rest_uri = &rest_uri[taken..];
     }
 }
@@ -133,8 +135,8 @@ fn percent_decode(text: &str) -> Option<String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            let hex = bytes.get(i + 1..i + 3).filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))?;
+            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
             i += 3;
         } else {
             out.push(bytes[i]);
@@ -281,5 +283,7 @@ mod tests {
         );
         assert_eq!(match_template("desk://all", "desk://all"), Some(vec![]));
         assert_eq!(match_template("desk://{id}", "desk://%zz"), None);
+        assert_eq!(match_template("desk://{id}", "desk://a%2Fb"), None, "an encoded slash is still a slash");
+        assert_eq!(match_template("desk://{id}", "desk://%+5"), None, "only hex digits after %");
     }
 }
