@@ -95,9 +95,8 @@ async fn create_root(env: &Env, journals: &Path) -> Result<(), String> {
             .create_dir_all(journals)
             .await
             .map_err(|e| format!("{}: cannot create the journals directory: {e}", journals.display()))?;
-        if let Some(parent) = journals.parent() {
-            env.disk.fsync_dir(parent).await.map_err(|e| format!("{}: {e}", parent.display()))?;
-        }
+        let parent = crate::journal::folder_of(journals);
+        env.disk.fsync_dir(parent).await.map_err(|e| format!("{}: {e}", parent.display()))?;
     }
     Ok(())
 }
@@ -294,6 +293,8 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, 
     ) else {
         return Err(format!("{shown}: not a run's journal (<journals>/<tool>/<shard>/<run>.journal)"));
     };
+    // Named from inside the journals folder (`tool/shard/run.journal`), the root is `.`.
+    let root = if root.as_os_str().is_empty() { Path::new(".") } else { root };
     let lock = root.join(LOCK_FILE);
     let held = match env.disk.try_lock(&lock).await {
         Ok(Some(held)) => held,

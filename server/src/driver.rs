@@ -137,7 +137,7 @@ impl Runs {
             }
             Command::Notify => {
                 let manifest = &self.catalog.manifest;
-                let folder = manifest.path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+                let folder = crate::journal::folder_of(&manifest.path).to_path_buf();
                 crate::notify::spawn(&self.env, &manifest.server, &folder, run, &self.files(name, run).waiting);
                 Ok(None)
             }

@@ -284,6 +284,15 @@ pub struct InputsRecord {
     pub inputs: Map<String, Value>,
 }
 
+/// The folder holding `path`: `.` for a bare file name, whose `parent()` is the empty path
+/// (which no directory operation accepts: `warden mcp manifest.json` in the manifest's folder).
+pub fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
 /// Creates `dir` and its missing ancestors under `root`, fsyncing each new entry's parent
 /// so the directories survive a crash.
 pub async fn create_dirs_durably(env: &Env, root: &Path, dir: &Path) -> std::io::Result<()> {

@@ -114,7 +114,7 @@ fn digests(name: &str, description: &str, input: Value, output: Value) -> ToolDi
 }
 
 pub fn lock_path(manifest: &Path) -> PathBuf {
-    manifest.parent().unwrap_or(Path::new(".")).join(LOCK_FILE)
+    crate::journal::folder_of(manifest).join(LOCK_FILE)
 }
 
 fn render(catalog: &Catalog) -> Vec<u8> {
@@ -136,7 +136,7 @@ fn render(catalog: &Catalog) -> Vec<u8> {
 pub async fn write(env: &Env, catalog: &Catalog) -> Result<PathBuf, String> {
     let path = lock_path(&catalog.manifest.path);
     let temp = path.with_extension("lock.tmp");
-    let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let dir = crate::journal::folder_of(&path).to_path_buf();
     let written = async {
         env.disk.write(&temp, render(catalog)).await?;
         env.disk.fsync(&temp).await?;

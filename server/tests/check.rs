@@ -242,3 +242,26 @@ fn the_lock_names_a_changed_resource_and_a_changed_prompt() {
     assert!(stderr.contains("resource `ticket`: its input schema changed"), "{stderr}");
     assert!(stderr.contains("prompt `triage`: its description"), "{stderr}");
 }
+
+/// An operator in the manifest's own folder names it without a directory (`warden mcp
+/// manifest.json`): the first start creates the journals folder and fsyncs its parent, which
+/// is the current folder, not an empty path. So does `warden lock`.
+#[test]
+fn a_manifest_named_without_its_folder_serves_and_locks() {
+    let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+    let in_dir = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(args)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (code, stderr) = in_dir(&["mcp", "manifest.json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(dir.path().join("journals").is_dir(), "{stderr}");
+    let (code, stderr) = in_dir(&["lock", "manifest.json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(dir.path().join("warden.lock").is_file());
+}

@@ -77,7 +77,7 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
             return Err(ManifestError { problems: problems.list });
         }
     };
-    let base = path.parent().unwrap_or(Path::new("."));
+    let base = crate::journal::folder_of(path);
     let server = server_config(&raw.server, base, &mut problems);
     let model = raw.model.as_ref().map(|model| model_config(model, &mut problems));
     let mut tools = Vec::new();
