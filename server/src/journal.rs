@@ -183,6 +183,8 @@ pub struct Journal {
     pub resumes_without_progress: u32,
     pub torn_tail_bytes: usize,
     pub intact_len: usize,
+    /// Intact records read (the header included).
+    pub records: usize,
 }
 
 impl Journal {
@@ -192,9 +194,23 @@ impl Journal {
             .map_err(|d| format!("{}:{}: the journal is damaged: {}", file.display(), d.line, d.problem))?;
         let mut journal =
             Journal { torn_tail_bytes: parsed.torn_tail_bytes, intact_len: parsed.intact_len, ..Journal::default() };
-        for (index, record) in parsed.records.into_iter().enumerate() {
+        for record in parsed.records {
+            journal
+                .apply(record)
+                .map_err(|(line, problem)| format!("{}:{line}: the journal is damaged: {problem}", file.display()))?;
+        }
+        Ok(journal)
+    }
+
+    /// Adds the next record, as strict as the reader of a whole journal; a refusal says the
+    /// record's line number and why.
+    pub fn apply(&mut self, record: JournalRecord) -> Result<(), (usize, String)> {
+        let journal = self;
+        let index = journal.records;
+        journal.records += 1;
+        {
             let resolved = matches!(record, JournalRecord::Resolved { happened: true, .. });
-            let at = |problem: &str| format!("{}:{}: the journal is damaged: {problem}", file.display(), index + 1);
+            let at = |problem: &str| (index + 1, problem.to_string());
             match record {
                 JournalRecord::Header { run, binding, inputs, at_ms, .. } if index == 0 => {
                     journal.header = Some((run, binding, inputs));
@@ -205,7 +221,7 @@ impl Journal {
                 _ if journal.end.is_some() => return Err(at("a record after the end")),
                 JournalRecord::Resumed { .. } => {
                     journal.resumes_without_progress += 1;
-                    continue;
+                    return Ok(());
                 }
                 JournalRecord::Print { .. } => journal.prints += 1,
                 // As strict as the writer: one action at a time, in order. A new action begins
@@ -252,7 +268,7 @@ impl Journal {
                 journal.resumes_without_progress = 0;
             }
         }
-        Ok(journal)
+        Ok(())
     }
 
     /// The action begun and not done, if any (at most one: the reader refuses more).
@@ -293,8 +309,10 @@ pub fn folder_of(path: &Path) -> &Path {
     }
 }
 
-/// Creates `dir` and its missing ancestors under `root`, fsyncing each new entry's parent
-/// so the directories survive a crash.
+/// Creates `dir` and its missing ancestors under `root`, and fsyncs each one's parent so the
+/// directories survive a crash: a directory found existing too, since the process that
+/// created it may have stopped before its fsync (a process crash keeps the entry in the page
+/// cache, a power loss later would not). Callers do this once per directory per process.
 pub async fn create_dirs_durably(env: &Env, root: &Path, dir: &Path) -> std::io::Result<()> {
     let relative = dir.strip_prefix(root).expect("directories are created under the journals root");
     let mut current = root.to_path_buf();
@@ -303,17 +321,33 @@ pub async fn create_dirs_durably(env: &Env, root: &Path, dir: &Path) -> std::io:
         current.push(part);
         if !env.disk.exists(&current).await? {
             env.disk.create_dir_all(&current).await?;
-            env.disk.fsync_dir(&parent).await?;
         }
+        env.disk.fsync_dir(&parent).await?;
     }
     Ok(())
 }
 
+/// Reads a file that may be absent (`None`): one operation, not a look and then a read.
+pub async fn read_if_present(env: &Env, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    match env.disk.read(path).await {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// Removes a file that may be absent; says whether it was there.
+pub async fn remove_if_present(env: &Env, path: &Path) -> std::io::Result<bool> {
+    match env.disk.remove(path).await {
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
 /// Writes a new file durably: write, fsync, fsync of its directory.
 pub async fn write_new_durably(env: &Env, path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
-    env.disk.write(path, bytes).await?;
-    env.disk.fsync(path).await?;
-    env.disk.fsync_dir(path.parent().expect("files live in directories")).await
+    env.disk.write_new_durably(path, bytes).await
 }
 
 /// Writes a file that may exist, atomically and durably: a temporary file, fsync, rename,
@@ -333,8 +367,7 @@ pub async fn append_durably(env: &Env, path: &Path, record: &JournalRecord) -> s
 
 /// Appends one encoded record line and fsyncs it.
 pub async fn append_line_durably(env: &Env, path: &Path, line: Vec<u8>) -> std::io::Result<()> {
-    env.disk.append(path, line).await?;
-    env.disk.fsync(path).await
+    env.disk.append_durably(path, line).await
 }
 
 #[cfg(test)]
@@ -370,6 +403,36 @@ mod tests {
         assert!(Journal::parse(Path::new("j"), &headless).unwrap_err().contains("j:1: the journal is damaged"));
         let after_end: Vec<u8> = [&header, &end, &print, &print].iter().flat_map(|r| record::encode(*r)).collect();
         assert!(Journal::parse(Path::new("j"), &after_end).unwrap_err().contains("a record after the end"));
+    }
+
+    /// The driver keeps an executing run's journal in memory, grown record by record: it must
+    /// equal the file read back at every length.
+    #[test]
+    fn a_journal_grown_record_by_record_equals_the_file_read_back() {
+        let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
+        let records = [
+            JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 },
+            JournalRecord::Resumed { at_ms: 2 },
+            JournalRecord::Print { index: 0, text: "x".into() },
+            JournalRecord::Begin { op: 0, action: serde_json::json!({"a": 1}) },
+            JournalRecord::Done { op: 0, result: serde_json::json!([1, 2]) },
+            JournalRecord::End(EndRecord {
+                outcome: RunOutcome::Done,
+                result: Some(Value::Bool(true)),
+                message: None,
+                usage: Value::Null,
+                at_ms: 3,
+            }),
+        ];
+        let mut bytes = Vec::new();
+        let mut grown = Journal::default();
+        for record in records {
+            let line = record::encode(&record);
+            bytes.extend_from_slice(&line);
+            grown.apply(record).unwrap();
+            grown.intact_len += line.len();
+            assert_eq!(grown, Journal::parse(Path::new("j"), &bytes).unwrap());
+        }
     }
 
     /// The reader is as strict as the writer: one action at a time, in order.

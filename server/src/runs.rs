@@ -15,7 +15,7 @@
 //! machine's (`machine.rs`), carried out by `driver.rs`.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -42,6 +42,16 @@ pub struct Runs {
     /// Held from a directory's existence check to its parent's fsync: a directory another
     /// run has created but not yet made durable is never taken for a durable one.
     dirs: crate::sync::Mutex,
+    /// Directories this process has made durable: later runs in them skip the check (the
+    /// server never removes a directory).
+    durable_dirs: RefCell<BTreeSet<PathBuf>>,
+    /// The journals of runs executing in this process, as read once from disk and then grown
+    /// by each record once its append is durable: the driver reads a run's journal before
+    /// every execution without going to disk. Dropped when the run stops executing.
+    journals_executing: RefCell<BTreeMap<String, Journal>>,
+    /// Runs this process started that have written no waiting record: settling one need not
+    /// look for a record (a waiting record is written only by the process running the run).
+    never_waited: RefCell<BTreeSet<String>>,
     /// Set when a durable write failed: the server stops serving.
     pub fatal: Signal,
     fatal_message: RefCell<Option<String>>,
@@ -86,16 +96,26 @@ impl Runs {
             ledger,
             in_progress: RefCell::new(BTreeSet::new()),
             dirs: crate::sync::Mutex::new(),
+            durable_dirs: RefCell::new(BTreeSet::new()),
+            journals_executing: RefCell::new(BTreeMap::new()),
+            never_waited: RefCell::new(BTreeSet::new()),
             fatal: Signal::new(),
             fatal_message: RefCell::new(None),
             listeners: Default::default(),
         }
     }
 
-    /// Creates `dir` under the journals durably, one run at a time (`dirs`).
+    /// Creates `dir` under the journals durably, one run at a time (`dirs`), once per process.
     async fn create_dirs(&self, dir: &Path) -> std::io::Result<()> {
+        if self.durable_dirs.borrow().contains(dir) {
+            return Ok(());
+        }
         let _held = self.dirs.lock().await;
-        journal::create_dirs_durably(&self.env, &self.journals, dir).await
+        if !self.durable_dirs.borrow().contains(dir) {
+            journal::create_dirs_durably(&self.env, &self.journals, dir).await?;
+            self.durable_dirs.borrow_mut().insert(dir.to_path_buf());
+        }
+        Ok(())
     }
 
     pub fn files(&self, tool: &str, run: &str) -> RunFiles {
@@ -136,9 +156,44 @@ impl Runs {
         );
         let line = record::encode(&value);
         assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
-        journal::append_line_durably(&self.env, path, line)
+        journal::append_line_durably(&self.env, path, line.clone())
             .await
-            .map_err(|e| Fatal(format!("journaling a record of run {run} failed: {e}")))
+            .map_err(|e| Fatal(format!("journaling a record of run {run} failed: {e}")))?;
+        self.remember_record(run, &line);
+        Ok(())
+    }
+
+    /// Grows the journal kept in memory for an executing run by a record now durable, as
+    /// read back (scrubbed). A record the reader would refuse drops the copy: the next read
+    /// goes to disk and reports it.
+    fn remember_record(&self, run: &str, line: &[u8]) {
+        let mut executing = self.journals_executing.borrow_mut();
+        let Some(journal) = executing.get_mut(run) else { return };
+        let line_without_newline = line.strip_suffix(b"\n").unwrap_or(line);
+        let applied = record::decode::<JournalRecord>(line_without_newline)
+            .map_err(|problem| (0, problem))
+            .and_then(|record| journal.apply(record));
+        match applied {
+            Ok(()) => journal.intact_len += line.len(),
+            Err(_) => {
+                executing.remove(run);
+            }
+        }
+    }
+
+    /// A run's journal for its driver: from memory while it executes here, else from disk
+    /// (and kept in memory from then on, while it executes).
+    pub(crate) async fn executing_journal(&self, tool: &str, run: &str) -> Result<Option<Journal>, String> {
+        if let Some(journal) = self.journals_executing.borrow().get(run) {
+            return Ok(Some(journal.clone()));
+        }
+        let journal = self.read_journal(tool, run).await?;
+        if let Some(journal) = &journal {
+            if self.is_in_progress(run) {
+                self.journals_executing.borrow_mut().insert(run.to_string(), journal.clone());
+            }
+        }
+        Ok(journal)
     }
 
     /// An action's result, fitting its done record in a journal line: a result too large to
@@ -213,6 +268,7 @@ impl Runs {
         let files = self.files(&tool.config.name, run);
         let io = |what: &str, e: std::io::Error| Fatal(format!("{what} of run {run} failed: {e}"));
         self.create_dirs(&files.dir).await.map_err(|e| io("creating the directory", e))?;
+        self.never_waited.borrow_mut().insert(run.to_string());
         let kept = record::encode(&InputsRecord { run: run.to_string(), inputs: inputs.clone() });
         journal::write_new_durably(&self.env, &files.inputs, kept).await.map_err(|e| io("keeping the arguments", e))?;
         self.env.reached(Point::InputsKept, run);
@@ -238,19 +294,19 @@ impl Runs {
     /// Reads a run's journal, if it exists.
     pub async fn read_journal(&self, tool: &str, run: &str) -> Result<Option<Journal>, String> {
         let path = self.files(tool, run).journal;
-        if !self.env.disk.exists(&path).await.map_err(|e| format!("{}: {e}", path.display()))? {
-            return Ok(None);
+        match journal::read_if_present(&self.env, &path).await.map_err(|e| format!("{}: {e}", path.display()))? {
+            Some(bytes) => Journal::parse(&path, &bytes).map(Some),
+            None => Ok(None),
         }
-        let bytes = self.env.disk.read(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
-        Journal::parse(&path, &bytes).map(Some)
     }
 
     pub async fn read_inputs(&self, tool: &str, run: &str) -> Result<Option<Map<String, Value>>, String> {
         let path = self.files(tool, run).inputs;
-        if !self.env.disk.exists(&path).await.map_err(|e| format!("{}: {e}", path.display()))? {
+        let Some(bytes) =
+            journal::read_if_present(&self.env, &path).await.map_err(|e| format!("{}: {e}", path.display()))?
+        else {
             return Ok(None);
-        }
-        let bytes = self.env.disk.read(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+        };
         let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
         let kept: InputsRecord = record::decode(line).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(Some(kept.inputs))
@@ -265,6 +321,7 @@ impl Runs {
     /// Step 5: the waiting record, durable; the run keeps its whole reservation.
     pub(crate) async fn write_waiting(&self, tool: &Tool, run: &str, waiting: Waiting<'_>) -> Result<(), Fatal> {
         let Waiting { op, action, reason, halted } = waiting;
+        self.never_waited.borrow_mut().remove(run);
         let name = &tool.config.name;
         let files = self.files(name, run);
         let command = match halted {
@@ -340,7 +397,9 @@ impl Runs {
         // waiting directory, and one that came back after the run left the ledger would be
         // "files of a run with no reservation", refused at every start.
         self.remove_leftover(&self.files(&tool.config.name, run).inputs).await?;
-        self.remove_if_present(&self.files(&tool.config.name, run).waiting).await?;
+        if !self.never_waited.borrow_mut().remove(run) {
+            self.remove_if_present(&self.files(&tool.config.name, run).waiting).await?;
+        }
         let settled = format!("settled ({})", end.outcome);
         self.log_run_at(&tool.config.name, run, &settled, Some(crate::notice::DEBUG)).await;
         Ok(())
@@ -348,9 +407,8 @@ impl Runs {
 
     /// Removes a file that may exist, durably (its directory is fsynced).
     pub async fn remove_if_present(&self, path: &Path) -> Result<(), Fatal> {
-        let exists = self.env.disk.exists(path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))?;
-        if exists {
-            self.env.disk.remove(path).await.map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))?;
+        let removed = journal::remove_if_present(&self.env, path).await;
+        if removed.map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))? {
             let dir = path.parent().expect("files live in directories");
             self.env.disk.fsync_dir(dir).await.map_err(|e| Fatal(format!("fsync of {} failed: {e}", dir.display())))?;
         }
@@ -360,11 +418,10 @@ impl Runs {
     /// Removes a file that may exist, without fsyncing its directory: for files whose
     /// return after a crash recovery handles (see `settle`).
     pub async fn remove_leftover(&self, path: &Path) -> Result<(), Fatal> {
-        let exists = self.env.disk.exists(path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))?;
-        if exists {
-            self.env.disk.remove(path).await.map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))?;
-        }
-        Ok(())
+        journal::remove_if_present(&self.env, path)
+            .await
+            .map(|_| ())
+            .map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))
     }
 
     /// Rewrites a journal without its torn tail: temporary file, fsync, rename, fsync dir.
@@ -450,5 +507,6 @@ pub struct InProgress<'a> {
 impl Drop for InProgress<'_> {
     fn drop(&mut self) {
         self.runs.in_progress.borrow_mut().remove(&self.run);
+        self.runs.journals_executing.borrow_mut().remove(&self.run);
     }
 }

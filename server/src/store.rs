@@ -70,7 +70,7 @@ impl RunStore for Runs {
 
     fn journal<'a>(&'a self, tool: &'a Tool, run: &'a str) -> LocalBoxFuture<'a, Result<Journal, Fatal>> {
         Box::pin(async move {
-            self.read_journal(&tool.config.name, run)
+            self.executing_journal(&tool.config.name, run)
                 .await
                 .map_err(Fatal)?
                 .ok_or_else(|| Fatal(format!("the journal of run {run} is missing")))

@@ -455,6 +455,24 @@ impl Disk for SimDiskHandle {
         self.0.complete(Ok(()))
     }
 
+    /// The primitives one after another, so every crash point between them stays reachable.
+    fn write_new_durably(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
+        let (disk, path) = (SimDiskHandle(Rc::clone(&self.0)), path.to_path_buf());
+        Box::pin(async move {
+            disk.write(&path, bytes).await?;
+            disk.fsync(&path).await?;
+            disk.fsync_dir(warden::journal::folder_of(&path)).await
+        })
+    }
+
+    fn append_durably(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
+        let (disk, path) = (SimDiskHandle(Rc::clone(&self.0)), path.to_path_buf());
+        Box::pin(async move {
+            disk.append(&path, bytes).await?;
+            disk.fsync(&path).await
+        })
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
         if self.0.crash_now() {
             return pending_forever();

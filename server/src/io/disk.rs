@@ -47,6 +47,25 @@ impl Disk for RealDisk {
         Box::pin(off_reactor(move || File::open(dir)?.sync_all()))
     }
 
+    fn write_new_durably(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
+        let path = owned(path);
+        Box::pin(off_reactor(move || {
+            let mut file = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
+            file.write_all(&bytes)?;
+            file.sync_all()?;
+            File::open(crate::journal::folder_of(&path))?.sync_all()
+        }))
+    }
+
+    fn append_durably(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
+        let path = owned(path);
+        Box::pin(off_reactor(move || {
+            let mut file = OpenOptions::new().create(true).append(true).open(path)?;
+            file.write_all(&bytes)?;
+            file.sync_all()
+        }))
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
         let (from, to) = (owned(from), owned(to));
         Box::pin(off_reactor(move || fs::rename(from, to)))

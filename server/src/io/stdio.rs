@@ -128,8 +128,8 @@ impl Stdio for ProtectedStdio {
     }
 
     fn log(&self, line: &str) {
-        let mut stderr = io::stderr().lock();
-        // A failed log write has nowhere to be reported; the protocol is unaffected.
-        let _ = writeln!(stderr, "warden: {line}");
+        // One write per line (stderr is unbuffered). A failed log write has nowhere to be
+        // reported; the protocol is unaffected.
+        let _ = io::stderr().lock().write_all(format!("warden: {line}\n").as_bytes());
     }
 }

@@ -174,6 +174,8 @@ pub struct Ledger {
     durable: Cell<u64>,
     /// The file was created by a write not yet covered by a directory fsync.
     dir_unsynced: Cell<bool>,
+    /// The file is known to exist (nothing removes it), so an append need not look.
+    file_exists: Cell<bool>,
     /// An fsync is in flight (its caller leads the next commit).
     syncing: Cell<bool>,
     /// Woken when an fsync ends, made events durable or failed.
@@ -222,6 +224,7 @@ impl Ledger {
             written: Cell::new(0),
             durable: Cell::new(0),
             dir_unsynced: Cell::new(false),
+            file_exists: Cell::new(exists),
             syncing: Cell::new(false),
             committed: Notify::default(),
         })
@@ -266,7 +269,7 @@ impl Ledger {
         if let Err(problem) = self.state.borrow().check(&event) {
             panic!("refusing to write a ledger event that breaks the one-reserve rule: {problem}");
         }
-        let is_new = !self.env.disk.exists(&self.file).await.unwrap_or(false);
+        let is_new = !self.file_exists.get() && !self.env.disk.exists(&self.file).await.unwrap_or(false);
         if let Err(e) = self.env.disk.append(&self.file, record::encode(&event)).await {
             self.poisoned.set(true);
             self.committed.notify_all();
@@ -275,6 +278,7 @@ impl Ledger {
         if is_new {
             self.dir_unsynced.set(true);
         }
+        self.file_exists.set(true);
         self.state.borrow_mut().apply(&event).expect("checked before writing");
         let seq = self.written.get() + 1;
         self.written.set(seq);
