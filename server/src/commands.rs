@@ -24,6 +24,33 @@ const LOCK_RETRY_MS: u64 = 100;
 /// `warden mcp <manifest>`: load everything, take the lock, recover, then serve on the
 /// protocol stream until EOF. An error here stops the server before it answers anything.
 pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
+    let opened = open_server(env, manifest_path, Vec::new()).await?;
+    let connection = Connection::new(Rc::clone(&opened.runs));
+    connection.serve().await;
+    match opened.runs.fatal_message() {
+        Some(message) => Err(message),
+        None => {
+            env.log("stdin closed; exiting");
+            Ok(())
+        }
+    }
+}
+
+/// A server ready to answer, whatever its transport: the manifest loaded and checked,
+/// recovery and retention done, the daily sweep started; the journals' lock held while it
+/// lives.
+pub struct OpenServer {
+    pub runs: Rc<Runs>,
+    _lock: DiskLock,
+}
+
+/// Opens the server of `manifest_path`. `transport_secrets` (an HTTP bearer token) are
+/// scrubbed from every output like the grants' secrets.
+pub async fn open_server(
+    env: &Env,
+    manifest_path: &Path,
+    transport_secrets: Vec<String>,
+) -> Result<OpenServer, String> {
     let catalog = Rc::new(load(env, manifest_path).await?);
     catalog.check_secrets(env)?;
     let pinned = crate::tool_lock::verify(env, &catalog).await?;
@@ -32,7 +59,9 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
     create_root(env, &journals).await?;
     let _lock = take_lock(env, &journals).await?;
     let ledger = Ledger::open(env, &journals).await.map_err(|e| e.to_string())?;
-    let runs = Rc::new(Runs::new(env.clone(), Rc::clone(&catalog), ledger));
+    let mut runs = Runs::new(env.clone(), Rc::clone(&catalog), ledger);
+    runs.secrets.extend(transport_secrets);
+    let runs = Rc::new(runs);
     let report = recovery::recover(&runs).await.map_err(|Fatal(message)| message)?;
     if report != recovery::Report::default() {
         env.log(&format!(
@@ -55,15 +84,7 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
         if pinned { ", each as warden.lock recorded it" } else { " (no warden.lock: the tools are not pinned)" }
     ));
     spawn_daily_sweep(&runs);
-    let connection = Connection::new(Rc::clone(&runs));
-    connection.serve().await;
-    match runs.fatal_message() {
-        Some(message) => Err(message),
-        None => {
-            env.log("stdin closed; exiting");
-            Ok(())
-        }
-    }
+    Ok(OpenServer { runs, _lock })
 }
 
 /// Creates each `db.sqlite` database that has an `init` file and does not exist yet.

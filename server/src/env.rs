@@ -88,6 +88,60 @@ pub trait Stdio {
     fn log(&self, line: &str);
 }
 
+/// One request to the server's own HTTP endpoint, as the listener hands it over: its body
+/// already read, within the listener's limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InboundRequest {
+    pub method: String,
+    /// The path of the request target, without its query.
+    pub path: String,
+    /// Header names in lowercase, in the order received.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl InboundRequest {
+    /// The first value of header `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// The answer to an `InboundRequest`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboundAnswer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Answers one request. Its future is dropped when the client closes the connection first.
+pub type InboundHandler = Rc<dyn Fn(InboundRequest) -> LocalBoxFuture<'static, OutboundAnswer>>;
+
+/// What the listener bounds before a request reaches the handler.
+#[derive(Clone, Copy, Debug)]
+pub struct ListenLimits {
+    /// A longer body is answered 413 without reaching the handler.
+    pub body_bytes_max: usize,
+    /// Connections open at once; one more is closed at once.
+    pub connections_max: usize,
+    /// A client must send a request's headers within this time.
+    pub header_read_ms: u64,
+}
+
+/// Serving HTTP: sockets and the HTTP/1.1 codec, nothing of MCP.
+pub trait HttpServe {
+    /// Listens on `address` and answers each request with `handler` until listening fails.
+    /// `ready` is told the address bound (port 0 picks a free one).
+    fn serve(
+        &self,
+        address: core::net::SocketAddr,
+        limits: ListenLimits,
+        handler: InboundHandler,
+        ready: Box<dyn FnOnce(core::net::SocketAddr)>,
+    ) -> LocalBoxFuture<'static, io::Result<()>>;
+}
+
 /// One HTTP request, as the broker sends it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpRequest {
@@ -278,6 +332,7 @@ pub struct Env {
     pub process: Rc<dyn Process>,
     pub probe: Rc<dyn Probe>,
     pub sandbox: Rc<dyn Sandbox>,
+    pub http: Rc<dyn HttpServe>,
 }
 
 impl Env {

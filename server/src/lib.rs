@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod commands;
 pub mod driver;
 pub mod env;
+pub mod http;
 pub mod io;
 pub mod journal;
 pub mod ledger;

@@ -22,6 +22,20 @@ enum Command {
         #[command(subcommand)]
         command: Option<McpCommand>,
     },
+    /// Serve the manifest's tools over Streamable HTTP on `/mcp` (MCP 2025-11-25 sessions and
+    /// 2026-07-28 requests).
+    ServeHttp {
+        /// The manifest (JSON).
+        manifest: PathBuf,
+        /// The address to listen on, such as 127.0.0.1:8080 (port 0 picks a free one; the
+        /// address bound is logged). Beyond loopback, a bearer token is required.
+        #[arg(long)]
+        listen: core::net::SocketAddr,
+        /// The environment variable holding the bearer token every request must carry
+        /// (`Authorization: Bearer <token>`, at least 16 bytes).
+        #[arg(long)]
+        bearer_token_env: Option<String>,
+    },
     /// Check a manifest and its programs without serving anything.
     Check { manifest: PathBuf },
     /// Print the tools' schemas as `tools/list` gives them.
@@ -92,6 +106,11 @@ fn main() -> ExitCode {
             }
             let env = warden::io::real_env(stdio);
             report(warden::io::run(warden::commands::serve_mcp(&env, &manifest)).map(|()| String::new()))
+        }
+        Command::ServeHttp { manifest, listen, bearer_token_env } => {
+            let env = warden::io::command_env();
+            let options = warden::http::HttpOptions { listen, bearer_token_env };
+            report(warden::io::run(warden::http::serve_http(&env, &manifest, options)).map(|()| String::new()))
         }
         Command::Check { manifest } => {
             let env = warden::io::command_env();

@@ -154,6 +154,7 @@ impl World {
             }),
             process: Rc::new(SimProcess(Rc::clone(&self.services))),
             probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
+            http: Rc::new(NoHttp),
         }
     }
 
@@ -256,5 +257,20 @@ impl Instance {
 impl Drop for Instance {
     fn drop(&mut self) {
         self.disk.release_locks();
+    }
+}
+
+/// The simulated server speaks stdio only, so far: a listener is refused.
+struct NoHttp;
+
+impl warden::env::HttpServe for NoHttp {
+    fn serve(
+        &self,
+        _address: core::net::SocketAddr,
+        _limits: warden::env::ListenLimits,
+        _handler: warden::env::InboundHandler,
+        _ready: Box<dyn FnOnce(core::net::SocketAddr)>,
+    ) -> LocalBoxFuture<'static, std::io::Result<()>> {
+        Box::pin(std::future::ready(Err(std::io::Error::other("the simulator does not listen for HTTP"))))
     }
 }

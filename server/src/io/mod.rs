@@ -3,6 +3,7 @@
 
 pub mod db;
 mod disk;
+mod http_server;
 mod net;
 mod process;
 pub mod sandbox;
@@ -43,6 +44,7 @@ pub fn real_env(stdio: ProtectedStdio) -> Env {
         process: Rc::new(process::RealProcess),
         probe: Rc::new(RealProbe::from_environment()),
         sandbox: Rc::new(sandbox::WorkerSandbox::default()),
+        http: Rc::new(http_server::RealHttp),
     }
 }
 

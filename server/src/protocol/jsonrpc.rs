@@ -14,6 +14,8 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// HTTP only: a request's headers do not match its body (2026-07-28).
+pub const HEADER_MISMATCH: i64 = -32020;
 
 /// A request id: a string or an integer, kept as the client wrote it.
 pub type RequestId = Value;

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::call::{self, CallControl, CallReply, Slots};
 use crate::catalog::Catalog;
-use crate::env::Env;
+use crate::env::{Env, LocalBoxFuture};
 use crate::manifest::RUN_STATUS_TOOL;
 use crate::runs::Runs;
 use crate::sync::{select, Either, Signal, WaitGroup};
@@ -37,13 +37,45 @@ pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// the server runs.
 pub const LIST_TTL_MS: u64 = 3_600_000;
 
-/// One client connection over stdio: the only state kept between requests is whether a
-/// legacy `initialize` happened, and the calls in progress (for cancellation).
+/// Where a connection's messages go: the stdio stream, or one HTTP exchange's answer.
+pub trait Outlet {
+    /// Writes one whole message line (newline included). An error means the client is gone.
+    fn write_line(&self, line: Vec<u8>) -> LocalBoxFuture<'static, std::io::Result<()>>;
+}
+
+struct StdioOutlet(Env);
+
+impl Outlet for StdioOutlet {
+    fn write_line(&self, line: Vec<u8>) -> LocalBoxFuture<'static, std::io::Result<()>> {
+        self.0.stdio.write_line(line)
+    }
+}
+
+/// What every connection of one server shares: the run slots (server-wide limits) and the
+/// answers built once at start.
+pub struct Shared {
+    slots: Rc<Slots>,
+    statics: Rc<StaticResults>,
+}
+
+impl Shared {
+    pub fn new(runs: &Runs) -> Rc<Shared> {
+        Rc::new(Shared {
+            slots: Rc::new(Slots::default()),
+            statics: Rc::new(StaticResults::new(&runs.catalog, &runs.secrets)),
+        })
+    }
+}
+
+/// One client connection: over stdio, the whole session; over HTTP, one exchange. The only
+/// state kept between requests is whether a legacy `initialize` happened (and its log
+/// level), and the calls in progress (for cancellation).
 pub struct Connection {
     env: Env,
     runs: Rc<Runs>,
     catalog: Rc<Catalog>,
     slots: Rc<Slots>,
+    outlet: Rc<dyn Outlet>,
     legacy_initialized: Cell<bool>,
     /// The level a 2025-11-25 client set with `logging/setLevel` (no log messages before).
     legacy_log_level: Cell<Option<usize>>,
@@ -52,7 +84,15 @@ pub struct Connection {
     tasks: WaitGroup,
     client_gone: Signal,
     /// Results that never change while the server runs, serialised once (scrubbed).
-    statics: StaticResults,
+    statics: Rc<StaticResults>,
+}
+
+/// What a 2025-11-25 client's session holds between its requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LegacySession {
+    pub initialized: bool,
+    /// The level `logging/setLevel` set (none: no log messages).
+    pub log_level: Option<usize>,
 }
 
 /// The serialised results that are the same for every request of their kind: the manifest
@@ -82,19 +122,58 @@ impl StaticResults {
 }
 
 impl Connection {
+    /// The stdio connection: the server's only one.
     pub fn new(runs: Rc<Runs>) -> Rc<Connection> {
+        let shared = Shared::new(&runs);
+        let outlet = Rc::new(StdioOutlet(runs.env.clone()));
+        Connection::with_outlet(runs, &shared, outlet, LegacySession::default())
+    }
+
+    /// A connection writing to `outlet`, sharing the server's slots and static answers, in
+    /// the legacy session state given (an HTTP session's).
+    pub fn with_outlet(
+        runs: Rc<Runs>,
+        shared: &Shared,
+        outlet: Rc<dyn Outlet>,
+        session: LegacySession,
+    ) -> Rc<Connection> {
         Rc::new(Connection {
             env: runs.env.clone(),
             catalog: Rc::clone(&runs.catalog),
-            statics: StaticResults::new(&runs.catalog, &runs.secrets),
+            statics: Rc::clone(&shared.statics),
             runs,
-            slots: Rc::new(Slots::default()),
-            legacy_initialized: Cell::new(false),
-            legacy_log_level: Cell::new(None),
+            slots: Rc::clone(&shared.slots),
+            outlet,
+            legacy_initialized: Cell::new(session.initialized),
+            legacy_log_level: Cell::new(session.log_level),
             calls: RefCell::new(BTreeMap::new()),
             tasks: WaitGroup::new(),
             client_gone: Signal::new(),
         })
+    }
+
+    /// The legacy session state now (after an HTTP exchange, for its session).
+    pub fn legacy_session(&self) -> LegacySession {
+        LegacySession { initialized: self.legacy_initialized.get(), log_level: self.legacy_log_level.get() }
+    }
+
+    /// Handles one whole message (an HTTP body), then waits for the calls it started.
+    pub async fn handle_message(self: &Rc<Self>, message: Vec<u8>) {
+        self.handle_frame(Frame::Line(message)).await;
+        self.tasks.wait().await;
+    }
+
+    /// A `notifications/cancelled` or other notification arriving from elsewhere (an HTTP
+    /// session's other exchange).
+    pub fn handle_notification(&self, notification: Notification) {
+        self.notification(notification);
+    }
+
+    /// Cancels every call in progress (the HTTP client closed its connection).
+    pub fn cancel_all(&self) {
+        for control in self.calls.borrow().values() {
+            control.cancel();
+        }
     }
 
     /// Serves until stdin ends or the client is gone, then waits for calls in progress.
@@ -304,7 +383,7 @@ impl Connection {
     async fn write_line(&self, mut line: Vec<u8>) {
         assert!(!line.contains(&b'\n'), "a serialised message never holds a raw newline");
         line.push(b'\n');
-        if let Err(error) = self.env.stdio.write_line(line).await {
+        if let Err(error) = self.outlet.write_line(line).await {
             self.env.log(&format!("writing to the client failed: {error}"));
             self.client_gone.set();
         }

@@ -1,0 +1,322 @@
+//! `warden serve-http`, the real binary on a loopback port: both eras over Streamable HTTP,
+//! the Host and Origin checks, the bearer token (never in any output), the limits. Every
+//! JSON-RPC message the server answers is validated against its era's official schema.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{assert_valid, Era};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "tok-7f3a9c21d4e8b6055a1f";
+
+struct Server {
+    _dir: tempfile::TempDir,
+    child: Child,
+    address: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+        let manifest = dir.path().join("manifest.json");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+        command.arg("serve-http").arg(&manifest).args(["--listen", "127.0.0.1:0"]).args(extra);
+        command.envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let address = loop {
+            let line = lines.next().expect("the server logs where it listens").unwrap();
+            stderr.lock().unwrap().push_str(&format!("{line}\n"));
+            if let Some(rest) = line.strip_prefix("warden: listening on http://") {
+                break rest.strip_suffix("/mcp").unwrap().parse().unwrap();
+            }
+        };
+        let kept = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                kept.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        Server { _dir: dir, child, address, stderr }
+    }
+
+    /// One request on a connection of its own: (status, headers, body).
+    fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+        let mut stream = TcpStream::connect(self.address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut request =
+            format!("{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+        if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+            request.push_str(&format!("host: {}\r\n", self.address));
+        }
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        Answer::parse(&raw)
+    }
+
+    /// A JSON-RPC message POSTed with the headers given (and the JSON content type).
+    fn post(&self, message: &Value, headers: &[(&str, &str)]) -> Answer {
+        let mut all = vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
+        all.extend_from_slice(headers);
+        self.send("POST", "/mcp", &all, message.to_string().as_bytes())
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn parse(raw: &[u8]) -> Answer {
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a whole HTTP answer");
+        let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        let headers = lines
+            .map(|line| {
+                let (name, value) = line.split_once(':').unwrap();
+                (name.trim().to_ascii_lowercase(), value.trim().to_string())
+            })
+            .collect();
+        Answer { status, headers, body: raw[split + 4..].to_vec() }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+fn modern_meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+fn modern_call(id: u64, tool: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": tool, "arguments": arguments, "_meta": modern_meta()}})
+}
+
+#[test]
+fn a_2026_request_is_answered_when_its_headers_match_its_body() {
+    let server = Server::start(&[], &[]);
+    let call = modern_call(1, "split_bill", json!({"total": {"amount": "10.00", "currency": "EUR"}, "people": 4}));
+    let answer = server.post(&call, &[("mcp-method", "tools/call"), ("mcp-name", "split_bill")]);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    let message = answer.json();
+    assert_valid(&message, Era::Modern, Some("tools/call"));
+    assert_eq!(message["result"]["isError"], json!(false), "{message}");
+
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": modern_meta()}});
+    let answer = server.post(&list, &[("mcp-method", "tools/list")]);
+    assert_eq!(answer.status, 200);
+    assert_valid(&answer.json(), Era::Modern, Some("tools/list"));
+
+    for (headers, says) in [
+        (vec![], "needs the Mcp-Method header"),
+        (vec![("mcp-method", "tools/list")], "does not match the body's method"),
+        (vec![("mcp-method", "tools/call")], "needs the Mcp-Name header"),
+        (vec![("mcp-method", "tools/call"), ("mcp-name", "text_stats")], "does not match the body's name"),
+    ] {
+        let answer = server.post(&call, &headers);
+        assert_eq!(answer.status, 400, "{headers:?}");
+        let message = answer.json();
+        assert_valid(&message, Era::Modern, None);
+        assert_eq!(message["error"]["code"], json!(-32020), "{message}");
+        assert!(message["error"]["message"].as_str().unwrap().contains(says), "{message}");
+    }
+}
+
+#[test]
+fn a_2025_session_opens_with_initialize_and_ends_with_delete() {
+    let server = Server::start(&[], &[]);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}});
+    let answer = server.post(&initialize, &[]);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_valid(&answer.json(), Era::Legacy, Some("initialize"));
+    let session = answer.header("mcp-session-id").expect("a session id").to_string();
+    assert!(session.len() >= 32 && session.bytes().all(|b| b.is_ascii_hexdigit()), "{session}");
+
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(server.post(&initialized, &[("mcp-session-id", &session)]).status, 202);
+
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    assert_eq!(server.post(&list, &[]).status, 400, "a legacy request needs its session");
+    assert_eq!(server.post(&list, &[("mcp-session-id", "00000000000000000000000000000000")]).status, 404);
+    let answer = server.post(&list, &[("mcp-session-id", &session)]);
+    assert_eq!(answer.status, 200);
+    assert_valid(&answer.json(), Era::Legacy, Some("tools/list"));
+
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                      "params": {"name": "text_stats", "arguments": {"text": "one two two"}}});
+    let answer = server.post(&call, &[("mcp-session-id", &session)]);
+    assert_eq!(answer.status, 200);
+    let message = answer.json();
+    assert_valid(&message, Era::Legacy, Some("tools/call"));
+    assert_eq!(message["result"]["structuredContent"]["result"]["words"], json!(3), "{message}");
+
+    // A second initialize in the session is refused; a new session is another initialize.
+    let ended = server.send("DELETE", "/mcp", &[("mcp-session-id", &session)], b"");
+    assert_eq!(ended.status, 204);
+    assert_eq!(server.post(&list, &[("mcp-session-id", &session)]).status, 404, "the session ended");
+}
+
+#[test]
+fn dns_rebinding_is_refused() {
+    let server = Server::start(&[], &[]);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}});
+    let modern = [("mcp-method", "tools/list")];
+    let refused = server.post(&list, &[modern[0], ("host", "evil.example")]);
+    assert_eq!(refused.status, 403);
+    assert!(refused.text().contains("Host"), "{}", refused.text());
+    let refused = server.post(&list, &[modern[0], ("host", "localhost.evil.example:80")]);
+    assert_eq!(refused.status, 403);
+    let refused = server.post(&list, &[modern[0], ("origin", "http://evil.example")]);
+    assert_eq!(refused.status, 403);
+    assert!(refused.text().contains("Origin"), "{}", refused.text());
+    let origin = format!("http://localhost:{}", server.address.port());
+    assert_eq!(server.post(&list, &[modern[0], ("origin", &origin)]).status, 200);
+    assert_eq!(server.post(&list, &[modern[0], ("host", "localhost")]).status, 200);
+}
+
+#[test]
+fn listening_beyond_loopback_needs_a_token() {
+    let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+    let manifest = dir.path().join("manifest.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("serve-http")
+        .arg(&manifest)
+        .args(["--listen", "0.0.0.0:0"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ne!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("listening beyond loopback needs authentication"), "{stderr}");
+    assert!(!stderr.contains("listening on"), "{stderr}");
+    assert!(!dir.path().join("journals").exists(), "refused before anything was opened");
+
+    // A token too short is refused too, without showing it.
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("serve-http")
+        .arg(&manifest)
+        .args(["--listen", "127.0.0.1:0", "--bearer-token-env", "WARDEN_SHORT_TOKEN"])
+        .env("WARDEN_SHORT_TOKEN", "short-secret")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ne!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("a token must have at least 16"), "{stderr}");
+    assert!(!stderr.contains("short-secret"), "{stderr}");
+}
+
+#[test]
+fn a_bearer_token_is_required_and_never_in_any_output() {
+    let server = Server::start(&["--bearer-token-env", "WARDEN_TEST_TOKEN"], &[("WARDEN_TEST_TOKEN", TOKEN)]);
+    let call = modern_call(1, "text_stats", json!({"text": format!("the token is {TOKEN}")}));
+    let modern = [("mcp-method", "tools/call"), ("mcp-name", "text_stats")];
+    let mut bodies = Vec::new();
+    for authorization in [None, Some("Bearer wrong-token-0123456789".to_string()), Some(format!("Basic {TOKEN}"))] {
+        let mut headers = modern.to_vec();
+        if let Some(value) = &authorization {
+            headers.push(("authorization", value));
+        }
+        let refused = server.post(&call, &headers);
+        assert_eq!(refused.status, 401, "{authorization:?}");
+        assert_eq!(refused.header("www-authenticate"), Some("Bearer realm=\"warden\""));
+        bodies.push(refused.text());
+    }
+    let bearer = format!("Bearer {TOKEN}");
+    let mut headers = modern.to_vec();
+    headers.push(("authorization", &bearer));
+    let answer = server.post(&call, &headers);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let message = answer.json();
+    assert_valid(&message, Era::Modern, Some("tools/call"));
+    assert_eq!(message["result"]["isError"], json!(false), "{message}");
+    assert!(answer.text().contains("[redacted]"), "the echoed token is scrubbed: {message}");
+    bodies.push(answer.text());
+    // A client that sends the token as an argument gets it back scrubbed, like any secret.
+    for body in bodies.iter().chain([&server.stderr()]) {
+        assert!(!body.contains(TOKEN), "the token leaked: {body}");
+    }
+    let journals = server._dir.path().join("journals");
+    for entry in walk(&journals) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(TOKEN), "the token is in {}", entry.display());
+    }
+}
+
+#[test]
+fn limits_and_wrong_requests_get_clear_http_errors() {
+    let server = Server::start(&[], &[]);
+    assert_eq!(server.send("GET", "/other", &[], b"").status, 404);
+    let get = server.send("GET", "/mcp", &[], b"");
+    assert_eq!(get.status, 405);
+    assert_eq!(get.header("allow"), Some("POST, DELETE"));
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}});
+    let plain = server.send("POST", "/mcp", &[("content-type", "text/plain")], list.to_string().as_bytes());
+    assert_eq!(plain.status, 415);
+    let answer = server.post(&json!([list]), &[("mcp-method", "tools/list")]);
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.json()["error"]["code"], json!(-32600));
+    let answer = server.send("POST", "/mcp", &[("content-type", "application/json")], b"{not json");
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.json()["error"]["code"], json!(-32700));
+    let mut huge = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"pad\":\"".to_vec();
+    huge.resize(4 * 1024 * 1024 + 16, b'a');
+    huge.extend_from_slice(b"\"}");
+    let answer = server.send("POST", "/mcp", &[("content-type", "application/json")], &huge);
+    assert_eq!(answer.status, 413, "{}", answer.text());
+    // The server goes on serving.
+    assert_eq!(server.post(&list, &[("mcp-method", "tools/list")]).status, 200);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
