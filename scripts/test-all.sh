@@ -78,6 +78,29 @@ if [ "$WITH_RMCP" = 1 ]; then
 fi
 validate
 
+step "the Python and TypeScript SDKs over Streamable HTTP (warden serve-http, a bearer token)"
+rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db"
+export WARDEN_TEST_HTTP_TOKEN="test-token-$RANDOM-$RANDOM-0123456789"
+"$root/target/debug/warden" serve-http "$scratch/support-desk/manifest.json" --listen 127.0.0.1:0 \
+  --bearer-token-env WARDEN_TEST_HTTP_TOKEN 2>"$scratch/http.err" &
+http_server=$!
+url=""
+for _ in $(seq 100); do
+  url="$(sed -n 's/^warden: listening on //p' "$scratch/http.err")"
+  [ -n "$url" ] && break
+  sleep 0.1
+done
+[ -n "$url" ] || { cat "$scratch/http.err"; echo "warden serve-http did not start"; exit 1; }
+"$clients_dir/.venv/bin/python" "$root/scripts/clients/over_http.py" --url "$url" \
+  --token-env WARDEN_TEST_HTTP_TOKEN --call search_tickets '{"query": "Refund"}' \
+  --uri ticket://3 --prompt triage '{"ticket_id": "3"}' >/dev/null
+NODE_PATH="$clients_dir/node/node_modules" node "$root/scripts/clients/over_http.mjs" "$url" \
+  WARDEN_TEST_HTTP_TOKEN ticket://3 triage '{"ticket_id": "3"}' search_tickets '{"query": "Refund"}' >/dev/null
+kill "$http_server"; wait "$http_server" || true
+if grep -rqF "$WARDEN_TEST_HTTP_TOKEN" "$scratch/http.err" "$scratch/support-desk/journals"; then
+  echo "the bearer token appears in the server's log or journals"; exit 1
+fi
+
 step "real MCP clients against the toolbox example (pure programs)"
 cp -r "$root/examples/toolbox" "$scratch/toolbox"
 rm -rf "$scratch/toolbox/journals"
