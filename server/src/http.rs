@@ -257,6 +257,10 @@ impl Front {
             .pointer("/params/_meta")
             .and_then(Value::as_object)
             .is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION));
+        let session_header = request.header("mcp-session-id");
+        // Errors of a request outside a session carry HTTP statuses (2026-07-28 over HTTP); in
+        // a 2025-11-25 session a 404 would mean the session is gone, so they stay 200 there.
+        let stateless = modern || session_header.is_none();
         let (session_id, state) = if modern {
             if let Err(mismatch) = headers_match(request, message, method) {
                 let error = jsonrpc::RpcError::new(Some(id), jsonrpc::HEADER_MISMATCH, mismatch);
@@ -266,12 +270,16 @@ impl Front {
         } else if method == "initialize" {
             (Some(self.env.new_run_id()), LegacySession::default())
         } else {
-            let Some(session_id) = request.header("mcp-session-id") else {
-                return plain(400, "bad request: an Mcp-Session-Id header is required (send initialize first, or use the 2026-07-28 per-request envelope)");
-            };
-            match self.touch_session(session_id) {
-                Some(state) => (Some(session_id.to_string()), state),
-                None => return plain(404, "session not found: it ended or was never opened; send initialize again"),
+            match session_header {
+                // Served outside any session: the connection refuses it (-32602: send
+                // initialize first, or use the per-request envelope), with its id.
+                None => (None, LegacySession::default()),
+                Some(session_id) => match self.touch_session(session_id) {
+                    Some(state) => (Some(session_id.to_string()), state),
+                    None => {
+                        return plain(404, "session not found: it ended or was never opened; send initialize again")
+                    }
+                },
             }
         };
         let outlet = Rc::new(Collected::default());
@@ -301,6 +309,9 @@ impl Front {
             }
         }
         let mut answer = outlet.answer(takes_stream);
+        if stateless && answer.status == 200 {
+            answer.status = outlet.error_status().unwrap_or(200);
+        }
         answer.headers.extend(extra_headers);
         answer
     }
@@ -356,8 +367,15 @@ impl Drop for CancelOnDrop {
 }
 
 /// A 2026-07-28 request's headers against its body (SEP-2243): `Mcp-Method` always; for a
-/// call, a prompt or a read, `Mcp-Name` (the tool's or prompt's name, or the URI).
+/// call, a prompt or a read, `Mcp-Name` (the tool's or prompt's name, or the URI); and
+/// `MCP-Protocol-Version`, when sent, the envelope's version.
 fn headers_match(request: &InboundRequest, message: &Value, method: &str) -> Result<(), String> {
+    let version = message.pointer("/params/_meta").and_then(|meta| meta.get(META_PROTOCOL_VERSION));
+    if let Some(header) = request.header("mcp-protocol-version") {
+        if version.and_then(Value::as_str) != Some(header) {
+            return Err("the MCP-Protocol-Version header does not match the body's protocol version".into());
+        }
+    }
     match request.header("mcp-method") {
         Some(header) if header == method => {}
         Some(_) => return Err("the Mcp-Method header does not match the body's method".into()),
@@ -416,6 +434,19 @@ impl Outlet for Collected {
 }
 
 impl Collected {
+    /// The HTTP status an error answer takes outside a session: 404 for a method not found,
+    /// 400 for a request refused as malformed or unsupported, 500 for an internal error.
+    fn error_status(&self) -> Option<u16> {
+        let lines = self.lines.borrow();
+        let answer: Value = serde_json::from_slice(lines.back()?).ok()?;
+        let code = answer.pointer("/error/code")?.as_i64()?;
+        Some(match code {
+            jsonrpc::METHOD_NOT_FOUND => 404,
+            jsonrpc::INTERNAL_ERROR => 500,
+            _ => 400,
+        })
+    }
+
     /// The exchange's answer: nothing to say (202), one message as JSON, or several as an
     /// SSE stream (a client that takes no stream gets the last one, the answer, alone).
     fn answer(&self, takes_stream: bool) -> OutboundAnswer {

@@ -146,6 +146,18 @@ fn a_2026_request_is_answered_when_its_headers_match_its_body() {
     assert_eq!(answer.status, 200);
     assert_valid(&answer.json(), Era::Modern, Some("tools/list"));
 
+    // Outside a session, an error answer carries an HTTP status: 404 for an unknown method, 400
+    // for an unsupported version or a version header that is not the envelope's.
+    let unknown = json!({"jsonrpc": "2.0", "id": 3, "method": "no/such", "params": {"_meta": modern_meta()}});
+    let answer = server.post(&unknown, &[("mcp-method", "no/such")]);
+    assert_eq!((answer.status, answer.json()["error"]["code"].clone()), (404, json!(-32601)));
+    let mut future = list.clone();
+    future["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let answer = server.post(&future, &[("mcp-method", "tools/list")]);
+    assert_eq!((answer.status, answer.json()["error"]["code"].clone()), (400, json!(-32022)));
+    let answer = server.post(&list, &[("mcp-method", "tools/list"), ("mcp-protocol-version", "2099-01-01")]);
+    assert_eq!((answer.status, answer.json()["error"]["code"].clone()), (400, json!(-32020)));
+
     for (headers, says) in [
         (vec![], "needs the Mcp-Method header"),
         (vec![("mcp-method", "tools/list")], "does not match the body's method"),
@@ -176,7 +188,11 @@ fn a_2025_session_opens_with_initialize_and_ends_with_delete() {
     assert_eq!(server.post(&initialized, &[("mcp-session-id", &session)]).status, 202);
 
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
-    assert_eq!(server.post(&list, &[]).status, 400, "a legacy request needs its session");
+    let outside = server.post(&list, &[]);
+    assert_eq!(outside.status, 400, "a legacy request needs its session");
+    let refusal = outside.json();
+    assert_valid(&refusal, Era::Legacy, None);
+    assert_eq!((refusal["id"].clone(), refusal["error"]["code"].clone()), (json!(2), json!(-32602)), "{refusal}");
     assert_eq!(server.post(&list, &[("mcp-session-id", "00000000000000000000000000000000")]).status, 404);
     let answer = server.post(&list, &[("mcp-session-id", &session)]);
     assert_eq!(answer.status, 200);
