@@ -101,6 +101,9 @@ if grep -rqF "$WARDEN_TEST_HTTP_TOKEN" "$scratch/http.err" "$scratch/support-des
   echo "the bearer token appears in the server's log or journals"; exit 1
 fi
 
+step "the official MCP conformance suite against warden serve-http (2025-11-25 and 2026-07-28)"
+"$root/scripts/conformance.sh"
+
 step "real MCP clients against the toolbox example (pure programs)"
 cp -r "$root/examples/toolbox" "$scratch/toolbox"
 rm -rf "$scratch/toolbox/journals"

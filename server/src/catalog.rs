@@ -20,6 +20,7 @@ pub struct Tool {
 }
 
 /// How a resource is addressed and described.
+#[derive(Default)]
 pub struct ResourceSpec {
     pub uri_template: String,
     pub variables: Vec<String>,

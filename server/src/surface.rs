@@ -191,6 +191,15 @@ pub fn contents(spec: &ResourceSpec, uri: &str, answer: &Value) -> Result<Value,
         return Err(text_of(answer));
     }
     let result = &answer["structuredContent"]["result"];
+    if is_binary_type(&spec.mime_type) {
+        // Bytes travel as base64: the program returns them so, and the read sends a `blob`.
+        return match result.as_str() {
+            Some(data) if crate::program::content::is_base64(data) => {
+                Ok(json!({"contents": [{"uri": uri, "mimeType": spec.mime_type, "blob": data}]}))
+            }
+            _ => Err(format!("a resource of type {} returns its bytes as a base64 string", spec.mime_type)),
+        };
+    }
     let json_type = spec.mime_type.contains("json");
     let text = match result {
         Value::String(text) if !json_type => text.clone(),
@@ -199,9 +208,19 @@ pub fn contents(spec: &ResourceSpec, uri: &str, answer: &Value) -> Result<Value,
     Ok(json!({"contents": [{"uri": uri, "mimeType": spec.mime_type, "text": text}]}))
 }
 
+/// A MIME type whose contents are bytes, not text: images, audio, video, fonts and the
+/// common binary application types.
+pub fn is_binary_type(mime_type: &str) -> bool {
+    let mime_type = mime_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    ["image/", "audio/", "video/", "font/"].iter().any(|prefix| mime_type.starts_with(prefix))
+        && mime_type != "image/svg+xml"
+        || ["application/octet-stream", "application/pdf", "application/zip", "application/gzip"]
+            .contains(&mime_type.as_str())
+}
+
 /// `prompts/get`: runs the prompt's program (no grants, nothing journaled: it only computes)
-/// and returns its messages. A program returns a string (one user message) or a list of
-/// strings and `{"role": "user" | "assistant", "content": str}`.
+/// and returns its messages. A program returns a string or a content block (one user
+/// message), or a list of those and `{"role": "user" | "assistant", "content": str | block}`.
 pub async fn get_prompt(env: &Env, prompt: &Prompt, arguments: &Map<String, Value>) -> Result<Value, String> {
     for (name, value) in arguments {
         if !value.is_string() {
@@ -247,29 +266,71 @@ pub async fn get_prompt(env: &Env, prompt: &Prompt, arguments: &Map<String, Valu
 }
 
 fn message(item: &Value) -> Result<Value, String> {
-    let (role, text) = match item {
-        Value::String(text) => ("user", text.as_str()),
-        Value::Object(object) => {
+    let (role, content) = match item {
+        Value::Object(block) if crate::program::content::is_block(block) => ("user", item),
+        Value::Object(object) if object.contains_key("role") => {
             let role = match object.get("role").and_then(Value::as_str) {
                 Some(role @ ("user" | "assistant")) => role,
                 _ => return Err("a prompt message's `role` must be \"user\" or \"assistant\"".to_string()),
             };
-            let Some(text) = object.get("content").and_then(Value::as_str) else {
-                return Err("a prompt message's `content` must be a string".to_string());
-            };
-            (role, text)
+            (role, object.get("content").unwrap_or(&Value::Null))
         }
-        _ => return Err("a prompt returns a string, or a list of strings and {role, content}".to_string()),
+        Value::String(_) => ("user", item),
+        _ => {
+            return Err(
+                "a prompt returns a string or a content block, or a list of those and {role, content}".to_string()
+            )
+        }
     };
-    if text.len() > PROMPT_TEXT_BYTES_MAX {
-        return Err(format!("a prompt message holds {} bytes; the limit is {PROMPT_TEXT_BYTES_MAX}", text.len()));
-    }
-    Ok(json!({"role": role, "content": {"type": "text", "text": text}}))
+    let content = match content {
+        Value::String(text) if text.len() > PROMPT_TEXT_BYTES_MAX => {
+            return Err(format!("a prompt message holds {} bytes; the limit is {PROMPT_TEXT_BYTES_MAX}", text.len()))
+        }
+        Value::String(text) => json!({"type": "text", "text": text}),
+        Value::Object(block) if crate::program::content::is_block(block) => content.clone(),
+        _ => {
+            return Err(
+                "a prompt message's `content` must be a string or a content block (mcp.text, mcp.image...)".to_string()
+            )
+        }
+    };
+    Ok(json!({"role": role, "content": content}))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binary_resource_is_read_as_a_blob_and_must_be_base64() {
+        let spec = |mime_type: &str| ResourceSpec { mime_type: mime_type.to_string(), ..ResourceSpec::default() };
+        let answer = |result: Value| json!({"isError": false, "structuredContent": {"result": result}, "content": [{"type": "text", "text": ""}]});
+        let png = contents(&spec("image/png"), "test://b", &answer(json!("iVBORw0KGgo="))).unwrap();
+        assert_eq!(png["contents"][0]["blob"], json!("iVBORw0KGgo="));
+        assert!(png["contents"][0].get("text").is_none());
+        let refused =
+            contents(&spec("application/octet-stream"), "test://b", &answer(json!("not base64!"))).unwrap_err();
+        assert!(refused.contains("base64"), "{refused}");
+        let text = contents(&spec("text/plain"), "test://t", &answer(json!("hello"))).unwrap();
+        assert_eq!(text["contents"][0]["text"], json!("hello"));
+        assert!(
+            is_binary_type("image/png; q=1") && !is_binary_type("image/svg+xml") && !is_binary_type("application/json")
+        );
+    }
+
+    #[test]
+    fn prompt_messages_hold_text_or_content_blocks() {
+        let image = json!({"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"});
+        assert_eq!(message(&image).unwrap(), json!({"role": "user", "content": image}));
+        let said = message(&json!({"role": "assistant", "content": "ok"})).unwrap();
+        assert_eq!(said, json!({"role": "assistant", "content": {"type": "text", "text": "ok"}}));
+        let embedded =
+            json!({"type": "resource", "resource": {"uri": "test://r", "text": "t", "mimeType": "text/plain"}});
+        assert_eq!(message(&json!({"role": "user", "content": embedded})).unwrap()["content"], embedded);
+        assert!(message(&json!({"role": "user", "content": {"type": "image", "data": "!"}})).is_err());
+        assert!(message(&json!({"role": "robot", "content": "x"})).is_err());
+        assert!(message(&json!(3)).is_err());
+    }
 
     #[test]
     fn templates_match_whole_segments_and_decode_them() {

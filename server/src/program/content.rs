@@ -61,7 +61,7 @@ fn block(value: serde_json::Value) -> StarlarkContent {
 }
 
 /// Base64 as MCP carries binary data: the standard alphabet, padded.
-fn is_base64(data: &str) -> bool {
+pub fn is_base64(data: &str) -> bool {
     data.len() % 4 == 0
         && data.trim_end_matches('=').bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
         && data.len() - data.trim_end_matches('=').len() <= 2
