@@ -25,13 +25,7 @@ cp "$root"/conformance/*.json "$root"/conformance/*.star "$scratch/"
 "$root/target/debug/warden" serve-http "$scratch/manifest.json" --listen 127.0.0.1:0 2>"$scratch/server.err" &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$scratch"' EXIT
-url=""
-for _ in $(seq 100); do
-  url="$(sed -n 's/^warden: listening on //p' "$scratch/server.err")"
-  [ -n "$url" ] && break
-  sleep 0.1
-done
-[ -n "$url" ] || { cat "$scratch/server.err"; echo "warden serve-http did not start"; exit 1; }
+url="$("$root/scripts/listening-url.sh" "$scratch/server.err")"
 
 expected="$root/conformance/expected-failures.yml"
 summary() { sed -n '/=== SUMMARY/,$p' "$1" | grep -E "✗|Total|Baseline|Unexpected|~" || true; }

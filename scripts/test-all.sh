@@ -84,13 +84,7 @@ export WARDEN_TEST_HTTP_TOKEN="test-token-$RANDOM-$RANDOM-0123456789"
 "$root/target/debug/warden" serve-http "$scratch/support-desk/manifest.json" --listen 127.0.0.1:0 \
   --bearer-token-env WARDEN_TEST_HTTP_TOKEN 2>"$scratch/http.err" &
 http_server=$!
-url=""
-for _ in $(seq 100); do
-  url="$(sed -n 's/^warden: listening on //p' "$scratch/http.err")"
-  [ -n "$url" ] && break
-  sleep 0.1
-done
-[ -n "$url" ] || { cat "$scratch/http.err"; echo "warden serve-http did not start"; exit 1; }
+url="$("$root/scripts/listening-url.sh" "$scratch/http.err")"
 "$clients_dir/.venv/bin/python" "$root/scripts/clients/over_http.py" --url "$url" \
   --token-env WARDEN_TEST_HTTP_TOKEN --call search_tickets '{"query": "Refund"}' \
   --uri ticket://3 --prompt triage '{"ticket_id": "3"}' >/dev/null
