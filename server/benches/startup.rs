@@ -42,6 +42,7 @@ fn synthesise(dir: &Path, runs: usize) {
             calls: 1,
             money: vec![],
             once: None,
+            principal: None,
         }));
         ledger.extend(record::encode(&Event::Settle {
             run: run.clone(),
@@ -52,8 +53,14 @@ fn synthesise(dir: &Path, runs: usize) {
         let files = RunFiles::new(&journals, "add", &run);
         std::fs::create_dir_all(&files.dir).unwrap();
         let binding = Binding { program: "synthetic".into(), config: "synthetic".into(), version: "synthetic".into() };
-        let header =
-            JournalRecord::Header { run: run.clone(), tool: "add".into(), binding, inputs: "{}".into(), at_ms };
+        let header = JournalRecord::Header {
+            run: run.clone(),
+            tool: "add".into(),
+            binding,
+            inputs: "{}".into(),
+            at_ms,
+            principal: None,
+        };
         let end = JournalRecord::End(EndRecord {
             outcome: RunOutcome::Done,
             result: Some(json!(index)),

@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 use crate::answer::{answer, error_result, stopped_result};
 use crate::call::{once_record, worst_case, CallControl, CallReply};
 use crate::catalog::Tool;
-use crate::ledger::{Event, LedgerError, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
+use crate::ledger::{Counting, Event, LedgerError, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
+use crate::oauth::Principal;
 use crate::runs::{InProgress, Runs};
 use crate::store::RunStore;
 
@@ -42,10 +43,12 @@ pub async fn admit<'a>(
     tool: &Tool,
     inputs: &Map<String, Value>,
     control: &CallControl,
+    principal: Option<&Principal>,
 ) -> Admission<'a> {
     let name = &tool.config.name;
     let inputs = inputs;
-    let once = once_record(tool, inputs);
+    let once = once_record(tool, inputs, principal);
+    let subject = principal.map(|principal| principal.subject.as_str());
     let held = runs.ledger.lock().await;
     let now = runs.ledger.stamp();
     if let (Some(once), Some(config)) = (&once, &tool.config.once) {
@@ -74,8 +77,16 @@ pub async fn admit<'a>(
     };
     let worst = worst_case(tool);
     if let Some(quota) = &tool.config.quota {
-        let admitted =
-            runs.ledger.state().quota_admits(name, quota.window_ms, quota.calls, quota.money.as_ref(), &worst, now);
+        let counting = if quota.per_principal { Counting::Principal(subject) } else { Counting::AllRuns };
+        let admitted = runs.ledger.state().quota_admits(
+            name,
+            quota.window_ms,
+            quota.calls,
+            quota.money.as_ref(),
+            &worst,
+            now,
+            counting,
+        );
         if let Err(refusal) = admitted {
             // The runs that fill the window may still wait for their fsync.
             drop(held);
@@ -98,6 +109,7 @@ pub async fn admit<'a>(
         calls: 1,
         money: worst.iter().map(MoneyRecord::from).collect(),
         once,
+        principal: subject.map(str::to_string),
     };
     // In progress from the reserve on (marked first: the lock is released while the reserve
     // waits for its fsync), so a repeated `once` call finds this run in progress.

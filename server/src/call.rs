@@ -27,6 +27,7 @@ use crate::ledger::OnceRecord;
 use crate::manifest::Grant;
 use crate::money::Money;
 use crate::notice::Notice;
+use crate::oauth::Principal;
 use crate::runs::{self, sha256_hex, Runs};
 use crate::store::RunStore;
 
@@ -79,11 +80,16 @@ pub fn canonical_json(value: &Value) -> String {
 }
 
 /// The `once` key and arguments hash of a call, from its normalised inputs.
-pub fn once_record(tool: &Tool, inputs: &Map<String, Value>) -> Option<OnceRecord> {
+pub fn once_record(tool: &Tool, inputs: &Map<String, Value>, principal: Option<&Principal>) -> Option<OnceRecord> {
     let once = tool.config.once.as_ref()?;
     let named: Map<String, Value> =
         once.by.iter().map(|name| (name.clone(), inputs.get(name).cloned().unwrap_or(Value::Null))).collect();
-    let key = sha256_hex(canonical_json(&json!([tool.config.name, named])).as_bytes());
+    // A principal's own keys: the same arguments from another principal make another key.
+    let keyed = match (once.per_principal, principal) {
+        (true, Some(principal)) => json!([tool.config.name, named, {"principal": principal.subject}]),
+        _ => json!([tool.config.name, named]),
+    };
+    let key = sha256_hex(canonical_json(&keyed).as_bytes());
     let arguments = sha256_hex(canonical_json(&Value::Object(inputs.clone())).as_bytes());
     Some(OnceRecord { key, arguments })
 }
@@ -118,13 +124,25 @@ pub async fn call_tool(
     arguments: &Map<String, Value>,
     control: &CallControl,
     listener: Option<Rc<dyn crate::notice::Listener>>,
+    principal: Option<&Principal>,
 ) -> CallReply {
     let name = &tool.config.name;
+    if let Some(principal) = principal {
+        let missing: Vec<&str> =
+            tool.config.scopes.iter().filter(|scope| !principal.scopes.contains(scope)).map(String::as_str).collect();
+        if !missing.is_empty() {
+            let text = format!(
+                "`{name}` needs the scope(s) {}, which the caller's token does not grant; nothing was run",
+                missing.join(" ")
+            );
+            return CallReply::Result(error_result(text), None);
+        }
+    }
     let inputs = match tool.program.check_inputs(arguments) {
         Ok(inputs) => inputs,
         Err(invalid) => return CallReply::Result(crate::answer::invalid_arguments(&invalid), None),
     };
-    let (run, _slot, running) = match admission::admit(runs, slots, tool, &inputs, control).await {
+    let (run, _slot, running) = match admission::admit(runs, slots, tool, &inputs, control, principal).await {
         Admission::Answered(reply) => return reply,
         Admission::Reserved { run, slot, running } => (run, slot, running),
     };

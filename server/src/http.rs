@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 
 use crate::commands::open_server;
 use crate::env::{Env, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer};
+use crate::oauth::{OAuthConfig, Principal};
 use crate::protocol::framing::LINE_BYTES_MAX;
 use crate::protocol::jsonrpc::{self, Notification};
 use crate::protocol::{Connection, LegacySession, Outlet, Shared, META_PROTOCOL_VERSION};
@@ -49,19 +50,54 @@ pub struct HttpOptions {
     pub listen: SocketAddr,
     /// The environment variable holding the bearer token every request must carry.
     pub bearer_token_env: Option<String>,
+    /// OAuth 2.1: requests carry access tokens (JWTs) of this issuer for this audience.
+    pub oauth: Option<OAuthOptions>,
+}
+
+/// Where access tokens come from and whom they are for.
+#[derive(Clone, Debug)]
+pub struct OAuthOptions {
+    pub issuer: String,
+    /// This server's resource URL (ending in /mcp): the tokens' audience.
+    pub audience: String,
+    /// The issuer's public keys, a JWKS file.
+    pub jwks_file: std::path::PathBuf,
+}
+
+/// How requests are authenticated.
+enum Auth {
+    /// Loopback only: whoever can reach the port.
+    None,
+    /// One static token: one trusted client, no principal (as over stdio).
+    Bearer(String),
+    /// Access tokens: each request's principal is the token's subject.
+    OAuth(OAuthConfig),
 }
 
 /// Serves the manifest's tools over Streamable HTTP until listening fails or a durable
 /// write fails.
 pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -> Result<(), String> {
-    let token = bearer_token(env, &options)?;
-    let opened = open_server(env, manifest_path, token.iter().cloned().collect()).await?;
+    let auth = match (&options.oauth, &options.bearer_token_env) {
+        (Some(_), Some(_)) => return Err("--bearer-token-env and --oauth-*: choose one way to authenticate".into()),
+        (Some(oauth), None) => {
+            Auth::OAuth(OAuthConfig::load(env, &oauth.issuer, &oauth.audience, &oauth.jwks_file).await?)
+        }
+        (None, _) => match bearer_token(env, &options)? {
+            Some(token) => Auth::Bearer(token),
+            None => Auth::None,
+        },
+    };
+    let secrets = match &auth {
+        Auth::Bearer(token) => vec![token.clone()],
+        _ => Vec::new(),
+    };
+    let opened = open_server(env, manifest_path, secrets).await?;
     let front = Rc::new(Front {
         env: env.clone(),
         shared: Shared::new(&opened.runs),
         runs: Rc::clone(&opened.runs),
         loopback: options.listen.ip().is_loopback(),
-        token,
+        auth,
         sessions: RefCell::new(BTreeMap::new()),
         uses: Cell::new(0),
     });
@@ -93,7 +129,7 @@ fn bearer_token(env: &Env, options: &HttpOptions) -> Result<Option<String>, Stri
     let Some(name) = &options.bearer_token_env else {
         if !options.listen.ip().is_loopback() {
             return Err(format!(
-                "--listen {}: listening beyond loopback needs authentication (--bearer-token-env NAME)",
+                "--listen {}: listening beyond loopback needs authentication (--bearer-token-env NAME, or --oauth-*)",
                 options.listen
             ));
         }
@@ -119,7 +155,7 @@ struct Front {
     shared: Rc<Shared>,
     /// Listening on loopback: Host and Origin must name loopback.
     loopback: bool,
-    token: Option<String>,
+    auth: Auth,
     sessions: RefCell<BTreeMap<String, Session>>,
     /// Counts session uses, to find the least recently used.
     uses: Cell<u64>,
@@ -129,24 +165,30 @@ struct Front {
 /// in another exchange).
 struct Session {
     state: LegacySession,
+    /// The principal that opened it: no other may use it.
+    subject: Option<String>,
     last_use: u64,
     exchanges: Vec<Weak<Connection>>,
 }
 
 impl Front {
     async fn answer(self: Rc<Self>, request: InboundRequest) -> OutboundAnswer {
-        if request.path != ENDPOINT {
-            return plain(404, &format!("not found: the MCP endpoint is {ENDPOINT}"));
-        }
         if let Err(refused) = self.check_host_and_origin(&request) {
             return refused;
         }
-        if let Err(refused) = self.authenticate(&request) {
-            return refused;
+        if let Some(metadata) = self.resource_metadata(&request) {
+            return metadata;
         }
+        if request.path != ENDPOINT {
+            return plain(404, &format!("not found: the MCP endpoint is {ENDPOINT}"));
+        }
+        let principal = match self.authenticate(&request) {
+            Ok(principal) => principal,
+            Err(refused) => return refused,
+        };
         match request.method.as_str() {
-            "POST" => self.post(request).await,
-            "DELETE" => self.end_session(&request),
+            "POST" => self.post(request, principal).await,
+            "DELETE" => self.end_session(&request, principal.as_ref()),
             _ => {
                 let mut answer =
                     plain(405, "this endpoint takes POST (and DELETE to end a session); it opens no stream");
@@ -177,19 +219,50 @@ impl Front {
         Ok(())
     }
 
-    /// The bearer token, compared in constant time. The answer never repeats what was sent.
-    fn authenticate(&self, request: &InboundRequest) -> Result<(), OutboundAnswer> {
-        let Some(token) = &self.token else { return Ok(()) };
+    /// The request's principal: none without authentication or with the static token
+    /// (compared in constant time), the token's subject with OAuth. A refusal never repeats
+    /// what was sent.
+    fn authenticate(&self, request: &InboundRequest) -> Result<Option<Principal>, OutboundAnswer> {
         let presented = request.header("authorization").and_then(|value| value.strip_prefix("Bearer "));
-        if presented.is_some_and(|presented| same_secret(presented.as_bytes(), token.as_bytes())) {
-            return Ok(());
+        match &self.auth {
+            Auth::None => Ok(None),
+            Auth::Bearer(token) => {
+                if presented.is_some_and(|presented| same_secret(presented.as_bytes(), token.as_bytes())) {
+                    return Ok(None);
+                }
+                let mut answer = plain(401, "unauthorized: a valid bearer token is required");
+                answer.headers.push(("www-authenticate".into(), "Bearer realm=\"warden\"".into()));
+                Err(answer)
+            }
+            Auth::OAuth(oauth) => {
+                let now_s = self.env.clock.now_ms() / 1000;
+                let verified = match presented {
+                    Some(token) => oauth.verify(token, now_s).map(Some),
+                    None => Err("an access token is required".to_string()),
+                };
+                verified.map_err(|why| {
+                    let mut challenge = format!("Bearer resource_metadata=\"{}\"", oauth.metadata_url());
+                    if presented.is_some() {
+                        challenge.push_str(", error=\"invalid_token\"");
+                    }
+                    let mut answer = plain(401, &format!("unauthorized: {why}"));
+                    answer.headers.push(("www-authenticate".into(), challenge));
+                    answer
+                })
+            }
         }
-        let mut answer = plain(401, "unauthorized: a valid bearer token is required");
-        answer.headers.push(("www-authenticate".into(), "Bearer realm=\"warden\"".into()));
-        Err(answer)
     }
 
-    async fn post(self: Rc<Self>, request: InboundRequest) -> OutboundAnswer {
+    /// RFC 9728's protected resource metadata, public, when OAuth is configured.
+    fn resource_metadata(&self, request: &InboundRequest) -> Option<OutboundAnswer> {
+        let Auth::OAuth(oauth) = &self.auth else { return None };
+        let path = request.path.as_str();
+        let wanted = path == "/.well-known/oauth-protected-resource"
+            || path == format!("/.well-known/oauth-protected-resource{ENDPOINT}");
+        (wanted && request.method == "GET").then(|| json_answer(200, &oauth.metadata()))
+    }
+
+    async fn post(self: Rc<Self>, request: InboundRequest, principal: Option<Principal>) -> OutboundAnswer {
         let json_body =
             request.header("content-type").is_some_and(|t| t.to_ascii_lowercase().starts_with("application/json"));
         if !json_body {
@@ -220,9 +293,9 @@ impl Front {
         let method = fields.get("method").and_then(Value::as_str).map(str::to_string);
         let id = fields.get("id").cloned();
         match (method, id) {
-            (Some(method), Some(id)) => self.request(&request, &message, &method, id, takes_stream).await,
+            (Some(method), Some(id)) => self.request(&request, &message, &method, id, takes_stream, principal).await,
             (Some(method), None) => {
-                self.notification(&request, &message, &method);
+                self.notification(&request, &message, &method, principal.as_ref());
                 accepted()
             }
             // A response: this server sends no requests, so there is nothing to match it to.
@@ -232,13 +305,16 @@ impl Front {
 
     /// A notification: a cancellation reaches the session's exchanges in progress; others
     /// are taken and dropped, never answered.
-    fn notification(&self, request: &InboundRequest, message: &Value, method: &str) {
+    fn notification(&self, request: &InboundRequest, message: &Value, method: &str, principal: Option<&Principal>) {
         if method != "notifications/cancelled" {
             return;
         }
         let Some(session_id) = request.header("mcp-session-id") else { return };
         let sessions = self.sessions.borrow();
         let Some(session) = sessions.get(session_id) else { return };
+        if session.subject.as_deref() != principal.map(|p| p.subject.as_str()) {
+            return;
+        }
         for exchange in session.exchanges.iter().filter_map(Weak::upgrade) {
             let params = message.get("params").and_then(Value::as_object).cloned();
             exchange.handle_notification(Notification { method: method.to_string(), params });
@@ -252,7 +328,9 @@ impl Front {
         method: &str,
         id: Value,
         takes_stream: bool,
+        principal: Option<Principal>,
     ) -> OutboundAnswer {
+        let subject = principal.as_ref().map(|p| p.subject.clone());
         let modern = message
             .pointer("/params/_meta")
             .and_then(Value::as_object)
@@ -274,7 +352,7 @@ impl Front {
                 // Served outside any session: the connection refuses it (-32602: send
                 // initialize first, or use the per-request envelope), with its id.
                 None => (None, LegacySession::default()),
-                Some(session_id) => match self.touch_session(session_id) {
+                Some(session_id) => match self.touch_session(session_id, subject.as_deref()) {
                     Some(state) => (Some(session_id.to_string()), state),
                     None => {
                         return plain(404, "session not found: it ended or was never opened; send initialize again")
@@ -283,7 +361,7 @@ impl Front {
             }
         };
         let outlet = Rc::new(Collected::default());
-        let connection = Connection::with_outlet(Rc::clone(&self.runs), &self.shared, outlet.clone(), state);
+        let connection = Connection::with_outlet(Rc::clone(&self.runs), &self.shared, outlet.clone(), state, principal);
         if let Some(session_id) = &session_id {
             if let Some(session) = self.sessions.borrow_mut().get_mut(session_id) {
                 session.exchanges.retain(|exchange| exchange.strong_count() > 0);
@@ -301,7 +379,7 @@ impl Front {
         if let Some(session_id) = session_id {
             if method == "initialize" {
                 if state.initialized {
-                    self.open_session(&session_id, state);
+                    self.open_session(&session_id, state, subject);
                     extra_headers.push(("mcp-session-id".to_string(), session_id));
                 }
             } else if let Some(session) = self.sessions.borrow_mut().get_mut(&session_id) {
@@ -316,18 +394,19 @@ impl Front {
         answer
     }
 
-    /// The session's state, marked as just used; `None` for an unknown session.
-    fn touch_session(&self, session_id: &str) -> Option<LegacySession> {
+    /// The session's state, marked as just used; `None` for an unknown session, or one
+    /// another principal opened (it is not theirs to use, nor to learn exists).
+    fn touch_session(&self, session_id: &str, subject: Option<&str>) -> Option<LegacySession> {
         let use_number = self.uses.get() + 1;
         self.uses.set(use_number);
         let mut sessions = self.sessions.borrow_mut();
-        let session = sessions.get_mut(session_id)?;
+        let session = sessions.get_mut(session_id).filter(|session| session.subject.as_deref() == subject)?;
         session.last_use = use_number;
         Some(session.state)
     }
 
     /// Keeps a new session, ending the least recently used one past `SESSIONS_MAX`.
-    fn open_session(&self, session_id: &str, state: LegacySession) {
+    fn open_session(&self, session_id: &str, state: LegacySession, subject: Option<String>) {
         let use_number = self.uses.get() + 1;
         self.uses.set(use_number);
         let mut sessions = self.sessions.borrow_mut();
@@ -338,17 +417,22 @@ impl Front {
                 self.env.log(&format!("{SESSIONS_MAX} HTTP sessions open: ended the least recently used"));
             }
         }
-        sessions.insert(session_id.to_string(), Session { state, last_use: use_number, exchanges: Vec::new() });
+        sessions
+            .insert(session_id.to_string(), Session { state, subject, last_use: use_number, exchanges: Vec::new() });
     }
 
-    fn end_session(&self, request: &InboundRequest) -> OutboundAnswer {
+    fn end_session(&self, request: &InboundRequest, principal: Option<&Principal>) -> OutboundAnswer {
         let Some(session_id) = request.header("mcp-session-id") else {
             return plain(400, "bad request: DELETE ends a session named by Mcp-Session-Id");
         };
-        match self.sessions.borrow_mut().remove(session_id) {
-            Some(_) => OutboundAnswer { status: 204, headers: vec![], body: vec![] },
-            None => plain(404, "session not found"),
+        let mut sessions = self.sessions.borrow_mut();
+        let theirs =
+            sessions.get(session_id).is_some_and(|s| s.subject.as_deref() == principal.map(|p| p.subject.as_str()));
+        if !theirs {
+            return plain(404, "session not found");
         }
+        sessions.remove(session_id);
+        OutboundAnswer { status: 204, headers: vec![], body: vec![] }
     }
 }
 

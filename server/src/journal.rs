@@ -117,6 +117,9 @@ pub enum JournalRecord {
         binding: Binding,
         inputs: String,
         at_ms: u64,
+        /// The principal the run is for, as its reserve records it; absent over stdio.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principal: Option<String>,
     },
     /// A printed line; `index` counts prints across re-executions, so a replay that prints
     /// the same lines again adds none.
@@ -386,7 +389,14 @@ mod tests {
     #[test]
     fn a_journal_must_start_with_its_header_and_stop_at_its_end() {
         let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
-        let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
+        let header = JournalRecord::Header {
+            run: "r".into(),
+            tool: "t".into(),
+            binding,
+            inputs: "i".into(),
+            at_ms: 1,
+            principal: None,
+        };
         let end = JournalRecord::End(EndRecord {
             outcome: RunOutcome::Done,
             result: None,
@@ -411,7 +421,14 @@ mod tests {
     fn a_journal_grown_record_by_record_equals_the_file_read_back() {
         let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
         let records = [
-            JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 },
+            JournalRecord::Header {
+                run: "r".into(),
+                tool: "t".into(),
+                binding,
+                inputs: "i".into(),
+                at_ms: 1,
+                principal: None,
+            },
             JournalRecord::Resumed { at_ms: 2 },
             JournalRecord::Print { index: 0, text: "x".into() },
             JournalRecord::Begin { op: 0, action: serde_json::json!({"a": 1}) },
@@ -439,7 +456,14 @@ mod tests {
     #[test]
     fn a_begin_while_another_action_is_begun_is_damage() {
         let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
-        let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
+        let header = JournalRecord::Header {
+            run: "r".into(),
+            tool: "t".into(),
+            binding,
+            inputs: "i".into(),
+            at_ms: 1,
+            principal: None,
+        };
         let begin = |op| JournalRecord::Begin { op, action: Value::Null };
         let done = |op| JournalRecord::Done { op, result: Value::Null };
         let not_happened = |op| JournalRecord::Resolved { op, happened: false, result: None, at_ms: 2 };

@@ -17,6 +17,7 @@ pub mod manifest;
 pub mod money;
 pub mod notice;
 pub mod notify;
+pub mod oauth;
 pub mod program;
 pub mod protocol;
 pub mod record;

@@ -33,8 +33,17 @@ enum Command {
         listen: core::net::SocketAddr,
         /// The environment variable holding the bearer token every request must carry
         /// (`Authorization: Bearer <token>`, at least 16 bytes).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["oauth_issuer", "oauth_audience", "oauth_jwks_file"])]
         bearer_token_env: Option<String>,
+        /// OAuth 2.1: the authorization server whose access tokens (JWTs) are accepted.
+        #[arg(long, requires_all = ["oauth_audience", "oauth_jwks_file"])]
+        oauth_issuer: Option<String>,
+        /// OAuth 2.1: this server's resource URL, ending in /mcp (the tokens' audience).
+        #[arg(long, requires_all = ["oauth_issuer", "oauth_jwks_file"])]
+        oauth_audience: Option<String>,
+        /// OAuth 2.1: the issuer's public keys (a JWKS file).
+        #[arg(long, requires_all = ["oauth_issuer", "oauth_audience"])]
+        oauth_jwks_file: Option<PathBuf>,
     },
     /// Check a manifest and its programs without serving anything.
     Check { manifest: PathBuf },
@@ -107,9 +116,15 @@ fn main() -> ExitCode {
             let env = warden::io::real_env(stdio);
             report(warden::io::run(warden::commands::serve_mcp(&env, &manifest)).map(|()| String::new()))
         }
-        Command::ServeHttp { manifest, listen, bearer_token_env } => {
+        Command::ServeHttp { manifest, listen, bearer_token_env, oauth_issuer, oauth_audience, oauth_jwks_file } => {
             let env = warden::io::command_env();
-            let options = warden::http::HttpOptions { listen, bearer_token_env };
+            let oauth = match (oauth_issuer, oauth_audience, oauth_jwks_file) {
+                (Some(issuer), Some(audience), Some(jwks_file)) => {
+                    Some(warden::http::OAuthOptions { issuer, audience, jwks_file })
+                }
+                _ => None,
+            };
+            let options = warden::http::HttpOptions { listen, bearer_token_env, oauth };
             report(warden::io::run(warden::http::serve_http(&env, &manifest, options)).map(|()| String::new()))
         }
         Command::Check { manifest } => {

@@ -285,6 +285,8 @@ impl Runs {
             binding: binding(tool),
             inputs: sha256_hex(&serde_json::to_vec(inputs).expect("JSON values serialise")),
             at_ms: self.env.clock.now_ms(),
+            // The ledger's reserve is the authority on whom the run is for; the header says it too.
+            principal: self.ledger.state().run(run).and_then(|entry| entry.principal.clone()),
         };
         journal::write_new_durably(&self.env, &files.journal, record::encode(&header))
             .await

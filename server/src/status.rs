@@ -119,8 +119,9 @@ pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
             out.push_str(&format!("  {}: no quota\n", tool.config.name));
             continue;
         };
-        let (calls, money) = state.quota_use(&tool.config.name, quota.window_ms, now);
-        let mut line = format!("  {}: {calls}", tool.config.name);
+        let (calls, money) = state.quota_use(&tool.config.name, quota.window_ms, now, ledger::Counting::AllRuns);
+        let whose = if quota.per_principal { " (all principals; each has the quota)" } else { "" };
+        let mut line = format!("  {}{whose}: {calls}", tool.config.name);
         if let Some(max) = quota.calls {
             line.push_str(&format!(" of {max} calls"));
         } else {

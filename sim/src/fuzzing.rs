@@ -169,6 +169,7 @@ fn events_from(data: &[u8]) -> Vec<Event> {
                 calls: 1,
                 money,
                 once,
+                principal: chunk.get(2).filter(|b| **b > 220).map(|b| format!("p{b}")),
             });
             open.push(run);
         } else {

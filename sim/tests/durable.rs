@@ -213,7 +213,17 @@ fn a_hundred_concurrent_calls_against_eight_slots() {
         assert!(done <= 60, "seed {seed}: {done} runs over a quota of 60");
         assert_eq!(started(&world).len(), done, "seed {seed}: only admitted calls reserve");
         let state = check::ledger_state(&world.disk, &journals()).unwrap();
-        assert!(state.quota_use("echo", 3600 * 1000, warden_sim::clock::EPOCH_MS + world.clock.now()).0 <= 60);
+        assert!(
+            state
+                .quota_use(
+                    "echo",
+                    3600 * 1000,
+                    warden_sim::clock::EPOCH_MS + world.clock.now(),
+                    warden::ledger::Counting::AllRuns
+                )
+                .0
+                <= 60
+        );
     }
 }
 
@@ -277,8 +287,15 @@ fn compaction_crashed_at_every_disk_operation_leaves_old_or_new() {
     drop(setup);
     let mut bytes = ledger_bytes(&world);
     for run in ["aa000000000000000000000000000000", "bb000000000000000000000000000000"] {
-        let reserve =
-            Event::Reserve { run: run.into(), tool: "echo".into(), at_ms: 1, calls: 1, money: vec![], once: None };
+        let reserve = Event::Reserve {
+            run: run.into(),
+            tool: "echo".into(),
+            at_ms: 1,
+            calls: 1,
+            money: vec![],
+            once: None,
+            principal: None,
+        };
         bytes.extend(record::encode(&reserve));
         bytes.extend(record::encode(&Event::Release { run: run.into(), at_ms: 2 }));
     }

@@ -26,7 +26,7 @@ use crate::money::Money;
 use crate::record;
 use crate::sync::{MutexGuard, Notify};
 
-pub use state::{duration_text, OnceLookup, QuotaRefusal, RunEntry, RunPhase, State};
+pub use state::{duration_text, Counting, OnceLookup, QuotaRefusal, RunEntry, RunPhase, State};
 
 pub const LEDGER_FILE: &str = "server.ledger";
 pub const LEDGER_TEMP_FILE: &str = "server.ledger.tmp";
@@ -69,6 +69,9 @@ pub enum Event {
         /// Worst-case spend held until settled, one entry per currency.
         money: Vec<MoneyRecord>,
         once: Option<OnceRecord>,
+        /// Who the run is for (an authenticated remote principal); absent over stdio.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principal: Option<String>,
     },
     Settle {
         run: String,

@@ -28,6 +28,8 @@ pub struct RunEntry {
     pub calls: u64,
     pub money: Vec<MoneyRecord>,
     pub once: Option<OnceRecord>,
+    /// The principal the run is for, if any.
+    pub principal: Option<String>,
     pub phase: RunPhase,
     /// Order of the reserve in the ledger.
     pub sequence: u64,
@@ -64,6 +66,23 @@ fn open_entry<'a>(runs: &'a mut BTreeMap<String, RunEntry>, run: &str) -> Result
         None => Err(format!("a settle or release for run {run}, which has no reserve")),
         Some(entry) if !entry.is_open() => Err(format!("a second settle or release for run {run}")),
         Some(entry) => Ok(entry),
+    }
+}
+
+/// Whose runs a quota counts: every run of the tool, or one principal's (`None`: the runs
+/// for no principal, as over stdio).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counting<'a> {
+    AllRuns,
+    Principal(Option<&'a str>),
+}
+
+impl Counting<'_> {
+    fn counts(&self, entry: &RunEntry) -> bool {
+        match self {
+            Counting::AllRuns => true,
+            Counting::Principal(principal) => entry.principal.as_deref() == *principal,
+        }
     }
 }
 
@@ -108,7 +127,7 @@ impl State {
             money.to_money().map_err(|e| format!("bad money in run {}: {e}", event.run()))?;
         }
         match event {
-            Event::Reserve { run, tool, at_ms, calls, money, once } => {
+            Event::Reserve { run, tool, at_ms, calls, money, once, principal } => {
                 let std::collections::btree_map::Entry::Vacant(slot) = self.runs.entry(run.clone()) else {
                     return Err(format!("a second reserve for run {run}"));
                 };
@@ -119,6 +138,7 @@ impl State {
                     calls: *calls,
                     money: money.clone(),
                     once: once.clone(),
+                    principal: principal.clone(),
                     phase: RunPhase::Open,
                     sequence: self.next_sequence,
                 });
@@ -161,11 +181,19 @@ impl State {
     }
 
     /// Runs that count against `tool`'s quota at `now_ms`: every open run (it may still
-    /// spend), and every settled run reserved within the window. Released runs never started.
-    fn counted<'a>(&'a self, tool: &'a str, window_ms: u64, now_ms: u64) -> impl Iterator<Item = &'a RunEntry> + 'a {
+    /// spend), and every settled run reserved within the window, of the principal counted.
+    /// Released runs never started.
+    fn counted<'a>(
+        &'a self,
+        tool: &'a str,
+        window_ms: u64,
+        now_ms: u64,
+        counting: Counting<'a>,
+    ) -> impl Iterator<Item = &'a RunEntry> + 'a {
         let since = now_ms.saturating_sub(window_ms);
         self.runs.values().filter(move |entry| {
             entry.tool == tool
+                && counting.counts(entry)
                 && match entry.phase {
                     RunPhase::Open => true,
                     RunPhase::Settled { .. } => entry.reserved_at_ms > since,
@@ -176,10 +204,16 @@ impl State {
 
     /// Calls and money counted against the quota now: open runs at their worst case,
     /// settled runs at what they were charged.
-    pub fn quota_use(&self, tool: &str, window_ms: u64, now_ms: u64) -> (u64, BTreeMap<String, i64>) {
+    pub fn quota_use(
+        &self,
+        tool: &str,
+        window_ms: u64,
+        now_ms: u64,
+        counting: Counting<'_>,
+    ) -> (u64, BTreeMap<String, i64>) {
         let mut calls = 0;
         let mut money: BTreeMap<String, i64> = BTreeMap::new();
-        for entry in self.counted(tool, window_ms, now_ms) {
+        for entry in self.counted(tool, window_ms, now_ms, counting) {
             calls += entry.calls;
             let held = match &entry.phase {
                 RunPhase::Settled { charged, .. } => charged,
@@ -202,9 +236,10 @@ impl State {
         money_max: Option<&Money>,
         worst_case: &[Money],
         now_ms: u64,
+        counting: Counting<'_>,
     ) -> Result<(), QuotaRefusal> {
-        let (calls, money) = self.quota_use(tool, window_ms, now_ms);
-        let frees = self.frees_up_at(tool, window_ms, now_ms);
+        let (calls, money) = self.quota_use(tool, window_ms, now_ms, counting);
+        let frees = self.frees_up_at(tool, window_ms, now_ms, counting);
         let when = match frees {
             Some(at) => {
                 format!("the oldest counted call leaves the window in {}", duration_text(at.saturating_sub(now_ms)))
@@ -244,8 +279,8 @@ impl State {
     }
 
     /// When the earliest settled run counted now leaves the window.
-    fn frees_up_at(&self, tool: &str, window_ms: u64, now_ms: u64) -> Option<u64> {
-        self.counted(tool, window_ms, now_ms)
+    fn frees_up_at(&self, tool: &str, window_ms: u64, now_ms: u64, counting: Counting<'_>) -> Option<u64> {
+        self.counted(tool, window_ms, now_ms, counting)
             .filter(|entry| !entry.is_open())
             .map(|entry| entry.reserved_at_ms.saturating_add(window_ms))
             .min()
@@ -265,6 +300,7 @@ impl State {
                 calls: entry.calls,
                 money: entry.money.clone(),
                 once: entry.once.clone(),
+                principal: entry.principal.clone(),
             });
             match &entry.phase {
                 RunPhase::Open => {}
@@ -317,6 +353,7 @@ mod tests {
             calls: 1,
             money: money.iter().map(|(a, c)| MoneyRecord { amount: a.to_string(), currency: c.to_string() }).collect(),
             once: None,
+            principal: None,
         }
     }
 
@@ -351,17 +388,18 @@ mod tests {
                 outcome: crate::journal::RunOutcome::Done,
             })
             .unwrap();
-        let (calls, money) = state.quota_use("t", 10_000, 3000);
+        let (calls, money) = state.quota_use("t", 10_000, 3000, Counting::AllRuns);
         assert_eq!((calls, money.get("USD").copied()), (2, Some(6000)));
         let max = usd("100.00");
-        assert!(state.quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.00")], 3000).is_ok());
-        let refused = state.quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.01")], 3000).unwrap_err();
+        assert!(state.quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.00")], 3000, Counting::AllRuns).is_ok());
+        let refused =
+            state.quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.01")], 3000, Counting::AllRuns).unwrap_err();
         assert!(refused.message.contains("100.00 USD"), "{}", refused.message);
-        let refused = state.quota_admits("t", 10_000, Some(2), None, &[], 3000).unwrap_err();
+        let refused = state.quota_admits("t", 10_000, Some(2), None, &[], 3000, Counting::AllRuns).unwrap_err();
         assert!(refused.message.contains("2 calls per 10s"), "{}", refused.message);
         assert!(refused.message.contains("in 9s"), "{}", refused.message);
         // After the settled run leaves the window, only the open run counts.
-        assert_eq!(state.quota_use("t", 10_000, 12_001).0, 1);
+        assert_eq!(state.quota_use("t", 10_000, 12_001, Counting::AllRuns).0, 1);
     }
 
     #[test]
@@ -370,9 +408,37 @@ mod tests {
         let mut state = State::default();
         state.apply(&reserve("a", 1000, &[("100.00", "USD")])).unwrap();
         let max = usd("100.00");
-        assert!(state.quota_admits("t", 10_000, None, Some(&max), &[], 2000).is_err(), "full: 0 more is refused");
-        assert!(state.quota_admits("t", 10_000, None, Some(&usd("100.01")), &[], 2000).is_ok());
+        assert!(
+            state.quota_admits("t", 10_000, None, Some(&max), &[], 2000, Counting::AllRuns).is_err(),
+            "full: 0 more is refused"
+        );
+        assert!(state.quota_admits("t", 10_000, None, Some(&usd("100.01")), &[], 2000, Counting::AllRuns).is_ok());
         let huge = Money { minor: i64::MAX, currency: "USD".into() };
-        assert!(state.quota_admits("t", 10_000, None, Some(&max), &[huge], 2000).is_err(), "overflow is over");
+        assert!(
+            state.quota_admits("t", 10_000, None, Some(&max), &[huge], 2000, Counting::AllRuns).is_err(),
+            "overflow is over"
+        );
+    }
+
+    /// A quota per principal counts only that principal's runs; a shared one counts all.
+    #[test]
+    fn a_principal_quota_counts_that_principal_alone() {
+        let mut state = State::default();
+        let of = |run: &str, principal: Option<&str>| {
+            let Event::Reserve { run, tool, at_ms, calls, money, once, .. } = reserve(run, 1000, &[]) else {
+                unreachable!()
+            };
+            Event::Reserve { run, tool, at_ms, calls, money, once, principal: principal.map(str::to_string) }
+        };
+        state.apply(&of("a", Some("alice"))).unwrap();
+        state.apply(&of("b", Some("alice"))).unwrap();
+        state.apply(&of("c", None)).unwrap();
+        let used = |counting| state.quota_use("t", 10_000, 2000, counting).0;
+        assert_eq!(used(Counting::Principal(Some("alice"))), 2);
+        assert_eq!(used(Counting::Principal(Some("bob"))), 0);
+        assert_eq!(used(Counting::Principal(None)), 1);
+        assert_eq!(used(Counting::AllRuns), 3);
+        assert!(state.quota_admits("t", 10_000, Some(2), None, &[], 2000, Counting::Principal(Some("alice"))).is_err());
+        assert!(state.quota_admits("t", 10_000, Some(2), None, &[], 2000, Counting::Principal(Some("bob"))).is_ok());
     }
 }

@@ -125,7 +125,14 @@ fn the_table_cell_by_cell() {
 #[test]
 fn a_journal_gives_the_state_it_left() {
     let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
-    let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
+    let header = JournalRecord::Header {
+        run: "r".into(),
+        tool: "t".into(),
+        binding,
+        inputs: "i".into(),
+        at_ms: 1,
+        principal: None,
+    };
     let post = action(0, Kind::HttpPost, Method::Post, false);
     let begin = JournalRecord::Begin { op: 0, action: serde_json::to_value(&post).unwrap() };
     let done = JournalRecord::Done { op: 0, result: json!({}) };
@@ -231,7 +238,14 @@ struct World {
 impl World {
     fn new(kind: Taken) -> World {
         let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
-        let header = JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1 };
+        let header = JournalRecord::Header {
+            run: "r".into(),
+            tool: "t".into(),
+            binding,
+            inputs: "i".into(),
+            at_ms: 1,
+            principal: None,
+        };
         World {
             kind,
             journal: record::encode(&header),

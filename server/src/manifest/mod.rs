@@ -128,6 +128,8 @@ pub struct ToolConfig {
     pub max_concurrent_runs: u64,
     pub once: Option<OnceConfig>,
     pub quota: Option<QuotaConfig>,
+    /// Scopes an authenticated remote principal must hold to call the tool.
+    pub scopes: Vec<String>,
     pub max_steps: u64,
     /// The wall-clock limit of one execution of the program (`limits.execution_ms`).
     pub execution_ms: u64,
@@ -178,6 +180,8 @@ pub enum DbMode {
 pub struct OnceConfig {
     pub by: Vec<String>,
     pub keep_ms: u64,
+    /// Keys are the principal's own (`per: "principal"`).
+    pub per_principal: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -185,6 +189,8 @@ pub struct QuotaConfig {
     pub window_ms: u64,
     pub calls: Option<u64>,
     pub money: Option<Money>,
+    /// Each principal has this quota of its own (`per: "principal"`).
+    pub per_principal: bool,
 }
 
 impl Manifest {

@@ -67,6 +67,7 @@ impl RawResource {
             once: None,
             quota: self.quota,
             limits: self.limits,
+            scopes: Vec::new(),
         };
         let address = ResourceAddress {
             uri: self.uri,
@@ -137,6 +138,9 @@ pub struct RawTool {
     pub once: Option<RawOnce>,
     pub quota: Option<RawQuota>,
     pub limits: Option<RawLimits>,
+    /// Scopes an authenticated remote principal must hold to call the tool.
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 /// A grant, or (inside `needs`) a secret reference `{ "env": NAME }`.
@@ -186,6 +190,8 @@ pub struct RawNet {
 pub struct RawOnce {
     pub by: Vec<String>,
     pub keep: Option<String>,
+    /// `"principal"`: each authenticated principal has keys of its own.
+    pub per: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -194,6 +200,8 @@ pub struct RawQuota {
     pub window: String,
     pub calls: Option<u64>,
     pub money: Option<RawMoney>,
+    /// `"principal"`: each authenticated principal has a quota of its own.
+    pub per: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -396,6 +396,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
         }
     }
     let config_json = canonical_tool_json(raw, &entry);
+    let scopes = scopes(&raw.scopes, &format!("{at}.scopes"), problems);
     ToolConfig {
         name: raw.name.clone(),
         title: raw.title.clone(),
@@ -408,6 +409,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
         max_concurrent_runs,
         once,
         quota,
+        scopes,
         max_steps,
         execution_ms,
         config_json,
@@ -687,7 +689,8 @@ fn once_config(raw: &RawOnce, at: &str, server: &ServerConfig, problems: &mut Pr
             }
         },
     };
-    OnceConfig { by: raw.by.clone(), keep_ms }
+    let per_principal = per_principal(raw.per.as_deref(), &format!("{at}.per"), problems);
+    OnceConfig { by: raw.by.clone(), keep_ms, per_principal }
 }
 
 fn quota_config(raw: &RawQuota, at: &str, problems: &mut Problems) -> QuotaConfig {
@@ -704,8 +707,43 @@ fn quota_config(raw: &RawQuota, at: &str, problems: &mut Problems) -> QuotaConfi
     if money.as_ref().is_some_and(|m| m.minor == 0) {
         problems.add(&format!("{at}.money"), "must be more than zero");
     }
-    QuotaConfig { window_ms, calls: raw.calls, money }
+    let per_principal = per_principal(raw.per.as_deref(), &format!("{at}.per"), problems);
+    QuotaConfig { window_ms, calls: raw.calls, money, per_principal }
 }
+
+/// `per`: absent (shared by every caller) or `"principal"` (each principal its own).
+fn per_principal(per: Option<&str>, at: &str, problems: &mut Problems) -> bool {
+    match per {
+        None => false,
+        Some("principal") => true,
+        Some(other) => {
+            problems.add(at, format!("`{other}` is not `\"principal\"` (leave it out to share among all callers)"));
+            false
+        }
+    }
+}
+
+/// A tool's `scopes`: OAuth scope tokens (RFC 6749: printable, no space or quote).
+fn scopes(raw: &[String], at: &str, problems: &mut Problems) -> Vec<String> {
+    if raw.len() > SCOPES_PER_TOOL_MAX {
+        problems.add(at, format!("{} scopes; at most {SCOPES_PER_TOOL_MAX}", raw.len()));
+    }
+    for (index, scope) in raw.iter().enumerate() {
+        let valid = (1..=SCOPE_BYTES_MAX).contains(&scope.len())
+            && scope.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
+        if !valid {
+            problems.add(
+                &format!("{at}[{index}]"),
+                format!("`{scope}` is not a scope (1 to {SCOPE_BYTES_MAX} printable characters, no space, quote or backslash)"),
+            );
+        }
+    }
+    raw.to_vec()
+}
+
+/// Scopes one tool may require, and the longest scope.
+pub const SCOPES_PER_TOOL_MAX: usize = 16;
+pub const SCOPE_BYTES_MAX: usize = 128;
 
 /// The tool's config, re-serialised canonically (sorted keys) for hashing into journals.
 fn canonical_tool_json(raw: &RawTool, entry: &str) -> String {

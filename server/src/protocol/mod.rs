@@ -76,6 +76,8 @@ pub struct Connection {
     catalog: Rc<Catalog>,
     slots: Rc<Slots>,
     outlet: Rc<dyn Outlet>,
+    /// Who the requests are from (an HTTP exchange's authenticated principal; none over stdio).
+    principal: Option<crate::oauth::Principal>,
     legacy_initialized: Cell<bool>,
     /// The level a 2025-11-25 client set with `logging/setLevel` (no log messages before).
     legacy_log_level: Cell<Option<usize>>,
@@ -126,7 +128,7 @@ impl Connection {
     pub fn new(runs: Rc<Runs>) -> Rc<Connection> {
         let shared = Shared::new(&runs);
         let outlet = Rc::new(StdioOutlet(runs.env.clone()));
-        Connection::with_outlet(runs, &shared, outlet, LegacySession::default())
+        Connection::with_outlet(runs, &shared, outlet, LegacySession::default(), None)
     }
 
     /// A connection writing to `outlet`, sharing the server's slots and static answers, in
@@ -136,6 +138,7 @@ impl Connection {
         shared: &Shared,
         outlet: Rc<dyn Outlet>,
         session: LegacySession,
+        principal: Option<crate::oauth::Principal>,
     ) -> Rc<Connection> {
         Rc::new(Connection {
             env: runs.env.clone(),
@@ -144,6 +147,7 @@ impl Connection {
             runs,
             slots: Rc::clone(&shared.slots),
             outlet,
+            principal,
             legacy_initialized: Cell::new(session.initialized),
             legacy_log_level: Cell::new(session.log_level),
             calls: RefCell::new(BTreeMap::new()),
@@ -315,7 +319,17 @@ impl Connection {
             }
             CallJob::Tool => {
                 let tool = self.catalog.callable(&call.tool).expect("routing checked the tool exists");
-                match call::call_tool(&self.runs, &self.slots, tool, &call.arguments, control, listener).await {
+                match call::call_tool(
+                    &self.runs,
+                    &self.slots,
+                    tool,
+                    &call.arguments,
+                    control,
+                    listener,
+                    self.principal.as_ref(),
+                )
+                .await
+                {
                     CallReply::Result(result, run) => (Some((call.finish)(self, &call.id, result)), run),
                     CallReply::Silent => (None, None),
                 }
@@ -323,7 +337,17 @@ impl Connection {
             CallJob::Read { uri } => {
                 let tool = self.catalog.tool(&call.tool).expect("routing found the resource");
                 let spec = tool.resource.as_ref().expect("a resource's tool");
-                match call::call_tool(&self.runs, &self.slots, tool, &call.arguments, control, listener).await {
+                match call::call_tool(
+                    &self.runs,
+                    &self.slots,
+                    tool,
+                    &call.arguments,
+                    control,
+                    listener,
+                    self.principal.as_ref(),
+                )
+                .await
+                {
                     CallReply::Result(answer, run) => match crate::surface::contents(spec, uri, &answer) {
                         Ok(contents) => (Some((call.finish)(self, &call.id, contents)), run),
                         Err(text) => (Some(failed(format!("reading {uri} failed: {text}"))), run),

@@ -1,0 +1,160 @@
+//! Warden as an OAuth 2.1 resource server (seed 004): an access token is a JWT signed by one
+//! of the issuer's keys (a JWKS file), for this server's audience, from the configured
+//! issuer, not expired by this server's clock. Its subject and scopes become the principal a
+//! call runs for. Only public-key algorithms are accepted: a token "signed" with an HMAC over
+//! a public key (algorithm confusion) is refused, as is one without a signature.
+
+use std::collections::HashSet;
+
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+use crate::env::Env;
+
+/// The longest access token read (a JWT of ordinary claims is well under 2 KiB).
+pub const TOKEN_BYTES_MAX: usize = 8 * 1024;
+/// The longest JWKS file read.
+pub const JWKS_BYTES_MAX: usize = 1024 * 1024;
+/// The longest subject kept as a principal, and the most scopes.
+pub const SUBJECT_BYTES_MAX: usize = 256;
+pub const SCOPES_MAX: usize = 64;
+/// Clock skew allowed between the issuer and this server, on `exp` and `nbf`.
+pub const LEEWAY_S: u64 = 60;
+
+/// Who a call runs for: the token's subject, and the scopes it was granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    pub subject: String,
+    pub scopes: Vec<String>,
+}
+
+/// How access tokens are checked.
+pub struct OAuthConfig {
+    pub issuer: String,
+    /// This server's resource identifier (its `/mcp` URL): the tokens' required audience.
+    pub audience: String,
+    keys: JwkSet,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+    exp: u64,
+    #[serde(default)]
+    nbf: Option<u64>,
+    #[serde(default)]
+    scope: Option<String>,
+}
+
+impl OAuthConfig {
+    /// Reads the issuer's keys from `jwks_file` (through the seam) and checks the settings.
+    pub async fn load(
+        env: &Env,
+        issuer: &str,
+        audience: &str,
+        jwks_file: &std::path::Path,
+    ) -> Result<OAuthConfig, String> {
+        let shown = jwks_file.display();
+        if !(audience.starts_with("http://") || audience.starts_with("https://")) || !audience.ends_with("/mcp") {
+            return Err(format!(
+                "--oauth-audience {audience}: the audience is this server's resource URL, ending in /mcp"
+            ));
+        }
+        if issuer.is_empty() {
+            return Err("--oauth-issuer: the issuer is required".to_string());
+        }
+        let bytes = env.disk.read(jwks_file).await.map_err(|e| format!("{shown}: cannot read the JWKS: {e}"))?;
+        if bytes.len() > JWKS_BYTES_MAX {
+            return Err(format!("{shown}: the JWKS holds {} bytes; the limit is {JWKS_BYTES_MAX}", bytes.len()));
+        }
+        let keys: JwkSet = serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: not a JWKS: {e}"))?;
+        if keys.keys.is_empty() {
+            return Err(format!("{shown}: the JWKS holds no key"));
+        }
+        for (index, key) in keys.keys.iter().enumerate() {
+            if matches!(key.algorithm, AlgorithmParameters::OctetKey(_)) {
+                return Err(format!("{shown}: keys[{index}] is a symmetric key; an issuer's keys are public keys"));
+            }
+            DecodingKey::from_jwk(key).map_err(|e| format!("{shown}: keys[{index}]: {e}"))?;
+        }
+        Ok(OAuthConfig { issuer: issuer.to_string(), audience: audience.to_string(), keys })
+    }
+
+    /// Where this resource's metadata (RFC 9728) is served, for the 401's `WWW-Authenticate`.
+    pub fn metadata_url(&self) -> String {
+        let origin_end = self.audience.find("://").map(|at| at + 3).unwrap_or(0);
+        let path_at = self.audience[origin_end..].find('/').map(|at| origin_end + at).unwrap_or(self.audience.len());
+        format!("{}/.well-known/oauth-protected-resource{}", &self.audience[..path_at], &self.audience[path_at..])
+    }
+
+    /// The protected resource metadata document (RFC 9728).
+    pub fn metadata(&self) -> serde_json::Value {
+        serde_json::json!({
+            "resource": self.audience,
+            "authorization_servers": [self.issuer],
+            "bearer_methods_supported": ["header"],
+        })
+    }
+
+    /// The principal a valid token names, or why the token is refused (never its contents).
+    pub fn verify(&self, token: &str, now_s: u64) -> Result<Principal, String> {
+        if token.len() > TOKEN_BYTES_MAX {
+            return Err(format!("the token is over {TOKEN_BYTES_MAX} bytes"));
+        }
+        let header = jsonwebtoken::decode_header(token).map_err(|_| "the token is not a JWT".to_string())?;
+        if !is_public_key_algorithm(header.alg) {
+            return Err("the token's algorithm is not a public-key signature".to_string());
+        }
+        let key = match &header.kid {
+            Some(kid) => self.keys.find(kid),
+            None if self.keys.keys.len() == 1 => self.keys.keys.first(),
+            None => None,
+        }
+        .ok_or_else(|| "the token names no key of the issuer".to_string())?;
+        let decoding = DecodingKey::from_jwk(key).map_err(|_| "the issuer's key cannot verify".to_string())?;
+        let mut validation = Validation::new(header.alg);
+        // Expiry is checked below against this server's clock (the seam), not the system's.
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        validation.required_spec_claims = HashSet::from(["exp", "sub", "aud", "iss"].map(String::from));
+        validation.set_audience(&[&self.audience]);
+        validation.set_issuer(&[&self.issuer]);
+        let claims = jsonwebtoken::decode::<Claims>(token, &decoding, &validation)
+            .map_err(|e| format!("the token is refused: {}", refusal(e.kind())))?
+            .claims;
+        if claims.exp.saturating_add(LEEWAY_S) <= now_s {
+            return Err("the token has expired".to_string());
+        }
+        if claims.nbf.is_some_and(|nbf| nbf > now_s.saturating_add(LEEWAY_S)) {
+            return Err("the token is not valid yet".to_string());
+        }
+        if claims.sub.is_empty() || claims.sub.len() > SUBJECT_BYTES_MAX || claims.sub.chars().any(char::is_control) {
+            return Err(format!(
+                "the token's subject is empty, over {SUBJECT_BYTES_MAX} bytes or holds a control character"
+            ));
+        }
+        let scopes: Vec<String> = claims.scope.unwrap_or_default().split_whitespace().map(str::to_string).collect();
+        if scopes.len() > SCOPES_MAX {
+            return Err(format!("the token holds more than {SCOPES_MAX} scopes"));
+        }
+        Ok(Principal { subject: claims.sub, scopes })
+    }
+}
+
+fn is_public_key_algorithm(alg: Algorithm) -> bool {
+    !matches!(alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512)
+}
+
+/// Why a token failed, in words that say nothing of its contents.
+fn refusal(kind: &jsonwebtoken::errors::ErrorKind) -> &'static str {
+    use jsonwebtoken::errors::ErrorKind;
+    match kind {
+        ErrorKind::InvalidSignature => "its signature does not verify",
+        ErrorKind::InvalidAudience => "it is for another audience",
+        ErrorKind::InvalidIssuer => "it is from another issuer",
+        ErrorKind::MissingRequiredClaim(_) => "a required claim (sub, aud, iss, exp) is missing",
+        ErrorKind::InvalidAlgorithm => "its algorithm is not its key's",
+        _ => "it is malformed",
+    }
+}
