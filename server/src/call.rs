@@ -138,6 +138,13 @@ pub async fn call_tool(
             return CallReply::Result(error_result(text), None);
         }
     }
+    // A secret in the arguments would be scrubbed from the journal while the program saw it:
+    // the run could never replay what it did. It is refused before anything runs.
+    let given = Value::Object(arguments.clone());
+    if crate::broker::scrub_value(&given, &runs.secrets) != given {
+        let text = "the arguments hold a value this server keeps secret (a credential it uses); nothing was run";
+        return CallReply::Result(error_result(text.to_string()), None);
+    }
     let inputs = match tool.program.check_inputs(arguments) {
         Ok(inputs) => inputs,
         Err(invalid) => return CallReply::Result(crate::answer::invalid_arguments(&invalid), None),

@@ -115,8 +115,17 @@ pub struct OutboundAnswer {
     pub body: Vec<u8>,
 }
 
-/// Answers one request. Its future is dropped when the client closes the connection first.
-pub type InboundHandler = Rc<dyn Fn(InboundRequest) -> LocalBoxFuture<'static, OutboundAnswer>>;
+/// What serves the requests a listener takes.
+pub trait InboundService {
+    /// Decides from the request line and headers alone (`body` empty, not yet read): an
+    /// answer ends the request there, so nothing unauthenticated or misdirected is read.
+    fn screen(&self, head: &InboundRequest) -> Option<OutboundAnswer>;
+    /// Answers a request that passed `screen`, its body read. The future is dropped when
+    /// the client closes the connection first.
+    fn answer(&self, request: InboundRequest) -> LocalBoxFuture<'static, OutboundAnswer>;
+}
+
+pub type InboundHandler = Rc<dyn InboundService>;
 
 /// What the listener bounds before a request reaches the handler.
 #[derive(Clone, Copy, Debug)]
@@ -125,8 +134,12 @@ pub struct ListenLimits {
     pub body_bytes_max: usize,
     /// Connections open at once; one more is closed at once.
     pub connections_max: usize,
-    /// A client must send a request's headers within this time.
+    /// A client must send a request's headers within this time, and its body within
+    /// `body_read_ms` once the headers passed.
     pub header_read_ms: u64,
+    pub body_read_ms: u64,
+    /// Bodies read at once (each up to `body_bytes_max`): the memory bodies take is bounded.
+    pub bodies_read_at_once: usize,
 }
 
 /// Serving HTTP: sockets and the HTTP/1.1 codec, nothing of MCP.

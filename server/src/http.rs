@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 use crate::commands::open_server;
 use crate::env::{Env, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer};
 use crate::oauth::{OAuthConfig, Principal};
-use crate::protocol::framing::LINE_BYTES_MAX;
-use crate::protocol::jsonrpc::{self, Notification};
+use crate::protocol::framing::{Frame, LINE_BYTES_MAX};
+use crate::protocol::jsonrpc::{self, Incoming, Notification};
 use crate::protocol::{Connection, LegacySession, Outlet, Shared, META_PROTOCOL_VERSION};
 use crate::runs::Runs;
 
@@ -33,8 +33,14 @@ use crate::runs::Runs;
 pub const ENDPOINT: &str = "/mcp";
 /// Connections open at once; one more is closed at once.
 pub const CONNECTIONS_MAX: usize = 256;
-/// A client must send a request's headers within this time.
+/// A client must send a request's headers within this time, and its body within
+/// `BODY_READ_MS` of them.
 pub const HEADER_READ_MS: u64 = 10_000;
+pub const BODY_READ_MS: u64 = 30_000;
+/// Bodies read at once (each up to 4 MiB): what request bodies can take of memory.
+pub const BODIES_READ_AT_ONCE: usize = 16;
+/// Sessions one principal keeps; a new one past this ends that principal's least recently used.
+pub const SESSIONS_PER_PRINCIPAL_MAX: usize = 64;
 /// 2025-11-25 sessions kept; a new one past this ends the least recently used.
 pub const SESSIONS_MAX: usize = 1_024;
 /// Messages one exchange keeps for its answer (a call's notifications, then its answer);
@@ -100,16 +106,15 @@ pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -
         auth,
         sessions: RefCell::new(BTreeMap::new()),
         uses: Cell::new(0),
+        sessions_ended: Cell::new(0),
     });
-    let handler_front = Rc::clone(&front);
-    let handler: crate::env::InboundHandler = Rc::new(move |request| {
-        let front = Rc::clone(&handler_front);
-        Box::pin(async move { front.answer(request).await }) as LocalBoxFuture<'static, OutboundAnswer>
-    });
+    let handler: crate::env::InboundHandler = Rc::new(Served(Rc::clone(&front)));
     let limits = ListenLimits {
         body_bytes_max: LINE_BYTES_MAX,
         connections_max: CONNECTIONS_MAX,
         header_read_ms: HEADER_READ_MS,
+        body_read_ms: BODY_READ_MS,
+        bodies_read_at_once: BODIES_READ_AT_ONCE,
     };
     let log_env = env.clone();
     let ready = Box::new(move |bound: SocketAddr| log_env.log(&format!("listening on http://{bound}{ENDPOINT}")));
@@ -159,6 +164,8 @@ struct Front {
     sessions: RefCell<BTreeMap<String, Session>>,
     /// Counts session uses, to find the least recently used.
     uses: Cell<u64>,
+    /// Sessions ended to make room for new ones.
+    sessions_ended: Cell<u64>,
 }
 
 /// A 2025-11-25 session: its state, and the exchanges in progress (for a cancellation sent
@@ -171,36 +178,59 @@ struct Session {
     exchanges: Vec<Weak<Connection>>,
 }
 
+/// The listener's view of the front: a request is screened from its headers before its body
+/// is read, then answered.
+struct Served(Rc<Front>);
+
+impl crate::env::InboundService for Served {
+    fn screen(&self, head: &InboundRequest) -> Option<OutboundAnswer> {
+        self.0.screen(head).err()
+    }
+
+    fn answer(&self, request: InboundRequest) -> LocalBoxFuture<'static, OutboundAnswer> {
+        let front = Rc::clone(&self.0);
+        Box::pin(async move { front.answer(request).await })
+    }
+}
+
 impl Front {
-    async fn answer(self: Rc<Self>, request: InboundRequest) -> OutboundAnswer {
-        if let Err(refused) = self.check_host_and_origin(&request) {
-            return refused;
-        }
-        if let Some(metadata) = self.resource_metadata(&request) {
-            return metadata;
+    /// Everything decided from the request line and headers: the Host and Origin, the
+    /// metadata document, the path, the credentials, the method. `Ok` carries the principal.
+    fn screen(&self, request: &InboundRequest) -> Result<Option<Principal>, OutboundAnswer> {
+        self.check_host_and_origin(request)?;
+        if let Some(metadata) = self.resource_metadata(request) {
+            return Err(metadata);
         }
         if request.path != ENDPOINT {
-            return plain(404, &format!("not found: the MCP endpoint is {ENDPOINT}"));
+            return Err(plain(404, &format!("not found: the MCP endpoint is {ENDPOINT}")));
         }
-        let principal = match self.authenticate(&request) {
+        let principal = self.authenticate(request)?;
+        if request.method != "POST" && request.method != "DELETE" {
+            let mut answer = plain(405, "this endpoint takes POST (and DELETE to end a session); it opens no stream");
+            answer.headers.push(("allow".into(), "POST, DELETE".into()));
+            return Err(answer);
+        }
+        Ok(principal)
+    }
+
+    async fn answer(self: Rc<Self>, request: InboundRequest) -> OutboundAnswer {
+        // Screened already; again for the principal (and a token that expired meanwhile).
+        let principal = match self.screen(&request) {
             Ok(principal) => principal,
             Err(refused) => return refused,
         };
         match request.method.as_str() {
             "POST" => self.post(request, principal).await,
-            "DELETE" => self.end_session(&request, principal.as_ref()),
-            _ => {
-                let mut answer =
-                    plain(405, "this endpoint takes POST (and DELETE to end a session); it opens no stream");
-                answer.headers.push(("allow".into(), "POST, DELETE".into()));
-                answer
-            }
+            _ => self.end_session(&request, principal.as_ref()),
         }
     }
 
     /// DNS rebinding protection: on loopback, a request must name a loopback host, and a
     /// browser's Origin must be a loopback one. Beyond loopback, an Origin must match Host.
     fn check_host_and_origin(&self, request: &InboundRequest) -> Result<(), OutboundAnswer> {
+        if request.headers.iter().filter(|(name, _)| name == "host").count() > 1 {
+            return Err(plain(400, "bad request: more than one Host"));
+        }
         let host = request.header("host").unwrap_or("");
         if self.loopback && !is_loopback_authority(host) {
             return Err(plain(403, "forbidden: the Host header does not name this loopback server"));
@@ -223,7 +253,10 @@ impl Front {
     /// (compared in constant time), the token's subject with OAuth. A refusal never repeats
     /// what was sent.
     fn authenticate(&self, request: &InboundRequest) -> Result<Option<Principal>, OutboundAnswer> {
-        let presented = request.header("authorization").and_then(|value| value.strip_prefix("Bearer "));
+        let presented = request.header("authorization").and_then(|value| {
+            let (scheme, token) = value.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        });
         match &self.auth {
             Auth::None => Ok(None),
             Auth::Bearer(token) => {
@@ -263,50 +296,39 @@ impl Front {
     }
 
     async fn post(self: Rc<Self>, request: InboundRequest, principal: Option<Principal>) -> OutboundAnswer {
-        let json_body =
-            request.header("content-type").is_some_and(|t| t.to_ascii_lowercase().starts_with("application/json"));
-        if !json_body {
+        let media_type = request.header("content-type").and_then(|t| t.split(';').next()).unwrap_or("").trim();
+        if !media_type.eq_ignore_ascii_case("application/json") {
             return plain(415, "unsupported media type: the body must be application/json");
         }
-        let accept = request.header("accept").unwrap_or("*/*").to_ascii_lowercase();
-        let takes_json = ["application/json", "*/*", "application/*"].iter().any(|t| accept.contains(t));
-        let takes_stream = accept.contains("text/event-stream");
-        if !takes_json && !takes_stream {
-            return plain(406, "not acceptable: the client must accept application/json or text/event-stream");
-        }
-        let message: Value = match serde_json::from_slice(&request.body) {
-            Ok(message) => message,
-            Err(error) => {
-                let error =
-                    jsonrpc::RpcError::new(None, jsonrpc::PARSE_ERROR, format!("the body is not JSON: {error}"));
-                return json_answer(400, &error.to_value());
+        let accept = request.header("accept").unwrap_or("*/*");
+        let reply = match (accepts(accept, "application/json"), accepts(accept, "text/event-stream")) {
+            (true, true) => Reply::Either,
+            (true, false) => Reply::Json,
+            (false, true) => Reply::Stream,
+            (false, false) => {
+                return plain(406, "not acceptable: the client must accept application/json or text/event-stream")
             }
         };
-        let Value::Object(fields) = &message else {
-            let error = jsonrpc::RpcError::new(
-                None,
-                jsonrpc::INVALID_REQUEST,
-                "one JSON-RPC message per request; batches are not supported",
-            );
-            return json_answer(400, &error.to_value());
-        };
-        let method = fields.get("method").and_then(Value::as_str).map(str::to_string);
-        let id = fields.get("id").cloned();
-        match (method, id) {
-            (Some(method), Some(id)) => self.request(&request, &message, &method, id, takes_stream, principal).await,
-            (Some(method), None) => {
-                self.notification(&request, &message, &method, principal.as_ref());
+        // The stdio classifier: the same limits (depth) and the same errors.
+        match jsonrpc::classify(&Frame::Line(request.body.clone())) {
+            Incoming::Invalid(error) => json_answer(400, &error.to_value()),
+            // A response: this server sends no requests, so there is nothing to match it to.
+            Incoming::Response => accepted(),
+            Incoming::Notification(notification) => {
+                self.notification(&request, notification, principal.as_ref());
                 accepted()
             }
-            // A response: this server sends no requests, so there is nothing to match it to.
-            (None, _) => accepted(),
+            Incoming::Request(call) => {
+                let message: Value = serde_json::from_slice(&request.body).expect("classified as a request");
+                self.request(&request, &message, &call.method, call.id, reply, principal).await
+            }
         }
     }
 
     /// A notification: a cancellation reaches the session's exchanges in progress; others
     /// are taken and dropped, never answered.
-    fn notification(&self, request: &InboundRequest, message: &Value, method: &str, principal: Option<&Principal>) {
-        if method != "notifications/cancelled" {
+    fn notification(&self, request: &InboundRequest, notification: Notification, principal: Option<&Principal>) {
+        if notification.method != "notifications/cancelled" {
             return;
         }
         let Some(session_id) = request.header("mcp-session-id") else { return };
@@ -316,8 +338,10 @@ impl Front {
             return;
         }
         for exchange in session.exchanges.iter().filter_map(Weak::upgrade) {
-            let params = message.get("params").and_then(Value::as_object).cloned();
-            exchange.handle_notification(Notification { method: method.to_string(), params });
+            exchange.handle_notification(Notification {
+                method: notification.method.clone(),
+                params: notification.params.clone(),
+            });
         }
     }
 
@@ -327,7 +351,7 @@ impl Front {
         message: &Value,
         method: &str,
         id: Value,
-        takes_stream: bool,
+        reply: Reply,
         principal: Option<Principal>,
     ) -> OutboundAnswer {
         let subject = principal.as_ref().map(|p| p.subject.clone());
@@ -360,6 +384,7 @@ impl Front {
                 },
             }
         };
+        let state_before = state;
         let outlet = Rc::new(Collected::default());
         let connection = Connection::with_outlet(Rc::clone(&self.runs), &self.shared, outlet.clone(), state, principal);
         if let Some(session_id) = &session_id {
@@ -382,11 +407,15 @@ impl Front {
                     self.open_session(&session_id, state, subject);
                     extra_headers.push(("mcp-session-id".to_string(), session_id));
                 }
-            } else if let Some(session) = self.sessions.borrow_mut().get_mut(&session_id) {
-                session.state = state;
+            } else if state != state_before {
+                // Only an exchange that changed the session (`logging/setLevel`) writes it
+                // back: a long call ending later must not undo a change made meanwhile.
+                if let Some(session) = self.sessions.borrow_mut().get_mut(&session_id) {
+                    session.state = state;
+                }
             }
         }
-        let mut answer = outlet.answer(takes_stream);
+        let mut answer = outlet.answer(reply);
         if stateless && answer.status == 200 {
             answer.status = outlet.error_status().unwrap_or(200);
         }
@@ -410,11 +439,28 @@ impl Front {
         let use_number = self.uses.get() + 1;
         self.uses.set(use_number);
         let mut sessions = self.sessions.borrow_mut();
-        if sessions.len() >= SESSIONS_MAX {
-            let oldest = sessions.iter().min_by_key(|(_, s)| s.last_use).map(|(id, _)| id.clone());
+        // A principal that opens too many ends its own oldest first; past the server's
+        // limit, the least recently used of all ends.
+        let own = sessions.values().filter(|s| s.subject == subject).count();
+        let from_whom = (own >= SESSIONS_PER_PRINCIPAL_MAX).then_some(&subject);
+        if own >= SESSIONS_PER_PRINCIPAL_MAX || sessions.len() >= SESSIONS_MAX {
+            let oldest = sessions
+                .iter()
+                .filter(|(_, s)| from_whom.is_none_or(|subject| &s.subject == subject))
+                .min_by_key(|(_, s)| s.last_use)
+                .map(|(id, _)| id.clone());
             if let Some(oldest) = oldest {
                 sessions.remove(&oldest);
-                self.env.log(&format!("{SESSIONS_MAX} HTTP sessions open: ended the least recently used"));
+                let ended = self.sessions_ended.get() + 1;
+                self.sessions_ended.set(ended);
+                // Logged at the first and then every hundredth: a flood of sessions must not
+                // flood the log.
+                if ended % 100 == 1 {
+                    self.env.log(&format!(
+                        "HTTP sessions at their limit ({SESSIONS_PER_PRINCIPAL_MAX} a principal, {SESSIONS_MAX} in all): \
+                         {ended} ended so far, the least recently used first"
+                    ));
+                }
             }
         }
         sessions
@@ -478,14 +524,28 @@ fn headers_match(request: &InboundRequest, message: &Value, method: &str) -> Res
     }
 }
 
-/// `localhost`, `127.0.0.1`, `[::1]`, each with or without a port.
+/// `localhost`, `127.0.0.1` (any 127/8 address), `[::1]`, each alone or with `:port`, and
+/// nothing else (no userinfo, no trailing text).
 fn is_loopback_authority(authority: &str) -> bool {
-    let host = match authority.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().map(|inside| format!("[{inside}]")).unwrap_or_default(),
-        None => authority.split(':').next().unwrap_or("").to_string(),
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((inside, after)) => (format!("[{inside}]"), after),
+            None => return false,
+        },
+        None => match authority.find(':') {
+            Some(at) => (authority[..at].to_string(), &authority[at..]),
+            None => (authority.to_string(), ""),
+        },
     };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|digits| (1..=5).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()));
     let host = host.to_ascii_lowercase();
-    host == "localhost" || host == "[::1]" || host.parse::<core::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+    port_ok
+        && (host == "localhost"
+            || host == "[::1]"
+            || host.parse::<core::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback()))
 }
 
 /// Equal secrets, compared without an early exit on the first differing byte.
@@ -522,7 +582,7 @@ impl Collected {
     /// 400 for a request refused as malformed or unsupported, 500 for an internal error.
     fn error_status(&self) -> Option<u16> {
         let lines = self.lines.borrow();
-        let answer: Value = serde_json::from_slice(lines.back()?).ok()?;
+        let answer: Value = serde_json::from_slice(lines.iter().rev().find(|line| is_response(line))?).ok()?;
         let code = answer.pointer("/error/code")?.as_i64()?;
         Some(match code {
             jsonrpc::METHOD_NOT_FOUND => 404,
@@ -531,15 +591,19 @@ impl Collected {
         })
     }
 
-    /// The exchange's answer: nothing to say (202), one message as JSON, or several as an
-    /// SSE stream (a client that takes no stream gets the last one, the answer, alone).
-    fn answer(&self, takes_stream: bool) -> OutboundAnswer {
+    /// The exchange's answer. As JSON: the response alone (a client that takes no stream
+    /// misses the notifications). As an SSE stream: every message, the response last. With
+    /// no response (the request was cancelled): the notifications on a stream, or 202.
+    fn answer(&self, reply: Reply) -> OutboundAnswer {
         let lines = self.lines.borrow();
-        match lines.len() {
-            0 => accepted(),
-            1 => json_bytes(200, lines[0].clone()),
-            _ if !takes_stream => json_bytes(200, lines.back().expect("several lines").clone()),
-            _ => {
+        let response = lines.iter().rev().find(|line| is_response(line));
+        let stream = match reply {
+            Reply::Stream => !lines.is_empty(),
+            Reply::Either => lines.len() > 1 || (response.is_none() && !lines.is_empty()),
+            Reply::Json => false,
+        };
+        match response {
+            _ if stream => {
                 let mut body = Vec::new();
                 for line in lines.iter() {
                     body.extend_from_slice(b"event: message\ndata: ");
@@ -555,8 +619,36 @@ impl Collected {
                     body,
                 }
             }
+            Some(response) => json_bytes(200, response.clone()),
+            None => accepted(),
         }
     }
+}
+
+/// How the client takes answers (its Accept header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reply {
+    Json,
+    Stream,
+    /// JSON for a lone response, a stream when there is more.
+    Either,
+}
+
+/// Whether an Accept header takes `wanted` (a `q=0` range refuses it).
+fn accepts(accept: &str, wanted: &str) -> bool {
+    let family = wanted.split('/').next().unwrap_or("");
+    accept.split(',').any(|range| {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let refused = parts.any(|p| p.trim().strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>() == Ok(0.0)));
+        !refused && (media == wanted || media == "*/*" || media == format!("{family}/*"))
+    })
+}
+
+/// A JSON-RPC response line (an answer with an id), not a notification.
+fn is_response(line: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(line)
+        .is_ok_and(|m| m.get("method").is_none() && (m.get("result").is_some() || m.get("error").is_some()))
 }
 
 fn accepted() -> OutboundAnswer {
@@ -592,9 +684,48 @@ mod tests {
             "10.0.0.1:80",
             "[::2]:80",
             "127.0.0.1.evil",
+            "localhost:evil.com",
+            "[::1]evil.com",
+            "localhost:80@evil.com",
+            "[::1",
+            "127.0.0.1:80.evil.com",
+            "localhost:123456",
         ] {
             assert!(!is_loopback_authority(bad), "{bad}");
         }
+    }
+
+    /// The answer is the response, never a notification; a cancelled request (no response)
+    /// gets its notifications on a stream, or 202.
+    #[test]
+    fn an_exchange_answers_with_its_response_alone() {
+        let collected = |lines: &[&str]| {
+            let outlet = Collected::default();
+            for line in lines {
+                let _ = outlet.write_line(line.as_bytes().to_vec());
+            }
+            outlet
+        };
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+        let response = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+        let both = collected(&[note, response]);
+        assert_eq!(both.answer(Reply::Json).body, response.as_bytes());
+        assert_eq!(both.answer(Reply::Either).status, 200);
+        assert!(String::from_utf8(both.answer(Reply::Either).body).unwrap().starts_with("event: message"));
+        let cancelled = collected(&[note]);
+        assert_eq!(cancelled.answer(Reply::Json).status, 202);
+        assert!(cancelled.answer(Reply::Json).body.is_empty());
+        assert!(String::from_utf8(cancelled.answer(Reply::Either).body).unwrap().contains("notifications/message"));
+        assert_eq!(collected(&[response]).answer(Reply::Either).body, response.as_bytes());
+        assert_eq!(collected(&[]).answer(Reply::Stream).status, 202);
+    }
+
+    #[test]
+    fn accept_headers_are_read_with_their_weights() {
+        assert!(accepts("application/json, text/event-stream", "text/event-stream"));
+        assert!(accepts("*/*", "application/json") && accepts("application/*", "application/json"));
+        assert!(!accepts("application/json;q=0, text/event-stream", "application/json"));
+        assert!(!accepts("text/html", "application/json"));
     }
 
     #[test]

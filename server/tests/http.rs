@@ -62,9 +62,10 @@ impl Server {
         }
         request.push_str("\r\n");
         stream.write_all(request.as_bytes()).unwrap();
-        stream.write_all(body).unwrap();
+        // A server refusing from the headers alone may close before the body is all sent.
+        let _ = stream.write_all(body);
         let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).unwrap();
+        let _ = stream.read_to_end(&mut raw);
         Answer::parse(&raw)
     }
 
@@ -285,10 +286,15 @@ fn a_bearer_token_is_required_and_never_in_any_output() {
     assert_eq!(answer.status, 200, "{}", answer.text());
     let message = answer.json();
     assert_valid(&message, Era::Modern, Some("tools/call"));
-    assert_eq!(message["result"]["isError"], json!(false), "{message}");
-    assert!(answer.text().contains("[redacted]"), "the echoed token is scrubbed: {message}");
+    // The token as an argument is refused before anything runs: the journal would hold it
+    // scrubbed while the program saw it, and the run could never replay.
+    assert_eq!(message["result"]["isError"], json!(true), "{message}");
+    assert!(answer.text().contains("keeps secret"), "{message}");
     bodies.push(answer.text());
-    // A client that sends the token as an argument gets it back scrubbed, like any secret.
+    let plain_call = modern_call(2, "text_stats", json!({"text": "no secret here"}));
+    let answer = server.post(&plain_call, &headers);
+    assert_eq!(answer.json()["result"]["isError"], json!(false), "{}", answer.text());
+    // No output holds the token, in any form.
     for body in bodies.iter().chain([&server.stderr()]) {
         assert!(!body.contains(TOKEN), "the token leaked: {body}");
     }
@@ -322,6 +328,77 @@ fn limits_and_wrong_requests_get_clear_http_errors() {
     assert_eq!(answer.status, 413, "{}", answer.text());
     // The server goes on serving.
     assert_eq!(server.post(&list, &[("mcp-method", "tools/list")]).status, 200);
+}
+
+/// Headers decide before a body is read: a request refused by its Host or its credentials
+/// is answered at once, though its body never comes (nor a `100 Continue`).
+#[test]
+fn a_refused_request_is_answered_before_its_body() {
+    let server = Server::start(&["--bearer-token-env", "WARDEN_TEST_TOKEN"], &[("WARDEN_TEST_TOKEN", TOKEN)]);
+    for (host, expect, want) in [("evil.example", "", 403), ("localhost", "expect: 100-continue\r\n", 401)] {
+        let mut stream = TcpStream::connect(server.address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n{expect}content-length: 1000\r\nconnection: close\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        let answer = Answer::parse(&raw);
+        assert_eq!(answer.status, want, "{host}: {}", answer.text());
+    }
+}
+
+#[test]
+fn http_semantics_are_strict() {
+    let server = Server::start(&[], &[]);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}});
+    let headers = [("mcp-method", "tools/list")];
+    // Two Host headers, an absolute-form target naming another host.
+    let twice = server.post(&list, &[headers[0], ("host", "localhost"), ("host", "127.0.0.1")]);
+    assert_eq!(twice.status, 400, "{}", twice.text());
+    // The media type exactly; an Accept that takes only a stream gets one.
+    let body = list.to_string();
+    let jsonx = server.send("POST", "/mcp", &[("content-type", "application/jsonx"), headers[0]], body.as_bytes());
+    assert_eq!(jsonx.status, 415);
+    let refused = server.send(
+        "POST",
+        "/mcp",
+        &[("content-type", "application/json"), ("accept", "application/json;q=0"), headers[0]],
+        body.as_bytes(),
+    );
+    assert_eq!(refused.status, 406);
+    let stream = server.send(
+        "POST",
+        "/mcp",
+        &[("content-type", "application/json; charset=utf-8"), ("accept", "text/event-stream"), headers[0]],
+        body.as_bytes(),
+    );
+    assert_eq!((stream.status, stream.header("content-type")), (200, Some("text/event-stream")));
+    let data = stream.text();
+    let line = data.lines().find_map(|line| line.strip_prefix("data: ")).expect("an event");
+    assert_valid(&serde_json::from_str(line).unwrap(), Era::Modern, Some("tools/list"));
+    // What is not a JSON-RPC message is refused as over stdio.
+    for (body, code) in [(json!({}), -32600), (json!({"jsonrpc": "2.0", "id": 1, "method": 5}), -32600)] {
+        let answer = server.post(&body, &headers);
+        assert_eq!(answer.status, 400, "{body}");
+        let message = answer.json();
+        assert_valid(&message, Era::Modern, None);
+        assert_eq!(message["error"]["code"], json!(code), "{message}");
+    }
+    // A client that half-closes after its request still gets the answer.
+    let mut stream = TcpStream::connect(server.address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nmcp-method: tools/list\r\ncontent-length: {}\r\n\r\n{body}",
+        server.address,
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    assert_eq!(Answer::parse(&raw).status, 200);
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -103,10 +103,21 @@ impl Clock for RealClock {
 struct RealRng;
 
 impl Rng for RealRng {
+    /// The kernel's random bytes through getrandom(2): no file descriptor, so it works when
+    /// every descriptor is taken (a flood of connections).
     fn fill(&self, bytes: &mut [u8]) {
-        use std::io::Read;
-        let mut source = std::fs::File::open("/dev/urandom").expect("opening /dev/urandom");
-        source.read_exact(bytes).expect("reading /dev/urandom");
+        let mut filled = 0;
+        while filled < bytes.len() {
+            let rest = &mut bytes[filled..];
+            // SAFETY: the kernel writes at most `rest.len()` bytes into `rest`.
+            let got = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+            if got > 0 {
+                filled += got as usize;
+            } else {
+                let error = std::io::Error::last_os_error();
+                assert!(error.kind() == std::io::ErrorKind::Interrupted, "getrandom failed: {error}");
+            }
+        }
     }
 }
 
