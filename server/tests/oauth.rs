@@ -1,0 +1,265 @@
+//! `warden serve-http` as an OAuth 2.1 resource server, the real binary: the test plays the
+//! issuer (a P-256 key of its own, its JWKS in a file) and signs access tokens for several
+//! principals. Refused tokens get a 401 pointing at the resource metadata; each principal's
+//! quota and `once` keys are its own; a tool's scopes are required; the ledger and the journal
+//! record whom each run is for.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+use serde_json::{json, Value};
+
+const ISSUER: &str = "https://issuer.test";
+const AUDIENCE: &str = "http://warden.test/mcp";
+
+const NOTE: &str = r#"
+def main(text: str) -> str:
+    """Keep a note.
+
+    Args:
+        text: The note.
+    """
+    return text
+"#;
+
+/// An issuer's signing key and its public JWK.
+struct Issuer {
+    key: EncodingKey,
+    jwk: Value,
+}
+
+impl Issuer {
+    fn new(kid: &str) -> Issuer {
+        let random = ring::rand::SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &random).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &random).unwrap();
+        let point = pair.public_key().as_ref();
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let jwk = json!({"kty": "EC", "crv": "P-256", "x": b64(&point[1..33]), "y": b64(&point[33..65]),
+                         "kid": kid, "alg": "ES256", "use": "sig"});
+        Issuer { key: EncodingKey::from_ec_der(pkcs8.as_ref()), jwk }
+    }
+
+    fn token(&self, claims: &Value) -> String {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = self.jwk["kid"].as_str().map(str::to_string);
+        jsonwebtoken::encode(&header, claims, &self.key).unwrap()
+    }
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+fn claims(subject: &str, scope: &str) -> Value {
+    json!({"iss": ISSUER, "aud": AUDIENCE, "sub": subject, "exp": now_s() + 600, "scope": scope})
+}
+
+struct Server {
+    dir: tempfile::TempDir,
+    child: Child,
+    address: std::net::SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(issuer: &Issuer) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("note.star"), NOTE).unwrap();
+    let manifest = json!({
+        "server": {"name": "oauth-test", "journals": "journals"},
+        "tools": [
+            {"name": "note", "program": "note.star", "quota": {"window": "1h", "calls": 2, "per": "principal"}},
+            {"name": "keyed_note", "program": "note.star", "once": {"by": ["text"], "per": "principal"}},
+            {"name": "admin_note", "program": "note.star", "scopes": ["notes:admin"]}
+        ]
+    });
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    std::fs::write(dir.path().join("jwks.json"), json!({"keys": [issuer.jwk]}).to_string()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("serve-http")
+        .arg(dir.path().join("manifest.json"))
+        .args(["--listen", "127.0.0.1:0", "--oauth-issuer", ISSUER, "--oauth-audience", AUDIENCE])
+        .arg("--oauth-jwks-file")
+        .arg(dir.path().join("jwks.json"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let address = loop {
+        let line = lines.next().expect("the server logs where it listens").unwrap();
+        if let Some(rest) = line.strip_prefix("warden: listening on http://") {
+            break rest.strip_suffix("/mcp").unwrap().parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    Server { dir, child, address }
+}
+
+/// One request: (status, the WWW-Authenticate header, body).
+fn send(server: &Server, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(server.address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        server.address,
+        body.len()
+    );
+    if let Some(token) = token {
+        request.push_str(&format!("authorization: Bearer {token}\r\n"));
+    }
+    if let Ok(message) = serde_json::from_str::<Value>(&body) {
+        if let Some(method) = message["method"].as_str() {
+            request.push_str(&format!("mcp-method: {method}\r\n"));
+        }
+        if let Some(name) = message.pointer("/params/name").and_then(Value::as_str) {
+            request.push_str(&format!("mcp-name: {name}\r\n"));
+        }
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let challenge = head
+        .lines()
+        .find_map(|line| {
+            line.to_ascii_lowercase().starts_with("www-authenticate:").then(|| line[17..].trim().to_string())
+        })
+        .unwrap_or_default();
+    (status, challenge, body.to_string())
+}
+
+fn call(server: &Server, token: &str, tool: &str, text: &str) -> Value {
+    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": tool, "arguments": {"text": text},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let (status, _, body) = send(server, "POST", "/mcp", Some(token), Some(&message));
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    common::assert_valid(&answer, common::Era::Modern, Some("tools/call"));
+    answer["result"].clone()
+}
+
+#[test]
+fn refused_tokens_get_a_401_that_points_at_the_metadata() {
+    let issuer = Issuer::new("k1");
+    let server = start(&issuer);
+    let (status, _, body) = send(&server, "GET", "/.well-known/oauth-protected-resource/mcp", None, None);
+    assert_eq!(status, 200);
+    let metadata: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (metadata["resource"].clone(), metadata["authorization_servers"].clone()),
+        (json!(AUDIENCE), json!([ISSUER]))
+    );
+
+    let stranger = Issuer::new("k1"); // the same key id, another key
+    let mut expired = claims("alice", "");
+    expired["exp"] = json!(now_s() - 3600);
+    let mut elsewhere = claims("alice", "");
+    elsewhere["aud"] = json!("http://other.test/mcp");
+    let mut impostor = claims("alice", "");
+    impostor["iss"] = json!("https://impostor.test");
+    let hmac = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims("alice", ""),
+        &EncodingKey::from_secret(issuer.jwk.to_string().as_bytes()),
+    )
+    .unwrap();
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+    for (token, why) in [
+        (None, "required"),
+        (Some(issuer.token(&expired)), "expired"),
+        (Some(issuer.token(&elsewhere)), "another audience"),
+        (Some(issuer.token(&impostor)), "another issuer"),
+        (Some(stranger.token(&claims("alice", ""))), "signature"),
+        (Some(hmac), "public-key"),
+        (Some("not.a.jwt".to_string()), "not a JWT"),
+    ] {
+        let (status, challenge, body) = send(&server, "POST", "/mcp", token.as_deref(), Some(&list));
+        assert_eq!(status, 401, "{why}: {body}");
+        assert!(body.contains(why), "{why}: {body}");
+        assert!(
+            challenge.contains("resource_metadata=\"http://warden.test/.well-known/oauth-protected-resource/mcp\""),
+            "{challenge}"
+        );
+        if let Some(token) = &token {
+            assert!(!body.contains(token.as_str()) && !challenge.contains(token.as_str()), "the token is repeated");
+        }
+    }
+    let (status, _, body) = send(&server, "POST", "/mcp", Some(&issuer.token(&claims("alice", ""))), Some(&list));
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn each_principal_has_its_own_quota_once_keys_and_scopes() {
+    let issuer = Issuer::new("k1");
+    let server = start(&issuer);
+    let alice = issuer.token(&claims("alice", "notes:read"));
+    let bob = issuer.token(&claims("bob", "notes:read"));
+    let admin = issuer.token(&claims("carol", "notes:read notes:admin"));
+
+    // A quota of 2 calls an hour, per principal: Alice's third is refused, Bob's first is not.
+    assert_eq!(call(&server, &alice, "note", "one")["isError"], json!(false));
+    assert_eq!(call(&server, &alice, "note", "two")["isError"], json!(false));
+    let third = call(&server, &alice, "note", "three");
+    assert_eq!(third["isError"], json!(true), "{third}");
+    assert!(third.to_string().contains("over the quota"), "{third}");
+    assert_eq!(call(&server, &bob, "note", "one")["isError"], json!(false), "Bob's quota is his own");
+
+    // `once` keys per principal: Alice's repeat is her first run; Bob's same key is his own run.
+    for token in [&alice, &alice, &bob] {
+        assert_eq!(call(&server, token, "keyed_note", "same")["isError"], json!(false));
+    }
+    let ledger = std::fs::read_to_string(server.dir.path().join("journals/server.ledger")).unwrap();
+    let keyed: Vec<&str> =
+        ledger.lines().filter(|line| line.contains("keyed_note") && line.contains("\"reserve\"")).collect();
+    assert_eq!(keyed.len(), 2, "one run for Alice's key, one for Bob's: {keyed:?}");
+    assert!(keyed[0].contains("\"principal\":\"alice\"") && keyed[1].contains("\"principal\":\"bob\""), "{keyed:?}");
+
+    // Scopes: only a principal granted `notes:admin` may call `admin_note`.
+    let refused = call(&server, &alice, "admin_note", "x");
+    assert_eq!(refused["isError"], json!(true));
+    assert!(refused.to_string().contains("notes:admin"), "{refused}");
+    assert_eq!(call(&server, &admin, "admin_note", "x")["isError"], json!(false));
+
+    // The journal's header records whom the run is for.
+    let headers: Vec<String> = walk(&server.dir.path().join("journals/admin_note"))
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "journal"))
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect();
+    assert_eq!(headers.len(), 1, "the refused call started no run");
+    assert!(headers[0].lines().next().unwrap().contains("\"principal\":\"carol\""), "{}", headers[0]);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
