@@ -158,13 +158,15 @@ async fn unfinished(env: &Env, journals: &Path, state: &State) -> String {
     for entry in open {
         let files = RunFiles::new(journals, &entry.tool, &entry.run);
         let waiting = env.disk.exists(&files.waiting).await.unwrap_or(false);
+        // Whom the run is for, when a remote principal called it.
+        let run = match &entry.principal {
+            Some(principal) => format!("{} (for {principal})", entry.run),
+            None => entry.run.clone(),
+        };
         if waiting {
-            out.push_str(&format!("  {} {}: {}\n", entry.tool, entry.run, waiting_line(env, &files.waiting).await));
+            out.push_str(&format!("  {} {run}: {}\n", entry.tool, waiting_line(env, &files.waiting).await));
         } else {
-            out.push_str(&format!(
-                "  {} {}: in progress, or interrupted and resumed at the next start\n",
-                entry.tool, entry.run
-            ));
+            out.push_str(&format!("  {} {run}: in progress, or interrupted and resumed at the next start\n", entry.tool));
         }
     }
     out

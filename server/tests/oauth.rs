@@ -249,6 +249,27 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
         .collect();
     assert_eq!(headers.len(), 1, "the refused call started no run");
     assert!(headers[0].lines().next().unwrap().contains("\"principal\":\"carol\""), "{}", headers[0]);
+
+    // `warden mcp status` names whom an unfinished run is for.
+    let unfinished = warden::ledger::Event::Reserve {
+        run: "dd000000000000000000000000000000".into(),
+        tool: "note".into(),
+        at_ms: now_s() * 1000,
+        calls: 1,
+        money: vec![],
+        once: None,
+        principal: Some("dave".into()),
+    };
+    let mut ledger = std::fs::OpenOptions::new().append(true).open(server.dir.path().join("journals/server.ledger")).unwrap();
+    ledger.write_all(&warden::record::encode(&unfinished)).unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["mcp", "status"])
+        .arg(server.dir.path().join("manifest.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("note dd000000000000000000000000000000 (for dave): in progress"), "{text}");
+    assert!(text.contains("note (all principals; each has the quota): 4 of 2 calls"), "{text}");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
