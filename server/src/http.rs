@@ -66,8 +66,8 @@ pub struct OAuthOptions {
     pub issuer: String,
     /// This server's resource URL (ending in /mcp): the tokens' audience.
     pub audience: String,
-    /// The issuer's public keys, a JWKS file.
-    pub jwks_file: std::path::PathBuf,
+    /// The issuer's public keys (a JWKS file, or a URL fetched at start and hourly).
+    pub keys: crate::oauth::KeySource,
 }
 
 /// How requests are authenticated.
@@ -77,7 +77,7 @@ enum Auth {
     /// One static token: one trusted client, no principal (as over stdio).
     Bearer(String),
     /// Access tokens: each request's principal is the token's subject.
-    OAuth(OAuthConfig),
+    OAuth(Rc<OAuthConfig>),
 }
 
 /// Serves the manifest's tools over Streamable HTTP until listening fails or a durable
@@ -85,9 +85,7 @@ enum Auth {
 pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -> Result<(), String> {
     let auth = match (&options.oauth, &options.bearer_token_env) {
         (Some(_), Some(_)) => return Err("--bearer-token-env and --oauth-*: choose one way to authenticate".into()),
-        (Some(oauth), None) => {
-            Auth::OAuth(OAuthConfig::load(env, &oauth.issuer, &oauth.audience, &oauth.jwks_file).await?)
-        }
+        (Some(oauth), None) => Auth::OAuth(OAuthConfig::load(env, &oauth.issuer, &oauth.audience, &oauth.keys).await?),
         (None, _) => match bearer_token(env, &options)? {
             Some(token) => Auth::Bearer(token),
             None => Auth::None,

@@ -33,17 +33,20 @@ enum Command {
         listen: core::net::SocketAddr,
         /// The environment variable holding the bearer token every request must carry
         /// (`Authorization: Bearer <token>`, at least 16 bytes).
-        #[arg(long, conflicts_with_all = ["oauth_issuer", "oauth_audience", "oauth_jwks_file"])]
+        #[arg(long, conflicts_with_all = ["oauth_issuer", "oauth_audience", "oauth_jwks_file", "oauth_jwks_url"])]
         bearer_token_env: Option<String>,
         /// OAuth 2.1: the authorization server whose access tokens (JWTs) are accepted.
-        #[arg(long, requires_all = ["oauth_audience", "oauth_jwks_file"])]
+        #[arg(long, requires = "oauth_audience")]
         oauth_issuer: Option<String>,
         /// OAuth 2.1: this server's resource URL, ending in /mcp (the tokens' audience).
-        #[arg(long, requires_all = ["oauth_issuer", "oauth_jwks_file"])]
+        #[arg(long, requires = "oauth_issuer")]
         oauth_audience: Option<String>,
-        /// OAuth 2.1: the issuer's public keys (a JWKS file).
-        #[arg(long, requires_all = ["oauth_issuer", "oauth_audience"])]
+        /// OAuth 2.1: the issuer's public keys, a JWKS file.
+        #[arg(long, requires = "oauth_issuer", conflicts_with = "oauth_jwks_url")]
         oauth_jwks_file: Option<PathBuf>,
+        /// OAuth 2.1: the issuer's public keys, fetched from this URL at start and hourly.
+        #[arg(long, requires = "oauth_issuer")]
+        oauth_jwks_url: Option<String>,
     },
     /// Check a manifest and its programs without serving anything.
     Check { manifest: PathBuf },
@@ -116,11 +119,28 @@ fn main() -> ExitCode {
             let env = warden::io::real_env(stdio);
             report(warden::io::run(warden::commands::serve_mcp(&env, &manifest)).map(|()| String::new()))
         }
-        Command::ServeHttp { manifest, listen, bearer_token_env, oauth_issuer, oauth_audience, oauth_jwks_file } => {
+        Command::ServeHttp {
+            manifest,
+            listen,
+            bearer_token_env,
+            oauth_issuer,
+            oauth_audience,
+            oauth_jwks_file,
+            oauth_jwks_url,
+        } => {
             let env = warden::io::command_env();
-            let oauth = match (oauth_issuer, oauth_audience, oauth_jwks_file) {
-                (Some(issuer), Some(audience), Some(jwks_file)) => {
-                    Some(warden::http::OAuthOptions { issuer, audience, jwks_file })
+            let keys = match (oauth_jwks_file, oauth_jwks_url) {
+                (Some(file), _) => Some(warden::oauth::KeySource::File(file)),
+                (None, Some(url)) => Some(warden::oauth::KeySource::Url(url)),
+                (None, None) => None,
+            };
+            let oauth = match (oauth_issuer, oauth_audience, keys) {
+                (Some(issuer), Some(audience), Some(keys)) => {
+                    Some(warden::http::OAuthOptions { issuer, audience, keys })
+                }
+                (Some(_), _, None) => {
+                    eprintln!("warden: --oauth-issuer needs --oauth-jwks-file or --oauth-jwks-url");
+                    return ExitCode::from(2);
                 }
                 _ => None,
             };

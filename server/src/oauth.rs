@@ -4,7 +4,9 @@
 //! call runs for. Only public-key algorithms are accepted: a token "signed" with an HMAC over
 //! a public key (algorithm confusion) is refused, as is one without a signature.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
+use std::rc::Rc;
 
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -21,6 +23,18 @@ pub const SUBJECT_BYTES_MAX: usize = 256;
 pub const SCOPES_MAX: usize = 64;
 /// Clock skew allowed between the issuer and this server, on `exp` and `nbf`.
 pub const LEEWAY_S: u64 = 60;
+/// How often keys from a URL are fetched again (the issuer rotates them), and how long one
+/// fetch may take.
+pub const JWKS_REFRESH_MS: u64 = 3_600_000;
+pub const JWKS_FETCH_MS: u64 = 10_000;
+
+/// Where the issuer's public keys are.
+#[derive(Clone, Debug)]
+pub enum KeySource {
+    File(std::path::PathBuf),
+    /// Fetched at start and every `JWKS_REFRESH_MS`; https, or http on loopback.
+    Url(String),
+}
 
 /// Who a call runs for: the token's subject, and the scopes it was granted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,7 +48,7 @@ pub struct OAuthConfig {
     pub issuer: String,
     /// This server's resource identifier (its `/mcp` URL): the tokens' required audience.
     pub audience: String,
-    keys: JwkSet,
+    keys: RefCell<JwkSet>,
 }
 
 #[derive(Deserialize)]
@@ -48,14 +62,9 @@ struct Claims {
 }
 
 impl OAuthConfig {
-    /// Reads the issuer's keys from `jwks_file` (through the seam) and checks the settings.
-    pub async fn load(
-        env: &Env,
-        issuer: &str,
-        audience: &str,
-        jwks_file: &std::path::Path,
-    ) -> Result<OAuthConfig, String> {
-        let shown = jwks_file.display();
+    /// Reads the issuer's keys (through the seam) and checks the settings. Keys from a URL
+    /// are fetched again every `JWKS_REFRESH_MS` (a failed fetch keeps the keys held).
+    pub async fn load(env: &Env, issuer: &str, audience: &str, keys: &KeySource) -> Result<Rc<OAuthConfig>, String> {
         if !(audience.starts_with("http://") || audience.starts_with("https://")) || !audience.ends_with("/mcp") {
             return Err(format!(
                 "--oauth-audience {audience}: the audience is this server's resource URL, ending in /mcp"
@@ -64,21 +73,26 @@ impl OAuthConfig {
         if issuer.is_empty() {
             return Err("--oauth-issuer: the issuer is required".to_string());
         }
-        let bytes = env.disk.read(jwks_file).await.map_err(|e| format!("{shown}: cannot read the JWKS: {e}"))?;
-        if bytes.len() > JWKS_BYTES_MAX {
-            return Err(format!("{shown}: the JWKS holds {} bytes; the limit is {JWKS_BYTES_MAX}", bytes.len()));
+        let first = read_keys(env, keys).await?;
+        let config = Rc::new(OAuthConfig {
+            issuer: issuer.to_string(),
+            audience: audience.to_string(),
+            keys: RefCell::new(first),
+        });
+        if let KeySource::Url(url) = keys {
+            let (refresh_env, url, held) = (env.clone(), url.clone(), Rc::downgrade(&config));
+            env.spawn.spawn(Box::pin(async move {
+                loop {
+                    refresh_env.clock.sleep(JWKS_REFRESH_MS).await;
+                    let Some(config) = held.upgrade() else { return };
+                    match read_keys(&refresh_env, &KeySource::Url(url.clone())).await {
+                        Ok(keys) => *config.keys.borrow_mut() = keys,
+                        Err(problem) => refresh_env.log(&format!("{problem}; the keys held are kept")),
+                    }
+                }
+            }));
         }
-        let keys: JwkSet = serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: not a JWKS: {e}"))?;
-        if keys.keys.is_empty() {
-            return Err(format!("{shown}: the JWKS holds no key"));
-        }
-        for (index, key) in keys.keys.iter().enumerate() {
-            if matches!(key.algorithm, AlgorithmParameters::OctetKey(_)) {
-                return Err(format!("{shown}: keys[{index}] is a symmetric key; an issuer's keys are public keys"));
-            }
-            DecodingKey::from_jwk(key).map_err(|e| format!("{shown}: keys[{index}]: {e}"))?;
-        }
-        Ok(OAuthConfig { issuer: issuer.to_string(), audience: audience.to_string(), keys })
+        Ok(config)
     }
 
     /// Where this resource's metadata (RFC 9728) is served, for the 401's `WWW-Authenticate`.
@@ -106,13 +120,15 @@ impl OAuthConfig {
         if !is_public_key_algorithm(header.alg) {
             return Err("the token's algorithm is not a public-key signature".to_string());
         }
+        let keys = self.keys.borrow();
         let key = match &header.kid {
-            Some(kid) => self.keys.find(kid),
-            None if self.keys.keys.len() == 1 => self.keys.keys.first(),
+            Some(kid) => keys.find(kid),
+            None if keys.keys.len() == 1 => keys.keys.first(),
             None => None,
         }
         .ok_or_else(|| "the token names no key of the issuer".to_string())?;
         let decoding = DecodingKey::from_jwk(key).map_err(|_| "the issuer's key cannot verify".to_string())?;
+        drop(keys);
         let mut validation = Validation::new(header.alg);
         // Expiry is checked below against this server's clock (the seam), not the system's.
         validation.validate_exp = false;
@@ -157,4 +173,53 @@ fn refusal(kind: &jsonwebtoken::errors::ErrorKind) -> &'static str {
         ErrorKind::InvalidAlgorithm => "its algorithm is not its key's",
         _ => "it is malformed",
     }
+}
+
+/// The issuer's keys from a file or a URL, checked: public keys only, each usable.
+async fn read_keys(env: &Env, source: &KeySource) -> Result<JwkSet, String> {
+    let (shown, bytes) = match source {
+        KeySource::File(path) => {
+            let bytes =
+                env.disk.read(path).await.map_err(|e| format!("{}: cannot read the JWKS: {e}", path.display()))?;
+            (path.display().to_string(), bytes)
+        }
+        KeySource::Url(url) => (url.clone(), fetch(env, url).await?),
+    };
+    if bytes.len() > JWKS_BYTES_MAX {
+        return Err(format!("{shown}: the JWKS holds {} bytes; the limit is {JWKS_BYTES_MAX}", bytes.len()));
+    }
+    let keys: JwkSet = serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: not a JWKS: {e}"))?;
+    if keys.keys.is_empty() {
+        return Err(format!("{shown}: the JWKS holds no key"));
+    }
+    for (index, key) in keys.keys.iter().enumerate() {
+        if matches!(key.algorithm, AlgorithmParameters::OctetKey(_)) {
+            return Err(format!("{shown}: keys[{index}] is a symmetric key; an issuer's keys are public keys"));
+        }
+        DecodingKey::from_jwk(key).map_err(|e| format!("{shown}: keys[{index}]: {e}"))?;
+    }
+    Ok(keys)
+}
+
+/// One GET of the keys, within `JWKS_FETCH_MS`: https, or http on loopback.
+async fn fetch(env: &Env, url: &str) -> Result<Vec<u8>, String> {
+    let loopback = ["http://127.0.0.1:", "http://localhost:", "http://[::1]:"].iter().any(|p| url.starts_with(p));
+    if !url.starts_with("https://") && !loopback {
+        return Err(format!("--oauth-jwks-url {url}: keys are fetched over https (http only on loopback)"));
+    }
+    let request = crate::env::HttpRequest {
+        method: "GET".to_string(),
+        url: url.to_string(),
+        headers: vec![("accept".to_string(), "application/json".to_string())],
+        body: Vec::new(),
+        connect_timeout_ms: JWKS_FETCH_MS,
+        timeout_ms: JWKS_FETCH_MS,
+        body_bytes_max: JWKS_BYTES_MAX,
+    };
+    let response =
+        env.net.request(request).await.map_err(|e| format!("{url}: fetching the JWKS failed: {}", e.message))?;
+    if response.status != 200 {
+        return Err(format!("{url}: fetching the JWKS answered HTTP {}", response.status));
+    }
+    Ok(response.body)
 }

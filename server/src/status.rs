@@ -166,7 +166,10 @@ async fn unfinished(env: &Env, journals: &Path, state: &State) -> String {
         if waiting {
             out.push_str(&format!("  {} {run}: {}\n", entry.tool, waiting_line(env, &files.waiting).await));
         } else {
-            out.push_str(&format!("  {} {run}: in progress, or interrupted and resumed at the next start\n", entry.tool));
+            out.push_str(&format!(
+                "  {} {run}: in progress, or interrupted and resumed at the next start\n",
+                entry.tool
+            ));
         }
     }
     out

@@ -76,6 +76,11 @@ impl Drop for Server {
 }
 
 fn start(issuer: &Issuer) -> Server {
+    start_with_keys(issuer, None)
+}
+
+/// Keys from the JWKS file, or from `url` when given.
+fn start_with_keys(issuer: &Issuer, url: Option<&str>) -> Server {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("note.star"), NOTE).unwrap();
     let manifest = json!({
@@ -88,17 +93,20 @@ fn start(issuer: &Issuer) -> Server {
     });
     std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
     std::fs::write(dir.path().join("jwks.json"), json!({"keys": [issuer.jwk]}).to_string()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .arg("serve-http")
-        .arg(dir.path().join("manifest.json"))
-        .args(["--listen", "127.0.0.1:0", "--oauth-issuer", ISSUER, "--oauth-audience", AUDIENCE])
-        .arg("--oauth-jwks-file")
-        .arg(dir.path().join("jwks.json"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    command.arg("serve-http").arg(dir.path().join("manifest.json")).args([
+        "--listen",
+        "127.0.0.1:0",
+        "--oauth-issuer",
+        ISSUER,
+        "--oauth-audience",
+        AUDIENCE,
+    ]);
+    match url {
+        Some(url) => command.args(["--oauth-jwks-url", url]),
+        None => command.arg("--oauth-jwks-file").arg(dir.path().join("jwks.json")),
+    };
+    let mut child = command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let address = loop {
         let line = lines.next().expect("the server logs where it listens").unwrap();
@@ -260,7 +268,8 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
         once: None,
         principal: Some("dave".into()),
     };
-    let mut ledger = std::fs::OpenOptions::new().append(true).open(server.dir.path().join("journals/server.ledger")).unwrap();
+    let mut ledger =
+        std::fs::OpenOptions::new().append(true).open(server.dir.path().join("journals/server.ledger")).unwrap();
     ledger.write_all(&warden::record::encode(&unfinished)).unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_warden"))
         .args(["mcp", "status"])
@@ -270,6 +279,34 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("note dd000000000000000000000000000000 (for dave): in progress"), "{text}");
     assert!(text.contains("note (all principals; each has the quota): 4 of 2 calls"), "{text}");
+}
+
+/// The issuer's keys fetched from a URL (a loopback server standing in for the issuer).
+#[test]
+fn keys_can_come_from_the_issuer_s_url() {
+    let issuer = Issuer::new("k1");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    let jwks = json!({"keys": [issuer.jwk]}).to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{jwks}",
+                jwks.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    let server = start_with_keys(&issuer, Some(&url));
+    let alice = issuer.token(&claims("alice", ""));
+    assert_eq!(call(&server, &alice, "note", "from a fetched key")["isError"], json!(false));
+    let stranger = Issuer::new("k1");
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+    assert_eq!(send(&server, "POST", "/mcp", Some(&stranger.token(&claims("alice", ""))), Some(&list)).0, 401);
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
