@@ -186,6 +186,24 @@ pub struct WorldFile {
     /// Program file name -> Starlark text.
     pub programs: BTreeMap<String, String>,
     pub tools: Vec<ToolShape>,
+    /// How the client reaches the server: stdio (`warden mcp`), or Streamable HTTP
+    /// (`warden serve-http`, each message a request through the HTTP front).
+    #[serde(default, skip_serializing_if = "Transport::is_stdio")]
+    pub transport: Transport,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    #[default]
+    Stdio,
+    Http,
+}
+
+impl Transport {
+    pub fn is_stdio(&self) -> bool {
+        *self == Transport::Stdio
+    }
 }
 
 /// One tool of a world, as the client model sees it.

@@ -43,6 +43,7 @@ pub const SECRETS: &[&str] = &[SECRET, NOTES_TOKEN];
 pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) {
     match file {
         Some(file) => {
+            world.transport.set(file.transport);
             world.install("manifest.json", file.manifest.as_bytes());
             for (name, text) in &file.programs {
                 world.install(name, text.as_bytes());

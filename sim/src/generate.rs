@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::{json, Map, Value};
 use warden::manifest::Manifest;
-use warden_faults::{Template, ToolShape, WorldFile};
+use warden_faults::{Template, ToolShape, Transport, WorldFile};
 
 /// The most tools a generated world serves.
 pub const TOOLS_MAX: u64 = 6;
@@ -111,7 +111,21 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         programs.insert("triage.star".into(), PROMPT_PROGRAM.into());
         manifest["prompts"] = json!([{"name": PROMPT_NAME, "program": "triage.star"}]);
     }
-    WorldFile { manifest: serde_json::to_string_pretty(&manifest).expect("JSON"), programs, tools: shapes }
+    WorldFile {
+        manifest: serde_json::to_string_pretty(&manifest).expect("JSON"),
+        programs,
+        tools: shapes,
+        transport: transport_for_seed(seed),
+    }
+}
+
+/// A quarter of the worlds are served over Streamable HTTP. Drawn from the seed apart from
+/// the world's other draws, so adding it changed no other world.
+fn transport_for_seed(seed: u64) -> Transport {
+    match (seed ^ 0x4877_7470).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 {
+        0 => Transport::Http,
+        _ => Transport::Stdio,
+    }
 }
 
 /// A read-only resource: a ticket looked up in SQLite, or a payment intent fetched.

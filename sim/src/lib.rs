@@ -12,6 +12,7 @@ pub mod fired;
 pub mod fixture;
 pub mod fuzzing;
 pub mod generate;
+pub mod http;
 pub mod limits;
 pub mod operator;
 pub mod oracle;

@@ -142,8 +142,29 @@ pub struct SimStdio {
 
 impl Stdio for SimStdio {
     fn read(&self, max: usize) -> LocalBoxFuture<'static, io::Result<Vec<u8>>> {
-        let pipe = Rc::clone(&self.pipe);
-        let crashed = Rc::clone(&self.crashed);
+        Pipe::read_chunk(&self.pipe, &self.crashed, max)
+    }
+
+    fn write_line(&self, line: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
+        self.write_through(line)
+    }
+
+    fn log(&self, line: &str) {
+        self.pipe.log.borrow_mut().push(line.to_string());
+        self.pipe.log_at.borrow_mut().push(self.clock.now());
+    }
+}
+
+impl Pipe {
+    /// The next chunk the client sent (at most `max` bytes); empty at EOF; never once the
+    /// instance has crashed.
+    pub fn read_chunk(
+        pipe: &Rc<Pipe>,
+        crashed: &Rc<Cell<bool>>,
+        max: usize,
+    ) -> LocalBoxFuture<'static, io::Result<Vec<u8>>> {
+        let pipe = Rc::clone(pipe);
+        let crashed = Rc::clone(crashed);
         Box::pin(std::future::poll_fn(move |cx| {
             if crashed.get() {
                 return Poll::Pending;
@@ -166,8 +187,12 @@ impl Stdio for SimStdio {
             Poll::Pending
         }))
     }
+}
 
-    fn write_line(&self, line: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
+impl SimStdio {
+    /// A line to the client: checked by the oracle, then into the pipe (or waiting for a
+    /// slow reader).
+    pub fn write_through(&self, line: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
         if self.crashed.get() {
             return Box::pin(std::future::pending());
         }
@@ -184,11 +209,6 @@ impl Stdio for SimStdio {
             warden::env::Spawn::spawn(&self.spawn, Box::pin(client));
         }
         Box::pin(WaitingWrite { pipe: Rc::clone(&self.pipe), line: Some(line), counted: false })
-    }
-
-    fn log(&self, line: &str) {
-        self.pipe.log.borrow_mut().push(line.to_string());
-        self.pipe.log_at.borrow_mut().push(self.clock.now());
     }
 }
 

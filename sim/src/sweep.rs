@@ -53,6 +53,8 @@ pub struct Report {
     pub fault_states: BTreeMap<String, u64>,
     /// The tool of each call sent, in order (shrinking pins them before dropping tools).
     pub sent_tools: Vec<String>,
+    /// The world was served over Streamable HTTP (`serve-http`), not stdio.
+    pub over_http: bool,
 }
 
 /// Counts the crash against the step it followed, and its window (before the disk's crash
@@ -201,6 +203,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     let mut report = Report { seed: scenario.seed, calls: scenario.calls, ..Report::default() };
     let world = World::new(scenario.seed);
     install(&world, scenario.world.as_ref(), scenario.canary);
+    report.over_http = world.transport.get() == warden_faults::Transport::Http;
     if let Err(problem) = truth::manifest(&world) {
         let message = format!("the world's manifest does not pass `warden check`: {problem}");
         report.violations.push(Violation { invariant: 0, message });

@@ -10,6 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::Value;
 use warden::env::{Env, LocalBoxFuture, Point, Probe, Rng};
+use warden_faults::Transport;
 
 use crate::clock::{SimClock, SimClockHandle};
 use crate::disk::{SimDisk, SimDiskHandle};
@@ -84,6 +85,8 @@ pub struct World {
     pub oracle: Rc<Oracle>,
     /// A client that reads the server's lines slowly (a fault).
     pub slow_reader: Rc<crate::stdio::SlowReader>,
+    /// How the client reaches each server instance.
+    pub transport: Cell<Transport>,
 }
 
 pub struct Instance {
@@ -116,6 +119,7 @@ impl World {
             sandbox: Rc::new(crate::sandbox::SandboxFaults::default()),
             oracle,
             slow_reader: Rc::default(),
+            transport: Cell::new(Transport::Stdio),
         }
     }
 
@@ -131,17 +135,21 @@ impl World {
         self.rng.borrow_mut().next_u64()
     }
 
-    fn env(&self, executor: &Executor, pipe: &Rc<Pipe>) -> Env {
+    fn stdio(&self, executor: &Executor, pipe: &Rc<Pipe>) -> SimStdio {
+        SimStdio {
+            pipe: Rc::clone(pipe),
+            crashed: Rc::clone(&self.crashed),
+            oracle: Rc::clone(&self.oracle),
+            clock: Rc::clone(&self.clock),
+            spawn: executor.spawner(),
+        }
+    }
+
+    fn env(&self, executor: &Executor, pipe: &Rc<Pipe>, http: Rc<dyn warden::env::HttpServe>) -> Env {
         Env {
             clock: Rc::new(SimClockHandle(Rc::clone(&self.clock))),
             disk: Rc::new(SimDiskHandle(Rc::clone(&self.disk))),
-            stdio: Rc::new(SimStdio {
-                pipe: Rc::clone(pipe),
-                crashed: Rc::clone(&self.crashed),
-                oracle: Rc::clone(&self.oracle),
-                clock: Rc::clone(&self.clock),
-                spawn: executor.spawner(),
-            }),
+            stdio: Rc::new(self.stdio(executor, pipe)),
             net: Rc::new(SimNet(Rc::clone(&self.services))),
             db: Rc::new(SimDb(Rc::clone(&self.services))),
             rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),
@@ -154,7 +162,7 @@ impl World {
             }),
             process: Rc::new(SimProcess(Rc::clone(&self.services))),
             probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
-            http: Rc::new(NoHttp),
+            http,
         }
     }
 
@@ -164,14 +172,43 @@ impl World {
         let executor =
             Executor::new(ChaCha8Rng::seed_from_u64(self.next_u64()), Rc::clone(&self.clock), Rc::clone(&self.crashed));
         let pipe = Pipe::new(Rc::clone(&self.slow_reader));
-        let env = self.env(&executor, &pipe);
         let exit = Rc::new(RefCell::new(None));
         let slot = Rc::clone(&exit);
         let manifest = World::path(manifest);
-        executor.spawn(Box::pin(async move {
-            let outcome = warden::commands::serve_mcp(&env, &manifest).await;
-            *slot.borrow_mut() = Some(outcome);
-        }));
+        match self.transport.get() {
+            Transport::Stdio => {
+                let env = self.env(&executor, &pipe, Rc::new(NoHttp));
+                executor.spawn(Box::pin(async move {
+                    let outcome = warden::commands::serve_mcp(&env, &manifest).await;
+                    *slot.borrow_mut() = Some(outcome);
+                }));
+            }
+            Transport::Http => {
+                let http = Rc::new(crate::http::SimHttp {
+                    handler: Rc::default(),
+                    listening: warden::sync::Signal::new(),
+                    done: warden::sync::Signal::new(),
+                });
+                let bridge = crate::http::Bridge::new(
+                    Rc::clone(&pipe),
+                    Rc::clone(&self.crashed),
+                    self.stdio(&executor, &pipe),
+                    &http,
+                    executor.spawner(),
+                );
+                let env = self.env(&executor, &pipe, http);
+                let options = warden::http::HttpOptions {
+                    listen: crate::http::ADDRESS.parse().expect("an address"),
+                    bearer_token_env: None,
+                    oauth: None,
+                };
+                executor.spawn(Box::pin(async move {
+                    let outcome = warden::http::serve_http(&env, &manifest, options).await;
+                    *slot.borrow_mut() = Some(outcome);
+                }));
+                executor.spawn(Box::pin(bridge.run()));
+            }
+        }
         Instance { executor, pipe, exit, disk: Rc::clone(&self.disk) }
     }
 
@@ -183,7 +220,7 @@ impl World {
         let executor =
             Executor::new(ChaCha8Rng::seed_from_u64(self.next_u64()), Rc::clone(&self.clock), Rc::clone(&self.crashed));
         let pipe = Pipe::new(Rc::default());
-        let env = self.env(&executor, &pipe);
+        let env = self.env(&executor, &pipe, Rc::new(NoHttp));
         let outcome = Rc::new(RefCell::new(None));
         let slot = Rc::clone(&outcome);
         let future = command(env);

@@ -1,0 +1,215 @@
+//! The simulated Streamable HTTP transport: in an HTTP world the server runs `serve-http`
+//! (the same `http.rs` front, sessions, screening and collected answers as in production),
+//! and a bridge turns each message the client model sends into a request through that front,
+//! as a real client would: the headers a 2026-07-28 request needs, the session a 2025-11-25
+//! `initialize` opened, a cancellation as a connection closed before the answer. The answers
+//! (a JSON body, or the events of a stream) come back to the client model as lines through
+//! the protocol stream's own path, so the oracle checks each one and every checker reads
+//! them as it reads stdio.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use serde_json::Value;
+use warden::env::{HttpServe, InboundHandler, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer, Spawn};
+use warden::protocol::framing::{Frame, LineSplitter, READ_CHUNK_BYTES};
+use warden::sync::{select, Either, Signal, WaitGroup};
+
+use crate::stdio::{Pipe, SimStdio};
+
+/// Where the simulated server listens (nothing listens on it: requests arrive by the bridge).
+pub const ADDRESS: &str = "127.0.0.1:8931";
+
+/// The listener half of the seam: hands the front's handler to the bridge, and ends when
+/// the bridge is done (the client closed its side and every exchange ended).
+pub struct SimHttp {
+    pub handler: Rc<RefCell<Option<InboundHandler>>>,
+    pub listening: Signal,
+    pub done: Signal,
+}
+
+impl HttpServe for SimHttp {
+    fn serve(
+        &self,
+        address: core::net::SocketAddr,
+        _limits: ListenLimits,
+        handler: InboundHandler,
+        ready: Box<dyn FnOnce(core::net::SocketAddr)>,
+    ) -> LocalBoxFuture<'static, std::io::Result<()>> {
+        *self.handler.borrow_mut() = Some(handler);
+        ready(address);
+        self.listening.set();
+        let done = self.done.wait();
+        Box::pin(async move {
+            done.await;
+            Ok(())
+        })
+    }
+}
+
+/// The client side: reads what the client model sends and makes each message a request.
+pub struct Bridge {
+    pub pipe: Rc<Pipe>,
+    pub crashed: Rc<Cell<bool>>,
+    /// The protocol stream's oracle: each answer line delivered is checked as stdio's are.
+    pub stdio: SimStdio,
+    pub handler: Rc<RefCell<Option<InboundHandler>>>,
+    pub listening: Signal,
+    pub done: Signal,
+    pub spawn: crate::executor::SimSpawn,
+    /// The 2025-11-25 session `initialize` opened.
+    session: RefCell<Option<String>>,
+    /// Exchanges in progress by request id (JSON text): set to close the connection.
+    closers: RefCell<BTreeMap<String, Signal>>,
+    exchanges: WaitGroup,
+}
+
+impl Bridge {
+    pub fn new(
+        pipe: Rc<Pipe>,
+        crashed: Rc<Cell<bool>>,
+        stdio: SimStdio,
+        http: &SimHttp,
+        spawn: crate::executor::SimSpawn,
+    ) -> Rc<Bridge> {
+        Rc::new(Bridge {
+            pipe,
+            crashed,
+            stdio,
+            handler: Rc::clone(&http.handler),
+            listening: http.listening.clone(),
+            done: http.done.clone(),
+            spawn,
+            session: RefCell::new(None),
+            closers: RefCell::new(BTreeMap::new()),
+            exchanges: WaitGroup::new(),
+        })
+    }
+
+    /// Runs until the client closes its side and every exchange has ended.
+    pub async fn run(self: Rc<Self>) {
+        // Recovery runs before the server listens; requests wait for it, as connections
+        // to a port not yet open are retried.
+        self.listening.wait().await;
+        let mut splitter = LineSplitter::new();
+        loop {
+            let chunk = Pipe::read_chunk(&self.pipe, &self.crashed, READ_CHUNK_BYTES).await.unwrap_or_default();
+            if chunk.is_empty() {
+                break;
+            }
+            splitter.feed(&chunk);
+            while let Some(frame) = splitter.next_frame() {
+                let Frame::Line(line) = frame else { continue };
+                Rc::clone(&self).message(line).await;
+            }
+        }
+        self.exchanges.wait().await;
+        self.done.set();
+    }
+
+    /// One message: `initialize` is answered before the next message is read (its session
+    /// names the later ones); a cancellation closes its request's connection; every other
+    /// message is a request of its own, in flight with the others.
+    async fn message(self: Rc<Self>, line: Vec<u8>) {
+        let message: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
+        let method = message["method"].as_str().unwrap_or("").to_string();
+        if method == "notifications/cancelled" {
+            let id = message["params"]["requestId"].to_string();
+            if let Some(closer) = self.closers.borrow_mut().remove(&id) {
+                closer.set();
+            }
+            return;
+        }
+        if method == "initialize" {
+            self.exchange(line, message, None).await;
+            return;
+        }
+        let closer = message.get("id").map(|id| {
+            let closer = Signal::new();
+            self.closers.borrow_mut().insert(id.to_string(), closer.clone());
+            closer
+        });
+        let guard = self.exchanges.enter();
+        let bridge = Rc::clone(&self);
+        self.spawn.spawn(Box::pin(async move {
+            let _guard = guard;
+            bridge.exchange(line, message, closer).await;
+        }));
+    }
+
+    /// One request through the front, and its answer's lines back to the client model.
+    async fn exchange(&self, body: Vec<u8>, message: Value, closer: Option<Signal>) {
+        let Some(handler) = self.handler.borrow().clone() else { return };
+        let request = self.request(body, &message);
+        let answer = match handler.screen(&request) {
+            Some(refused) => refused,
+            None => {
+                let answering = handler.answer(request);
+                match closer {
+                    Some(closer) => match select(answering, Box::pin(closer.wait())).await {
+                        Either::Left(answer) => answer,
+                        // The client closed the connection: the exchange is dropped.
+                        Either::Right(()) => return,
+                    },
+                    None => answering.await,
+                }
+            }
+        };
+        if let Some(id) = message.get("id") {
+            self.closers.borrow_mut().remove(&id.to_string());
+        }
+        self.deliver(answer);
+    }
+
+    /// The request a real client sends for `message`.
+    fn request(&self, body: Vec<u8>, message: &Value) -> InboundRequest {
+        let mut headers = vec![
+            ("host".to_string(), ADDRESS.to_string()),
+            ("content-type".to_string(), "application/json".to_string()),
+            ("accept".to_string(), "application/json, text/event-stream".to_string()),
+        ];
+        let modern = message.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion").is_some();
+        if modern {
+            let method = message["method"].as_str().unwrap_or("");
+            headers.push(("mcp-method".to_string(), method.to_string()));
+            let name = match method {
+                "resources/read" => message.pointer("/params/uri"),
+                _ => message.pointer("/params/name"),
+            };
+            if let Some(name) = name.and_then(Value::as_str) {
+                headers.push(("mcp-name".to_string(), name.to_string()));
+            }
+        } else if let Some(session) = self.session.borrow().clone() {
+            headers.push(("mcp-session-id".to_string(), session));
+        }
+        InboundRequest { method: "POST".to_string(), path: "/mcp".to_string(), headers, body }
+    }
+
+    /// The answer's messages, as lines on the protocol stream.
+    fn deliver(&self, answer: OutboundAnswer) {
+        let header = |name: &str| answer.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        if let Some(session) = header("mcp-session-id") {
+            *self.session.borrow_mut() = Some(session);
+        }
+        let lines: Vec<Vec<u8>> = match header("content-type").as_deref() {
+            Some("text/event-stream") => String::from_utf8_lossy(&answer.body)
+                .lines()
+                .filter_map(|line| line.strip_prefix("data: "))
+                .map(|data| data.as_bytes().to_vec())
+                .collect(),
+            _ if answer.body.is_empty() => Vec::new(),
+            _ => vec![answer.body],
+        };
+        // Straight to the client model: a slow reader slows only its own connections here,
+        // and the server holds nothing for it but the exchange (invariant 10 is stdio's).
+        for mut line in lines {
+            if self.crashed.get() || self.pipe.broken.get() {
+                return;
+            }
+            line.push(b'\n');
+            self.stdio.oracle.before_answer(&line);
+            self.pipe.output.borrow_mut().push(line);
+        }
+    }
+}
