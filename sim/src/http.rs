@@ -2,7 +2,7 @@
 //! (the same `http.rs` front, sessions, screening and collected answers as in production),
 //! and a bridge turns each message the client model sends into a request through that front,
 //! as a real client would: the headers a 2026-07-28 request needs, the session a 2025-11-25
-//! `initialize` opened, a cancellation as a connection closed before the answer. The answers
+//! `initialize` opened, the bearer token, a cancellation as a connection closed before the answer. The answers
 //! (a JSON body, or the events of a stream) come back to the client model as lines through
 //! the protocol stream's own path, so the oracle checks each one and every checker reads
 //! them as it reads stdio.
@@ -168,6 +168,7 @@ impl Bridge {
             ("host".to_string(), ADDRESS.to_string()),
             ("content-type".to_string(), "application/json".to_string()),
             ("accept".to_string(), "application/json, text/event-stream".to_string()),
+            ("authorization".to_string(), format!("Bearer {}", crate::fixture::HTTP_TOKEN)),
         ];
         let modern = message.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion").is_some();
         if modern {

@@ -199,7 +199,7 @@ impl World {
                 let env = self.env(&executor, &pipe, http);
                 let options = warden::http::HttpOptions {
                     listen: crate::http::ADDRESS.parse().expect("an address"),
-                    bearer_token_env: None,
+                    bearer_token_env: Some(crate::fixture::HTTP_TOKEN_ENV.to_string()),
                     oauth: None,
                 };
                 executor.spawn(Box::pin(async move {
