@@ -96,6 +96,23 @@ pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -
         _ => Vec::new(),
     };
     let opened = open_server(env, manifest_path, secrets).await?;
+    if !matches!(auth, Auth::OAuth(_)) {
+        let scoped: Vec<&str> = opened
+            .runs
+            .catalog
+            .tools
+            .iter()
+            .filter(|tool| !tool.config.scopes.is_empty())
+            .map(|tool| tool.config.name.as_str())
+            .collect();
+        if !scoped.is_empty() {
+            env.log(&format!(
+                "{} have scopes, which only OAuth principals are checked against: without --oauth-* whoever \
+                 reaches this server may call them",
+                scoped.join(", ")
+            ));
+        }
+    }
     let front = Rc::new(Front {
         env: env.clone(),
         shared: Shared::new(&opened.runs),
@@ -289,7 +306,8 @@ impl Front {
         let Auth::OAuth(oauth) = &self.auth else { return None };
         let path = request.path.as_str();
         let wanted = path == "/.well-known/oauth-protected-resource"
-            || path == format!("/.well-known/oauth-protected-resource{ENDPOINT}");
+            || path == format!("/.well-known/oauth-protected-resource{ENDPOINT}")
+            || path == format!("/.well-known/oauth-protected-resource{}", oauth.audience_path());
         (wanted && request.method == "GET").then(|| json_answer(200, &oauth.metadata()))
     }
 

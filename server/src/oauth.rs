@@ -65,9 +65,21 @@ impl OAuthConfig {
     /// Reads the issuer's keys (through the seam) and checks the settings. Keys from a URL
     /// are fetched again every `JWKS_REFRESH_MS` (a failed fetch keeps the keys held).
     pub async fn load(env: &Env, issuer: &str, audience: &str, keys: &KeySource) -> Result<Rc<OAuthConfig>, String> {
-        if !(audience.starts_with("http://") || audience.starts_with("https://")) || !audience.ends_with("/mcp") {
+        let parsed = url::Url::parse(audience).ok();
+        let plain_url = parsed.as_ref().is_some_and(|url| {
+            matches!(url.scheme(), "http" | "https")
+                && url.host_str().is_some_and(|host| !host.is_empty())
+                && url.username().is_empty()
+                && url.password().is_none()
+                && url.query().is_none()
+                && url.fragment().is_none()
+                && url.path().ends_with("/mcp")
+                && url.as_str() == audience
+        });
+        if !plain_url {
             return Err(format!(
-                "--oauth-audience {audience}: the audience is this server's resource URL, ending in /mcp"
+                "--oauth-audience {audience}: the audience is this server's resource URL (http or https, a host, a \
+                 path ending in /mcp, no user, query or fragment)"
             ));
         }
         if issuer.is_empty() {
@@ -97,9 +109,14 @@ impl OAuthConfig {
 
     /// Where this resource's metadata (RFC 9728) is served, for the 401's `WWW-Authenticate`.
     pub fn metadata_url(&self) -> String {
-        let origin_end = self.audience.find("://").map(|at| at + 3).unwrap_or(0);
-        let path_at = self.audience[origin_end..].find('/').map(|at| origin_end + at).unwrap_or(self.audience.len());
-        format!("{}/.well-known/oauth-protected-resource{}", &self.audience[..path_at], &self.audience[path_at..])
+        let path = self.audience_path();
+        let origin = &self.audience[..self.audience.len() - path.len()];
+        format!("{origin}/.well-known/oauth-protected-resource{path}")
+    }
+
+    /// The audience URL's path (`/mcp`, or `/tenant/mcp` behind a proxy).
+    pub fn audience_path(&self) -> String {
+        url::Url::parse(&self.audience).map(|url| url.path().to_string()).unwrap_or_else(|_| "/mcp".into())
     }
 
     /// The protected resource metadata document (RFC 9728).
@@ -145,9 +162,9 @@ impl OAuthConfig {
         if claims.nbf.is_some_and(|nbf| nbf > now_s.saturating_add(LEEWAY_S)) {
             return Err("the token is not valid yet".to_string());
         }
-        if claims.sub.is_empty() || claims.sub.len() > SUBJECT_BYTES_MAX || claims.sub.chars().any(char::is_control) {
+        if claims.sub.is_empty() || claims.sub.len() > SUBJECT_BYTES_MAX || claims.sub.chars().any(is_hidden) {
             return Err(format!(
-                "the token's subject is empty, over {SUBJECT_BYTES_MAX} bytes or holds a control character"
+                "the token's subject is empty, over {SUBJECT_BYTES_MAX} bytes or holds a control or formatting character"
             ));
         }
         let scopes: Vec<String> = claims.scope.unwrap_or_default().split_whitespace().map(str::to_string).collect();
@@ -156,6 +173,13 @@ impl OAuthConfig {
         }
         Ok(Principal { subject: claims.sub, scopes })
     }
+}
+
+/// Characters that make a subject print as something else: controls, line and paragraph
+/// separators, zero-width and direction marks, the byte-order mark.
+fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}')
 }
 
 fn is_public_key_algorithm(alg: Algorithm) -> bool {
@@ -188,24 +212,37 @@ async fn read_keys(env: &Env, source: &KeySource) -> Result<JwkSet, String> {
     if bytes.len() > JWKS_BYTES_MAX {
         return Err(format!("{shown}: the JWKS holds {} bytes; the limit is {JWKS_BYTES_MAX}", bytes.len()));
     }
-    let keys: JwkSet = serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: not a JWKS: {e}"))?;
-    if keys.keys.is_empty() {
-        return Err(format!("{shown}: the JWKS holds no key"));
+    #[derive(Deserialize)]
+    struct AnyKeys {
+        keys: Vec<serde_json::Value>,
     }
-    for (index, key) in keys.keys.iter().enumerate() {
-        if matches!(key.algorithm, AlgorithmParameters::OctetKey(_)) {
-            return Err(format!("{shown}: keys[{index}] is a symmetric key; an issuer's keys are public keys"));
-        }
-        DecodingKey::from_jwk(key).map_err(|e| format!("{shown}: keys[{index}]: {e}"))?;
+    let listed: AnyKeys = serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: not a JWKS: {e}"))?;
+    // Keys this server cannot use (another algorithm, a symmetric key) are left out, so an
+    // issuer that adds one does not stop rotation; at least one must be usable.
+    let usable: Vec<jsonwebtoken::jwk::Jwk> = listed
+        .keys
+        .into_iter()
+        .filter_map(|key| serde_json::from_value::<jsonwebtoken::jwk::Jwk>(key).ok())
+        .filter(|key| !matches!(key.algorithm, AlgorithmParameters::OctetKey(_)))
+        .filter(|key| DecodingKey::from_jwk(key).is_ok())
+        .collect();
+    if usable.is_empty() {
+        return Err(format!("{shown}: the JWKS holds no public key this server can use"));
     }
-    Ok(keys)
+    Ok(JwkSet { keys: usable })
 }
 
 /// One GET of the keys, within `JWKS_FETCH_MS`: https, or http on loopback.
 async fn fetch(env: &Env, url: &str) -> Result<Vec<u8>, String> {
-    let loopback = ["http://127.0.0.1:", "http://localhost:", "http://[::1]:"].iter().any(|p| url.starts_with(p));
-    if !url.starts_with("https://") && !loopback {
-        return Err(format!("--oauth-jwks-url {url}: keys are fetched over https (http only on loopback)"));
+    let parsed = url::Url::parse(url).map_err(|e| format!("--oauth-jwks-url {url}: not a URL: {e}"))?;
+    let loopback = matches!(parsed.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+    let allowed = (parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback))
+        && parsed.username().is_empty()
+        && parsed.password().is_none();
+    if !allowed {
+        return Err(format!(
+            "--oauth-jwks-url {url}: keys are fetched over https (http only on loopback), with no user or password"
+        ));
     }
     let request = crate::env::HttpRequest {
         method: "GET".to_string(),

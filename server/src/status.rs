@@ -31,7 +31,13 @@ pub fn describe() -> Value {
 }
 
 /// Answers `warden_run_status` for `run`.
-pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>) -> Value {
+/// `principal`: the caller's (an authenticated remote principal), who may learn only of its
+/// own runs; none over stdio or with a static token, who may learn of every run.
+pub async fn run_status(
+    runs: &Runs,
+    arguments: &serde_json::Map<String, Value>,
+    principal: Option<&crate::oauth::Principal>,
+) -> Value {
     let run = match arguments.get("run") {
         Some(Value::String(run)) if arguments.len() == 1 && is_run_id(run) => run.clone(),
         _ => {
@@ -45,6 +51,10 @@ pub async fn run_status(runs: &Runs, arguments: &serde_json::Map<String, Value>)
         return crate::answer::error_result(format!("the server could not read its ledger durably ({error})"));
     }
     let entry = runs.ledger.state().run(&run).cloned();
+    // Another principal's run is unknown to this caller: neither its result nor that it exists.
+    let entry = entry.filter(|entry| {
+        principal.is_none_or(|principal| entry.principal.as_deref() == Some(principal.subject.as_str()))
+    });
     let Some(entry) = entry else {
         return status_result(json!({"run": run, "status": "unknown"}), format!("run {run} is unknown to this server"));
     };

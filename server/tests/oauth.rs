@@ -83,16 +83,27 @@ fn start(issuer: &Issuer) -> Server {
 fn start_with_keys(issuer: &Issuer, url: Option<&str>) -> Server {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("note.star"), NOTE).unwrap();
+    let record = "def main(id: str) -> str:\n    \"\"\"A record.\n\n    Args:\n        id: Which.\n    \"\"\"\n    return \"record \" + id\n";
+    std::fs::write(dir.path().join("record.star"), record).unwrap();
     let manifest = json!({
         "server": {"name": "oauth-test", "journals": "journals"},
         "tools": [
             {"name": "note", "program": "note.star", "quota": {"window": "1h", "calls": 2, "per": "principal"}},
             {"name": "keyed_note", "program": "note.star", "once": {"by": ["text"], "per": "principal"}},
             {"name": "admin_note", "program": "note.star", "scopes": ["notes:admin"]}
+        ],
+        "resources": [
+            {"name": "record", "uri": "rec://{id}", "mime_type": "text/plain", "program": "record.star", "scopes": ["notes:admin"]}
         ]
     });
     std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
-    std::fs::write(dir.path().join("jwks.json"), json!({"keys": [issuer.jwk]}).to_string()).unwrap();
+    // A key this server cannot use (another curve, a symmetric key) is left out, not fatal.
+    let unusable = [
+        json!({"kty": "EC", "crv": "P-521", "alg": "ES512", "kid": "other", "x": "AA", "y": "AA"}),
+        json!({"kty": "oct", "k": "c2VjcmV0", "kid": "sym"}),
+    ];
+    let keys = json!({"keys": [unusable[0], issuer.jwk, unusable[1]]});
+    std::fs::write(dir.path().join("jwks.json"), keys.to_string()).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
     command.arg("serve-http").arg(dir.path().join("manifest.json")).args([
         "--listen",
@@ -135,7 +146,8 @@ fn send(server: &Server, method: &str, path: &str, token: Option<&str>, body: Op
         if let Some(method) = message["method"].as_str() {
             request.push_str(&format!("mcp-method: {method}\r\n"));
         }
-        if let Some(name) = message.pointer("/params/name").and_then(Value::as_str) {
+        let name = message.pointer("/params/name").or_else(|| message.pointer("/params/uri"));
+        if let Some(name) = name.and_then(Value::as_str) {
             request.push_str(&format!("mcp-name: {name}\r\n"));
         }
     }
@@ -201,6 +213,7 @@ fn refused_tokens_get_a_401_that_points_at_the_metadata() {
         (Some(stranger.token(&claims("alice", ""))), "signature"),
         (Some(hmac), "public-key"),
         (Some("not.a.jwt".to_string()), "not a JWT"),
+        (Some(issuer.token(&claims("x): in progress\u{2028}  note (for root", ""))), "formatting character"),
     ] {
         let (status, challenge, body) = send(&server, "POST", "/mcp", token.as_deref(), Some(&list));
         assert_eq!(status, 401, "{why}: {body}");
@@ -249,6 +262,16 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
     assert!(refused.to_string().contains("notes:admin"), "{refused}");
     assert_eq!(call(&server, &admin, "admin_note", "x")["isError"], json!(false));
 
+    // A resource's scopes too.
+    let read = |token: &str| {
+        let message = json!({"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": "rec://7",
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let (_, _, body) = send(&server, "POST", "/mcp", Some(token), Some(&message));
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    assert!(read(&alice)["error"].to_string().contains("notes:admin"), "{}", read(&alice));
+    assert_eq!(read(&admin)["result"]["contents"][0]["text"], json!("record 7"));
+
     // The journal's header records whom the run is for.
     let headers: Vec<String> = walk(&server.dir.path().join("journals/admin_note"))
         .into_iter()
@@ -257,6 +280,20 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
         .collect();
     assert_eq!(headers.len(), 1, "the refused call started no run");
     assert!(headers[0].lines().next().unwrap().contains("\"principal\":\"carol\""), "{}", headers[0]);
+
+    // A run's status is its principal's alone: to another, the run does not exist.
+    let ledger = std::fs::read_to_string(server.dir.path().join("journals/server.ledger")).unwrap();
+    let carols = ledger.lines().find(|line| line.contains("admin_note") && line.contains("\"reserve\"")).unwrap();
+    let run = carols.split("\"run\":\"").nth(1).unwrap()[..32].to_string();
+    let status = |token: &str| {
+        let message = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "warden_run_status",
+            "arguments": {"run": run}, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+        send(&server, "POST", "/mcp", Some(token), Some(&message)).2
+    };
+    assert!(status(&admin).contains("\"status\":\"done\""), "{}", status(&admin));
+    assert!(status(&bob).contains("\"status\":\"unknown\""), "{}", status(&bob));
+    assert!(!status(&bob).contains("\"x\""), "Carol's result is not shown to Bob");
 
     // `warden mcp status` names whom an unfinished run is for.
     let unfinished = warden::ledger::Event::Reserve {
@@ -320,4 +357,43 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+/// Settings a careless operator might write are refused at start, naming the setting.
+#[test]
+fn careless_oauth_settings_are_refused_at_start() {
+    let issuer = Issuer::new("k1");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("note.star"), NOTE).unwrap();
+    let manifest = json!({"server": {"name": "oauth-test", "journals": "journals"},
+                          "tools": [{"name": "note", "program": "note.star"}]});
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    std::fs::write(dir.path().join("jwks.json"), json!({"keys": [issuer.jwk]}).to_string()).unwrap();
+    let jwks = dir.path().join("jwks.json");
+    let jwks = jwks.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--oauth-audience", "http://warden.test/mcp?x=/mcp", "--oauth-jwks-file", jwks], "--oauth-audience"),
+        (vec!["--oauth-audience", "https://user:pw@warden.test/mcp", "--oauth-jwks-file", jwks], "no user"),
+        (
+            vec!["--oauth-audience", AUDIENCE, "--oauth-jwks-url", "http://127.0.0.1:1@example.invalid/jwks"],
+            "with no user",
+        ),
+        (
+            vec!["--oauth-audience", AUDIENCE, "--oauth-jwks-url", "http://example.invalid/jwks"],
+            "http only on loopback",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("serve-http")
+            .arg(dir.path().join("manifest.json"))
+            .args(["--listen", "127.0.0.1:0", "--oauth-issuer", ISSUER])
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_ne!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("listening on"), "{stderr}");
+    }
 }

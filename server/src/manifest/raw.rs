@@ -41,6 +41,9 @@ pub struct RawResource {
     pub limits: Option<RawLimits>,
     /// Completions offered for template variables: variable -> values.
     pub complete: Option<BTreeMap<String, Vec<String>>>,
+    /// Scopes an authenticated remote principal must hold to read the resource.
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 /// What a resource has besides the tool its reads run as.
@@ -67,7 +70,7 @@ impl RawResource {
             once: None,
             quota: self.quota,
             limits: self.limits,
-            scopes: Vec::new(),
+            scopes: self.scopes,
         };
         let address = ResourceAddress {
             uri: self.uri,

@@ -314,7 +314,7 @@ impl Connection {
             |message: String| RpcError::new(Some(call.id.clone()), jsonrpc::INVALID_PARAMS, message).to_value();
         match &call.job {
             CallJob::Tool if call.tool == RUN_STATUS_TOOL => {
-                let result = crate::status::run_status(&self.runs, &call.arguments).await;
+                let result = crate::status::run_status(&self.runs, &call.arguments, self.principal.as_ref()).await;
                 (Some((call.finish)(self, &call.id, result)), None)
             }
             CallJob::Tool => {
