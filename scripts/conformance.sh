@@ -24,7 +24,9 @@ scratch="$(mktemp -d)"
 cp "$root"/conformance/*.json "$root"/conformance/*.star "$scratch/"
 "$root/target/debug/warden" serve-http "$scratch/manifest.json" --listen 127.0.0.1:0 2>"$scratch/server.err" &
 server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$scratch"' EXIT
+# The script's own status survives the cleanup (a killed server's wait returns 143, which
+# errexit would make the script's).
+trap 'ended=$?; kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$scratch"; exit "$ended"' EXIT
 url="$("$root/scripts/listening-url.sh" "$scratch/server.err")"
 
 expected="$root/conformance/expected-failures.yml"
