@@ -197,7 +197,10 @@ pub struct WorldFile {
 pub enum Transport {
     #[default]
     Stdio,
+    /// Behind a static bearer token: no principal.
     Http,
+    /// OAuth: each call made by one of the client model's principals.
+    HttpOauth,
 }
 
 impl Transport {

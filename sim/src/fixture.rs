@@ -43,12 +43,26 @@ pub const SECRETS: &[&str] = &[SECRET, NOTES_TOKEN, HTTP_TOKEN];
 pub const HTTP_TOKEN: &str = "sim-http-Hq7ZxK2mPw9RtV4n3L";
 pub const HTTP_TOKEN_ENV: &str = "WARDEN_HTTP_TOKEN";
 
+/// An OAuth world's issuer, the audience its tokens name, the issuer's public keys (the file
+/// the server reads), and the access token of each of the client model's principals: ES256,
+/// signed once with a key that was not kept, valid until 2100.
+pub const OAUTH_ISSUER: &str = "https://issuer.sim";
+pub const OAUTH_AUDIENCE: &str = "http://127.0.0.1:8931/mcp";
+pub const OAUTH_JWKS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","x":"glTzCnjywYeqn6jxrrMK8mRQlQo3otPeXatBMU8frx8","y":"KhMS3G1XqqOPcwFwU73gVyeKNLXB_M0AlPRGMG4tKc8","kid":"sim","alg":"ES256","use":"sig"}]}"#;
+pub const PRINCIPALS: [(&str, &str); 2] = [
+    ("alice", "eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCIsImtpZCI6InNpbSJ9.eyJpc3MiOiJodHRwczovL2lzc3Vlci5zaW0iLCJhdWQiOiJodHRwOi8vMTI3LjAuMC4xOjg5MzEvbWNwIiwic3ViIjoiYWxpY2UiLCJleHAiOjQxMDI0NDQ4MDAsInNjb3BlIjoibm90ZXMifQ.ZA6c5H-LRTJ2p5gEhvWfG60pst8mnB-9GBWFtW89phdT9khDy7wzBbH_lKejlBbb7Y5Ur83QxRoC_1D2qMnNVw"),
+    ("bob", "eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCIsImtpZCI6InNpbSJ9.eyJpc3MiOiJodHRwczovL2lzc3Vlci5zaW0iLCJhdWQiOiJodHRwOi8vMTI3LjAuMC4xOjg5MzEvbWNwIiwic3ViIjoiYm9iIiwiZXhwIjo0MTAyNDQ0ODAwLCJzY29wZSI6Im5vdGVzIn0.LmfrAmYjHntTq9I0KV2FrFB6d3P7NCRHs1bqxTBMkjY3loVrTytaoS7WCBKK3rFKNMlhy4f9_xsnnQjUfssfmg"),
+];
+
 /// Installs the world's manifest and programs (the fixed world when `file` is `None`), the
 /// secrets, and the services' data; plants a canary.
 pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) {
     match file {
         Some(file) => {
             world.transport.set(file.transport);
+            if file.transport == warden_faults::Transport::HttpOauth {
+                world.install("jwks.json", OAUTH_JWKS.as_bytes());
+            }
             world.install("manifest.json", file.manifest.as_bytes());
             for (name, text) in &file.programs {
                 world.install(name, text.as_bytes());

@@ -111,20 +111,37 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         programs.insert("triage.star".into(), PROMPT_PROGRAM.into());
         manifest["prompts"] = json!([{"name": PROMPT_NAME, "program": "triage.star"}]);
     }
-    WorldFile {
-        manifest: serde_json::to_string_pretty(&manifest).expect("JSON"),
-        programs,
-        tools: shapes,
-        transport: transport_for_seed(seed),
+    let transport = transport_for_seed(seed);
+    if transport == Transport::HttpOauth {
+        per_principal(&mut manifest, seed);
+    }
+    WorldFile { manifest: serde_json::to_string_pretty(&manifest).expect("JSON"), programs, tools: shapes, transport }
+}
+
+/// A quarter of the worlds are served over Streamable HTTP, half of those with OAuth
+/// principals. Drawn from the seed apart from the world's other draws, so adding it changed
+/// no other world.
+fn transport_for_seed(seed: u64) -> Transport {
+    match (seed ^ 0x4877_7470).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 61 {
+        0 => Transport::Http,
+        1 => Transport::HttpOauth,
+        _ => Transport::Stdio,
     }
 }
 
-/// A quarter of the worlds are served over Streamable HTTP. Drawn from the seed apart from
-/// the world's other draws, so adding it changed no other world.
-fn transport_for_seed(seed: u64) -> Transport {
-    match (seed ^ 0x4877_7470).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 {
-        0 => Transport::Http,
-        _ => Transport::Stdio,
+/// In an OAuth world, each tool's quota and `once` are per principal or shared, by a draw of
+/// their own (the world's other draws stay as they were).
+fn per_principal(manifest: &mut Value, seed: u64) {
+    let Some(tools) = manifest["tools"].as_array_mut() else { return };
+    for (index, tool) in tools.iter_mut().enumerate() {
+        let bits = (seed ^ 0x7072_696e ^ (index as u64).rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60;
+        for (key, bit) in [("quota", 1), ("once", 2)] {
+            if bits & bit != 0 {
+                if let Some(limit) = tool.get_mut(key).and_then(Value::as_object_mut) {
+                    limit.insert("per".into(), json!("principal"));
+                }
+            }
+        }
     }
 }
 

@@ -63,6 +63,8 @@ pub struct Bridge {
     /// Exchanges in progress by request id (JSON text): set to close the connection.
     closers: RefCell<BTreeMap<String, Signal>>,
     exchanges: WaitGroup,
+    /// In an OAuth world: the principal each call was sent as, by id (the checker's record).
+    principals: Option<Rc<RefCell<BTreeMap<i64, &'static str>>>>,
 }
 
 impl Bridge {
@@ -72,6 +74,7 @@ impl Bridge {
         stdio: SimStdio,
         http: &SimHttp,
         spawn: crate::executor::SimSpawn,
+        principals: Option<Rc<RefCell<BTreeMap<i64, &'static str>>>>,
     ) -> Rc<Bridge> {
         Rc::new(Bridge {
             pipe,
@@ -84,6 +87,7 @@ impl Bridge {
             session: RefCell::new(None),
             closers: RefCell::new(BTreeMap::new()),
             exchanges: WaitGroup::new(),
+            principals,
         })
     }
 
@@ -168,9 +172,19 @@ impl Bridge {
             ("host".to_string(), ADDRESS.to_string()),
             ("content-type".to_string(), "application/json".to_string()),
             ("accept".to_string(), "application/json, text/event-stream".to_string()),
-            ("authorization".to_string(), format!("Bearer {}", crate::fixture::HTTP_TOKEN)),
         ];
         let modern = message.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion").is_some();
+        let token = match &self.principals {
+            None => crate::fixture::HTTP_TOKEN,
+            Some(principals) => {
+                let (principal, token) = principal_for(message, modern);
+                if let Some(id) = message.get("id").and_then(Value::as_i64) {
+                    principals.borrow_mut().insert(id, principal);
+                }
+                token
+            }
+        };
+        headers.push(("authorization".to_string(), format!("Bearer {token}")));
         if modern {
             let method = message["method"].as_str().unwrap_or("");
             headers.push(("mcp-method".to_string(), method.to_string()));
@@ -212,5 +226,17 @@ impl Bridge {
             self.stdio.oracle.before_answer(&line);
             self.pipe.output.borrow_mut().push(line);
         }
+    }
+}
+
+/// The principal a message is sent as, and its token: a 2025-11-25 message as the session's
+/// (the session `initialize` opened is the first principal's and no other may use it); a
+/// 2026-07-28 call as the first principal for an even id, the second for an odd one, so a
+/// resent call is the same principal's again.
+fn principal_for(message: &Value, modern: bool) -> (&'static str, &'static str) {
+    let [first, second] = crate::fixture::PRINCIPALS;
+    match message.get("id").and_then(Value::as_i64) {
+        Some(id) if modern && id % 2 == 1 => second,
+        _ => first,
     }
 }

@@ -33,6 +33,8 @@ pub struct Quota {
     pub window_ms: u64,
     pub calls: Option<u64>,
     pub money: Option<Amount>,
+    /// Each principal has the quota to itself (`per: "principal"`).
+    pub per_principal: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -43,6 +45,8 @@ pub struct ToolLimits {
     pub once_keep_ms: Option<u64>,
     /// The tool's `deadline`, if it has one.
     pub deadline_ms: Option<u64>,
+    /// Each principal has `once` keys of its own (`per: "principal"`).
+    pub once_per_principal: bool,
 }
 
 /// `server.keep` when the manifest leaves it out, in days (seed 000: 90).
@@ -109,10 +113,12 @@ pub fn read(manifest: &str) -> BTreeMap<String, ToolLimits> {
                 window_ms: quota["window"].as_str().and_then(duration_ms).unwrap_or(0),
                 calls: quota["calls"].as_u64(),
                 money: amount(&quota["money"]),
+                per_principal: quota["per"] == "principal",
             });
         }
         if let Some(once) = tool.get("once") {
             limits.once_keep_ms = Some(once["keep"].as_str().and_then(duration_ms).unwrap_or(server_keep_ms));
+            limits.once_per_principal = once["per"] == "principal";
         }
         limits.deadline_ms = tool["deadline"].as_str().and_then(duration_ms);
         tools.insert(tool["name"].as_str().unwrap_or_default().to_string(), limits);

@@ -293,6 +293,7 @@ struct Totals {
     /// Seeds and calls of worlds served over Streamable HTTP.
     http_seeds: u64,
     http_calls: u64,
+    principal_seeds: u64,
     simulated_ms: u64,
     /// Index 0: at a disk operation or a failed write; 1..=7: after that step.
     crashes: [u64; 8],
@@ -314,6 +315,7 @@ impl Totals {
             self.http_seeds += 1;
             self.http_calls += report.calls as u64;
         }
+        self.principal_seeds += report.with_principals as u64;
         self.simulated_ms += report.sim_ms;
         for (i, c) in report.crashes.iter().enumerate() {
             self.crashes[i] += c;
@@ -425,7 +427,10 @@ fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
     println!("| seeds | {}..{} |", seeds.start, seeds.end);
     println!("| violations | {} seed(s) {:?} |", totals.failing.len(), totals.failing);
     println!("| calls | {} in {elapsed:.1} s ({rate:.0} calls/s) |", totals.calls);
-    println!("| over Streamable HTTP | {} seed(s), {} call(s) |", totals.http_seeds, totals.http_calls);
+    println!(
+        "| over Streamable HTTP | {} seed(s), {} call(s); {} seed(s) with OAuth principals |",
+        totals.http_seeds, totals.http_calls, totals.principal_seeds
+    );
     println!(
         "| simulated time | {:.1} h ({speed:.0}x faster than wall time) |",
         totals.simulated_ms as f64 / 3_600_000.0

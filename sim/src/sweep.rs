@@ -53,8 +53,10 @@ pub struct Report {
     pub fault_states: BTreeMap<String, u64>,
     /// The tool of each call sent, in order (shrinking pins them before dropping tools).
     pub sent_tools: Vec<String>,
-    /// The world was served over Streamable HTTP (`serve-http`), not stdio.
+    /// The world was served over Streamable HTTP (`serve-http`), not stdio; with OAuth
+    /// principals.
     pub over_http: bool,
+    pub with_principals: bool,
 }
 
 /// Counts the crash against the step it followed, and its window (before the disk's crash
@@ -203,7 +205,8 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     let mut report = Report { seed: scenario.seed, calls: scenario.calls, ..Report::default() };
     let world = World::new(scenario.seed);
     install(&world, scenario.world.as_ref(), scenario.canary);
-    report.over_http = world.transport.get() == warden_faults::Transport::Http;
+    report.over_http = world.transport.get() != warden_faults::Transport::Stdio;
+    report.with_principals = world.transport.get() == warden_faults::Transport::HttpOauth;
     if let Err(problem) = truth::manifest(&world) {
         let message = format!("the world's manifest does not pass `warden check`: {problem}");
         report.violations.push(Violation { invariant: 0, message });
@@ -536,6 +539,22 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
             match state.run(run).map(|e| &e.phase) {
                 Some(RunPhase::Settled { .. }) => {}
                 other => push(7, format!("call {id} was answered from run {run}, which the ledger holds as {other:?}")),
+            }
+        }
+        // 4: in an OAuth world each run is for the principal whose call made it (a shared
+        // `once` may answer one principal from another's run, by design).
+        let principals = world.principals.borrow();
+        for (id, made) in &client.runs {
+            let Some(&principal) = principals.get(id) else { continue };
+            let tool = client.tools.get(id).and_then(|tool| limits.get(tool));
+            if tool.is_some_and(|tool| tool.once_keep_ms.is_some() && !tool.once_per_principal) {
+                continue;
+            }
+            for run in made {
+                let recorded = state.run(run).and_then(|e| e.principal.as_deref());
+                if recorded.is_some_and(|recorded| recorded != principal) {
+                    push(4, format!("call {id}, made as {principal}, was run as {recorded:?} (run {run})"));
+                }
             }
         }
     }

@@ -236,8 +236,13 @@ pub fn limits_kept(
         for admitted in &runs {
             // Every run admitted before it and reserved within its window was counted then.
             let since = admitted.reserved_at_ms.saturating_sub(quota.window_ms);
-            let window: Vec<_> =
-                runs.iter().filter(|e| e.sequence <= admitted.sequence && e.reserved_at_ms > since).collect();
+            // A quota per principal counts that principal's runs alone.
+            let counted = |e: &&&warden::ledger::RunEntry| !quota.per_principal || e.principal == admitted.principal;
+            let window: Vec<_> = runs
+                .iter()
+                .filter(|e| e.sequence <= admitted.sequence && e.reserved_at_ms > since)
+                .filter(counted)
+                .collect();
             if let Some(calls) = quota.calls.filter(|&calls| window.len() as u64 > calls) {
                 push(4, format!("{} runs of `{tool}` admitted within one window, over {calls}", window.len()));
             }

@@ -87,6 +87,8 @@ pub struct World {
     pub slow_reader: Rc<crate::stdio::SlowReader>,
     /// How the client reaches each server instance.
     pub transport: Cell<Transport>,
+    /// In an OAuth world, the principal each call (by id) was sent as.
+    pub principals: Rc<RefCell<std::collections::BTreeMap<i64, &'static str>>>,
 }
 
 pub struct Instance {
@@ -120,6 +122,7 @@ impl World {
             oracle,
             slow_reader: Rc::default(),
             transport: Cell::new(Transport::Stdio),
+            principals: Rc::default(),
         }
     }
 
@@ -183,7 +186,8 @@ impl World {
                     *slot.borrow_mut() = Some(outcome);
                 }));
             }
-            Transport::Http => {
+            Transport::Http | Transport::HttpOauth => {
+                let oauth = self.transport.get() == Transport::HttpOauth;
                 let http = Rc::new(crate::http::SimHttp {
                     handler: Rc::default(),
                     listening: warden::sync::Signal::new(),
@@ -195,12 +199,17 @@ impl World {
                     self.stdio(&executor, &pipe),
                     &http,
                     executor.spawner(),
+                    oauth.then(|| Rc::clone(&self.principals)),
                 );
                 let env = self.env(&executor, &pipe, http);
                 let options = warden::http::HttpOptions {
                     listen: crate::http::ADDRESS.parse().expect("an address"),
-                    bearer_token_env: Some(crate::fixture::HTTP_TOKEN_ENV.to_string()),
-                    oauth: None,
+                    bearer_token_env: (!oauth).then(|| crate::fixture::HTTP_TOKEN_ENV.to_string()),
+                    oauth: oauth.then(|| warden::http::OAuthOptions {
+                        issuer: crate::fixture::OAUTH_ISSUER.to_string(),
+                        audience: crate::fixture::OAUTH_AUDIENCE.to_string(),
+                        keys: warden::oauth::KeySource::File(World::path("jwks.json")),
+                    }),
                 };
                 executor.spawn(Box::pin(async move {
                     let outcome = warden::http::serve_http(&env, &manifest, options).await;
