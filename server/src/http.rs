@@ -370,6 +370,9 @@ impl Front {
         reply: Reply,
         principal: Option<Principal>,
     ) -> OutboundAnswer {
+        if let Some(refused) = self.insufficient_scope(message, method, principal.as_ref()) {
+            return refused;
+        }
         let subject = principal.as_ref().map(|p| p.subject.clone());
         let modern = message
             .pointer("/params/_meta")
@@ -437,6 +440,37 @@ impl Front {
         }
         answer.headers.extend(extra_headers);
         answer
+    }
+
+    /// A call or a read whose tool or resource needs scopes the principal's token lacks: 403
+    /// with the scopes wanted, so the client can ask its authorization server for them
+    /// (step-up). The call pipeline refuses it too, for any transport.
+    fn insufficient_scope(
+        &self,
+        message: &Value,
+        method: &str,
+        principal: Option<&Principal>,
+    ) -> Option<OutboundAnswer> {
+        let principal = principal?;
+        let catalog = &self.runs.catalog;
+        let tool = match method {
+            "tools/call" => catalog.callable(message.pointer("/params/name")?.as_str()?),
+            "resources/read" => {
+                crate::surface::find(catalog, message.pointer("/params/uri")?.as_str()?).map(|(tool, _)| tool)
+            }
+            _ => None,
+        }?;
+        let missing: Vec<&str> =
+            tool.config.scopes.iter().filter(|scope| !principal.scopes.contains(scope)).map(String::as_str).collect();
+        if missing.is_empty() {
+            return None;
+        }
+        let wanted = tool.config.scopes.join(" ");
+        let mut answer = plain(403, &format!("forbidden: the token lacks the scope(s) {}", missing.join(" ")));
+        answer
+            .headers
+            .push(("www-authenticate".into(), format!("Bearer error=\"insufficient_scope\", scope=\"{wanted}\"")));
+        Some(answer)
     }
 
     /// The session's state, marked as just used; `None` for an unknown session, or one

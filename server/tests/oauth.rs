@@ -257,9 +257,13 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
     assert!(keyed[0].contains("\"principal\":\"alice\"") && keyed[1].contains("\"principal\":\"bob\""), "{keyed:?}");
 
     // Scopes: only a principal granted `notes:admin` may call `admin_note`.
-    let refused = call(&server, &alice, "admin_note", "x");
-    assert_eq!(refused["isError"], json!(true));
-    assert!(refused.to_string().contains("notes:admin"), "{refused}");
+    // Without it, 403 and the scope wanted, so the client can ask for it (step-up).
+    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "admin_note", "arguments": {"text": "x"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let (status, challenge, body) = send(&server, "POST", "/mcp", Some(&alice), Some(&message));
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(challenge, "Bearer error=\"insufficient_scope\", scope=\"notes:admin\"");
     assert_eq!(call(&server, &admin, "admin_note", "x")["isError"], json!(false));
 
     // A resource's scopes too.
