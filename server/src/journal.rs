@@ -330,6 +330,13 @@ pub async fn create_dirs_durably(env: &Env, root: &Path, dir: &Path) -> std::io:
     Ok(())
 }
 
+/// The header of run `r` of tool `t`, for tests of what follows it.
+#[cfg(test)]
+pub(crate) fn test_header() -> JournalRecord {
+    let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
+    JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1, principal: None }
+}
+
 /// Reads a file that may be absent (`None`): one operation, not a look and then a read.
 pub async fn read_if_present(env: &Env, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     match env.disk.read(path).await {
@@ -388,15 +395,7 @@ mod tests {
 
     #[test]
     fn a_journal_must_start_with_its_header_and_stop_at_its_end() {
-        let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
-        let header = JournalRecord::Header {
-            run: "r".into(),
-            tool: "t".into(),
-            binding,
-            inputs: "i".into(),
-            at_ms: 1,
-            principal: None,
-        };
+        let header = crate::journal::test_header();
         let end = JournalRecord::End(EndRecord {
             outcome: RunOutcome::Done,
             result: None,
@@ -419,16 +418,8 @@ mod tests {
     /// equal the file read back at every length.
     #[test]
     fn a_journal_grown_record_by_record_equals_the_file_read_back() {
-        let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
         let records = [
-            JournalRecord::Header {
-                run: "r".into(),
-                tool: "t".into(),
-                binding,
-                inputs: "i".into(),
-                at_ms: 1,
-                principal: None,
-            },
+            test_header(),
             JournalRecord::Resumed { at_ms: 2 },
             JournalRecord::Print { index: 0, text: "x".into() },
             JournalRecord::Begin { op: 0, action: serde_json::json!({"a": 1}) },
@@ -455,15 +446,7 @@ mod tests {
     /// The reader is as strict as the writer: one action at a time, in order.
     #[test]
     fn a_begin_while_another_action_is_begun_is_damage() {
-        let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
-        let header = JournalRecord::Header {
-            run: "r".into(),
-            tool: "t".into(),
-            binding,
-            inputs: "i".into(),
-            at_ms: 1,
-            principal: None,
-        };
+        let header = crate::journal::test_header();
         let begin = |op| JournalRecord::Begin { op, action: Value::Null };
         let done = |op| JournalRecord::Done { op, result: Value::Null };
         let not_happened = |op| JournalRecord::Resolved { op, happened: false, result: None, at_ms: 2 };

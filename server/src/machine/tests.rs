@@ -9,7 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::broker::{Broker, Completed, Stop};
 use crate::broker::{Kind, Method};
-use crate::journal::{Binding, Journal, JournalRecord};
+use crate::journal::{Journal, JournalRecord};
 use crate::manifest::{CapabilityGrant, DbMode, Grant};
 use crate::money::Money;
 use crate::record;
@@ -124,15 +124,7 @@ fn the_table_cell_by_cell() {
 
 #[test]
 fn a_journal_gives_the_state_it_left() {
-    let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
-    let header = JournalRecord::Header {
-        run: "r".into(),
-        tool: "t".into(),
-        binding,
-        inputs: "i".into(),
-        at_ms: 1,
-        principal: None,
-    };
+    let header = crate::journal::test_header();
     let post = action(0, Kind::HttpPost, Method::Post, false);
     let begin = JournalRecord::Begin { op: 0, action: serde_json::to_value(&post).unwrap() };
     let done = JournalRecord::Done { op: 0, result: json!({}) };
@@ -237,15 +229,7 @@ struct World {
 
 impl World {
     fn new(kind: Taken) -> World {
-        let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
-        let header = JournalRecord::Header {
-            run: "r".into(),
-            tool: "t".into(),
-            binding,
-            inputs: "i".into(),
-            at_ms: 1,
-            principal: None,
-        };
+        let header = crate::journal::test_header();
         World {
             kind,
             journal: record::encode(&header),
