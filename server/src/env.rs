@@ -138,6 +138,8 @@ pub struct ListenLimits {
     /// `body_read_ms` once the headers passed.
     pub header_read_ms: u64,
     pub body_read_ms: u64,
+    /// The buffer a request's line and headers may take while they arrive.
+    pub head_bytes_max: usize,
     /// Bodies read at once (each up to `body_bytes_max`): the memory bodies take is bounded.
     pub bodies_read_at_once: usize,
 }

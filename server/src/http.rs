@@ -37,6 +37,8 @@ pub const CONNECTIONS_MAX: usize = 256;
 /// `BODY_READ_MS` of them.
 pub const HEADER_READ_MS: u64 = 10_000;
 pub const BODY_READ_MS: u64 = 30_000;
+/// A request's line and headers together (an access token is at most 8 KiB of them).
+pub const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Bodies read at once (each up to 4 MiB): what request bodies can take of memory.
 pub const BODIES_READ_AT_ONCE: usize = 16;
 /// Sessions one principal keeps; a new one past this ends that principal's least recently used.
@@ -129,6 +131,7 @@ pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -
         connections_max: CONNECTIONS_MAX,
         header_read_ms: HEADER_READ_MS,
         body_read_ms: BODY_READ_MS,
+        head_bytes_max: HEAD_BYTES_MAX,
         bodies_read_at_once: BODIES_READ_AT_ONCE,
     };
     let log_env = env.clone();
@@ -160,6 +163,11 @@ fn bearer_token(env: &Env, options: &HttpOptions) -> Result<Option<String>, Stri
         Some(token) if token.len() < TOKEN_BYTES_MIN => Err(format!(
             "--bearer-token-env: the environment variable {name} holds {} bytes; a token must have at least {TOKEN_BYTES_MIN}",
             token.len()
+        )),
+        Some(token) if token.len() > crate::oauth::TOKEN_BYTES_MAX => Err(format!(
+            "--bearer-token-env: the environment variable {name} holds {} bytes; a token has at most {}",
+            token.len(),
+            crate::oauth::TOKEN_BYTES_MAX
         )),
         Some(token) if !token.bytes().all(|b| b.is_ascii_graphic()) => {
             Err(format!("--bearer-token-env: the environment variable {name} holds a space or a control character"))
@@ -212,6 +220,12 @@ impl Front {
     /// Everything decided from the request line and headers: the Host and Origin, the
     /// metadata document, the path, the credentials, the method. `Ok` carries the principal.
     fn screen(&self, request: &InboundRequest) -> Result<Option<Principal>, OutboundAnswer> {
+        // The listener's buffer bounds a head arriving in pieces; one read can bring more.
+        let head: usize =
+            request.path.len() + request.headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum::<usize>();
+        if head > HEAD_BYTES_MAX {
+            return Err(plain(431, &format!("the request's headers are over {HEAD_BYTES_MAX} bytes")));
+        }
         self.check_host_and_origin(request)?;
         if let Some(metadata) = self.resource_metadata(request) {
             return Err(metadata);

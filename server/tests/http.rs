@@ -261,6 +261,17 @@ fn listening_beyond_loopback_needs_a_token() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("a token must have at least 16"), "{stderr}");
     assert!(!stderr.contains("short-secret"), "{stderr}");
+    let long_token = "t".repeat(9 * 1024);
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("serve-http")
+        .arg(&manifest)
+        .args(["--listen", "127.0.0.1:0", "--bearer-token-env", "WARDEN_LONG_TOKEN"])
+        .env("WARDEN_LONG_TOKEN", &long_token)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("a token has at most 8192"), "{stderr}");
 }
 
 #[test]
@@ -299,7 +310,7 @@ fn a_bearer_token_is_required_and_never_in_any_output() {
         assert!(!body.contains(TOKEN), "the token leaked: {body}");
     }
     let journals = server._dir.path().join("journals");
-    for entry in walk(&journals) {
+    for entry in common::walk(&journals) {
         let bytes = std::fs::read(&entry).unwrap();
         assert!(!String::from_utf8_lossy(&bytes).contains(TOKEN), "the token is in {}", entry.display());
     }
@@ -326,6 +337,9 @@ fn limits_and_wrong_requests_get_clear_http_errors() {
     huge.extend_from_slice(b"\"}");
     let answer = server.send("POST", "/mcp", &[("content-type", "application/json")], &huge);
     assert_eq!(answer.status, 413, "{}", answer.text());
+    // Headers over 64 KiB are refused before anything reads them.
+    let long = "a".repeat(70 * 1024);
+    assert_eq!(server.send("POST", "/mcp", &[("x-padding", &long)], b"").status, 431);
     // The server goes on serving.
     assert_eq!(server.post(&list, &[("mcp-method", "tools/list")]).status, 200);
 }
@@ -399,17 +413,4 @@ fn http_semantics_are_strict() {
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).unwrap();
     assert_eq!(Answer::parse(&raw).status, 200);
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(walk(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
 }

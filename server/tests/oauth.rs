@@ -277,7 +277,7 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
     assert_eq!(read(&admin)["result"]["contents"][0]["text"], json!("record 7"));
 
     // The journal's header records whom the run is for.
-    let headers: Vec<String> = walk(&server.dir.path().join("journals/admin_note"))
+    let headers: Vec<String> = common::walk(&server.dir.path().join("journals/admin_note"))
         .into_iter()
         .filter(|path| path.extension().is_some_and(|e| e == "journal"))
         .map(|path| std::fs::read_to_string(path).unwrap())
@@ -348,19 +348,6 @@ fn keys_can_come_from_the_issuer_s_url() {
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
     assert_eq!(send(&server, "POST", "/mcp", Some(&stranger.token(&claims("alice", ""))), Some(&list)).0, 401);
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(walk(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
 }
 
 /// Settings a careless operator might write are refused at start, naming the setting.

@@ -56,6 +56,7 @@ impl HttpServe for RealHttp {
                     let served = http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(Duration::from_millis(limits.header_read_ms))
+                        .max_buf_size(limits.head_bytes_max)
                         // A client that half-closes after its request still gets the answer.
                         .half_close(true)
                         .serve_connection(TokioIo::new(stream), service);

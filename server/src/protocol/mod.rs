@@ -319,17 +319,7 @@ impl Connection {
             }
             CallJob::Tool => {
                 let tool = self.catalog.callable(&call.tool).expect("routing checked the tool exists");
-                match call::call_tool(
-                    &self.runs,
-                    &self.slots,
-                    tool,
-                    &call.arguments,
-                    control,
-                    listener,
-                    self.principal.as_ref(),
-                )
-                .await
-                {
+                match self.run_tool(tool, call, control, listener).await {
                     CallReply::Result(result, run) => (Some((call.finish)(self, &call.id, result)), run),
                     CallReply::Silent => (None, None),
                 }
@@ -337,17 +327,7 @@ impl Connection {
             CallJob::Read { uri } => {
                 let tool = self.catalog.tool(&call.tool).expect("routing found the resource");
                 let spec = tool.resource.as_ref().expect("a resource's tool");
-                match call::call_tool(
-                    &self.runs,
-                    &self.slots,
-                    tool,
-                    &call.arguments,
-                    control,
-                    listener,
-                    self.principal.as_ref(),
-                )
-                .await
-                {
+                match self.run_tool(tool, call, control, listener).await {
                     CallReply::Result(answer, run) => match crate::surface::contents(spec, uri, &answer) {
                         Ok(contents) => (Some((call.finish)(self, &call.id, contents)), run),
                         Err(text) => (Some(failed(format!("reading {uri} failed: {text}"))), run),
@@ -375,6 +355,18 @@ impl Connection {
                 (Some(message).filter(|_| !control.is_cancelled()), None)
             }
         }
+    }
+
+    /// A tool call or a resource read through the call pipeline, as this connection's principal.
+    async fn run_tool(
+        &self,
+        tool: &crate::catalog::Tool,
+        call: &PendingCall,
+        control: &CallControl,
+        listener: Option<Rc<dyn crate::notice::Listener>>,
+    ) -> CallReply {
+        let principal = self.principal.as_ref();
+        call::call_tool(&self.runs, &self.slots, tool, &call.arguments, control, listener, principal).await
     }
 
     /// Writes one message as one line. A failed write means the client is gone.

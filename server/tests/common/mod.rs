@@ -317,6 +317,20 @@ impl Wire {
     }
 }
 
+/// Every file under `dir` (none when it is absent), to search them all.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
 /// Copies a fixture folder's files (not its subfolders) into a new temporary folder.
 pub fn private_copy(from: &Path) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
