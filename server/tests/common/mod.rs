@@ -99,6 +99,8 @@ pub struct Wire {
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
     stderr: Arc<Mutex<String>>,
+    /// Told when stderr reaches its end: what the server logged is all read.
+    stderr_ended: Receiver<()>,
     /// Request id (as JSON text) -> the era and method it was sent under.
     sent: HashMap<String, (Era, String)>,
     /// Every message received, for tests that inspect the whole transcript.
@@ -164,6 +166,7 @@ impl Wire {
         let stderr = Arc::new(Mutex::new(String::new()));
         let sink = Arc::clone(&stderr);
         let mut pipe = child.stderr.take().unwrap();
+        let (stderr_ended, ended) = mpsc::channel::<()>();
         thread::spawn(move || {
             let mut buffer = [0u8; 8192];
             while let Ok(n) = pipe.read(&mut buffer) {
@@ -172,8 +175,10 @@ impl Wire {
                 }
                 sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buffer[..n]));
             }
+            let _ = stderr_ended.send(());
         });
-        Wire { dir, stdin: child.stdin.take(), child, lines, stderr, sent: HashMap::new(), received: Vec::new() }
+        let stdin = child.stdin.take();
+        Wire { dir, stdin, child, lines, stderr, stderr_ended: ended, sent: HashMap::new(), received: Vec::new() }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
@@ -283,6 +288,8 @@ impl Wire {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
+                // The exit can be seen before the last lines it logged are read.
+                let _ = self.stderr_ended.recv_timeout(MESSAGE_TIMEOUT);
                 return status;
             }
             if Instant::now() > deadline {
