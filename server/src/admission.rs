@@ -66,6 +66,12 @@ pub async fn admit<'a>(
             }
             // Read the entry again: the earlier run may have moved on during the wait.
             let earlier = runs.ledger.state().run(&earlier.run).cloned().unwrap_or(earlier);
+            let same_arguments = earlier.once.as_ref().is_some_and(|o| o.arguments == once.arguments);
+            if same_arguments {
+                if let Some(reply) = crate::retry::ask_again(runs, tool, &earlier, inputs, principal).await {
+                    return Admission::Answered(reply);
+                }
+            }
             let reply = repeated(runs, tool, &earlier, once).await;
             return Admission::Answered(CallReply::Result(reply, Some(earlier.run)));
         }

@@ -59,8 +59,30 @@ pub enum CallReply {
     /// An era-neutral `CallToolResult` (content, structuredContent, isError), and the run
     /// it answers for, if one was reserved.
     Result(Value, Option<String>),
+    /// The run asks its client for input: `{"inputRequests", "requestState"}` (2026-07-28's
+    /// `input_required` result), and the run.
+    InputRequired(Value, String),
+    /// A retry whose `requestState` or `inputResponses` cannot be used: a protocol error
+    /// (-32602) saying why; nothing changed.
+    Invalid(String),
     /// The call was cancelled: nothing more is sent for it.
     Silent,
+}
+
+/// What the caller brings besides its arguments: who it is, the input kinds its client
+/// declared, and (a retry) the answers to a round its run asked.
+#[derive(Clone, Copy, Default)]
+pub struct Caller<'a> {
+    pub principal: Option<&'a Principal>,
+    pub input_kinds: &'a [String],
+    pub retry: Option<&'a Retry>,
+}
+
+/// A retry of a call whose run asked for input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retry {
+    pub request_state: Value,
+    pub input_responses: Option<Value>,
 }
 
 /// JSON with object keys sorted at every level: the form keys and hashes are taken over.
@@ -124,8 +146,9 @@ pub async fn call_tool(
     arguments: &Map<String, Value>,
     control: &CallControl,
     listener: Option<Rc<dyn crate::notice::Listener>>,
-    principal: Option<&Principal>,
+    caller: Caller<'_>,
 ) -> CallReply {
+    let principal = caller.principal;
     let name = &tool.config.name;
     if let Some(principal) = principal {
         let missing: Vec<&str> =
@@ -149,6 +172,9 @@ pub async fn call_tool(
         Ok(inputs) => inputs,
         Err(invalid) => return CallReply::Result(crate::answer::invalid_arguments(&invalid), None),
     };
+    if let Some(retry) = caller.retry {
+        return crate::retry::continue_run(runs, slots, tool, &inputs, control, listener, caller, retry).await;
+    }
     let (run, _slot, running) = match admission::admit(runs, slots, tool, &inputs, control, principal).await {
         Admission::Answered(reply) => return reply,
         Admission::Reserved { run, slot, running } => (run, slot, running),
@@ -159,14 +185,40 @@ pub async fn call_tool(
     let outcome = match RunStore::start(runs, tool, &run, &inputs).await {
         Ok(()) => {
             runs.log_run_at(name, &run, "started", Some(crate::notice::DEBUG)).await;
-            runs.execute_to_end(tool, &run, &inputs, false).await
+            runs.execute_to_end(tool, &run, &inputs, crate::driver::Entry::Fresh, caller.input_kinds).await
         }
         Err(fatal) => Err(fatal),
     };
     drop(running);
+    reply_of(runs, tool, &run, &inputs, outcome, control, principal)
+}
+
+/// The reply a run's outcome gives its caller.
+pub(crate) fn reply_of(
+    runs: &Runs,
+    tool: &Tool,
+    run: &str,
+    inputs: &Map<String, Value>,
+    outcome: Result<runs::RunEnd, runs::Fatal>,
+    control: &CallControl,
+    principal: Option<&Principal>,
+) -> CallReply {
     let reply = match outcome {
-        Ok(runs::RunEnd::Ended(end)) => answer(&run, &end, tool.program.returns_content()),
-        Ok(runs::RunEnd::Stopped { .. }) => stopped_result(&run),
+        Ok(runs::RunEnd::Ended(end)) => answer(run, &end, tool.program.returns_content()),
+        Ok(runs::RunEnd::Stopped { .. }) => stopped_result(run),
+        Ok(runs::RunEnd::Asking { round, requests, expires_at_ms }) if !control.is_cancelled() => {
+            let claims = crate::input::Claims {
+                run: run.to_string(),
+                round,
+                tool: tool.config.name.clone(),
+                principal: principal.map(|p| p.subject.clone()),
+                expires_at_ms,
+                request: crate::input::request_digest(&tool.config.name, inputs),
+            };
+            let state = runs.inputs.seal(&claims);
+            return CallReply::InputRequired(json!({"inputRequests": requests, "requestState": state}), run.into());
+        }
+        Ok(runs::RunEnd::Asking { .. }) => error_result(String::new()),
         Err(fatal) => {
             runs.stop(&fatal);
             error_result(format!(
@@ -175,8 +227,9 @@ pub async fn call_tool(
         }
     };
     if control.is_cancelled() {
+        let name = &tool.config.name;
         runs.env.log(&format!("tool {name} run {run}: the call was cancelled while running; its answer is not sent"));
         return CallReply::Silent;
     }
-    CallReply::Result(reply, Some(run))
+    CallReply::Result(reply, Some(run.to_string()))
 }

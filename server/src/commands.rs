@@ -61,6 +61,7 @@ pub async fn open_server(
     let ledger = Ledger::open(env, &journals).await.map_err(|e| e.to_string())?;
     let mut runs = Runs::new(env.clone(), Rc::clone(&catalog), ledger);
     runs.secrets.extend(transport_secrets);
+    runs.inputs.set_key(crate::input::load_key(env, &journals).await?);
     let runs = Rc::new(runs);
     let report = recovery::recover(&runs).await.map_err(|Fatal(message)| message)?;
     if report != recovery::Report::default() {
@@ -84,6 +85,7 @@ pub async fn open_server(
         if pinned { ", each as warden.lock recorded it" } else { " (no warden.lock: the tools are not pinned)" }
     ));
     spawn_daily_sweep(&runs);
+    crate::input::spawn_expiry(&runs);
     Ok(OpenServer { runs, _lock })
 }
 

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::broker::{perform, scrub, usage_json, Broker, Completed, ACTIONS_PER_RUN_MAX};
+use crate::broker::{perform, scrub, usage_json, AskedRound, Broker, Completed, ACTIONS_PER_RUN_MAX};
 use crate::catalog::Tool;
 use crate::env::Point;
 use crate::journal::{EndRecord, Journal, JournalRecord, RunOutcome};
@@ -18,8 +18,9 @@ use crate::runs::{Fatal, RunEnd, Runs, Waiting};
 use crate::store::RunStore;
 
 /// Transitions one run may take in one process: at most four per action (begin and
-/// perform, done and execute, and a look-up or resend after a restart), plus its end.
-const TRANSITIONS_MAX: u64 = 4 * (ACTIONS_PER_RUN_MAX + 2);
+/// perform, done and execute, and a look-up or resend after a restart), two per input round,
+/// plus its end.
+const TRANSITIONS_MAX: u64 = 4 * (ACTIONS_PER_RUN_MAX + 2) + 2 * crate::program::ask::ASK_ROUNDS_MAX as u64;
 
 /// What a run's commands need that does not change while it runs.
 struct Context<'a> {
@@ -35,18 +36,35 @@ struct Context<'a> {
     /// the monotonic clock when it did. A wall-clock step cannot expire a run in progress.
     elapsed_before_ms: u64,
     started_monotonic_ms: u64,
+    /// The input kinds (`elicitation`, `sampling`, `roots`) the client the run answers now
+    /// declared; none for a run no client waits on (resumed at start).
+    client_kinds: &'a [String],
+}
+
+/// How a run is taken up by this call of `execute_to_end`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Entry {
+    /// A fresh call's run: its header was just written.
+    Fresh,
+    /// Found unfinished at start.
+    Resumed,
+    /// The client's answers to the round the run awaits (the keys sent, checked).
+    Answered(Value),
+    /// Nobody answered the round the run awaits in time.
+    Expired,
 }
 
 impl Runs {
     /// Steps 4 to 6: drives the run's state machine from its journal to its end (settled)
     /// or to a stop in doubt (waiting for an operator).
-    /// `resumed`: the run was found unfinished at start (else it is a fresh call's).
+    /// `client_kinds`: the input kinds the client waiting on the run declared.
     pub async fn execute_to_end(
         &self,
         tool: &Tool,
         run: &str,
         inputs: &Map<String, Value>,
-        resumed: bool,
+        entry: Entry,
+        client_kinds: &[String],
     ) -> Result<RunEnd, Fatal> {
         let _running = self.running(run);
         let journal = self.journal_of(tool, run).await?;
@@ -65,17 +83,25 @@ impl Runs {
                     Grant::Secret { .. } => None,
                 })
                 .collect(),
-            // Only a resumed run was taken up before this process: for a fresh one, a wall-clock
-            // step since its header (another run's await in between) is not time that passed.
-            elapsed_before_ms: match resumed {
-                true => self.env.clock.now_ms().saturating_sub(journal.header_at_ms),
-                false => 0,
+            // Only a run taken up again was begun before: for a fresh one, a wall-clock step
+            // since its header (another run's await in between) is not time that passed. Time
+            // spent waiting for the client's input does not count.
+            elapsed_before_ms: match entry {
+                Entry::Fresh => 0,
+                _ => {
+                    let now = self.env.clock.now_ms();
+                    now.saturating_sub(journal.header_at_ms).saturating_sub(journal.waited_ms(now))
+                }
             },
             started_monotonic_ms: self.env.clock.monotonic_ms(),
+            client_kinds,
         };
-        let mut event = match resumed {
-            true => Event::Resume { at_ms: self.env.clock.now_ms() },
-            false => Event::Start,
+        let at_ms = self.env.clock.now_ms();
+        let mut event = match entry {
+            Entry::Fresh => Event::Start,
+            Entry::Resumed => Event::Resume { at_ms },
+            Entry::Answered(answers) => Event::Answered { answers, at_ms },
+            Entry::Expired => Event::Expired(self.expired_end(tool, run, &journal, at_ms)?),
         };
         for _ in 0..TRANSITIONS_MAX {
             let (next, commands) =
@@ -91,6 +117,7 @@ impl Runs {
             event = match (&state, produced) {
                 (State::Ended(end), None) => return Ok(RunEnd::Ended(end.clone())),
                 (State::Waiting { op }, None) => return Ok(RunEnd::Stopped { op: *op }),
+                (State::Awaiting { round }, None) => return self.awaiting(tool, run, *round).await,
                 (_, Some(yielded)) => yielded,
                 (state, None) => {
                     return Err(Fatal(format!("run {run}: state {} is waiting for no event (a bug)", state.name())))
@@ -98,6 +125,32 @@ impl Runs {
             };
         }
         Err(Fatal(format!("run {run} did not end within {TRANSITIONS_MAX} transitions (a bug)")))
+    }
+
+    /// A run that waits for its client's input: registered, so the client's retry or the
+    /// expiry takes it up; the requests sent, for the answer.
+    async fn awaiting(&self, tool: &Tool, run: &str, round: u64) -> Result<RunEnd, Fatal> {
+        let journal = self.journal_of(tool, run).await?;
+        let asked = journal.rounds.get(round as usize).expect("an awaited round is in the journal");
+        let expires_at_ms = asked.asked_at_ms.saturating_add(crate::input::INPUT_WAIT_MS);
+        let requests: Map<String, Value> =
+            (asked.sent.iter()).filter_map(|key| Some((key.clone(), asked.requests.get(key)?.clone()))).collect();
+        self.inputs.register(run, &tool.config.name, round, expires_at_ms);
+        Ok(RunEnd::Asking { round, requests: Value::Object(requests), expires_at_ms })
+    }
+
+    /// The end of a run nobody answered in time.
+    fn expired_end(&self, tool: &Tool, run: &str, journal: &Journal, at_ms: u64) -> Result<EndRecord, Fatal> {
+        let usage = Broker::new(run, &tool.config.grants, completed_actions(journal, run)?).journaled_usage();
+        let wait = crate::ledger::duration_text(crate::input::INPUT_WAIT_MS);
+        let end = EndRecord {
+            outcome: RunOutcome::Failed(FailureKind::Deadline),
+            result: None,
+            message: Some(format!("the client did not answer the run's request for input within {wait}")),
+            usage: usage_json(&usage),
+            at_ms,
+        };
+        Ok(self.fitted_end(end))
     }
 
     async fn journal_of(&self, tool: &Tool, run: &str) -> Result<Journal, Fatal> {
@@ -191,6 +244,12 @@ impl Runs {
         let journal = self.journal_of(tool, run).await?;
         assert!(journal.begun_op().is_none(), "run {run}: executed with an action in doubt");
         let mut broker = Broker::new(run, &tool.config.grants, completed_actions(&journal, run)?);
+        broker.asked = (journal.rounds.iter())
+            .map(|round| AskedRound {
+                requests: round.requests.clone(),
+                answers: round.answered.as_ref().map(|(answers, _)| answers.clone()),
+            })
+            .collect();
         if let Some(deadline) = tool.config.deadline_ms {
             broker.deadline_passed = self.deadline_passed(cx);
             broker.deadline_text = crate::ledger::duration_text(deadline);
@@ -246,6 +305,7 @@ impl Runs {
                 Next::End(self.fitted_end(end))
             }
             Outcome::Suspended(action) => Next::Act(action),
+            Outcome::Asking(requests) => self.next_round(cx, &journal, requests, at_ms, &usage),
             outcome => {
                 let mut end = end_record(&outcome, at_ms);
                 end.usage = usage_json(&usage);
@@ -257,6 +317,37 @@ impl Runs {
 }
 
 impl Runs {
+    /// What a program's `ask` leads to: the round, with the keys whose kinds the client
+    /// declared (none: answered with nothing at once), or the run's end when too many runs
+    /// already wait for input.
+    fn next_round(
+        &self,
+        cx: &Context<'_>,
+        journal: &Journal,
+        requests: Value,
+        at_ms: u64,
+        usage: &std::collections::BTreeMap<String, crate::broker::Usage>,
+    ) -> Next {
+        let sent: Vec<String> = (requests.as_object().into_iter().flatten())
+            .filter(|(_, request)| {
+                let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
+                crate::program::ask::capability_of(method).is_some_and(|kind| cx.client_kinds.iter().any(|k| k == kind))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        if !sent.is_empty() && self.inputs.is_full() {
+            let message = format!(
+                "the server already has {} runs waiting for their clients' input; this run cannot ask for more",
+                crate::input::AWAITING_RUNS_MAX
+            );
+            let failure = crate::program::Failure { kind: FailureKind::Capability, message };
+            let mut end = end_record(&Outcome::Failed(failure), at_ms);
+            end.usage = usage_json(usage);
+            return Next::End(self.fitted_end(end));
+        }
+        Next::Ask { round: journal.rounds.len() as u64, requests, sent, at_ms }
+    }
+
     /// Whether the run's deadline has passed: the monotonic clock since this process took the
     /// run up, plus what had elapsed before.
     fn deadline_passed(&self, cx: &Context<'_>) -> bool {
@@ -289,7 +380,7 @@ fn completed_actions(journal: &Journal, run: &str) -> Result<Vec<Completed>, Fat
 
 fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
     match outcome {
-        Outcome::Suspended(_) => unreachable!("a suspended execution has no end"),
+        Outcome::Suspended(_) | Outcome::Asking(_) => unreachable!("a suspended execution has no end"),
         Outcome::Done(result) => EndRecord {
             outcome: RunOutcome::Done,
             result: Some(result.clone()),

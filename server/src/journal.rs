@@ -155,6 +155,32 @@ pub enum JournalRecord {
     Retried {
         at_ms: u64,
     },
+    /// The program asked its client for input (`ask`): its requests as the program gave them,
+    /// and the keys of those sent (the client declared their kinds). The call answers
+    /// `input_required` only once this is durable.
+    Asked {
+        round: u64,
+        requests: Value,
+        sent: Vec<String>,
+        at_ms: u64,
+    },
+    /// The client's answers to round `round` (only the keys sent), durable before the program
+    /// executes again.
+    Answered {
+        round: u64,
+        answers: Value,
+        at_ms: u64,
+    },
+}
+
+/// One input round of a journal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Round {
+    pub requests: Value,
+    pub sent: Vec<String>,
+    pub asked_at_ms: u64,
+    /// The answers and when they were journaled; none while the run waits for them.
+    pub answered: Option<(Value, u64)>,
 }
 
 /// Where one action stands in a journal.
@@ -181,6 +207,8 @@ pub struct Journal {
     pub prints: u64,
     pub ops: std::collections::BTreeMap<u64, OpState>,
     pub end: Option<EndRecord>,
+    /// The input rounds (`ask`), in order: every one answered but perhaps the last.
+    pub rounds: Vec<Round>,
     /// `Resumed` records since the run last made progress (any record but a `Resumed`): how
     /// many restarts in a row found it unfinished and got it no further.
     pub resumes_without_progress: u32,
@@ -222,6 +250,11 @@ impl Journal {
                 _ if index == 0 => return Err(at("the first record is not the header")),
                 JournalRecord::Header { .. } => return Err(at("a second header")),
                 _ if journal.end.is_some() => return Err(at("a record after the end")),
+                _ if journal.awaiting_round().is_some()
+                    && !matches!(record, JournalRecord::Answered { .. } | JournalRecord::End(_)) =>
+                {
+                    return Err(at("a record other than the answers or the end while input is awaited"))
+                }
                 JournalRecord::Resumed { .. } => {
                     journal.resumes_without_progress += 1;
                     return Ok(());
@@ -265,6 +298,21 @@ impl Journal {
                 }
                 JournalRecord::End(end) => journal.end = Some(end),
                 JournalRecord::Retried { .. } => {}
+                JournalRecord::Asked { round, .. } if round != journal.rounds.len() as u64 => {
+                    return Err(at(&format!("input round {round} asked out of order")))
+                }
+                JournalRecord::Asked { .. } if journal.begun_op().is_some() => {
+                    return Err(at("input asked while an action is begun and not done"))
+                }
+                JournalRecord::Asked { requests, sent, at_ms, .. } => {
+                    journal.rounds.push(Round { requests, sent, asked_at_ms: at_ms, answered: None })
+                }
+                JournalRecord::Answered { round, answers, at_ms } => match journal.awaiting_round() {
+                    Some(awaited) if awaited == round => {
+                        journal.rounds.last_mut().expect("an awaited round").answered = Some((answers, at_ms))
+                    }
+                    _ => return Err(at(&format!("answers to input round {round}, which is not awaited"))),
+                },
             }
             // Every record after the header but `Resumed` is progress.
             if index > 0 {
@@ -272,6 +320,23 @@ impl Journal {
             }
         }
         Ok(())
+    }
+
+    /// The input round asked and not answered, if any (the last one).
+    pub fn awaiting_round(&self) -> Option<u64> {
+        match self.rounds.last() {
+            Some(round) if round.answered.is_none() => Some(self.rounds.len() as u64 - 1),
+            _ => None,
+        }
+    }
+
+    /// How long the run has waited for its client's answers, up to `now_ms` (wall clock):
+    /// time the deadline does not count.
+    pub fn waited_ms(&self, now_ms: u64) -> u64 {
+        self.rounds
+            .iter()
+            .map(|round| round.answered.as_ref().map_or(now_ms, |(_, at)| *at).saturating_sub(round.asked_at_ms))
+            .fold(0, u64::saturating_add)
     }
 
     /// The action begun and not done, if any (at most one: the reader refuses more).

@@ -20,6 +20,11 @@
 //! | Settling(e) | Resume                | Settling(e) | Settle e                                      |
 //! | Settling(e) | Settled               | Ended(e)    |                                               |
 //! | Halted      | Resume                | Waiting     | Wait (halted), Notify                         |
+//! | Ready       | Executed(Ask, sent)   | Awaiting    | Journal(prints), Journal(Asked)               |
+//! | Ready       | Executed(Ask, none)   | Ready       | Journal(prints), Journal(Asked), Journal(Answered {}), Execute |
+//! | Awaiting    | Resume                | Awaiting    |                                               |
+//! | Awaiting    | Answered(answers)     | Ready       | Journal(Answered), Execute                    |
+//! | Awaiting    | Expired(e)            | Settling(e) | Journal(End e), Settle e                      |
 //!
 //! `Start` is a fresh run's first event; `Resume` a run's first event after a restart. Every
 //! other cell is refused as a bug. A run's state is rebuilt from its journal
@@ -30,6 +35,12 @@
 //! again when safe, looked up, or waiting for an operator), and Execute is only ever issued
 //! from Ready, so the program (and with it the deadline) never runs while an action is in
 //! doubt: a deadline never cuts an action, it only refuses the next new one.
+//!
+//! A run that asked its client for input (`ask`) is Awaiting until the answers come with the
+//! client's retry, or the wait expires (its end, settled as `deadline`). When no key was sent
+//! (the client declared none of the kinds, or a resumed run has no client), the round is
+//! answered with nothing at once. Awaiting writes no `Resumed` record at a restart: waiting
+//! for a person is not a crash of the run.
 
 use serde_json::{json, Value};
 
@@ -56,6 +67,8 @@ pub enum State {
     /// Crashed the server twice without progress; not resumed again automatically. `op` is
     /// the action in doubt, or the next one.
     Halted { op: u64, action: Option<Action> },
+    /// Round `round` of input is asked (durable) and not answered: terminal in this call.
+    Awaiting { round: u64 },
 }
 
 /// A run whose attempts crashed the server this many times in a row, without progress, is
@@ -68,6 +81,14 @@ pub const CRASHES_BEFORE_HALT: u32 = 2;
 pub enum Next {
     Act(Action),
     End(EndRecord),
+    /// Input from the client (`ask`): round `round`'s requests as the program gave them, and
+    /// the keys of those sent.
+    Ask {
+        round: u64,
+        requests: Value,
+        sent: Vec<String>,
+        at_ms: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -88,6 +109,13 @@ pub enum Event {
         committed: bool,
     },
     Settled,
+    /// The client's answers to the awaited round (the keys sent), at `at_ms`.
+    Answered {
+        answers: Value,
+        at_ms: u64,
+    },
+    /// Nobody answered the awaited round in time: the run ends so.
+    Expired(EndRecord),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -131,6 +159,9 @@ impl State {
         if let Some(end) = &journal.end {
             return Ok(State::Settling(end.clone()));
         }
+        if let Some(round) = journal.awaiting_round() {
+            return Ok(State::Awaiting { round });
+        }
         let in_doubt = match journal.begun_op().and_then(|op| journal.ops.get(&op)) {
             Some(OpState::Begun(recorded)) => Some(
                 serde_json::from_value::<Action>(recorded.clone())
@@ -155,11 +186,12 @@ impl State {
             State::Ended(_) => "Ended",
             State::Waiting { .. } => "Waiting",
             State::Halted { .. } => "Halted",
+            State::Awaiting { .. } => "Awaiting",
         }
     }
 
     pub fn is_terminal(&self) -> bool {
-        matches!(self, State::Ended(_) | State::Waiting { .. })
+        matches!(self, State::Ended(_) | State::Waiting { .. } | State::Awaiting { .. })
     }
 }
 
@@ -172,6 +204,8 @@ impl Event {
             Event::Performed(_) => "Performed",
             Event::LookedUp { .. } => "LookedUp",
             Event::Settled => "Settled",
+            Event::Answered { .. } => "Answered",
+            Event::Expired(_) => "Expired",
         }
     }
 }
@@ -205,7 +239,26 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
                     commands.push(Command::Settle(end.clone()));
                     (State::Settling(end), commands)
                 }
+                Next::Ask { round, requests, sent, at_ms } => {
+                    let nothing_sent = sent.is_empty();
+                    commands.push(Command::Journal(JournalRecord::Asked { round, requests, sent, at_ms }));
+                    if !nothing_sent {
+                        return Ok((State::Awaiting { round }, commands));
+                    }
+                    let answers = Value::Object(Default::default());
+                    commands.push(Command::Journal(JournalRecord::Answered { round, answers, at_ms }));
+                    commands.push(Command::Execute);
+                    (State::Ready, commands)
+                }
             }
+        }
+        (State::Awaiting { round }, Event::Resume { .. }) => (State::Awaiting { round }, vec![]),
+        (State::Awaiting { round }, Event::Answered { answers, at_ms }) => {
+            (State::Ready, vec![Command::Journal(JournalRecord::Answered { round, answers, at_ms }), Command::Execute])
+        }
+        (State::Awaiting { .. }, Event::Expired(end)) => {
+            let commands = vec![Command::Journal(JournalRecord::End(end.clone())), Command::Settle(end.clone())];
+            (State::Settling(end), commands)
         }
         (State::Begun(action), Event::Performed(Performed::Done(result))) => {
             (State::Ready, vec![Command::Journal(JournalRecord::Done { op: action.op, result }), Command::Execute])

@@ -318,7 +318,7 @@ async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal) -> R
     };
     let line = if ended { "settling from its journal's end after a restart" } else { "resuming after a restart" };
     runs.log_run(tool_name, run, line).await;
-    runs.execute_to_end(tool, run, &inputs, true).await?;
+    runs.execute_to_end(tool, run, &inputs, crate::driver::Entry::Resumed, &[]).await?;
     Ok(ended)
 }
 

@@ -59,6 +59,8 @@ pub struct Runs {
     pub secrets: Vec<String>,
     /// The callers listening to runs in progress (progress and log messages).
     pub listeners: crate::notice::Listeners,
+    /// The runs waiting for their clients' input, and the key of their `requestState`s.
+    pub inputs: crate::input::Inputs,
 }
 
 /// A durable step failed: the server cannot go on safely.
@@ -102,6 +104,7 @@ impl Runs {
             fatal: Signal::new(),
             fatal_message: RefCell::new(None),
             listeners: Default::default(),
+            inputs: Default::default(),
         }
     }
 
@@ -446,6 +449,13 @@ pub enum RunEnd {
     /// Stopped in doubt at action `op`, waiting for an operator (not settled).
     Stopped {
         op: u64,
+    },
+    /// Waiting for its client's answers to round `round` (these requests, by key) until
+    /// `expires_at_ms` (not settled).
+    Asking {
+        round: u64,
+        requests: Value,
+        expires_at_ms: u64,
     },
 }
 

@@ -244,6 +244,9 @@ pub async fn get_prompt(env: &Env, prompt: &Prompt, arguments: &Map<String, Valu
         Outcome::Done(value) => value,
         Outcome::Failed(failure) => return Err(failure.message),
         Outcome::Suspended(_) => return Err("a prompt has no grants and cannot act".to_string()),
+        Outcome::Asking(_) => {
+            return Err("a prompt cannot ask its client for input (only a tool's run can)".to_string())
+        }
     };
     let items = match value {
         Value::Array(items) => items,

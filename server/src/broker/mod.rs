@@ -134,6 +134,19 @@ pub struct Broker {
     pub run: String,
     /// What the program reported with `progress(...)` in this execution.
     pub progress: RefCell<Vec<crate::program::progress::ProgressReport>>,
+    /// The journal's input rounds (`ask`), in order; the last may be unanswered.
+    pub asked: Vec<AskedRound>,
+    pub(crate) next_round: RefCell<usize>,
+    /// The requests of a round this execution asks that the journal does not hold.
+    pub asking: RefCell<Option<Value>>,
+}
+
+/// One input round as the journal holds it: the program's requests, and the client's
+/// answers once they are journaled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AskedRound {
+    pub requests: Value,
+    pub answers: Option<Value>,
 }
 
 /// What a broker starts one execution with: everything it decides from, so the execution can
@@ -145,6 +158,8 @@ pub struct BrokerSeed {
     pub completed: Vec<Completed>,
     pub deadline_passed: bool,
     pub deadline_text: String,
+    #[serde(default)]
+    pub asked: Vec<AskedRound>,
 }
 
 impl Broker {
@@ -161,6 +176,9 @@ impl Broker {
             mismatch: RefCell::new(None),
             run: seed.run,
             progress: RefCell::new(Vec::new()),
+            asked: seed.asked,
+            next_round: RefCell::new(0),
+            asking: RefCell::new(None),
         }
     }
 
@@ -172,6 +190,7 @@ impl Broker {
             completed: self.completed.clone(),
             deadline_passed: self.deadline_passed,
             deadline_text: self.deadline_text.clone(),
+            asked: self.asked.clone(),
         }
     }
 
@@ -195,6 +214,9 @@ impl Broker {
             mismatch: RefCell::new(None),
             run: run.to_string(),
             progress: RefCell::new(Vec::new()),
+            asked: Vec::new(),
+            next_round: RefCell::new(0),
+            asking: RefCell::new(None),
         }
     }
 
@@ -388,7 +410,7 @@ pub enum Stop {
 impl std::fmt::Display for Stop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Stop::Suspend => write!(f, "suspended until the action is performed"),
+            Stop::Suspend => write!(f, "suspended until the action is performed or the input given"),
             Stop::Refused => write!(f, "the broker refused the action"),
             Stop::Mismatch => write!(f, "the program did not replay deterministically"),
         }

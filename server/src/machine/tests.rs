@@ -44,6 +44,8 @@ fn kinds(commands: &[Command]) -> Vec<&'static str> {
             Command::Journal(JournalRecord::Done { .. }) => "Journal(Done)",
             Command::Journal(JournalRecord::End(_)) => "Journal(End)",
             Command::Journal(JournalRecord::Resumed { .. }) => "Journal(Resumed)",
+            Command::Journal(JournalRecord::Asked { .. }) => "Journal(Asked)",
+            Command::Journal(JournalRecord::Answered { .. }) => "Journal(Answered)",
             Command::Journal(_) => "Journal(other)",
             Command::Perform { .. } => "Perform",
             Command::LookUp(_) => "LookUp",
@@ -73,7 +75,9 @@ fn the_table_cell_by_cell() {
         State::Ended(end("done")),
         State::Waiting { op: 0 },
         State::Halted { op: 0, action: None },
+        State::Awaiting { round: 0 },
     ];
+    let ask = |sent: Vec<String>| Next::Ask { round: 0, requests: json!({"k": {}}), sent, at_ms: 3 };
     let events = [
         Event::Start,
         Event::Resume { at_ms: 5 },
@@ -84,6 +88,10 @@ fn the_table_cell_by_cell() {
         Event::LookedUp { committed: true },
         Event::LookedUp { committed: false },
         Event::Settled,
+        Event::Executed { prints: vec![], next: ask(vec!["k".into()]) },
+        Event::Executed { prints: vec![], next: ask(vec![]) },
+        Event::Answered { answers: json!({"k": {}}), at_ms: 4 },
+        Event::Expired(end("deadline")),
     ];
     // (state index, event index) -> (next state, commands).
     let expected: Vec<((usize, usize), (&str, Vec<&str>))> = vec![
@@ -101,6 +109,11 @@ fn the_table_cell_by_cell() {
         ((6, 1), ("Settling", vec!["Settle"])),
         ((6, 8), ("Ended", vec![])),
         ((9, 1), ("Waiting", vec!["Wait", "Notify"])),
+        ((0, 9), ("Awaiting", vec!["Journal(Asked)"])),
+        ((0, 10), ("Ready", vec!["Journal(Asked)", "Journal(Answered)", "Execute"])),
+        ((10, 1), ("Awaiting", vec![])),
+        ((10, 11), ("Ready", vec!["Journal(Answered)", "Execute"])),
+        ((10, 12), ("Settling", vec!["Journal(End)", "Settle"])),
     ];
     let mut valid = 0;
     for (s, state) in states.iter().enumerate() {
@@ -119,7 +132,7 @@ fn the_table_cell_by_cell() {
         }
     }
     assert_eq!(valid, expected.len());
-    assert_eq!(states.len() * events.len(), 90, "every cell was visited");
+    assert_eq!(states.len() * events.len(), 143, "every cell was visited");
 }
 
 #[test]
@@ -136,6 +149,41 @@ fn a_journal_gives_the_state_it_left() {
     assert_eq!(parse(&[&header, &begin]), State::InDoubt(post));
     assert_eq!(parse(&[&header, &begin, &done]), State::Ready);
     assert_eq!(parse(&[&header, &begin, &done, &JournalRecord::End(end("done"))]), State::Settling(end("done")));
+    let asked = JournalRecord::Asked { round: 0, requests: json!({"k": {}}), sent: vec!["k".into()], at_ms: 2 };
+    let answered = JournalRecord::Answered { round: 0, answers: json!({"k": {}}), at_ms: 3 };
+    assert_eq!(parse(&[&header, &begin, &done, &asked]), State::Awaiting { round: 0 });
+    assert_eq!(parse(&[&header, &asked, &answered]), State::Ready);
+    // Waiting for a person is not a crash: restarts write no `Resumed` for it, and it is
+    // never halted.
+    assert_eq!(parse(&[&header, &asked]), State::Awaiting { round: 0 });
+}
+
+/// The reader refuses what the writer never writes around input rounds.
+#[test]
+fn input_rounds_are_read_as_strictly_as_they_are_written() {
+    let header = crate::journal::test_header();
+    let asked = |round| JournalRecord::Asked { round, requests: json!({}), sent: vec![], at_ms: 2 };
+    let answered = |round| JournalRecord::Answered { round, answers: json!({}), at_ms: 3 };
+    let begin = JournalRecord::Begin { op: 0, action: json!({}) };
+    let parse = |records: &[&JournalRecord]| {
+        let bytes: Vec<u8> = records.iter().flat_map(|r| record::encode(*r)).collect();
+        Journal::parse(Path::new("j"), &bytes)
+    };
+    let (a0, a1, n0, n1) = (asked(0), asked(1), answered(0), answered(1));
+    assert!(parse(&[&header, &a0, &n0, &a1, &n1, &begin]).is_ok());
+    assert!(parse(&[&header, &a0, &JournalRecord::End(end("deadline"))]).is_ok());
+    for damaged in [
+        vec![&header, &a1],
+        vec![&header, &n0],
+        vec![&header, &a0, &a1],
+        vec![&header, &a0, &begin],
+        vec![&header, &begin, &a0],
+        vec![&header, &a0, &n0, &n0],
+        vec![&header, &a0, &JournalRecord::Resumed { at_ms: 4 }],
+    ] {
+        let error = parse(&damaged).unwrap_err();
+        assert!(error.contains("the journal is damaged"), "{error}");
+    }
 }
 
 // --- The machine driven through crashes, without an executor. ---------------------------

@@ -6,6 +6,7 @@
 //! here, naming the file and line, so the server never starts with a tool it cannot
 //! describe truthfully.
 
+pub mod ask;
 mod capability;
 pub mod content;
 pub mod job;
@@ -81,6 +82,7 @@ pub(crate) fn globals() -> Globals {
     GlobalsBuilder::extended_by(&[LibraryExtension::Print, LibraryExtension::Typing, LibraryExtension::Json])
         .with(starlark_money::money_globals)
         .with(progress::progress_globals)
+        .with(ask::ask_globals)
         .with(content::content_globals)
         .build()
 }

@@ -91,6 +91,9 @@ pub enum Outcome {
     /// The program asked for an action the journal has not completed: perform it, then
     /// execute again.
     Suspended(Action),
+    /// The program asked its client for input (`ask`) the journal has not answered: these
+    /// requests, by key.
+    Asking(Value),
 }
 
 /// What one execution produced.
@@ -206,6 +209,9 @@ fn concise(rendered: &str) -> String {
 fn broker_stop(broker: &Broker) -> Option<Outcome> {
     if let Some(action) = broker.suspended.borrow().clone() {
         return Some(Outcome::Suspended(action));
+    }
+    if let Some(requests) = broker.asking.borrow().clone() {
+        return Some(Outcome::Asking(requests));
     }
     if let Some(refusal) = broker.refused.borrow().clone() {
         return Some(Outcome::Failed(match refusal {

@@ -32,7 +32,9 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         "tools/call" => match call_params(connection, &request) {
             Ok((tool, arguments, progress)) => {
                 let log_level = connection.legacy_log_level.get();
-                return Routed::Call(PendingCall { id, tool, arguments, progress, log_level, finish, job: CallJob::Tool });
+                let input = Default::default();
+                let job = CallJob::Tool;
+                return Routed::Call(PendingCall { id, tool, arguments, progress, log_level, finish, job, input });
             }
             Err(error) => Err(error),
         },

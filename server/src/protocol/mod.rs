@@ -321,6 +321,8 @@ impl Connection {
                 let tool = self.catalog.callable(&call.tool).expect("routing checked the tool exists");
                 match self.run_tool(tool, call, control, listener).await {
                     CallReply::Result(result, run) => (Some((call.finish)(self, &call.id, result)), run),
+                    CallReply::InputRequired(result, run) => (Some(self.input_required(call, result, &run)), Some(run)),
+                    CallReply::Invalid(message) => (Some(failed(message)), None),
                     CallReply::Silent => (None, None),
                 }
             }
@@ -332,6 +334,8 @@ impl Connection {
                         Ok(contents) => (Some((call.finish)(self, &call.id, contents)), run),
                         Err(text) => (Some(failed(format!("reading {uri} failed: {text}"))), run),
                     },
+                    CallReply::InputRequired(result, run) => (Some(self.input_required(call, result, &run)), Some(run)),
+                    CallReply::Invalid(message) => (Some(failed(message)), None),
                     CallReply::Silent => (None, None),
                 }
             }
@@ -365,8 +369,27 @@ impl Connection {
         control: &CallControl,
         listener: Option<Rc<dyn crate::notice::Listener>>,
     ) -> CallReply {
-        let principal = self.principal.as_ref();
-        call::call_tool(&self.runs, &self.slots, tool, &call.arguments, control, listener, principal).await
+        let caller = call::Caller {
+            principal: self.principal.as_ref(),
+            input_kinds: &call.input.kinds,
+            retry: call.input.retry.as_ref(),
+        };
+        call::call_tool(&self.runs, &self.slots, tool, &call.arguments, control, listener, caller).await
+    }
+
+    /// The answer to a call whose run asks for input: the era's `input_required` result, or
+    /// for an era without one (a 2025-11-25 client repeating a `once` call whose run waits
+    /// for another client's input) a tool error saying so.
+    fn input_required(&self, call: &PendingCall, result: Value, run: &str) -> Value {
+        match call.input.finish {
+            Some(finish) => finish(self, &call.id, result),
+            None => {
+                let text = format!(
+                    "run {run} waits for input its client must give with a 2026-07-28 retry; nothing more was run"
+                );
+                (call.finish)(self, &call.id, crate::answer::error_result(text))
+            }
+        }
     }
 
     /// Writes one message as one line. A failed write means the client is gone.
@@ -440,6 +463,26 @@ pub(crate) struct PendingCall {
     log_level: Option<usize>,
     finish: fn(&Connection, &RequestId, Value) -> Value,
     job: CallJob,
+    input: InputTurn,
+}
+
+/// What a call brings for input requests (2026-07-28 only): the kinds its client declared,
+/// a retry's state and answers, and how the era answers `input_required`.
+#[derive(Default)]
+pub(crate) struct InputTurn {
+    kinds: Vec<String>,
+    retry: Option<call::Retry>,
+    finish: Option<fn(&Connection, &RequestId, Value) -> Value>,
+}
+
+impl InputTurn {
+    fn new(
+        kinds: Vec<String>,
+        retry: Option<call::Retry>,
+        finish: Option<fn(&Connection, &RequestId, Value) -> Value>,
+    ) -> InputTurn {
+        InputTurn { kinds, retry, finish }
+    }
 }
 
 /// What a routed call does: a tool call, a resource read (`tool` names the resource), or
@@ -467,7 +510,17 @@ fn read_call(
         return Err(RpcError::new(Some(id), not_found, "Resource not found").with_data(serde_json::json!({"uri": uri})));
     };
     let job = CallJob::Read { uri: uri.to_string() };
-    Ok(PendingCall { id, tool: tool.config.name.clone(), arguments, progress: None, log_level: None, finish, job })
+    let input = InputTurn::default();
+    Ok(PendingCall {
+        id,
+        tool: tool.config.name.clone(),
+        arguments,
+        progress: None,
+        log_level: None,
+        finish,
+        job,
+        input,
+    })
 }
 
 /// `completion/complete`, in either era: -32602 for a reference to nothing.
@@ -505,6 +558,7 @@ fn prompt_call(
         log_level: None,
         finish,
         job: CallJob::Prompt,
+        input: InputTurn::default(),
     })
 }
 

@@ -8,10 +8,11 @@ use serde_json::{json, Map, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
 use super::{
-    call_params, completion, prompt_call, read_call, CallJob, Connection, PendingCall, Routed, LIST_TTL_MS,
+    call_params, completion, prompt_call, read_call, CallJob, Connection, InputTurn, PendingCall, Routed, LIST_TTL_MS,
     META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSION,
 };
 
+use crate::call::Retry;
 use crate::notice::LOG_LEVELS;
 
 pub(super) fn route(connection: &Connection, request: Request) -> Routed {
@@ -29,6 +30,10 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
                     .and_then(|meta| meta.get(META_LOG_LEVEL))
                     .and_then(Value::as_str)
                     .and_then(crate::notice::log_level);
+                let input = match input_turn(&request) {
+                    Ok(input) => input,
+                    Err(error) => return Routed::Reply(error.to_value()),
+                };
                 return Routed::Call(PendingCall {
                     id,
                     tool,
@@ -37,6 +42,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
                     log_level,
                     finish,
                     job: CallJob::Tool,
+                    input,
                 });
             }
             Err(error) => Err(error),
@@ -50,7 +56,9 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             "public",
         )),
         "resources/read" if has_resources(connection) => {
-            match read_call(connection, &request, jsonrpc::INVALID_PARAMS, finish_read) {
+            match read_call(connection, &request, jsonrpc::INVALID_PARAMS, finish_read)
+                .and_then(|call| Ok(PendingCall { input: input_turn(&request)?, ..call }))
+            {
                 Ok(call) => return Routed::Call(call),
                 Err(error) => Err(error),
             }
@@ -71,6 +79,35 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         Ok(result) => jsonrpc::response(&id, complete(connection, result)),
         Err(error) => error.to_value(),
     })
+}
+
+/// A call's input turn: the input kinds its client declared (`elicitation`, `sampling`,
+/// `roots`), and a retry's `requestState` and `inputResponses`.
+fn input_turn(request: &Request) -> Result<InputTurn, RpcError> {
+    let declared = request_meta(request).and_then(|meta| meta.get(META_CLIENT_CAPABILITIES)).and_then(Value::as_object);
+    let kinds = ["elicitation", "sampling", "roots"]
+        .into_iter()
+        .filter(|kind| declared.is_some_and(|d| d.get(*kind).is_some_and(Value::is_object)))
+        .map(str::to_string)
+        .collect();
+    let params = request.params.as_ref();
+    let responses = params.and_then(|p| p.get("inputResponses")).cloned();
+    let retry = match params.and_then(|p| p.get("requestState")) {
+        None => None,
+        Some(state) => Some(Retry { request_state: state.clone(), input_responses: responses }),
+    };
+    Ok(InputTurn::new(kinds, retry, Some(input_required)))
+}
+
+/// An `input_required` result: the requests and the state to retry with.
+fn input_required(connection: &Connection, id: &RequestId, result: Value) -> Value {
+    let mut result = match result {
+        Value::Object(result) => result,
+        other => panic!("results are objects, got {other}"),
+    };
+    result.insert("resultType".into(), json!("input_required"));
+    result.insert("_meta".into(), json!({META_SERVER_INFO: connection.server_info()}));
+    jsonrpc::response(id, Value::Object(result))
 }
 
 fn request_meta(request: &Request) -> Option<&serde_json::Map<String, Value>> {
