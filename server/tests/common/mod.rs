@@ -88,7 +88,9 @@ pub fn assert_valid(message: &Value, era: Era, method: Option<&str>) {
     };
     check("JSONRPCMessage", message);
     if let (Some(result), Some(definition)) = (message.get("result"), method.and_then(result_definition)) {
-        check(definition, result);
+        // A call, read or prompt of 2026-07-28 may answer that it needs input first.
+        let asks = era == Era::Modern && result.get("resultType") == Some(&json!("input_required"));
+        check(if asks { "InputRequiredResult" } else { definition }, result);
     }
 }
 
@@ -206,7 +208,9 @@ impl Wire {
         if era == Era::Modern {
             let meta = params.as_object_mut().unwrap().entry("_meta").or_insert(json!({}));
             meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-            meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+            // A test may declare capabilities of its own (input kinds).
+            let meta = meta.as_object_mut().unwrap();
+            meta.entry("io.modelcontextprotocol/clientCapabilities").or_insert(json!({}));
         }
         json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
     }

@@ -1,0 +1,161 @@
+//! Input requests (`ask`, 2026-07-28 multi round-trip) on the real binary: a run that asks
+//! answers `input_required` with a sealed `requestState`, waits durably (a kill -9 and a
+//! restart lose nothing), and goes on once its client retries with the answers; a tampered,
+//! foreign, replayed or malformed retry is refused and changes nothing; a client that declared
+//! no input kind is never asked. Every message is schema-validated by the harness.
+
+mod common;
+
+use common::{fixture, Era, Wire};
+use serde_json::{json, Value};
+
+const ELICITATION: &str = "io.modelcontextprotocol/clientCapabilities";
+
+fn close(ticket: i64, caps: Value, extra: Value) -> Value {
+    let mut params = json!({"name": "close_ticket", "arguments": {"ticket_id": ticket, "note": "fixed"}, "_meta": {ELICITATION: caps}});
+    for (key, value) in extra.as_object().unwrap() {
+        params[key] = value.clone();
+    }
+    params
+}
+
+fn accept(close: bool) -> Value {
+    json!({"confirm": {"action": "accept", "content": {"close": close}}})
+}
+
+fn journal_lines(wire: &Wire) -> String {
+    common::walk(&wire.dir.path().join("journals/close_ticket"))
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "journal"))
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_run_asks_waits_durably_through_a_kill_and_goes_on_when_answered() {
+    let mut wire = Wire::start(&fixture("ask/manifest.json"));
+    let asked = wire.request(Era::Modern, json!(1), "tools/call", close(1, json!({"elicitation": {}}), json!({})));
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], json!("input_required"), "{asked}");
+    assert_eq!(result["inputRequests"]["confirm"]["method"], json!("elicitation/create"));
+    assert!(result["inputRequests"]["confirm"]["params"]["message"].as_str().unwrap().contains("Close ticket 1"));
+    let state = result["requestState"].clone();
+    assert!(journal_lines(&wire).contains("\"record\":\"asked\""), "the question is journaled before the answer");
+
+    // Killed while waiting: the next server knows the run waits, and the state still opens.
+    let mut wire = wire.restart();
+    let retry = close(1, json!({"elicitation": {}}), json!({"requestState": state, "inputResponses": accept(true)}));
+    let done = wire.request(Era::Modern, json!(2), "tools/call", retry.clone());
+    assert_eq!(done["result"]["resultType"], json!("complete"), "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["result"],
+        json!({"ticket_id": 1, "status": "closed", "confirmed": true})
+    );
+    let journal = journal_lines(&wire);
+    assert_eq!(journal.matches("\"record\":\"answered\"").count(), 1, "{journal}");
+    assert_eq!(journal.matches("\"record\":\"begin\"").count(), 1, "one write: {journal}");
+
+    // The same state again: used once, refused, nothing more done.
+    wire.send_request(Era::Modern, json!(3), "tools/call", retry);
+    let replayed = wire.expect_error(-32602, Some(json!(3)));
+    assert!(replayed["error"]["message"].as_str().unwrap().contains("already used"), "{replayed}");
+    assert_eq!(journal_lines(&wire).matches("\"record\":\"begin\"").count(), 1);
+}
+
+#[test]
+fn tampered_foreign_and_malformed_retries_are_refused_and_change_nothing() {
+    let mut wire = Wire::start(&fixture("ask/manifest.json"));
+    let caps = json!({"elicitation": {}});
+    let asked = wire.request(Era::Modern, json!(1), "tools/call", close(2, caps.clone(), json!({})));
+    let state = asked["result"]["requestState"].as_str().unwrap().to_string();
+
+    let refusals = [
+        // One byte of the claims changed: the seal no longer holds.
+        (close(2, caps.clone(), json!({"requestState": tamper(&state), "inputResponses": accept(true)})), "integrity"),
+        (close(2, caps.clone(), json!({"requestState": "not.a-state", "inputResponses": accept(true)})), "integrity"),
+        (close(2, caps.clone(), json!({"requestState": 7, "inputResponses": accept(true)})), "string"),
+        // The state of ticket 2's run, offered for another request (ticket 3).
+        (close(3, caps.clone(), json!({"requestState": state, "inputResponses": accept(true)})), "another request"),
+        // Answers of the wrong shape.
+        (close(2, caps.clone(), json!({"requestState": state, "inputResponses": {"confirm": 12345}})), "object"),
+        (
+            close(2, caps.clone(), json!({"requestState": state, "inputResponses": {"confirm": {"action": "maybe"}}})),
+            "action",
+        ),
+        (close(2, caps.clone(), json!({"requestState": state, "inputResponses": [1]})), "object of answers"),
+    ];
+    for (id, (params, says)) in refusals.into_iter().enumerate() {
+        let id = json!(10 + id);
+        wire.send_request(Era::Modern, id.clone(), "tools/call", params);
+        let refused = wire.expect_error(-32602, Some(id));
+        assert!(refused["error"]["message"].as_str().unwrap().contains(says), "{says}: {refused}");
+    }
+    // A retry missing the answer is asked again, with the same state still good.
+    let again =
+        wire.request(Era::Modern, json!(20), "tools/call", close(2, caps.clone(), json!({"requestState": state})));
+    assert_eq!(again["result"]["resultType"], json!("input_required"), "{again}");
+    assert_eq!(again["result"]["requestState"], json!(state));
+    assert_eq!(journal_lines(&wire).matches("\"record\":\"answered\"").count(), 0, "nothing was taken");
+
+    // Declined: the run ends without writing.
+    let decline = json!({"confirm": {"action": "decline"}});
+    let done = wire.request(
+        Era::Modern,
+        json!(21),
+        "tools/call",
+        close(2, caps, json!({"requestState": state, "inputResponses": decline})),
+    );
+    assert_eq!(done["result"]["structuredContent"]["result"]["status"], json!("left open"), "{done}");
+    assert_eq!(journal_lines(&wire).matches("\"record\":\"begin\"").count(), 0);
+}
+
+#[test]
+fn a_client_that_declared_no_input_kind_is_never_asked() {
+    let mut wire = Wire::start(&fixture("ask/manifest.json"));
+    let done = wire.request(Era::Modern, json!(1), "tools/call", close(4, json!({"sampling": {}}), json!({})));
+    assert_eq!(done["result"]["resultType"], json!("complete"), "{done}");
+    assert_eq!(done["result"]["structuredContent"]["result"]["confirmed"], json!(false));
+    // A 2025-11-25 client is not asked either (it would need a server request).
+    wire.initialize();
+    let legacy = wire.request(
+        Era::Legacy,
+        json!(2),
+        "tools/call",
+        json!({"name": "close_ticket", "arguments": {"ticket_id": 5, "note": "fixed"}}),
+    );
+    assert_eq!(legacy["result"]["structuredContent"]["result"]["status"], json!("left open"), "{legacy}");
+    assert_eq!(journal_lines(&wire).matches("\"record\":\"begin\"").count(), 0);
+}
+
+#[test]
+fn a_once_repeat_of_a_waiting_run_asks_again_for_the_same_run() {
+    let mut wire = Wire::start(&fixture("ask/manifest.json"));
+    let caps = json!({"elicitation": {}});
+    let first = wire.request(Era::Modern, json!(1), "tools/call", close(6, caps.clone(), json!({})));
+    // The client lost that answer and calls again: the same run asks again (no second run).
+    let again = wire.request(Era::Modern, json!(2), "tools/call", close(6, caps.clone(), json!({})));
+    assert_eq!(again["result"]["resultType"], json!("input_required"), "{again}");
+    assert_eq!(again["result"]["inputRequests"], first["result"]["inputRequests"]);
+    let state = again["result"]["requestState"].clone();
+    let ledger = std::fs::read_to_string(wire.dir.path().join("journals/server.ledger")).unwrap();
+    assert_eq!(ledger.matches("\"event\":\"reserve\"").count(), 1, "{ledger}");
+    let done = wire.request(
+        Era::Modern,
+        json!(3),
+        "tools/call",
+        close(6, caps.clone(), json!({"requestState": state, "inputResponses": accept(true)})),
+    );
+    assert_eq!(done["result"]["structuredContent"]["result"]["status"], json!("closed"), "{done}");
+    // The first state named the same round, now answered: used.
+    let stale =
+        close(6, caps, json!({"requestState": first["result"]["requestState"], "inputResponses": accept(true)}));
+    wire.send_request(Era::Modern, json!(4), "tools/call", stale);
+    wire.expect_error(-32602, Some(json!(4)));
+}
+
+/// The state with one character of its claims changed.
+fn tamper(state: &str) -> String {
+    let mut bytes = state.as_bytes().to_vec();
+    bytes[5] = if bytes[5] == b'A' { b'B' } else { b'A' };
+    String::from_utf8(bytes).unwrap()
+}
