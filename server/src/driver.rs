@@ -135,7 +135,7 @@ impl Runs {
         let expires_at_ms = asked.asked_at_ms.saturating_add(crate::input::INPUT_WAIT_MS);
         let requests: Map<String, Value> =
             (asked.sent.iter()).filter_map(|key| Some((key.clone(), asked.requests.get(key)?.clone()))).collect();
-        self.inputs.register(run, &tool.config.name, round, expires_at_ms);
+        self.inputs.register(&self.env, run, &tool.config.name, round, expires_at_ms);
         Ok(RunEnd::Asking { round, requests: Value::Object(requests), expires_at_ms })
     }
 

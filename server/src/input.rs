@@ -41,7 +41,12 @@ const KEY_BYTES: usize = 32;
 pub struct Awaited {
     pub tool: String,
     pub round: u64,
+    /// By the wall clock, as its states say (they outlive a restart).
     pub expires_at_ms: u64,
+    /// By this process's monotonic clock: what the wall clock says is left, never more than
+    /// `INPUT_WAIT_MS`, so a wall clock stepped back cannot keep a round (and its
+    /// reservation) waiting longer.
+    pub ends_at_monotonic_ms: u64,
 }
 
 /// The runs waiting for input in this process, and the key their states are sealed with.
@@ -67,8 +72,10 @@ pub struct Claims {
 }
 
 impl Inputs {
-    pub fn register(&self, run: &str, tool: &str, round: u64, expires_at_ms: u64) {
-        let awaited = Awaited { tool: tool.to_string(), round, expires_at_ms };
+    pub fn register(&self, env: &Env, run: &str, tool: &str, round: u64, expires_at_ms: u64) {
+        let left = expires_at_ms.saturating_sub(env.clock.now_ms()).min(INPUT_WAIT_MS);
+        let ends_at_monotonic_ms = env.clock.monotonic_ms().saturating_add(left);
+        let awaited = Awaited { tool: tool.to_string(), round, expires_at_ms, ends_at_monotonic_ms };
         self.awaiting.borrow_mut().insert(run.to_string(), awaited);
         self.changed.notify_all();
     }
@@ -130,16 +137,16 @@ impl Inputs {
         serde_json::from_slice(&bytes).map_err(|_| INVALID.to_string())
     }
 
-    /// The earliest expiry among the awaited rounds.
+    /// The earliest end among the awaited rounds (monotonic).
     fn earliest(&self) -> Option<u64> {
-        self.awaiting.borrow().values().map(|awaited| awaited.expires_at_ms).min()
+        self.awaiting.borrow().values().map(|awaited| awaited.ends_at_monotonic_ms).min()
     }
 
-    /// Takes every round expired at `now_ms`.
+    /// Takes every round ended at `now_ms` (monotonic).
     fn take_expired(&self, now_ms: u64) -> Vec<(String, Awaited)> {
         let mut awaiting = self.awaiting.borrow_mut();
         let due: Vec<String> =
-            awaiting.iter().filter(|(_, a)| a.expires_at_ms <= now_ms).map(|(run, _)| run.clone()).collect();
+            awaiting.iter().filter(|(_, a)| a.ends_at_monotonic_ms <= now_ms).map(|(run, _)| run.clone()).collect();
         due.into_iter().filter_map(|run| awaiting.remove(&run).map(|awaited| (run, awaited))).collect()
     }
 }
@@ -176,7 +183,7 @@ pub async fn load_key(env: &Env, journals: &Path) -> Result<hmac::Key, String> {
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
@@ -192,7 +199,7 @@ pub fn spawn_expiry(runs: &Rc<Runs>) {
             match runs.inputs.earliest() {
                 None => changed.await,
                 Some(at) => {
-                    let wait = at.saturating_sub(runs.env.clock.now_ms());
+                    let wait = at.saturating_sub(runs.env.clock.monotonic_ms());
                     if wait > 0 {
                         let sleep = runs.env.clock.sleep(wait);
                         crate::sync::select(sleep, Box::pin(changed)).await;
@@ -200,7 +207,7 @@ pub fn spawn_expiry(runs: &Rc<Runs>) {
                     }
                 }
             }
-            for (run, awaited) in runs.inputs.take_expired(runs.env.clock.now_ms()) {
+            for (run, awaited) in runs.inputs.take_expired(runs.env.clock.monotonic_ms()) {
                 if let Err(fatal) = expire(&runs, &run, &awaited).await {
                     runs.stop(&fatal);
                     return;

@@ -59,6 +59,8 @@ pub async fn continue_run(
         return CallReply::Invalid(used());
     }
     let _listening = listener.map(|listener| runs.listeners.listen(run, listener));
+    // The retry's caller hears which run it continues, as a fresh call's does.
+    runs.listeners.tell(run, crate::notice::Notice::Started).await;
     runs.log_run(&tool.config.name, run, &format!("its client answered input round {}", claims.round)).await;
     let outcome = runs.execute_to_end(tool, run, inputs, Entry::Answered(answers), caller.input_kinds).await;
     reply_of(runs, tool, run, inputs, outcome, control, caller.principal)

@@ -37,6 +37,66 @@ pub struct Client {
     /// The `deadline` of each tool that has one and no `once` (each of its calls is a fresh
     /// run, so a refusal measures this call's time alone).
     pub deadlines: BTreeMap<String, u64>,
+    /// Calls answered `input_required`, not retried yet: (the call as sent, its result).
+    pub asked: Vec<(Value, Value)>,
+    /// Retries sent with a `requestState`, by id: what a refusal of each may be.
+    pub retries: BTreeMap<i64, Retried>,
+    /// Rounds the client left unanswered on purpose (their runs must end at their expiry).
+    pub abandoned: u32,
+    /// What became of the retries of each (run, round).
+    pub rounds: BTreeMap<(String, u64), RoundRetries>,
+}
+
+/// A retry of a call that asked for input, as the client sent it.
+#[derive(Clone, Debug)]
+pub struct Retried {
+    /// The connection it was sent on.
+    pub connection: u64,
+    /// The (run, round) its state names.
+    pub round: (String, u64),
+    /// When the call that asked was sent (virtual ms): a round's wait ends after
+    /// `INPUT_WAIT_MS`, by the server's monotonic clock.
+    pub asked_at: u64,
+    /// Its state was altered by the client (a claim changed, the seal kept): never served.
+    pub tampered: bool,
+}
+
+/// What became of the retries of one input round.
+#[derive(Clone, Debug, Default)]
+pub struct RoundRetries {
+    /// The retries sent.
+    pub sent: Vec<i64>,
+    /// The retry served, if one was.
+    pub served: Option<i64>,
+    /// Retries refused with no excuse.
+    pub refused: Vec<i64>,
+}
+
+/// `state` with one claim changed and its seal kept: the run of another (`seed` picks the
+/// claim), or the next round.
+fn tampered(state: &Value, seed: u64) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let text = state.as_str().unwrap_or_default();
+    let Some((payload, seal)) = text.split_once('.') else { return format!("{text}x") };
+    let Some(mut claims) = engine.decode(payload).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
+        return format!("{text}x");
+    };
+    match seed % 2 {
+        0 => claims["run"] = json!(format!("{:032x}", seed)),
+        _ => claims["round"] = json!(claims["round"].as_u64().unwrap_or(0) + 1),
+    }
+    format!("{}.{seal}", engine.encode(serde_json::to_vec(&claims).expect("JSON")))
+}
+
+/// The (run, round) a `requestState` names: its claims are base64url JSON before the seal
+/// (readable, not forgeable).
+fn round_of(state: &Value) -> Option<(String, u64)> {
+    use base64::Engine;
+    let payload = state.as_str()?.split_once('.')?.0;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).ok()?;
+    let claims: Value = serde_json::from_slice(&bytes).ok()?;
+    Some((claims["run"].as_str()?.to_string(), claims["round"].as_u64()?))
 }
 
 impl Client {
@@ -52,10 +112,12 @@ impl Client {
     pub fn call(&mut self, tool: &str, arguments: Value, legacy: bool) -> Value {
         let id = self.next_id;
         self.next_id += 1;
+        // Two 2026-07-28 calls in three come from a client that can answer elicitations.
+        let capabilities = if id % 3 == 0 { json!({}) } else { json!({"elicitation": {}}) };
         let meta = if legacy {
             json!({"progressToken": id})
         } else {
-            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": id})
+            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": capabilities, "progressToken": id})
         };
         let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": meta}});
         self.unanswered.insert(id, message.clone());
@@ -70,6 +132,10 @@ impl Client {
         let (tools, resend) = (&self.tools, &self.resend);
         self.unanswered.retain(|id, _| tools.get(id).is_some_and(|tool| resend.contains(tool)));
         for (id, message) in &self.unanswered {
+            // A retry sent on this very connection is still in progress: not sent twice.
+            if self.retries.get(id).is_some_and(|retried| retried.connection == self.connections) {
+                continue;
+            }
             // A resent call starts afresh: a run named before the crash does not answer it.
             self.runs.remove(id);
             instance.send(message);
@@ -140,6 +206,24 @@ impl Client {
                 report.violations.push(Violation { invariant: 8, message });
             }
             if let Some(id) = message.get("id").and_then(Value::as_i64) {
+                // The same id sent twice on one connection (a resend of a retry in progress):
+                // the first one's answer is still to come.
+                if message["error"]["message"] == json!("a request with this id is still in progress") {
+                    continue;
+                }
+                if let Some(retried) = self.retries.remove(&id) {
+                    self.retry_answered(id, retried, &message, report, now);
+                    continue;
+                }
+                if message["result"]["resultType"] == json!("input_required") {
+                    if let Some(call) = self.unanswered.remove(&id) {
+                        report.answered += 1;
+                        report.events.push((now, format!("call {id}"), "asked for input".into()));
+                        report.inputs.asked += 1;
+                        self.asked.push((call, message["result"].clone()));
+                    }
+                    continue;
+                }
                 if message.get("error").is_some() && self.tools.contains_key(&id) {
                     report.violations.push(Violation {
                         invariant: 8,
@@ -160,6 +244,132 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+impl Client {
+    /// A retry's answer. Of the retries of one round (a retry and its twin sent right
+    /// behind with the same state, or the retries of states a `once` repeat was given for
+    /// the same round) at most one is served; and not all are refused unless some refusal is
+    /// excused (an expired state, a restart since it was sent, a busy tool) or one was lost.
+    fn retry_answered(&mut self, id: i64, retried: Retried, message: &Value, report: &mut Report, now: u64) {
+        let Some(call) = self.unanswered.remove(&id) else { return };
+        report.answered += 1;
+        let refusal = message["error"]["message"].as_str().unwrap_or("").to_string();
+        let text = message["result"]["content"][0]["text"].as_str().unwrap_or("");
+        let asked_again = message["result"]["resultType"] == json!("input_required");
+        // Busy, or stopped by a failed write (the run resumes; its round may still be open).
+        let busy = text.contains("retry with the same requestState") || text.contains("could not be recorded durably");
+        let served = message.get("result").is_some() && !asked_again && !busy;
+        let waited_out = now.saturating_sub(retried.asked_at) > warden::input::INPUT_WAIT_MS;
+        let excused = retried.connection != self.connections || refusal.contains("expired") || busy || waited_out;
+        match (retried.tampered, served) {
+            (true, _) => report.inputs.altered_refused += (!served && !asked_again) as u64,
+            (false, true) => report.inputs.served += 1,
+            (false, false) => report.inputs.refused += (!asked_again) as u64,
+        }
+        if retried.tampered {
+            if served || asked_again {
+                let text = format!("call {id} was served with a requestState the client altered: {message}");
+                report.violations.push(Violation { invariant: 3, message: text });
+            }
+            return;
+        }
+        let round = self.rounds.entry(retried.round.clone()).or_default();
+        if served && round.served.is_some() {
+            let first = round.served.unwrap_or_default();
+            report.violations.push(Violation {
+                invariant: 3,
+                message: format!("calls {first} and {id} were both served by one input round {:?}", retried.round),
+            });
+        }
+        match (served, excused || asked_again) {
+            (true, _) => round.served = Some(id),
+            (false, false) => round.refused.push(id),
+            (false, true) => {}
+        }
+        if asked_again {
+            report.inputs.asked += 1;
+            self.asked.push((call, message["result"].clone()));
+        } else if served {
+            report.events.push((now, format!("call {id}"), "answered after its input".into()));
+            self.answers.insert(id, message["result"].clone());
+        } else {
+            report.events.push((now, format!("call {id}"), format!("retry refused: {refusal}{text}")));
+        }
+    }
+
+    /// Rounds whose every retry was refused with no excuse: one of them should have been
+    /// served. (A retry lost in a crash, never answered, excuses its round.)
+    pub fn rounds_refused(&self) -> Vec<String> {
+        (self.rounds.iter())
+            .filter(|(_, round)| round.served.is_none() && !round.sent.is_empty())
+            .filter(|(_, round)| round.sent.iter().all(|id| round.refused.contains(id)))
+            .map(|((run, number), round)| format!("run {run} round {number}: retries {:?}", round.refused))
+            .collect()
+    }
+
+    /// Answers the calls that asked for input, as a client's user would: mostly going ahead,
+    /// sometimes declining, leaving it (the round expires), retrying without the answer (it
+    /// is asked again), or using a state a second time (refused).
+    pub fn answer_asked(&mut self, instance: &Instance, rng: &mut ChaCha8Rng, now: u64) {
+        for (call, result) in std::mem::take(&mut self.asked) {
+            let answer = match rng.next_u64() % 10 {
+                0 => {
+                    self.abandoned += 1;
+                    continue;
+                }
+                1 => Some(json!({"action": "decline"})),
+                2 => None,
+                _ => Some(json!({"action": "accept", "content": {"go": true}})),
+            };
+            let mut retry = call.clone();
+            retry["params"]["requestState"] = result["requestState"].clone();
+            if let Some(answer) = answer {
+                retry["params"]["inputResponses"] = json!({crate::generate::ASK_KEY: answer});
+            }
+            if rng.next_u64() % 8 == 0 {
+                // A client that alters a state (another run, the next round), seal kept.
+                let mut altered = retry.clone();
+                altered["params"]["requestState"] = json!(tampered(&retry["params"]["requestState"], rng.next_u64()));
+                self.send_retry(instance, &call, altered, now, true);
+            }
+            self.send_retry(instance, &call, retry.clone(), now, false);
+            if rng.next_u64() % 5 == 0 {
+                // The same state again, right behind: only one of the two may take the round.
+                self.send_retry(instance, &call, retry, now, false);
+            }
+        }
+    }
+
+    /// Sends a retry under a new id of the call's parity (so an OAuth world's bridge sends it
+    /// as the same principal).
+    fn send_retry(
+        &mut self,
+        instance: &Instance,
+        call: &Value,
+        mut retry: Value,
+        now: u64,
+        tampered: bool,
+    ) -> Option<i64> {
+        let original = call["id"].as_i64()?;
+        let round = round_of(&retry["params"]["requestState"])?;
+        let mut id = self.next_id;
+        if id.rem_euclid(2) != original.rem_euclid(2) {
+            id += 1;
+        }
+        self.next_id = id + 1;
+        retry["id"] = json!(id);
+        retry["params"]["_meta"]["progressToken"] = json!(id);
+        let tool = call["params"]["name"].as_str().unwrap_or_default().to_string();
+        self.tools.insert(id, tool);
+        self.unanswered.insert(id, retry.clone());
+        self.rounds.entry(round.clone()).or_default().sent.push(id);
+        let asked_at = self.sent.get(&original).map_or(now, |(_, at)| *at);
+        self.retries.insert(id, Retried { connection: self.connections, round, asked_at, tampered });
+        self.sent_now(id, now);
+        instance.send(&retry);
+        Some(id)
     }
 }
 

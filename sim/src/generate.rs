@@ -80,7 +80,11 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         let template = *draw.one_of(TEMPLATES);
         let name = format!("{}_{index}", template_name(template));
         let program = format!("{name}.star");
-        programs.insert(program.clone(), program_text(template, &mut draw));
+        let mut text = program_text(template, &mut draw);
+        if asks_first(seed, index, template) {
+            text = with_ask(&text);
+        }
+        programs.insert(program.clone(), text);
         let tool = tool_config(&name, &program, template, server_runs, &mut draw);
         shapes.push(ToolShape { name, template, resend: tool.get("once").is_some() });
         tools.push(Value::Object(tool));
@@ -116,6 +120,31 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         per_principal(&mut manifest, seed);
     }
     WorldFile { manifest: serde_json::to_string_pretty(&manifest).expect("JSON"), programs, tools: shapes, transport }
+}
+
+/// Whether the tool at `index` asks its client to go ahead before it acts (`ask`): a quarter
+/// of the tools that write. Drawn from the seed apart from the world's other draws, so adding
+/// it changed no other world.
+fn asks_first(seed: u64, index: u64, template: Template) -> bool {
+    let writes = matches!(template, Template::Refund | Template::Notes | Template::Close);
+    writes && (seed ^ 0x6173_6b73 ^ index.rotate_left(23)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 0
+}
+
+/// The question a tool that asks first puts to its client, and what it does with the answer:
+/// a decline ends the run without acting; no answer (the client declared no elicitation)
+/// goes ahead.
+pub const ASK_KEY: &str = "go";
+const ASK_PRELUDE: &str =
+    "    answers = ask({\"go\": {\"method\": \"elicitation/create\", \"params\": {\"message\": \"Go ahead?\",
+        \"requestedSchema\": {\"type\": \"object\", \"properties\": {\"go\": {\"type\": \"boolean\"}}}}}})
+    if answers.get(\"go\", {}).get(\"action\") == \"decline\":
+        return {\"declined\": True}
+";
+
+/// `program` with the ask prelude after its docstring.
+fn with_ask(program: &str) -> String {
+    let docstring_end = program.match_indices("    \"\"\"\n").next().map(|(at, _)| at + 8).expect("a docstring");
+    format!("{}{ASK_PRELUDE}{}", &program[..docstring_end], &program[docstring_end..])
 }
 
 /// A quarter of the worlds are served over Streamable HTTP, half of those with OAuth

@@ -294,6 +294,7 @@ struct Totals {
     http_seeds: u64,
     http_calls: u64,
     principal_seeds: u64,
+    inputs: warden_sim::sweep::Inputs,
     simulated_ms: u64,
     /// Index 0: at a disk operation or a failed write; 1..=7: after that step.
     crashes: [u64; 8],
@@ -316,6 +317,10 @@ impl Totals {
             self.http_calls += report.calls as u64;
         }
         self.principal_seeds += report.with_principals as u64;
+        self.inputs.asked += report.inputs.asked;
+        self.inputs.served += report.inputs.served;
+        self.inputs.refused += report.inputs.refused;
+        self.inputs.altered_refused += report.inputs.altered_refused;
         self.simulated_ms += report.sim_ms;
         for (i, c) in report.crashes.iter().enumerate() {
             self.crashes[i] += c;
@@ -430,6 +435,10 @@ fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
     println!(
         "| over Streamable HTTP | {} seed(s), {} call(s); {} seed(s) with OAuth principals |",
         totals.http_seeds, totals.http_calls, totals.principal_seeds
+    );
+    println!(
+        "| input requests | {} answered input_required; retries: {} served, {} refused, {} with an altered state refused |",
+        totals.inputs.asked, totals.inputs.served, totals.inputs.refused, totals.inputs.altered_refused
     );
     println!(
         "| simulated time | {:.1} h ({speed:.0}x faster than wall time) |",

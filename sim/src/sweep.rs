@@ -57,6 +57,18 @@ pub struct Report {
     /// principals.
     pub over_http: bool,
     pub with_principals: bool,
+    /// Input requests: calls answered `input_required`, retries served, retries refused
+    /// (altered states among them).
+    pub inputs: Inputs,
+}
+
+/// What the client model's input rounds came to.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Inputs {
+    pub asked: u64,
+    pub served: u64,
+    pub refused: u64,
+    pub altered_refused: u64,
 }
 
 /// Counts the crash against the step it followed, and its window (before the disk's crash
@@ -237,6 +249,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     let burst_per_cent = if generated { [33, 33, 60, 85][(scenario.seed % 4) as usize] } else { 0 };
     let mut draws = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4075_7001);
     let mut reads = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4ead_5001);
+    let mut asks = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x6173_6b01);
     let serves_prompt = scenario.world.as_ref().is_some_and(|file| file.manifest.contains("\"prompts\""));
     let resource_template = scenario.world.as_ref().and_then(|file| {
         let manifest: serde_json::Value = serde_json::from_str(&file.manifest).ok()?;
@@ -338,6 +351,8 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         }
         let known = report.violations.len();
         instance = settle_down(&world, instance, &mut client, &mut report);
+        // The calls that asked for input are answered (their retries run with the next calls).
+        client.answer_asked(&instance, &mut asks, world.clock.now());
         for kind in pending.fired(&world) {
             *report.fired.entry(kind).or_insert(0) += 1;
         }
@@ -398,6 +413,23 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     }
     client.resend_after_restart(&instance);
     instance = settle_down(&world, instance, &mut client, &mut report);
+    // Calls still asking are answered; a round the client leaves ends its run at its expiry.
+    for _ in 0..4 {
+        if client.asked.is_empty() {
+            break;
+        }
+        client.answer_asked(&instance, &mut asks, world.clock.now());
+        instance = settle_down(&world, instance, &mut client, &mut report);
+    }
+    client.asked.clear();
+    // (Expiry is by the wall clock, which a step back may have put behind: a few waits.)
+    for _ in 0..3 {
+        if check::open_runs(&world.disk, &World::path("journals")).is_empty() {
+            break;
+        }
+        world.clock.advance(warden::input::INPUT_WAIT_MS + 1_000);
+        instance = settle_down(&world, instance, &mut client, &mut report);
+    }
     report.violations.append(&mut world.oracle.violations.borrow_mut());
     let known = report.violations.len();
     final_checks(&world, &limits, &client, &mut report);
@@ -516,6 +548,9 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
                 client.unanswered.keys().collect::<Vec<_>>()
             ),
         );
+    }
+    for round in client.rounds_refused() {
+        push(3, format!("every retry of an input round was refused, none served: {round}"));
     }
     let open = check::open_runs(&world.disk, &journals);
     if !open.is_empty() {
