@@ -72,9 +72,9 @@ pub struct RoundRetries {
     pub refused: Vec<i64>,
 }
 
-/// `state` with one claim changed and its seal kept: the run of another (`seed` picks the
-/// claim), or the next round.
-fn tampered(state: &Value, seed: u64) -> String {
+/// `state` with its claims changed and its seal kept: naming `other` (another run's round
+/// of the same tool), else (`seed` picks) an unknown run or the next round.
+fn tampered(state: &Value, other: Option<(String, u64)>, seed: u64) -> String {
     use base64::Engine;
     let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let text = state.as_str().unwrap_or_default();
@@ -82,9 +82,13 @@ fn tampered(state: &Value, seed: u64) -> String {
     let Some(mut claims) = engine.decode(payload).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
         return format!("{text}x");
     };
-    match seed % 2 {
-        0 => claims["run"] = json!(format!("{:032x}", seed)),
-        _ => claims["round"] = json!(claims["round"].as_u64().unwrap_or(0) + 1),
+    match (other, seed % 2) {
+        (Some((run, round)), _) => {
+            claims["run"] = json!(run);
+            claims["round"] = json!(round);
+        }
+        (None, 0) => claims["run"] = json!(format!("{:032x}", seed)),
+        (None, _) => claims["round"] = json!(claims["round"].as_u64().unwrap_or(0) + 1),
     }
     format!("{}.{seal}", engine.encode(serde_json::to_vec(&claims).expect("JSON")))
 }
@@ -313,6 +317,13 @@ impl Client {
     /// sometimes declining, leaving it (the round expires), retrying without the answer (it
     /// is asked again), or using a state a second time (refused).
     pub fn answer_asked(&mut self, instance: &Instance, rng: &mut ChaCha8Rng, now: u64) {
+        // The rounds asked now, by tool: an altered state names another of them when it can
+        // (answering another caller's question is what the seal is for).
+        let asked: Vec<(String, Value)> = (self.asked.iter())
+            .map(|(call, result)| {
+                (call["params"]["name"].as_str().unwrap_or("").to_string(), result["requestState"].clone())
+            })
+            .collect();
         for (call, result) in std::mem::take(&mut self.asked) {
             let answer = match rng.next_u64() % 10 {
                 0 => {
@@ -328,10 +339,15 @@ impl Client {
             if let Some(answer) = answer {
                 retry["params"]["inputResponses"] = json!({crate::generate::ASK_KEY: answer});
             }
-            if rng.next_u64() % 8 == 0 {
+            if rng.next_u64() % 4 == 0 {
                 // A client that alters a state (another run, the next round), seal kept.
                 let mut altered = retry.clone();
-                altered["params"]["requestState"] = json!(tampered(&retry["params"]["requestState"], rng.next_u64()));
+                let state = &retry["params"]["requestState"];
+                let tool = call["params"]["name"].as_str().unwrap_or("");
+                let other = (asked.iter())
+                    .filter(|(of, other)| of == tool && round_of(other).map(|r| r.0) != round_of(state).map(|r| r.0))
+                    .find_map(|(_, other)| round_of(other));
+                altered["params"]["requestState"] = json!(tampered(state, other, rng.next_u64()));
                 self.send_retry(instance, &call, altered, now, true);
             }
             self.send_retry(instance, &call, retry.clone(), now, false);
