@@ -34,7 +34,12 @@ pub fn answer(run: &str, end: &EndRecord, content: bool) -> Value {
             error_result(format!("{}: {}", kind.name(), end.message.as_deref().unwrap_or("")))
         }
     };
-    bounded(result, run)
+    // Every answer from a run names it (a `once` repeat answers from an earlier run), so a
+    // client can follow it with warden_run_status. Not in `structuredContent`, which must
+    // match the tool's output schema.
+    let mut result = bounded(result, run);
+    result["_meta"] = json!({META_RUN: {"run": run, "outcome": end.outcome.name()}});
+    result
 }
 
 pub fn error_result(text: String) -> Value {
@@ -45,7 +50,8 @@ pub fn error_result(text: String) -> Value {
 /// JSON path.
 pub const META_INVALID_ARGUMENTS: &str = "dev.warden/invalid-arguments";
 
-/// The `_meta` key under which a stopped result names its run and its status.
+/// The `_meta` key under which an answer from a run names the run, and its outcome (or,
+/// stopped, its status).
 pub const META_RUN: &str = "dev.warden/run";
 
 /// A call refused on its arguments: every problem as text, and again with paths in `_meta`.

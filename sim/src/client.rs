@@ -45,6 +45,9 @@ pub struct Client {
     pub abandoned: u32,
     /// What became of the retries of each (run, round).
     pub rounds: BTreeMap<(String, u64), RoundRetries>,
+    /// id -> the run an answer names (`_meta["dev.warden/run"]`): a `once` repeat's is the
+    /// earlier run's.
+    pub answered_by: BTreeMap<i64, String>,
 }
 
 /// A retry of a call that asked for input, as the client sent it.
@@ -210,6 +213,9 @@ impl Client {
                 report.violations.push(Violation { invariant: 8, message });
             }
             if let Some(id) = message.get("id").and_then(Value::as_i64) {
+                if let Some(run) = message["result"]["_meta"][warden::answer::META_RUN]["run"].as_str() {
+                    self.answered_by.insert(id, run.to_string());
+                }
                 // The same id sent twice on one connection (a resend of a retry in progress):
                 // the first one's answer is still to come.
                 if message["error"]["message"] == json!("a request with this id is still in progress") {

@@ -207,13 +207,23 @@ impl Oracle {
             self.waiting_durable(&run, "the answer that it waits");
             return;
         }
-        let Some(run) = self.runs_by_token.borrow().get(&message["id"].to_string()).cloned() else { return };
+        // The run the answer names (a `once` repeat's is an earlier run), else the one its
+        // progress named.
+        let named = result["_meta"][warden::answer::META_RUN]["run"].as_str().map(str::to_string);
+        let Some(run) = named.or_else(|| self.runs_by_token.borrow().get(&message["id"].to_string()).cloned()) else {
+            return;
+        };
         self.checks.set(self.checks.get() + 1);
         self.run_durable(&run);
     }
 
     /// The run's whole journal and every ledger line naming it would survive a crash now.
+    /// (Not while a misdirected append is pending: the disk put bytes where none were
+    /// written, which the next start must refuse; what survives is not the server's doing.)
     fn run_durable(&self, run: &str) {
+        if self.disk.misdirected.borrow().is_some() {
+            return;
+        }
         let Some((journal, _)) = self.journal_files().into_iter().find(|(_, r)| r == run) else { return };
         let length = self.disk.with_bytes(&journal, |b| b.len()).unwrap_or(0);
         if self.disk.surviving_len(&journal) < length {

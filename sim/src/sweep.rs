@@ -585,11 +585,24 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
             if tool.is_some_and(|tool| tool.once_keep_ms.is_some() && !tool.once_per_principal) {
                 continue;
             }
-            for run in made {
+            let answering = client.answered_by.get(id).into_iter();
+            for run in made.iter().chain(answering) {
                 let recorded = state.run(run).and_then(|e| e.principal.as_deref());
                 if recorded.is_some_and(|recorded| recorded != principal) {
-                    push(4, format!("call {id}, made as {principal}, was run as {recorded:?} (run {run})"));
+                    push(4, format!("call {id}, made as {principal}, was run or answered as {recorded:?} (run {run})"));
                 }
+            }
+        }
+        // The same for answers from runs the call did not start (a `once` repeat's).
+        for (id, run) in &client.answered_by {
+            let (Some(&principal), false) = (principals.get(id), client.runs.contains_key(id)) else { continue };
+            let tool = client.tools.get(id).and_then(|tool| limits.get(tool));
+            if tool.is_some_and(|tool| tool.once_keep_ms.is_some() && !tool.once_per_principal) {
+                continue;
+            }
+            let recorded = state.run(run).and_then(|e| e.principal.as_deref());
+            if recorded.is_some_and(|recorded| recorded != principal) {
+                push(4, format!("call {id}, made as {principal}, was answered from {recorded:?}'s run {run}"));
             }
         }
     }
