@@ -53,6 +53,14 @@ rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db" "$client
   -- "$clients_dir/.venv/bin/python" "$shared/clients/mcp_tee.py" --log "$clients_dir/out/py-surface.jsonl" \
   "$root/target/debug/warden" mcp "$scratch/support-desk/manifest.json" >/dev/null
 
+step "a program that asks its user, through the Python SDK (2026-07-28 input_required, 2025-11-25 elicitation)"
+rm -f "$clients_dir/out/py-ask.jsonl"
+cp -r "$root/tests/fixtures/ask" "$scratch/ask"
+"$clients_dir/.venv/bin/python" "$root/scripts/clients/ask.py" --call close_ticket '{"ticket_id": 1, "note": "fixed"}' \
+  --expect-accepted '"closed"' --expect-declined '"left open"' \
+  -- "$clients_dir/.venv/bin/python" "$shared/clients/mcp_tee.py" --log "$clients_dir/out/py-ask.jsonl" \
+  "$root/target/debug/warden" mcp "$scratch/ask/manifest.json" >/dev/null
+
 step "the same through the TypeScript SDK (2025-11-25) and inspector-cli"
 rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db" "$clients_dir/out/ts-surface.jsonl"
 NODE_PATH="$clients_dir/node/node_modules" node "$root/scripts/clients/surface.mjs" ticket://3 \

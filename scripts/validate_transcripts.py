@@ -36,7 +36,8 @@ def validators(schema_dir):
             schema = dict(root)
             schema["$ref"] = f"#/$defs/{definition}"
             return jsonschema.Draft202012Validator(schema)
-        out[era] = {name: make(name) for name in ["JSONRPCMessage", *RESULTS.values()]}
+        names = ["JSONRPCMessage", *RESULTS.values()] + (["InputRequiredResult"] if era == "modern" else [])
+        out[era] = {name: make(name) for name in names}
     return out
 
 
@@ -66,6 +67,9 @@ def main():
                 checked += 1
                 errors = [e.message for e in checks[era]["JSONRPCMessage"].iter_errors(message)]
                 definition = RESULTS.get(era_method[1]) if era_method else None
+                # A 2026-07-28 call, read or prompt may first answer that it needs input.
+                if definition and era == "modern" and (message.get("result") or {}).get("resultType") == "input_required":
+                    definition = "InputRequiredResult"
                 if definition and "result" in message:
                     errors += [e.message for e in checks[era][definition].iter_errors(message["result"])]
                 if errors:

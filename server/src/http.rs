@@ -343,7 +343,7 @@ impl Front {
         match jsonrpc::classify(&Frame::Line(request.body.clone())) {
             Incoming::Invalid(error) => json_answer(400, &error.to_value()),
             // A response: this server sends no requests, so there is nothing to match it to.
-            Incoming::Response => accepted(),
+            Incoming::Response { .. } => accepted(),
             Incoming::Notification(notification) => {
                 self.notification(&request, notification, principal.as_ref());
                 accepted()

@@ -159,3 +159,36 @@ fn tamper(state: &str) -> String {
     bytes[5] = if bytes[5] == b'A' { b'B' } else { b'A' };
     String::from_utf8(bytes).unwrap()
 }
+
+/// A 2025-11-25 client that declared elicitation at `initialize` is asked with a server
+/// request on the session, and the run goes on with its response; one that answers with an
+/// error has declined.
+#[test]
+fn a_2025_client_over_stdio_is_asked_with_a_server_request() {
+    let mut wire = Wire::start(&fixture("ask/manifest.json"));
+    let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "t", "version": "1"}});
+    wire.request(Era::Legacy, json!(0), "initialize", init);
+    wire.send_line(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for (id, ticket, answer, status) in [
+        (1, 3, json!({"result": {"action": "accept", "content": {"close": true}}}), "closed"),
+        (2, 4, json!({"error": {"code": -1, "message": "the user closed the dialog"}}), "left open"),
+    ] {
+        let call = json!({"name": "close_ticket", "arguments": {"ticket_id": ticket, "note": "fixed"}});
+        wire.send_request(Era::Legacy, json!(id), "tools/call", call);
+        let asked = wire.recv();
+        assert_eq!(asked["method"], json!("elicitation/create"), "{asked}");
+        assert!(asked["params"]["message"].as_str().unwrap().contains(&format!("Close ticket {ticket}")));
+        let mut response = json!({"jsonrpc": "2.0", "id": asked["id"]});
+        for (key, value) in answer.as_object().unwrap() {
+            response[key] = value.clone();
+        }
+        wire.send_line(&response);
+        let done = wire.recv();
+        assert_eq!(done["id"], json!(id), "{done}");
+        assert_eq!(done["result"]["structuredContent"]["result"]["status"], json!(status), "{done}");
+    }
+    // A response to nothing the server asked is dropped, and the server keeps serving.
+    wire.send_line(&json!({"jsonrpc": "2.0", "id": "warden-input-99", "result": {}}));
+    wire.assert_serving(3);
+    assert_eq!(journal_lines(&wire).matches("\"record\":\"begin\"").count(), 1);
+}

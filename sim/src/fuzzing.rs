@@ -88,7 +88,7 @@ pub fn framing(data: &[u8]) {
             Incoming::Request(request) => {
                 assert!(request.id.is_string() || request.id.is_i64() || request.id.is_u64(), "a request's id");
             }
-            Incoming::Notification(_) | Incoming::Response => {}
+            Incoming::Notification(_) | Incoming::Response { .. } => {}
         }
     }
 }

@@ -73,8 +73,12 @@ impl RpcError {
 pub enum Incoming {
     Request(Request),
     Notification(Notification),
-    /// A response from the client; we send no requests, so it is dropped.
-    Response,
+    /// A response from the client to a request the server sent (input for a run), with its
+    /// id and its `result` or `error`.
+    Response {
+        id: Value,
+        body: Map<String, Value>,
+    },
     /// Something to answer with an error.
     Invalid(RpcError),
 }
@@ -131,7 +135,7 @@ fn classify_value(value: Value) -> Incoming {
         Some(Value::String(method)) => method,
         Some(_) => return Incoming::Invalid(RpcError::new(id, INVALID_REQUEST, "`method` must be a string")),
         None if id.is_some() && (object.contains_key("result") || object.contains_key("error")) => {
-            return Incoming::Response
+            return Incoming::Response { id: id.expect("checked"), body: object }
         }
         None => return Incoming::Invalid(RpcError::new(id, INVALID_REQUEST, "`method` is missing")),
     };
@@ -194,7 +198,7 @@ mod tests {
     fn requests_notifications_and_responses() {
         assert!(matches!(line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Incoming::Request(_)));
         assert!(matches!(line(r#"{"jsonrpc":"2.0","method":"n","params":[1]}"#), Incoming::Notification(_)));
-        assert_eq!(line(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Incoming::Response);
+        assert!(matches!(line(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Incoming::Response { .. }));
     }
 
     #[test]

@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 
 use super::jsonrpc::{self, Request, RequestId, RpcError};
 use super::{
-    call_params, completion, prompt_call, read_call, CallJob, Connection, PendingCall, Routed, LEGACY_VERSION,
+    call_params, completion, prompt_call, read_call, CallJob, Connection, InputTurn, PendingCall, Routed,
+    LEGACY_VERSION,
 };
 
 /// Resource not found, in 2025-11-25 (2026-07-28 uses -32602).
@@ -32,7 +33,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         "tools/call" => match call_params(connection, &request) {
             Ok((tool, arguments, progress)) => {
                 let log_level = connection.legacy_log_level.get();
-                let input = Default::default();
+                let input = InputTurn::new(connection.legacy_kinds.borrow().clone(), None, None);
                 let job = CallJob::Tool;
                 return Routed::Call(PendingCall { id, tool, arguments, progress, log_level, finish, job, input });
             }
@@ -94,6 +95,10 @@ fn initialize(connection: &Connection, request: &Request) -> Result<Value, RpcEr
         connection.env.log(&format!("initialize asked for {requested}; answering {LEGACY_VERSION}"));
     }
     connection.legacy_initialized.set(true);
+    if connection.can_ask.get() {
+        *connection.legacy_kinds.borrow_mut() =
+            super::asking::declared_kinds(params.and_then(|p| p.get("capabilities")));
+    }
     Ok(json!({
         "protocolVersion": LEGACY_VERSION,
         "capabilities": super::capabilities(&connection.catalog),

@@ -6,6 +6,7 @@
 //! without it is refused with -32602. Each era has its own handler (`legacy.rs`,
 //! `modern.rs`); they share the catalog listing and the call pipeline, never message code.
 
+mod asking;
 pub mod framing;
 pub mod jsonrpc;
 mod legacy;
@@ -87,6 +88,16 @@ pub struct Connection {
     client_gone: Signal,
     /// Results that never change while the server runs, serialised once (scrubbed).
     statics: Rc<StaticResults>,
+    /// Whether requests to the client can be sent and answered (stdio: a 2025-11-25 client
+    /// is asked for a run's input; an HTTP exchange's answer is written when its call ends).
+    can_ask: Cell<bool>,
+    /// The input kinds the 2025-11-25 client declared at `initialize` (when it can be asked).
+    legacy_kinds: RefCell<Vec<String>>,
+    /// Requests sent to the client, by id (as JSON text), awaiting their responses.
+    asked_client: RefCell<BTreeMap<String, Rc<asking::Awaited>>>,
+    next_request: Cell<u64>,
+    /// Set when the connection reads no more: nothing will answer a request sent to the client.
+    reading_ended: Signal,
 }
 
 /// What a 2025-11-25 client's session holds between its requests.
@@ -128,7 +139,9 @@ impl Connection {
     pub fn new(runs: Rc<Runs>) -> Rc<Connection> {
         let shared = Shared::new(&runs);
         let outlet = Rc::new(StdioOutlet(runs.env.clone()));
-        Connection::with_outlet(runs, &shared, outlet, LegacySession::default(), None)
+        let connection = Connection::with_outlet(runs, &shared, outlet, LegacySession::default(), None);
+        connection.can_ask.set(true);
+        connection
     }
 
     /// A connection writing to `outlet`, sharing the server's slots and static answers, in
@@ -153,6 +166,11 @@ impl Connection {
             calls: RefCell::new(BTreeMap::new()),
             tasks: WaitGroup::new(),
             client_gone: Signal::new(),
+            can_ask: Cell::new(false),
+            legacy_kinds: RefCell::new(Vec::new()),
+            asked_client: RefCell::new(BTreeMap::new()),
+            next_request: Cell::new(0),
+            reading_ended: Signal::new(),
         })
     }
 
@@ -213,6 +231,7 @@ impl Connection {
                 self.handle_frame(frame).await;
             }
         }
+        self.reading_ended.set();
         let running = self.tasks.count();
         if running > 0 {
             self.env.log(&format!("waiting for {running} call(s) in progress before exiting"));
@@ -223,7 +242,7 @@ impl Connection {
     async fn handle_frame(self: &Rc<Self>, frame: Frame) {
         match jsonrpc::classify(&frame) {
             Incoming::Invalid(error) => self.send(error.to_value()).await,
-            Incoming::Response => self.env.log("dropped a response from the client: this server sends no requests"),
+            Incoming::Response { id, body } => self.response(&id, body),
             Incoming::Notification(notification) => self.notification(notification),
             Incoming::Request(request) => self.request(request).await,
         }
@@ -319,7 +338,13 @@ impl Connection {
             }
             CallJob::Tool => {
                 let tool = self.catalog.callable(&call.tool).expect("routing checked the tool exists");
-                match self.run_tool(tool, call, control, listener).await {
+                let mut reply = self.run_tool(tool, call, control, listener.clone()).await;
+                if let CallReply::InputRequired(result, _) = &reply {
+                    if call.input.finish.is_none() && !call.input.kinds.is_empty() {
+                        reply = self.ask_client(call, result.clone(), control, listener).await;
+                    }
+                }
+                match reply {
                     CallReply::Result(result, run) => (Some((call.finish)(self, &call.id, result)), run),
                     CallReply::InputRequired(result, run) => (Some(self.input_required(call, result, &run)), Some(run)),
                     CallReply::Invalid(message) => (Some(failed(message)), None),

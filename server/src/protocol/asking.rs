@@ -1,0 +1,117 @@
+//! Input for a run from a 2025-11-25 client over stdio: the round's requests
+//! (`elicitation/create`, `sampling/createMessage`, `roots/list`) sent as server requests on
+//! the session, their responses gathered, and the run continued exactly as a 2026-07-28
+//! client's retry continues it (`retry.rs`, with the state the server sealed). Only kinds the
+//! client declared at `initialize` are asked, and only on a connection that can carry server
+//! requests (stdio; an HTTP exchange cannot yet).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde_json::{json, Map, Value};
+
+use super::jsonrpc::RequestId;
+use super::{Connection, PendingCall};
+use crate::call::{CallControl, CallReply, Retry};
+use crate::sync::{select, Either, Signal};
+
+/// A response awaited from the client.
+#[derive(Default)]
+pub(crate) struct Awaited {
+    response: RefCell<Option<Map<String, Value>>>,
+    arrived: Signal,
+}
+
+/// The kinds a 2025-11-25 client declares at `initialize` that the server can ask.
+pub(crate) fn declared_kinds(capabilities: Option<&Value>) -> Vec<String> {
+    ["elicitation", "sampling", "roots"]
+        .into_iter()
+        .filter(|kind| capabilities.and_then(|c| c.get(*kind)).is_some_and(Value::is_object))
+        .map(str::to_string)
+        .collect()
+}
+
+impl Connection {
+    /// A response from the client: handed to the request it answers, if one waits for it.
+    pub(crate) fn response(&self, id: &Value, body: Map<String, Value>) {
+        match self.asked_client.borrow_mut().remove(&id.to_string()) {
+            Some(awaited) => {
+                *awaited.response.borrow_mut() = Some(body);
+                awaited.arrived.set();
+            }
+            None => self.env.log("dropped a response from the client to no request of this server's"),
+        }
+    }
+
+    /// Asks the client each request of `result` (an `input_required` result: `inputRequests`
+    /// and `requestState`), then continues the run with the answers; again while it asks,
+    /// up to the rounds a run may ask.
+    pub(crate) async fn ask_client(
+        self: &Rc<Self>,
+        call: &PendingCall,
+        mut result: Value,
+        control: &CallControl,
+        listener: Option<Rc<dyn crate::notice::Listener>>,
+    ) -> CallReply {
+        let tool = self.catalog.callable(&call.tool).expect("routing checked the tool exists");
+        for _ in 0..crate::program::ask::ASK_ROUNDS_MAX {
+            let answers = match self.gather(&result["inputRequests"]).await {
+                Some(answers) => answers,
+                None => {
+                    let text =
+                        "the client did not answer the run's request for input; it waits until its round expires";
+                    return CallReply::Result(crate::answer::error_result(text.to_string()), None);
+                }
+            };
+            let retry = Retry { request_state: result["requestState"].clone(), input_responses: Some(answers) };
+            let caller = crate::call::Caller {
+                principal: self.principal.as_ref(),
+                input_kinds: &call.input.kinds,
+                retry: Some(&retry),
+            };
+            let listener = listener.clone();
+            let slots = &self.slots;
+            match crate::call::call_tool(&self.runs, slots, tool, &call.arguments, control, listener, caller).await {
+                CallReply::InputRequired(next, _) => result = next,
+                other => return other,
+            }
+        }
+        CallReply::Invalid("the run asked for input more rounds than a run may".to_string())
+    }
+
+    /// Sends each request and waits for every response (within a round's wait, while the
+    /// client is there). An error response answers as a decline would (no content).
+    async fn gather(&self, requests: &Value) -> Option<Value> {
+        let mut waiting = Vec::new();
+        for (key, request) in requests.as_object()? {
+            let number = self.next_request.get();
+            self.next_request.set(number + 1);
+            let id: RequestId = json!(format!("warden-input-{number}"));
+            let awaited = Rc::new(Awaited::default());
+            self.asked_client.borrow_mut().insert(id.to_string(), Rc::clone(&awaited));
+            let method = request["method"].clone();
+            self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": request["params"]})).await;
+            waiting.push((key.clone(), id, awaited, method));
+        }
+        let mut answers = Map::new();
+        let ends_at = self.env.clock.monotonic_ms().saturating_add(crate::input::INPUT_WAIT_MS);
+        for (key, id, awaited, method) in waiting {
+            let left = ends_at.saturating_sub(self.env.clock.monotonic_ms());
+            let gone = Box::pin(select(self.client_gone.wait(), self.reading_ended.wait()));
+            let arrived = Box::pin(select(awaited.arrived.wait(), gone));
+            let answered = match select(arrived, self.env.clock.sleep(left)).await {
+                Either::Left(Either::Left(())) => awaited.response.borrow_mut().take(),
+                Either::Left(Either::Right(_)) | Either::Right(()) => None,
+            };
+            self.asked_client.borrow_mut().remove(&id.to_string());
+            let mut body = answered?;
+            let answer = match body.remove("result") {
+                Some(result) => result,
+                None if method == "elicitation/create" => json!({"action": "decline"}),
+                None => continue,
+            };
+            answers.insert(key, answer);
+        }
+        Some(Value::Object(answers))
+    }
+}
