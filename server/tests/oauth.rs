@@ -85,12 +85,15 @@ fn start_with_keys(issuer: &Issuer, url: Option<&str>) -> Server {
     std::fs::write(dir.path().join("note.star"), NOTE).unwrap();
     let record = "def main(id: str) -> str:\n    \"\"\"A record.\n\n    Args:\n        id: Which.\n    \"\"\"\n    return \"record \" + id\n";
     std::fs::write(dir.path().join("record.star"), record).unwrap();
+    let confirm = "def main(text: str) -> str:\n    \"\"\"Save a note once its user confirms.\n\n    Args:\n        text: The note.\n    \"\"\"\n    answers = ask({\"ok\": {\"method\": \"elicitation/create\", \"params\": {\"message\": \"Save \" + text + \"?\", \"requestedSchema\": {\"type\": \"object\", \"properties\": {}}}}})\n    return answers.get(\"ok\", {}).get(\"action\", \"none\")\n";
+    std::fs::write(dir.path().join("confirm.star"), confirm).unwrap();
     let manifest = json!({
         "server": {"name": "oauth-test", "journals": "journals"},
         "tools": [
             {"name": "note", "program": "note.star", "quota": {"window": "1h", "calls": 2, "per": "principal"}},
             {"name": "keyed_note", "program": "note.star", "once": {"by": ["text"], "per": "principal"}},
-            {"name": "admin_note", "program": "note.star", "scopes": ["notes:admin"]}
+            {"name": "admin_note", "program": "note.star", "scopes": ["notes:admin"]},
+            {"name": "confirm_note", "program": "confirm.star"}
         ],
         "resources": [
             {"name": "record", "uri": "rec://{id}", "mime_type": "text/plain", "program": "record.star", "scopes": ["notes:admin"]}
@@ -323,6 +326,38 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
 }
 
 /// The issuer's keys fetched from a URL (a loopback server standing in for the issuer).
+/// A `requestState` is bound to the principal whose call was asked: another principal's
+/// retry with it is refused (HTTP 400, -32602) and takes nothing; the asker's goes on.
+#[test]
+fn a_request_state_serves_only_the_principal_it_was_issued_to() {
+    let issuer = Issuer::new("k1");
+    let server = start(&issuer);
+    let alice = issuer.token(&claims("alice", "notes:read"));
+    let bob = issuer.token(&claims("bob", "notes:read"));
+    let message = |id: i64, extra: Value| {
+        let mut params = json!({"name": "confirm_note", "arguments": {"text": "hi"}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+        for (key, value) in extra.as_object().unwrap() {
+            params[key] = value.clone();
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+    };
+    let (status, _, body) = send(&server, "POST", "/mcp", Some(&alice), Some(&message(1, json!({}))));
+    let asked: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((status, asked["result"]["resultType"].clone()), (200, json!("input_required")), "{body}");
+    let retry =
+        json!({"requestState": asked["result"]["requestState"], "inputResponses": {"ok": {"action": "accept"}}});
+    let (status, _, body) = send(&server, "POST", "/mcp", Some(&bob), Some(&message(2, retry.clone())));
+    assert_eq!(status, 400, "{body}");
+    let refused: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refused["error"]["code"], json!(-32602), "{body}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("another caller"), "{body}");
+    let (status, _, body) = send(&server, "POST", "/mcp", Some(&alice), Some(&message(3, retry)));
+    let done: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((status, done["result"]["content"][0]["text"].clone()), (200, json!("\"accept\"")), "{body}");
+}
+
 #[test]
 fn keys_can_come_from_the_issuer_s_url() {
     let issuer = Issuer::new("k1");
