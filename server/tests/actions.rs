@@ -76,6 +76,20 @@ fn the_shop_refunds_once_within_its_grant_and_never_writes_the_secret() {
         json!("'payments.stripe.refund' allows at most 50.00 USD per action; this action needs 300.00 USD")
     );
     assert_eq!(payments.refunded_minor(), 1250);
+    // The program narrows the refund to the intent it read and what was paid on it (10.00):
+    // within the grant's 50.00 a refund, over what was paid it is refused before it is sent.
+    let paid_less = wire.request(
+        Era::Modern,
+        json!(6),
+        "tools/call",
+        json!({"name": "refund_order", "arguments": {"order": "pi_1003", "amount": {"amount": "20.00", "currency": "USD"}}}),
+    );
+    assert_eq!(
+        paid_less["result"]["content"][0]["text"],
+        json!("the narrowed 'payments.stripe.refund' allows at most 10.00 USD; this action needs 20.00 USD"),
+        "{paid_less}"
+    );
+    assert_eq!(payments.refunded_minor(), 1250);
     let unknown = wire.request(
         Era::Modern,
         json!(5),
@@ -122,8 +136,8 @@ fn progress_per_action_and_log_messages_at_the_level_asked() {
     let dir = shop(&payments);
     let program = dir.path().join("refund.star");
     let text = std::fs::read_to_string(&program).unwrap().replace(
-        "    refund = pay.refund(order, amount)\n",
-        "    print(\"order checked\")\n    progress(1, 2, \"order checked\")\n    refund = pay.refund(order, amount)\n",
+        "    refund = refund_of_order.refund(order, amount)\n",
+        "    print(\"order checked\")\n    progress(1, 2, \"order checked\")\n    refund = refund_of_order.refund(order, amount)\n",
     );
     std::fs::write(&program, text).unwrap();
     let mut wire = Wire::start_dir(dir, &[("STRIPE_SECRET_KEY", SECRET)]);
@@ -195,4 +209,41 @@ fn progress_per_action_and_log_messages_at_the_level_asked() {
         bytes.extend(serde_json::to_vec(message).unwrap());
     }
     assert!(!String::from_utf8_lossy(&bytes).contains(SECRET));
+}
+
+/// A program that narrows wider than its grant fails as a capability error before anything
+/// is sent; the journal's begin record carries the narrowing of an action taken through one.
+#[test]
+fn a_narrowing_wider_than_the_grant_fails_the_run_and_a_narrowed_action_is_journaled_so() {
+    let payments = Payments::start();
+    let dir = shop(&payments);
+    let program = dir.path().join("refund.star");
+    let original = std::fs::read_to_string(&program).unwrap();
+    let wider = original
+        .replace("max = paid, uses = 1)", "max = paid, uses = 1, each = {\"amount\": \"60\", \"currency\": \"USD\"})");
+    assert_ne!(wider, original, "the example narrows its refund");
+    std::fs::write(&program, wider).unwrap();
+    let mut wire = Wire::start_dir(dir, &[("STRIPE_SECRET_KEY", SECRET)]);
+    let arguments = json!({"order": "pi_1001", "amount": {"amount": "5", "currency": "USD"}});
+    let refused =
+        wire.request(Era::Modern, json!(1), "tools/call", json!({"name": "refund_order", "arguments": arguments}));
+    let text = refused["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("narrow: each=60.00 USD is more than 50.00 USD"), "{refused}");
+    assert_eq!(refused["result"]["_meta"]["dev.warden/run"]["outcome"], json!("capability"));
+    assert_eq!(payments.refunded_minor(), 0);
+
+    let payments = Payments::start();
+    let mut wire = Wire::start_dir(shop(&payments), &[("STRIPE_SECRET_KEY", SECRET)]);
+    let done =
+        wire.request(Era::Modern, json!(1), "tools/call", json!({"name": "refund_order", "arguments": arguments}));
+    assert_eq!(done["result"]["isError"], json!(false), "{done}");
+    let journals: String = common::walk(&wire.dir.path().join("journals/refund_order"))
+        .into_iter()
+        .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+        .collect();
+    assert!(
+        journals
+            .contains("\"narrowed\":{\"only\":[\"pi_1001\"],\"max\":{\"minor\":5000,\"currency\":\"USD\"},\"uses\":1}"),
+        "{journals}"
+    );
 }

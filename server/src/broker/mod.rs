@@ -10,6 +10,7 @@
 pub mod kinds;
 
 pub use kinds::{Kind, Method};
+pub mod narrow;
 pub mod perform;
 pub mod urls;
 
@@ -64,6 +65,9 @@ pub struct Action {
     /// The money the request moves, read from the request itself.
     pub amount: Option<Value>,
     pub idempotency_key: Option<String>,
+    /// The limits of the narrowed handle it was taken through (`narrow.rs`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub narrowed: Option<narrow::Narrowing>,
 }
 
 impl Action {
@@ -139,6 +143,8 @@ pub struct Broker {
     pub(crate) next_round: RefCell<usize>,
     /// The requests of a round this execution asks that the journal does not hold.
     pub asking: RefCell<Option<Value>>,
+    /// What actions through each narrowing did (by grant and narrowing, as JSON).
+    narrowed_usage: RefCell<BTreeMap<String, Usage>>,
 }
 
 /// One input round as the journal holds it: the program's requests, and the client's
@@ -179,6 +185,7 @@ impl Broker {
             asked: seed.asked,
             next_round: RefCell::new(0),
             asking: RefCell::new(None),
+            narrowed_usage: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -217,6 +224,7 @@ impl Broker {
             asked: Vec::new(),
             next_round: RefCell::new(0),
             asking: RefCell::new(None),
+            narrowed_usage: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -258,14 +266,28 @@ impl Broker {
         Err(Stop::Suspend)
     }
 
+    /// Stops the program with a capability failure (a narrowing wider than its handle).
+    pub fn refuse_capability(&self, problem: String) -> Stop {
+        *self.refused.borrow_mut() = Some(Refusal::Capability(problem));
+        Stop::Refused
+    }
+
     fn refuse(&self, refusal: Refusal) -> Result<Value, Stop> {
         *self.refused.borrow_mut() = Some(refusal);
         Err(Stop::Refused)
     }
 
     fn count(&self, action: &Action, result: &Value, happened: bool) {
+        if let Some(key) = narrowed_key(action) {
+            let mut narrowed = self.narrowed_usage.borrow_mut();
+            self.count_into(narrowed.entry(key).or_default(), action, result, happened);
+        }
         let mut usage = self.usage.borrow_mut();
         let use_ = usage.entry(action.grant.clone()).or_default();
+        self.count_into(use_, action, result, happened);
+    }
+
+    fn count_into(&self, use_: &mut Usage, action: &Action, result: &Value, happened: bool) {
         use_.actions += 1;
         if self.grants.get(&action.grant).is_some_and(|grant| counts_against_uses(grant, action)) {
             use_.limited += 1;
@@ -327,6 +349,10 @@ impl Broker {
         if grant.mode == Some(DbMode::Read) && action.method == Method::Execute {
             return Err(Refusal::Capability(format!("'{cap}' is granted read-only; `execute` is refused")));
         }
+        if let (Some(narrowing), Some(key)) = (&action.narrowed, narrowed_key(action)) {
+            let used = self.narrowed_usage.borrow().get(&key).cloned().unwrap_or_default();
+            narrowing.check(grant, action, &used).map_err(Refusal::Capability)?;
+        }
         Ok(())
     }
 
@@ -382,6 +408,12 @@ fn sends_idempotency_key(grant: &CapabilityGrant, action: &Action) -> bool {
 
 /// The `only` list an HTTP action is checked against: the grant's own, or for a composite
 /// kind the one of the `needs` entry it goes through. `None` for actions with no URL.
+/// The key under which actions through one narrowing are counted.
+fn narrowed_key(action: &Action) -> Option<String> {
+    let narrowing = action.narrowed.as_ref()?;
+    Some(format!("{} {}", action.grant, serde_json::to_string(narrowing).expect("narrowings serialise")))
+}
+
 fn only_list<'a>(grant: &'a CapabilityGrant, action: &Action) -> Option<&'a [String]> {
     if action.kind == Kind::Sqlite || action.method == Method::Refund {
         return None;

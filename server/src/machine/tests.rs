@@ -25,6 +25,7 @@ fn action(op: u64, kind: crate::broker::Kind, method: Method, key: bool) -> Acti
         body: String::new(),
         amount: None,
         idempotency_key: key.then(|| format!("warden-r-{op}")),
+        narrowed: None,
     }
 }
 

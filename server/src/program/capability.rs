@@ -18,7 +18,9 @@ use starlark::values::{
 };
 
 use super::starlark_money::StarlarkMoney;
+use crate::broker::narrow::{Narrowing, NARROW_ONLY_MAX};
 use crate::broker::{Action, Broker, Kind, Method, HEADERS_BYTES_MAX, REQUEST_BODY_BYTES_MAX, TARGET_BYTES_MAX};
+use crate::money::Money;
 
 /// The longest payment intent id a refund takes.
 pub const PAYMENT_INTENT_BYTES_MAX: usize = 255;
@@ -27,11 +29,14 @@ pub const PAYMENT_INTENT_BYTES_MAX: usize = 255;
 pub struct Capability {
     pub name: String,
     pub kind: String,
+    /// The handle's narrowing (`narrow(...)`), as JSON; none for the grant's own handle.
+    pub narrowed: Option<String>,
 }
 
 impl fmt::Display for Capability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "<capability {} ({})>", self.name, self.kind)
+        let narrowed = if self.narrowed.is_some() { ", narrowed" } else { "" };
+        write!(f, "<capability {} ({}{narrowed})>", self.name, self.kind)
     }
 }
 
@@ -142,6 +147,10 @@ fn http(
         body,
         amount: None,
         idempotency_key: None,
+        narrowed: cap
+            .narrowed
+            .as_deref()
+            .map(|text| serde_json::from_str(text).expect("a handle's narrowing reads back")),
     })
 }
 
@@ -223,6 +232,59 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<StarlarkValue_<'v>> {
         write_method(this, Method::Delete, url, None, None, headers, eval)
+    }
+
+    /// A handle whose limits are at most this one's: `only` (exact URLs, or payment intent
+    /// ids for a refund grant), `each`, `max` (money) and `uses`. A wider value fails the run
+    /// as a capability error. Actions through it count against this handle too.
+    fn narrow<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = named)] only: Option<StarlarkValue_<'v>>,
+        #[starlark(require = named)] each: Option<StarlarkValue_<'v>>,
+        #[starlark(require = named)] max: Option<StarlarkValue_<'v>>,
+        #[starlark(require = named)] uses: Option<i32>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        let cap = this_cap(this)?;
+        let only = match only.map(to_json).transpose()? {
+            None => Vec::new(),
+            Some(Value::Array(items)) if items.len() <= NARROW_ONLY_MAX => (items.into_iter())
+                .map(|item| item.as_str().map(str::to_string).ok_or_else(|| refused("`only` holds strings".into())))
+                .collect::<starlark::Result<Vec<String>>>()?,
+            Some(_) => return Err(refused(format!("`only` must be a list of at most {NARROW_ONLY_MAX} strings"))),
+        };
+        // Money, or its JSON form {"amount": "12.50", "currency": "USD"} (a program computes it).
+        let money = |value: Option<StarlarkValue_>, what: &str| -> starlark::Result<Option<Money>> {
+            let Some(value) = value else { return Ok(None) };
+            if let Some(money) = value.downcast_ref::<StarlarkMoney>() {
+                return Money::parse(&money.amount, &money.currency).map(Some).map_err(refused);
+            }
+            let json = to_json(value)?;
+            match (json.get("amount").and_then(Value::as_str), json.get("currency").and_then(Value::as_str)) {
+                (Some(amount), Some(currency)) => Money::parse(amount, currency).map(Some).map_err(refused),
+                _ => {
+                    Err(refused(format!("`{what}` must be money, or {{\"amount\": \"12.50\", \"currency\": \"USD\"}}")))
+                }
+            }
+        };
+        let uses = match uses {
+            Some(uses) if uses < 0 => return Err(refused("`uses` must not be negative".into())),
+            uses => uses.map(|u| u as u64),
+        };
+        let wanted = Narrowing { only, each: money(each, "each")?, max: money(max, "max")?, uses };
+        let broker = broker(eval)?;
+        let Some(grant) = broker.grants.get(&cap.name) else {
+            return Err(refused(format!("`{}` is not a grant of this tool", cap.name)));
+        };
+        let current: Option<Narrowing> =
+            cap.narrowed.as_deref().map(|text| serde_json::from_str(text).expect("a handle's narrowing reads back"));
+        match Narrowing::within(wanted, grant, current.as_ref()) {
+            Ok(narrowed) => {
+                let narrowed = Some(serde_json::to_string(&narrowed).expect("narrowings serialise"));
+                Ok(eval.heap().alloc(Capability { narrowed, ..cap }))
+            }
+            Err(problem) => Err(starlark::Error::new_other(broker.refuse_capability(problem))),
+        }
     }
 
     /// Refund `amount` of a payment intent. The broker builds the request itself, so the

@@ -7,7 +7,7 @@
 //! describe truthfully.
 
 pub mod ask;
-mod capability;
+pub mod capability;
 pub mod content;
 pub mod job;
 pub mod progress;

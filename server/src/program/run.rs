@@ -167,7 +167,10 @@ pub fn execute_with(
             let Some((_, kind)) = capabilities.iter().find(|(param, _)| param == name) else {
                 return (internal(format!("capability `{name}` has no grant")), 0);
             };
-            named.push((name.as_str(), heap.alloc(Capability { name: name.clone(), kind: kind.name().to_string() })));
+            named.push((
+                name.as_str(),
+                heap.alloc(Capability { name: name.clone(), kind: kind.name().to_string(), narrowed: None }),
+            ));
         }
         let result = eval.eval_function(function, &[], &named);
         let ticks = eval.get_total_tick_count();

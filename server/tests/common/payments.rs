@@ -110,6 +110,7 @@ fn answer(
         return match id {
             "pi_1001" => (200, json!({"id": id, "amount": 5000, "currency": "usd", "status": "succeeded"})),
             "pi_1002" => (200, json!({"id": id, "amount": 30000, "currency": "usd", "status": "succeeded"})),
+            "pi_1003" => (200, json!({"id": id, "amount": 1000, "currency": "usd", "status": "succeeded"})),
             _ if id.starts_with("pi_9") => {
                 (200, json!({"id": id, "amount": 100000, "currency": "usd", "status": "succeeded"}))
             }
