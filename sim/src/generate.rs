@@ -84,6 +84,9 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         if asks_first(seed, index, template) {
             text = with_ask(&text);
         }
+        if narrows(seed, index, template) {
+            text = with_narrowing(&text);
+        }
         programs.insert(program.clone(), text);
         let tool = tool_config(&name, &program, template, server_runs, &mut draw);
         shapes.push(ToolShape { name, template, resend: tool.get("once").is_some() });
@@ -128,6 +131,24 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
 fn asks_first(seed: u64, index: u64, template: Template) -> bool {
     let writes = matches!(template, Template::Refund | Template::Notes | Template::Close);
     writes && (seed ^ 0x6173_6b73 ^ index.rotate_left(23)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 0
+}
+
+/// Whether the refund tool at `index` narrows its handle before refunding: a third of them.
+/// Drawn apart from the world's other draws, like `asks_first`.
+fn narrows(seed: u64, index: u64, template: Template) -> bool {
+    template == Template::Refund
+        && (seed ^ 0x6e61_7277 ^ index.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15) % 3 == 0
+}
+
+/// A refund program that refunds through a handle narrowed to the order and at most the
+/// call's amount in all, twice at most (so a call of several parts is refused after its first).
+fn with_narrowing(program: &str) -> String {
+    program
+        .replace(
+            "    statuses = []\n",
+            "    narrowed = pay.narrow(only = [order], max = amount, uses = 2)\n    statuses = []\n",
+        )
+        .replace("r = pay.refund(order, amount)", "r = narrowed.refund(order, amount)")
 }
 
 /// The question a tool that asks first puts to its client, and what it does with the answer:

@@ -218,6 +218,41 @@ pub fn limits_kept(
             }
         }
     }
+    // A refund through a narrowed handle keeps the narrowing its begin record names: the
+    // intent in `only`, `each`, and per run and narrowing, `max` and `uses`.
+    let mut through: BTreeMap<(String, String), (i64, u64)> = BTreeMap::new();
+    for op in ops.iter().filter(|op| op.action.method == Method::Refund) {
+        let (Some(narrowing), Some(money)) = (&op.action.narrowed, op.action.amount.as_ref().and_then(amount)) else {
+            continue;
+        };
+        if !seen.contains_key(&signature(&op.action, &op.run)) {
+            continue;
+        }
+        let outside = !narrowing.only.is_empty() && !narrowing.only.contains(&op.action.body);
+        let over_each = narrowing.each.as_ref().is_some_and(|each| money.minor > each.minor);
+        if outside || over_each {
+            push(
+                1,
+                format!("run {} refunded {money} of {} outside its narrowing {narrowing:?}", op.run, op.action.body),
+            );
+        }
+        let key = (op.run.clone(), serde_json::to_string(narrowing).expect("narrowings serialise"));
+        let entry = through.entry(key).or_insert((0, 0));
+        entry.0 += money.minor;
+        entry.1 += 1;
+        let (minor, count) = *entry;
+        if narrowing.max.as_ref().is_some_and(|max| minor > max.minor)
+            || narrowing.uses.is_some_and(|uses| count > uses)
+        {
+            push(
+                1,
+                format!(
+                    "run {} refunded {minor} minor units in {count} refunds, beyond its narrowing {narrowing:?}",
+                    op.run
+                ),
+            );
+        }
+    }
     for ((run, grant_name), (minor, count)) in &charged {
         let Some(entry) = state.run(run) else { continue };
         let Some(grant) = grant_of(&entry.tool, grant_name) else { continue };
