@@ -123,6 +123,18 @@ impl Catalog {
                 ));
             }
         }
+        let calls_model = (self.tools.iter().flat_map(|tool| tool.config.grants.values()))
+            .any(|grant| matches!(grant, Grant::Capability(g) if g.cap == crate::broker::Kind::Model));
+        if let (true, Some(model)) = (calls_model, &self.manifest.model) {
+            let length = env.process.var(&model.api_key_env).map(|value| value.len());
+            if length.is_none_or(|length| length < SECRET_BYTES_MIN) {
+                problems.push(format!(
+                    "{}: model.api_key.env: the environment variable {} is not set or shorter than {SECRET_BYTES_MIN} bytes",
+                    self.manifest.path.display(),
+                    model.api_key_env
+                ));
+            }
+        }
         if problems.is_empty() {
             Ok(())
         } else {

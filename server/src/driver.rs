@@ -73,7 +73,7 @@ impl Runs {
             tool,
             run,
             inputs,
-            secrets: perform::secret_values(&self.env, &tool.config.grants),
+            secrets: self.secrets_of(tool),
             capabilities: tool
                 .config
                 .grants
@@ -169,7 +169,8 @@ impl Runs {
             Command::Perform { action, resend } => {
                 let grant = grant_of(cx, action.grant.as_str())?;
                 let net = &cx.tool.config.net;
-                let performed = perform::perform(&self.env, grant, net, run, &action, &cx.secrets, resend).await;
+                let model = self.catalog.manifest.model.as_ref();
+                let performed = perform::perform(&self.env, grant, net, model, run, &action, &cx.secrets, resend).await;
                 let performed = match performed {
                     perform::Performed::Done(result) => perform::Performed::Done(self.fitted_result(action.op, result)),
                     in_doubt => in_doubt,
@@ -317,6 +318,21 @@ impl Runs {
 }
 
 impl Runs {
+    /// Every secret a run of `tool` can attach: its grants', and the model's API key when it
+    /// has a `model` grant.
+    fn secrets_of(&self, tool: &Tool) -> Vec<String> {
+        let mut secrets = perform::secret_values(&self.env, &tool.config.grants);
+        let calls_model = tool
+            .config
+            .grants
+            .values()
+            .any(|g| matches!(g, Grant::Capability(g) if g.cap == crate::broker::Kind::Model));
+        if let (true, Some(model)) = (calls_model, &self.catalog.manifest.model) {
+            secrets.extend(self.env.process.var(&model.api_key_env).filter(|key| !key.is_empty()));
+        }
+        secrets
+    }
+
     /// What a program's `ask` leads to: the round, with the keys whose kinds the client
     /// declared (none: answered with nothing at once), or the run's end when too many runs
     /// already wait for input.

@@ -89,7 +89,11 @@ pub fn binding(tool: &Tool) -> Binding {
 impl Runs {
     pub fn new(env: Env, catalog: Rc<Catalog>, ledger: Ledger) -> Runs {
         let journals = catalog.manifest.server.journals.clone();
-        let secrets = catalog.tools.iter().flat_map(|tool| perform::secret_values(&env, &tool.config.grants)).collect();
+        let mut secrets: Vec<String> =
+            catalog.tools.iter().flat_map(|tool| perform::secret_values(&env, &tool.config.grants)).collect();
+        if let Some(model) = &catalog.manifest.model {
+            secrets.extend(env.process.var(&model.api_key_env).filter(|key| !key.is_empty()));
+        }
         Runs {
             secrets,
             env,

@@ -22,6 +22,9 @@ pub enum Kind {
     StripeRefund,
     #[serde(rename = "db.sqlite")]
     Sqlite,
+    /// A call to the manifest's model (its `model` section).
+    #[serde(rename = "model")]
+    Model,
 }
 
 impl Kind {
@@ -34,6 +37,7 @@ impl Kind {
             Kind::HttpDelete => "net.http.delete",
             Kind::StripeRefund => "payments.stripe.refund",
             Kind::Sqlite => "db.sqlite",
+            Kind::Model => "model",
         }
     }
 
@@ -45,7 +49,7 @@ impl Kind {
             Method::Put => Some(Kind::HttpPut),
             Method::Patch => Some(Kind::HttpPatch),
             Method::Delete => Some(Kind::HttpDelete),
-            Method::Refund | Method::Query | Method::Execute => None,
+            Method::Refund | Method::Query | Method::Execute | Method::Complete => None,
         }
     }
 }
@@ -68,6 +72,8 @@ pub enum Method {
     Refund,
     Query,
     Execute,
+    /// A model call.
+    Complete,
 }
 
 impl Method {
@@ -81,12 +87,14 @@ impl Method {
             Method::Refund => "REFUND",
             Method::Query => "QUERY",
             Method::Execute => "EXECUTE",
+            Method::Complete => "COMPLETE",
         }
     }
 
-    /// Reads change nothing: sending one again is always safe.
+    /// Reads change nothing: sending one again is always safe. A model call changes nothing
+    /// outside either (it only costs tokens).
     pub fn is_read(self) -> bool {
-        matches!(self, Method::Get | Method::Query)
+        matches!(self, Method::Get | Method::Query | Method::Complete)
     }
 }
 
@@ -109,6 +117,7 @@ pub enum GrantKey {
     Path,
     Mode,
     Init,
+    MaxTokens,
 }
 
 impl GrantKey {
@@ -124,6 +133,7 @@ impl GrantKey {
             GrantKey::Path => "path",
             GrantKey::Mode => "mode",
             GrantKey::Init => "init",
+            GrantKey::MaxTokens => "max_tokens",
         }
     }
 }
@@ -199,6 +209,15 @@ pub const KINDS: &[KindSpec] = &[
         network: true,
         read_only: false,
         needs: &[("get", Some(Kind::HttpGet)), ("post", Some(Kind::HttpPost)), ("key", None)],
+    },
+    // Its timeouts are the `model` section's (`timeout_ms`, `retries`), not the tool's `net`.
+    KindSpec {
+        kind: Kind::Model,
+        keys: &[Uses, MaxTokens],
+        required: &[MaxTokens],
+        network: false,
+        read_only: true,
+        needs: &[],
     },
     KindSpec {
         kind: Kind::Sqlite,

@@ -10,6 +10,7 @@
 pub mod kinds;
 
 pub use kinds::{Kind, Method};
+pub mod model;
 pub mod narrow;
 pub mod perform;
 pub mod urls;
@@ -90,6 +91,9 @@ pub struct Usage {
     pub limited: u64,
     /// Minor units charged, per currency.
     pub charged: BTreeMap<String, i64>,
+    /// Tokens a model grant's calls used (input and output).
+    #[serde(default)]
+    pub tokens: u64,
 }
 
 pub fn usage_json(usage: &BTreeMap<String, Usage>) -> Value {
@@ -100,7 +104,11 @@ pub fn usage_json(usage: &BTreeMap<String, Usage>) -> Value {
             .iter()
             .map(|(currency, &minor)| Money { minor, currency: currency.clone() }.to_json())
             .collect();
-        out.insert(grant.clone(), json!({"actions": use_.actions, "charged": charged}));
+        let mut entry = json!({"actions": use_.actions, "charged": charged});
+        if use_.tokens > 0 {
+            entry["tokens"] = json!(use_.tokens);
+        }
+        out.insert(grant.clone(), entry);
     }
     Value::Object(out)
 }
@@ -289,6 +297,10 @@ impl Broker {
 
     fn count_into(&self, use_: &mut Usage, action: &Action, result: &Value, happened: bool) {
         use_.actions += 1;
+        if action.kind == Kind::Model {
+            let used = |side: &str| result["usage"][side].as_u64().unwrap_or(0);
+            use_.tokens = use_.tokens.saturating_add(used("input_tokens")).saturating_add(used("output_tokens"));
+        }
         if self.grants.get(&action.grant).is_some_and(|grant| counts_against_uses(grant, action)) {
             use_.limited += 1;
         }
@@ -344,6 +356,19 @@ impl Broker {
         if let Some(only) = only_list(grant, action) {
             if let Err(problem) = urls::allowed(only, &action.target) {
                 return Err(Refusal::Capability(format!("'{}' refused the request: {problem}", action.kind)));
+            }
+        }
+        if grant.cap == Kind::Model {
+            let asked = serde_json::from_str::<Value>(&action.body).ok().and_then(|body| body["max_tokens"].as_u64());
+            let limit = grant.max_tokens.unwrap_or(0);
+            match asked {
+                Some(tokens) if (1..=limit).contains(&tokens) => {}
+                _ => {
+                    let asked = asked.map_or("no".to_string(), |t| t.to_string());
+                    return Err(Refusal::Capability(format!(
+                        "'model' allows at most {limit} tokens a call; this call asks {asked}"
+                    )));
+                }
             }
         }
         if grant.mode == Some(DbMode::Read) && action.method == Method::Execute {
@@ -415,7 +440,7 @@ fn narrowed_key(action: &Action) -> Option<String> {
 }
 
 fn only_list<'a>(grant: &'a CapabilityGrant, action: &Action) -> Option<&'a [String]> {
-    if action.kind == Kind::Sqlite || action.method == Method::Refund {
+    if action.kind == Kind::Sqlite || action.kind == Kind::Model || action.method == Method::Refund {
         return None;
     }
     if grant.cap == Kind::StripeRefund {

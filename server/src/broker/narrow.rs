@@ -178,6 +178,7 @@ mod tests {
             path: None,
             mode: None,
             init: None,
+            max_tokens: None,
         }
     }
 

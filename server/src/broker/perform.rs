@@ -105,10 +105,12 @@ pub fn resend_is_safe(action: &Action) -> bool {
 }
 
 /// Performs `action` once. `resend`: it was begun before a crash and may have happened.
+#[allow(clippy::too_many_arguments)]
 pub async fn perform(
     env: &Env,
     grant: &CapabilityGrant,
     net: &NetConfig,
+    model: Option<&crate::manifest::ModelConfig>,
     run: &str,
     action: &Action,
     secrets: &[String],
@@ -116,6 +118,12 @@ pub async fn perform(
 ) -> Performed {
     if grant.cap == Kind::Sqlite {
         return perform_sql(env, grant, run, action).await;
+    }
+    if grant.cap == Kind::Model {
+        return match model {
+            Some(model) => super::model::perform_model(env, model, action, secrets).await,
+            None => Performed::Done(json!({"error": "the manifest has no `model` section; nothing was sent"})),
+        };
     }
     // A write begun before a crash may have happened already: a failure before it is sent
     // again proves nothing about the first attempt, so it stays in doubt.

@@ -214,6 +214,7 @@ fn grant(kind: Taken) -> CapabilityGrant {
         path: None,
         mode: None,
         init: None,
+        max_tokens: None,
     };
     match kind {
         Taken::Get => plain(Kind::HttpGet),

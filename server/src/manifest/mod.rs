@@ -52,6 +52,11 @@ pub const QUOTA_CALLS_LIMIT: u64 = 1_000_000_000;
 /// `model.timeout_ms`: at most 10 minutes; `model.retries`: at most 10.
 pub const MODEL_TIMEOUT_MS_LIMIT: u64 = 600_000;
 pub const MODEL_RETRIES_LIMIT: u64 = 10;
+/// A `model` grant's `max_tokens`: at most this many tokens a call.
+pub const MODEL_MAX_TOKENS_LIMIT: u64 = 200_000;
+/// The providers a `model` section may name, and the root of each one's API.
+pub const MODEL_PROVIDERS: [(&str, &str); 2] =
+    [("anthropic", "https://api.anthropic.com"), ("openai", "https://api.openai.com")];
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -113,6 +118,8 @@ pub struct ModelConfig {
     pub api_key_env: String,
     pub timeout_ms: u64,
     pub retries: u64,
+    /// The API's root, without a trailing slash.
+    pub base_url: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -168,6 +175,8 @@ pub struct CapabilityGrant {
     pub path: Option<PathBuf>,
     pub mode: Option<DbMode>,
     pub init: Option<PathBuf>,
+    /// `model`: the most tokens one call may ask for.
+    pub max_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -117,6 +117,8 @@ pub struct RawModel {
     pub api_key: RawEnvRef,
     pub timeout_ms: Option<u64>,
     pub retries: Option<u64>,
+    /// Where the provider's API is (a gateway, a test double); each provider has its own default.
+    pub base_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,6 +165,8 @@ pub struct RawGrant {
     pub mode: Option<String>,
     /// `db.sqlite`: an SQL file run once, when the database does not exist yet.
     pub init: Option<String>,
+    /// `model`: the most tokens one model call may ask for.
+    pub max_tokens: Option<u64>,
 }
 
 /// A header whose value comes from an environment variable: `prefix` + the variable's value.

@@ -90,7 +90,13 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
         if !names.insert(tool.name.clone()) {
             problems.add(&format!("{at}.name"), format!("`{}` is used by an earlier tool", tool.name));
         }
-        tools.push(tool_config(tool, &at, base, &server, &mut problems));
+        let config = tool_config(tool, &at, base, &server, &mut problems);
+        for (param, grant) in &config.grants {
+            if matches!(grant, Grant::Capability(g) if g.cap == Kind::Model) && model.is_none() {
+                problems.add(&format!("{at}.grants.{param}"), "a `model` grant needs the manifest's `model` section");
+            }
+        }
+        tools.push(config);
     }
     let resources = resource_configs(std::mem::take(&mut raw.resources), base, &server, &mut names, &mut problems);
     let prompts = prompt_configs(&raw.prompts, base, &mut problems);
@@ -327,13 +333,45 @@ fn model_config(raw: &RawModel, problems: &mut Problems) -> ModelConfig {
         }
         Some(_) => {}
     }
+    let default_url = MODEL_PROVIDERS.iter().find(|(name, _)| *name == raw.provider).map(|(_, url)| *url);
+    if default_url.is_none() {
+        let known = MODEL_PROVIDERS.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ");
+        problems.add("model.provider", format!("`{}` is not a provider; known: {known}", raw.provider));
+    }
+    if raw.model.is_empty() || raw.model.len() > 200 {
+        problems.add("model.model", "must name a model (1 to 200 characters)");
+    }
+    let base_url = raw.base_url.clone().or(default_url.map(str::to_string)).unwrap_or_default();
+    if let Some(problem) = model_url_problem(&base_url) {
+        problems.add("model.base_url", problem);
+    }
     ModelConfig {
         provider: raw.provider.clone(),
         model: raw.model.clone(),
         api_key_env: raw.api_key.env.clone(),
         timeout_ms: raw.timeout_ms.unwrap_or(0),
         retries: raw.retries.unwrap_or(0),
+        base_url: base_url.trim_end_matches('/').to_string(),
     }
+}
+
+/// A model API root must be https, or http on loopback (a local gateway or test double): the
+/// API key travels with every request.
+fn model_url_problem(url: &str) -> Option<String> {
+    let parsed = match url::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(e) => return Some(format!("`{url}` is not a URL ({e})")),
+    };
+    let loopback = matches!(parsed.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+    match parsed.scheme() {
+        "https" => None,
+        "http" if loopback => None,
+        _ => Some(format!("`{url}` must be https (or http on loopback)")),
+    }
+    .or_else(|| {
+        (!parsed.username().is_empty() || parsed.query().is_some())
+            .then(|| format!("`{url}` must carry no user information and no query"))
+    })
 }
 
 fn check_env_name(name: &str, at: &str, problems: &mut Problems) {
@@ -465,6 +503,7 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
         (GrantKey::Path, raw.path.is_some()),
         (GrantKey::Mode, raw.mode.is_some()),
         (GrantKey::Init, raw.init.is_some()),
+        (GrantKey::MaxTokens, raw.max_tokens.is_some()),
     ];
     for (key, is_present) in &present {
         if *is_present && !kind.keys.contains(key) {
@@ -556,7 +595,11 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
             None
         }
     };
+    if let Some(tokens) = raw.max_tokens.filter(|tokens| !(1..=MODEL_MAX_TOKENS_LIMIT).contains(tokens)) {
+        problems.add(&format!("{at}.max_tokens"), format!("{tokens} is outside 1..={MODEL_MAX_TOKENS_LIMIT}"));
+    }
     let grant = CapabilityGrant {
+        max_tokens: raw.max_tokens,
         cap: kind.kind,
         only,
         each,

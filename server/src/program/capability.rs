@@ -287,6 +287,46 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         }
     }
 
+    /// Asks the manifest's model: `messages` is a list of {"role": "user" | "assistant",
+    /// "content": str}; `max_tokens` at most the grant's (its default), `system` a text,
+    /// `temperature` a number from 0 to 2. Returns {"status", "text", "usage": {"input_tokens",
+    /// "output_tokens"}}, or {"error"} when the provider did not answer after its retries.
+    fn complete<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] messages: StarlarkValue_<'v>,
+        #[starlark(require = named)] max_tokens: Option<i32>,
+        #[starlark(require = named)] system: Option<&str>,
+        #[starlark(require = named)] temperature: Option<StarlarkValue_<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        let cap = this_cap(this)?;
+        let kind = expect_kind(&cap, &[Kind::Model], "complete")?;
+        let messages = match to_json(messages)? {
+            Value::Array(messages) if !messages.is_empty() => messages,
+            _ => return Err(refused("`messages` must be a non-empty list of {\"role\", \"content\"}".into())),
+        };
+        for message in &messages {
+            let role_ok = matches!(message["role"].as_str(), Some("user" | "assistant"));
+            if !role_ok || !message["content"].is_string() || message.as_object().is_some_and(|m| m.len() != 2) {
+                return Err(refused("each message is {\"role\": \"user\" | \"assistant\", \"content\": str}".into()));
+            }
+        }
+        let temperature = match temperature.map(to_json).transpose()? {
+            None => Value::Null,
+            Some(Value::Number(t)) if t.as_f64().is_some_and(|t| (0.0..=2.0).contains(&t)) => Value::Number(t),
+            Some(_) => return Err(refused("`temperature` must be a number from 0 to 2".into())),
+        };
+        let max_tokens = match max_tokens {
+            Some(tokens) => Value::from(tokens),
+            None => broker(eval)?.grants.get(&cap.name).and_then(|g| g.max_tokens).map_or(Value::Null, Value::from),
+        };
+        let request =
+            json!({"messages": messages, "max_tokens": max_tokens, "system": system, "temperature": temperature});
+        let body = serde_json::to_string(&request).expect("JSON values serialise");
+        let action = http(&cap, kind, Method::Complete, "", body, BTreeMap::new())?;
+        act(eval, action)
+    }
+
     /// Refund `amount` of a payment intent. The broker builds the request itself, so the
     /// amount refunded is the amount checked against the grant.
     fn refund<'v>(

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod payments;
+pub mod provider;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,0 +1,111 @@
+//! A local model provider on 127.0.0.1 speaking the Anthropic messages API and the OpenAI chat
+//! completions API. What it does follows the last message's text: `busy` is answered 429 once
+//! (with `retry-after: 0`) then answered; `broken` is always a 500; `slow` answers after two
+//! seconds; anything else is answered at once with `echo: <text>`. It records every request.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use serde_json::{json, Value};
+
+#[derive(Clone, Debug)]
+pub struct Asked {
+    pub path: String,
+    pub headers: BTreeMap<String, String>,
+    pub body: Value,
+}
+
+pub struct Provider {
+    pub port: u16,
+    pub asked: Arc<Mutex<Vec<Asked>>>,
+}
+
+impl Provider {
+    pub fn start() -> Provider {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1");
+        let port = listener.local_addr().unwrap().port();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::clone(&asked);
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let asked = Arc::clone(&shared);
+                thread::spawn(move || serve(stream, &asked));
+            }
+        });
+        Provider { port, asked }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// How many requests asked about `text`.
+    pub fn count(&self, text: &str) -> usize {
+        self.asked.lock().unwrap().iter().filter(|a| last_text(&a.body) == text).count()
+    }
+}
+
+fn last_text(body: &Value) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    messages.last().and_then(|m| m["content"].as_str()).unwrap_or_default().to_string()
+}
+
+fn serve(stream: TcpStream, asked: &Mutex<Vec<Asked>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+    let mut headers = BTreeMap::new();
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
+        }
+    }
+    let length: usize = headers.get("content-length").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let mut body = vec![0u8; length];
+    let _ = reader.read_exact(&mut body);
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let text = last_text(&body);
+    let earlier = {
+        let mut asked = asked.lock().unwrap();
+        let earlier = asked.iter().filter(|a| last_text(&a.body) == text).count();
+        asked.push(Asked { path: path.clone(), headers, body });
+        earlier
+    };
+    let (status, extra, answer) = match text.as_str() {
+        "busy" if earlier == 0 => (429, "retry-after: 0\r\n", json!({"error": {"message": "rate limited"}})),
+        "broken" => (500, "", json!({"error": {"message": "overloaded"}})),
+        _ => {
+            if text == "slow" {
+                thread::sleep(std::time::Duration::from_secs(2));
+            }
+            let reply = format!("echo: {text}");
+            let answer = match path.as_str() {
+                "/v1/messages" => {
+                    json!({"content": [{"type": "text", "text": reply}], "usage": {"input_tokens": 7, "output_tokens": 3}})
+                }
+                _ => {
+                    json!({"choices": [{"message": {"role": "assistant", "content": reply}}], "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+                }
+            };
+            (200, "", answer)
+        }
+    };
+    let text = answer.to_string();
+    let mut stream = stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n{text}",
+        text.len()
+    );
+}

@@ -1,0 +1,137 @@
+//! Model calls on the real binary against a local provider on 127.0.0.1: a call answered in
+//! each API's shape, retried after a 429 and given up after 5xx, each attempt within
+//! `timeout_ms`, replayed after a kill -9 without a second request, tokens reported in the
+//! run's usage, a call asking more tokens than its grant refused; the API key sent and never
+//! written. Every message is schema-validated by the harness.
+
+mod common;
+
+use common::provider::Provider;
+use common::{walk, Era, Wire};
+use serde_json::{json, Value};
+
+const KEY: &str = "sk-test-model-key-0123456789abcdef";
+
+const PROGRAM: &str = r#"def main(llm, text: str, confirm: bool = False) -> dict:
+    """Ask the model about a text.
+
+    Args:
+        text: What to ask.
+        confirm: Ask the caller to go on after the model answered.
+    """
+    answer = llm.complete([{"role": "user", "content": text}], system = "Be brief.")
+    if confirm:
+        ask({"go": {"method": "elicitation/create", "params": {"message": "Go on?", "requestedSchema": {"type": "object", "properties": {}}}}})
+    return {"text": answer.get("text"), "error": answer.get("error"), "usage": answer.get("usage")}
+"#;
+
+fn server(provider: &Provider, kind: &str, max_tokens: u64) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ask_model.star"), PROGRAM).unwrap();
+    let manifest = json!({
+        "server": {"name": "model-test", "journals": "journals"},
+        "model": {"provider": kind, "model": "test-model", "api_key": {"env": "MODEL_KEY"},
+                  "timeout_ms": 500, "retries": 1, "base_url": provider.base()},
+        "tools": [{"name": "ask_model", "program": "ask_model.star",
+                   "grants": {"llm": {"cap": "model", "max_tokens": max_tokens, "uses": 3}}}]
+    });
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    dir
+}
+
+fn call(wire: &mut Wire, id: i64, text: &str, extra: Value) -> Value {
+    let mut params = json!({"name": "ask_model", "arguments": {"text": text}});
+    for (key, value) in extra.as_object().unwrap() {
+        params[key] = value.clone();
+    }
+    let answer = wire.request(Era::Modern, json!(id), "tools/call", params);
+    answer["result"].clone()
+}
+
+#[test]
+fn a_model_call_is_answered_retried_given_up_and_timed_out() {
+    let provider = Provider::start();
+    let mut wire = Wire::start_dir(server(&provider, "anthropic", 1024), &[("MODEL_KEY", KEY)]);
+    let done = call(&mut wire, 1, "hello", json!({}));
+    assert_eq!(done["structuredContent"]["result"]["text"], json!("echo: hello"), "{done}");
+    assert_eq!(done["structuredContent"]["result"]["usage"], json!({"input_tokens": 7, "output_tokens": 3}));
+    let sent = provider.asked.lock().unwrap()[0].clone();
+    assert_eq!(sent.path, "/v1/messages");
+    assert_eq!(sent.headers.get("x-api-key").map(String::as_str), Some(KEY));
+    assert_eq!(sent.body["model"], json!("test-model"));
+    assert_eq!((sent.body["system"].clone(), sent.body["max_tokens"].clone()), (json!("Be brief."), json!(1024)));
+
+    // A 429 with retry-after: 0 is retried once, and answered.
+    let busy = call(&mut wire, 2, "busy", json!({}));
+    assert_eq!(busy["structuredContent"]["result"]["text"], json!("echo: busy"), "{busy}");
+    assert_eq!(provider.count("busy"), 2);
+    // A 500 every time: given up after `retries` + 1 attempts, an error the program sees.
+    let broken = call(&mut wire, 3, "broken", json!({}));
+    let error = broken["structuredContent"]["result"]["error"].as_str().unwrap();
+    assert!(error.contains("did not answer after 2 attempt(s)") && error.contains("status 500"), "{broken}");
+    assert_eq!(provider.count("broken"), 2);
+    // Slower than `timeout_ms` (500 ms): each attempt times out.
+    let slow = call(&mut wire, 4, "slow", json!({}));
+    let error = slow["structuredContent"]["result"]["error"].as_str().unwrap();
+    assert!(error.contains("did not answer after 2 attempt(s)"), "{slow}");
+
+    // The key is sent and never written: not in a journal, a log, stderr or an answer.
+    wire.close_stdin();
+    assert!(wire.wait_exit(std::time::Duration::from_secs(20)).success());
+    let mut written = wire.stderr();
+    for path in walk(wire.dir.path()) {
+        written.push_str(&String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()));
+    }
+    for message in &wire.received {
+        written.push_str(&message.to_string());
+    }
+    assert!(written.contains("echo: hello") && !written.contains(&KEY[8..24]), "the key was written somewhere");
+}
+
+#[test]
+fn an_openai_compatible_provider_is_asked_in_its_shape_and_tokens_are_bounded_by_the_grant() {
+    let provider = Provider::start();
+    let mut wire = Wire::start_dir(server(&provider, "openai", 64), &[("MODEL_KEY", KEY)]);
+    let done = call(&mut wire, 1, "hello", json!({}));
+    assert_eq!(done["structuredContent"]["result"]["text"], json!("echo: hello"), "{done}");
+    let sent = provider.asked.lock().unwrap()[0].clone();
+    assert_eq!(sent.path, "/v1/chat/completions");
+    assert_eq!(sent.headers.get("authorization"), Some(&format!("Bearer {KEY}")));
+    assert_eq!(sent.body["messages"][0], json!({"role": "system", "content": "Be brief."}));
+
+    // The program asks more tokens than the grant allows: refused before anything is sent.
+    let dir = server(&provider, "openai", 64);
+    let program = std::fs::read_to_string(dir.path().join("ask_model.star")).unwrap();
+    std::fs::write(dir.path().join("ask_model.star"), program.replace("system = \"Be brief.\"", "max_tokens = 65"))
+        .unwrap();
+    let mut wire = Wire::start_dir(dir, &[("MODEL_KEY", KEY)]);
+    let refused = call(&mut wire, 1, "too many", json!({}));
+    assert!(refused["content"][0]["text"].as_str().unwrap().contains("allows at most 64 tokens a call"), "{refused}");
+    assert_eq!(provider.count("too many"), 0);
+}
+
+#[test]
+fn a_model_call_the_journal_holds_is_replayed_after_a_kill_not_sent_again() {
+    let provider = Provider::start();
+    let mut wire = Wire::start_dir(server(&provider, "anthropic", 1024), &[("MODEL_KEY", KEY)]);
+    let caps = json!({"_meta": {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    let mut params = json!({"name": "ask_model", "arguments": {"text": "remember", "confirm": true}});
+    params["_meta"] = caps["_meta"].clone();
+    let asked = wire.request(Era::Modern, json!(1), "tools/call", params.clone());
+    assert_eq!(asked["result"]["resultType"], json!("input_required"), "{asked}");
+    assert_eq!(provider.count("remember"), 1);
+    // Killed while the run waits; a new server, then the answer: the model call is replayed.
+    let mut wire = restart_with_key(wire);
+    params["requestState"] = asked["result"]["requestState"].clone();
+    params["inputResponses"] = json!({"go": {"action": "accept"}});
+    let done = wire.request(Era::Modern, json!(2), "tools/call", params);
+    assert_eq!(done["result"]["structuredContent"]["result"]["text"], json!("echo: remember"), "{done}");
+    assert_eq!(provider.count("remember"), 1, "the journal's answer was used, the model was not asked again");
+}
+
+fn restart_with_key(wire: Wire) -> Wire {
+    let mut wire = wire;
+    wire.kill_now();
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    Wire::start_dir(dir, &[("MODEL_KEY", KEY)])
+}
