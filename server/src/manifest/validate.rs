@@ -807,6 +807,33 @@ mod tests {
     }
 
     #[test]
+    fn model_settings_are_checked_with_their_paths() {
+        let found = problems(
+            r#"{"server":{"name":"s","journals":"j"},
+                "model":{"provider":"other","model":"","api_key":{"env":"K"},"timeout_ms":0,"retries":11,
+                         "base_url":"http://models.example.com"},
+                "tools":[{"name":"a","program":"a.star","grants":{"llm":{"cap":"model","max_tokens":0,"only":["https://x/*"]}}}]}"#,
+        );
+        let text = found.join("\n");
+        for expected in [
+            "model.provider: `other` is not a provider",
+            "model.model",
+            "model.timeout_ms: 0 is outside",
+            "model.retries: 11 is outside",
+            "model.base_url: `http://models.example.com` must be https (or http on loopback)",
+            "tools[0].grants.llm.max_tokens: 0 is outside",
+            "tools[0].grants.llm.only: is not a key of `model`",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+        let without_model = problems(
+            r#"{"server":{"name":"s","journals":"j"},
+                "tools":[{"name":"a","program":"a.star","grants":{"llm":{"cap":"model","max_tokens":10}}}]}"#,
+        );
+        assert!(without_model.iter().any(|p| p.contains("needs the manifest's `model` section")), "{without_model:?}");
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration_ms("120s", DurationUnits::SecondsUp), Ok(120_000));
         assert_eq!(parse_duration_ms("30d", DurationUnits::MinutesUp), Ok(30 * 24 * 3600 * 1000));
