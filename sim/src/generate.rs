@@ -87,8 +87,16 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         if narrows(seed, index, template) {
             text = with_narrowing(&text);
         }
+        let summarizes = calls_model(seed, index, template);
+        if summarizes {
+            text = with_model_call(&text);
+        }
         programs.insert(program.clone(), text);
-        let tool = tool_config(&name, &program, template, server_runs, &mut draw);
+        let mut tool = tool_config(&name, &program, template, server_runs, &mut draw);
+        if summarizes {
+            let grants = tool.entry("grants").or_insert(json!({}));
+            grants["llm"] = json!({"cap": "model", "max_tokens": MODEL_MAX_TOKENS});
+        }
         shapes.push(ToolShape { name, template, resend: tool.get("once").is_some() });
         tools.push(Value::Object(tool));
     }
@@ -108,6 +116,9 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         };
     }
     let mut manifest = json!({"server": server, "tools": tools});
+    if (0..count).any(|index| calls_model(seed, index, shapes[index as usize].template)) {
+        manifest["model"] = model_section(seed);
+    }
     // Some worlds serve a resource too: its reads are runs of the same pipeline, under their
     // own quota, recovered after crashes like a tool's.
     if draw.chance(50) {
@@ -149,6 +160,35 @@ fn with_narrowing(program: &str) -> String {
             "    narrowed = pay.narrow(only = [order], max = amount, uses = 2)\n    statuses = []\n",
         )
         .replace("r = pay.refund(order, amount)", "r = narrowed.refund(order, amount)")
+}
+
+/// Whether the notes tool at `index` asks the model to word its note first: a third of them.
+/// Drawn apart from the world's other draws, like `asks_first`.
+fn calls_model(seed: u64, index: u64, template: Template) -> bool {
+    template == Template::Notes
+        && (seed ^ 0x6d6f_646c ^ index.rotate_left(31)).wrapping_mul(0x9e37_79b9_7f4a_7c15) % 3 == 0
+}
+
+/// The tokens a generated model grant allows a call.
+pub const MODEL_MAX_TOKENS: u64 = 256;
+/// The model's API key variable and value (a secret the checker searches every output for).
+pub const MODEL_KEY_ENV: &str = "MODEL_API_KEY";
+pub const MODEL_KEY: &str = "sk-ant-SIMMODELKEY-5d0c";
+
+/// The world's `model` section: the simulated provider, with 0 to 2 retries.
+fn model_section(seed: u64) -> Value {
+    let retries = ((seed ^ 0x7265_7472).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % 3;
+    json!({"provider": "anthropic", "model": "sim-model", "api_key": {"env": MODEL_KEY_ENV},
+           "timeout_ms": 1000, "retries": retries, "base_url": crate::services::MODEL_HOST})
+}
+
+/// A notes program that has the model word each note first (what the model says goes into
+/// the note's text).
+fn with_model_call(program: &str) -> String {
+    program.replace("def main(notes, ", "def main(notes, llm, ").replace(
+        "    statuses = []\n",
+        "    worded = llm.complete([{\"role\": \"user\", \"content\": \"Word a note: \" + text}])\n    text = text + \"/\" + str(worded.get(\"text\", worded.get(\"error\", \"\"))[:24])\n    statuses = []\n",
+    )
 }
 
 /// The question a tool that asks first puts to its client, and what it does with the answer:

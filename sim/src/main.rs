@@ -295,6 +295,8 @@ struct Totals {
     http_calls: u64,
     principal_seeds: u64,
     inputs: warden_sim::sweep::Inputs,
+    model_requests: u64,
+    model_seeds: u64,
     simulated_ms: u64,
     /// Index 0: at a disk operation or a failed write; 1..=7: after that step.
     crashes: [u64; 8],
@@ -317,6 +319,8 @@ impl Totals {
             self.http_calls += report.calls as u64;
         }
         self.principal_seeds += report.with_principals as u64;
+        self.model_requests += report.model_requests;
+        self.model_seeds += (report.model_requests > 0) as u64;
         self.inputs.asked += report.inputs.asked;
         self.inputs.served += report.inputs.served;
         self.inputs.refused += report.inputs.refused;
@@ -439,6 +443,10 @@ fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
     println!(
         "| input requests | {} answered input_required; retries: {} served, {} refused, {} with an altered state refused |",
         totals.inputs.asked, totals.inputs.served, totals.inputs.refused, totals.inputs.altered_refused
+    );
+    println!(
+        "| model calls | {} request(s) to the simulated provider in {} seed(s) (every 5th answered 429, every 7th 500) |",
+        totals.model_requests, totals.model_seeds
     );
     println!(
         "| simulated time | {:.1} h ({speed:.0}x faster than wall time) |",

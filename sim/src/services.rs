@@ -25,6 +25,9 @@ pub const NOTES_HOST: &str = "https://notes.sim";
 /// or answers `/big/<bytes>` with a body of that size, `/deep/<n>` with arrays nested n deep,
 /// `/headers/<bytes>` with a header of that size.
 pub const ECHO_HOST: &str = "https://echo.sim";
+/// The simulated model provider (Anthropic's messages API). Every fifth request is answered
+/// 429 and every seventh 500, so retries and give-ups happen without a fault planned.
+pub const MODEL_HOST: &str = "https://model.sim";
 
 /// A fault for the next matching request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,6 +159,9 @@ impl Services {
         if let Some(path) = url.strip_prefix(ECHO_HOST) {
             return Services::echo(request, path);
         }
+        if url == format!("{MODEL_HOST}/v1/messages") && request.method == "POST" {
+            return self.model(request);
+        }
         if url.starts_with(NOTES_HOST) {
             if request.method == "GET" {
                 return response(200, json!({"notes": self.effects_of("note")}));
@@ -179,6 +185,26 @@ impl Services {
             return answer;
         }
         response(404, json!({"error": "no such endpoint"}))
+    }
+
+    fn model(&self, request: &HttpRequest) -> HttpResponse {
+        let asked = self.effects_of("model") + 1;
+        self.effects.borrow_mut().push(Effect { kind: "model".into(), key: None, detail: String::new(), minor: 0 });
+        if Services::header(request, "x-api-key") != Some(crate::generate::MODEL_KEY) {
+            return response(401, json!({"error": {"message": "invalid x-api-key"}}));
+        }
+        match (asked % 5, asked % 7) {
+            (0, _) => return response(429, json!({"error": {"message": "rate limited"}})),
+            (_, 0) => return response(500, json!({"error": {"message": "overloaded"}})),
+            _ => {}
+        }
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let said = body["messages"][0]["content"].as_str().unwrap_or_default().chars().take(40).collect::<String>();
+        response(
+            200,
+            json!({"content": [{"type": "text", "text": format!("worded {said}")}],
+                             "usage": {"input_tokens": said.len(), "output_tokens": 2}}),
+        )
     }
 
     fn echo(request: &HttpRequest, path: &str) -> HttpResponse {

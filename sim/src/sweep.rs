@@ -60,6 +60,8 @@ pub struct Report {
     /// Input requests: calls answered `input_required`, retries served, retries refused
     /// (altered states among them).
     pub inputs: Inputs,
+    /// Requests the simulated model provider received.
+    pub model_requests: u64,
 }
 
 /// What the client model's input rounds came to.
@@ -437,6 +439,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     report.log.extend(instance.log_timed());
     drop(instance);
     report.sim_ms = world.clock.now();
+    report.model_requests = world.services.effects_of("model") as u64;
     let mut trace = client.trace.clone();
     for effect in world.services.effects.borrow().iter() {
         trace.extend(format!("{effect:?}").bytes());
