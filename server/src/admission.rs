@@ -44,6 +44,7 @@ pub async fn admit<'a>(
     inputs: &Map<String, Value>,
     control: &CallControl,
     principal: Option<&Principal>,
+    input_kinds: &[String],
 ) -> Admission<'a> {
     let name = &tool.config.name;
     let inputs = inputs;
@@ -68,7 +69,8 @@ pub async fn admit<'a>(
             let earlier = runs.ledger.state().run(&earlier.run).cloned().unwrap_or(earlier);
             let same_arguments = earlier.once.as_ref().is_some_and(|o| o.arguments == once.arguments);
             if same_arguments {
-                if let Some(reply) = crate::retry::ask_again(runs, tool, &earlier, inputs, principal).await {
+                if let Some(reply) = crate::retry::ask_again(runs, tool, &earlier, inputs, principal, input_kinds).await
+                {
                     return Admission::Answered(reply);
                 }
             }

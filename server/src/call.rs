@@ -175,7 +175,8 @@ pub async fn call_tool(
     if let Some(retry) = caller.retry {
         return crate::retry::continue_run(runs, slots, tool, &inputs, control, listener, caller, retry).await;
     }
-    let (run, _slot, running) = match admission::admit(runs, slots, tool, &inputs, control, principal).await {
+    let admitted = admission::admit(runs, slots, tool, &inputs, control, principal, caller.input_kinds).await;
+    let (run, _slot, running) = match admitted {
         Admission::Answered(reply) => return reply,
         Admission::Reserved { run, slot, running } => (run, slot, running),
     };
@@ -216,7 +217,9 @@ pub(crate) fn reply_of(
                 request: crate::input::request_digest(&tool.config.name, inputs),
             };
             let state = runs.inputs.seal(&claims);
-            return CallReply::InputRequired(json!({"inputRequests": requests, "requestState": state}), run.into());
+            let meta = json!({crate::answer::META_RUN: {"run": run, "status": "waiting_for_input"}});
+            let result = json!({"inputRequests": requests, "requestState": state, "_meta": meta});
+            return CallReply::InputRequired(result, run.into());
         }
         Ok(runs::RunEnd::Asking { .. }) => error_result(String::new()),
         Err(fatal) => {

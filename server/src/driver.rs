@@ -52,6 +52,8 @@ pub enum Entry {
     Answered(Value),
     /// Nobody answered the round the run awaits in time.
     Expired,
+    /// The round the run awaits can never be answered (why): it ends so.
+    Abandoned(String),
 }
 
 impl Runs {
@@ -101,7 +103,12 @@ impl Runs {
             Entry::Fresh => Event::Start,
             Entry::Resumed => Event::Resume { at_ms },
             Entry::Answered(answers) => Event::Answered { answers, at_ms },
-            Entry::Expired => Event::Expired(self.expired_end(tool, run, &journal, at_ms)?),
+            Entry::Expired => {
+                let wait = crate::ledger::duration_text(crate::input::INPUT_WAIT_MS);
+                let why = format!("the client did not answer the run's request for input within {wait}");
+                Event::Expired(self.expired_end(tool, run, &journal, at_ms, why)?)
+            }
+            Entry::Abandoned(why) => Event::Expired(self.expired_end(tool, run, &journal, at_ms, why)?),
         };
         for _ in 0..TRANSITIONS_MAX {
             let (next, commands) =
@@ -117,7 +124,7 @@ impl Runs {
             event = match (&state, produced) {
                 (State::Ended(end), None) => return Ok(RunEnd::Ended(end.clone())),
                 (State::Waiting { op }, None) => return Ok(RunEnd::Stopped { op: *op }),
-                (State::Awaiting { round }, None) => return self.awaiting(tool, run, *round).await,
+                (State::Awaiting { round, .. }, None) => return self.awaiting(tool, run, *round).await,
                 (_, Some(yielded)) => yielded,
                 (state, None) => {
                     return Err(Fatal(format!("run {run}: state {} is waiting for no event (a bug)", state.name())))
@@ -135,18 +142,25 @@ impl Runs {
         let expires_at_ms = asked.asked_at_ms.saturating_add(crate::input::INPUT_WAIT_MS);
         let requests: Map<String, Value> =
             (asked.sent.iter()).filter_map(|key| Some((key.clone(), asked.requests.get(key)?.clone()))).collect();
-        self.inputs.register(&self.env, run, &tool.config.name, round, expires_at_ms);
+        let principal = self.ledger.state().run(run).and_then(|entry| entry.principal.clone());
+        self.inputs.register(&self.env, run, (&tool.config.name, principal), round, expires_at_ms);
         Ok(RunEnd::Asking { round, requests: Value::Object(requests), expires_at_ms })
     }
 
-    /// The end of a run nobody answered in time.
-    fn expired_end(&self, tool: &Tool, run: &str, journal: &Journal, at_ms: u64) -> Result<EndRecord, Fatal> {
+    /// The end of a run whose round will not be answered (`why`).
+    fn expired_end(
+        &self,
+        tool: &Tool,
+        run: &str,
+        journal: &Journal,
+        at_ms: u64,
+        why: String,
+    ) -> Result<EndRecord, Fatal> {
         let usage = Broker::new(run, &tool.config.grants, completed_actions(journal, run)?).journaled_usage();
-        let wait = crate::ledger::duration_text(crate::input::INPUT_WAIT_MS);
         let end = EndRecord {
             outcome: RunOutcome::Failed(FailureKind::Deadline),
             result: None,
-            message: Some(format!("the client did not answer the run's request for input within {wait}")),
+            message: Some(why),
             usage: usage_json(&usage),
             at_ms,
         };
@@ -351,10 +365,13 @@ impl Runs {
             })
             .map(|(key, _)| key.clone())
             .collect();
-        if !sent.is_empty() && self.inputs.is_full() {
+        let principal = self.ledger.state().run(cx.run).and_then(|entry| entry.principal.clone());
+        if !sent.is_empty() && self.inputs.is_full(&cx.tool.config.name, principal.as_deref()) {
             let message = format!(
-                "the server already has {} runs waiting for their clients' input; this run cannot ask for more",
-                crate::input::AWAITING_RUNS_MAX
+                "too many runs wait for their clients' input (at most {} on the server, {} of one tool for one \
+                 caller); this run cannot ask for more",
+                crate::input::AWAITING_RUNS_MAX,
+                crate::input::AWAITING_RUNS_PER_CALLER_MAX
             );
             let failure = crate::program::Failure { kind: FailureKind::Capability, message };
             let mut end = end_record(&Outcome::Failed(failure), at_ms);

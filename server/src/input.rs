@@ -28,6 +28,9 @@ use crate::runs::Runs;
 pub const INPUT_WAIT_MS: u64 = 10 * 60 * 1000;
 /// The most runs waiting for input at once; a run that would be one more ends instead.
 pub const AWAITING_RUNS_MAX: usize = 1024;
+/// The most runs of one tool waiting for one caller's input (a principal's, or every
+/// unauthenticated caller's): one caller cannot fill the server's.
+pub const AWAITING_RUNS_PER_CALLER_MAX: usize = 64;
 /// The longest `requestState` read.
 pub const REQUEST_STATE_BYTES_MAX: usize = 2048;
 /// The most bytes of `inputResponses` read, as JSON.
@@ -40,6 +43,8 @@ const KEY_BYTES: usize = 32;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Awaited {
     pub tool: String,
+    /// The principal the run is for (none over stdio or with a static token).
+    pub principal: Option<String>,
     pub round: u64,
     /// By the wall clock, as its states say (they outlive a restart).
     pub expires_at_ms: u64,
@@ -72,16 +77,21 @@ pub struct Claims {
 }
 
 impl Inputs {
-    pub fn register(&self, env: &Env, run: &str, tool: &str, round: u64, expires_at_ms: u64) {
+    pub fn register(&self, env: &Env, run: &str, who: (&str, Option<String>), round: u64, expires_at_ms: u64) {
         let left = expires_at_ms.saturating_sub(env.clock.now_ms()).min(INPUT_WAIT_MS);
         let ends_at_monotonic_ms = env.clock.monotonic_ms().saturating_add(left);
-        let awaited = Awaited { tool: tool.to_string(), round, expires_at_ms, ends_at_monotonic_ms };
+        let (tool, principal) = who;
+        let awaited = Awaited { tool: tool.to_string(), principal, round, expires_at_ms, ends_at_monotonic_ms };
         self.awaiting.borrow_mut().insert(run.to_string(), awaited);
         self.changed.notify_all();
     }
 
-    pub fn is_full(&self) -> bool {
-        self.awaiting.borrow().len() >= AWAITING_RUNS_MAX
+    /// Whether another run of `tool` for `principal` may wait: within the server's limit and
+    /// the caller's.
+    pub fn is_full(&self, tool: &str, principal: Option<&str>) -> bool {
+        let awaiting = self.awaiting.borrow();
+        let callers = awaiting.values().filter(|a| a.tool == tool && a.principal.as_deref() == principal).count();
+        awaiting.len() >= AWAITING_RUNS_MAX || callers >= AWAITING_RUNS_PER_CALLER_MAX
     }
 
     /// Whether `run` awaits `round` now.
@@ -162,6 +172,7 @@ pub fn request_digest(tool: &str, arguments: &Map<String, Value>) -> String {
 pub async fn load_key(env: &Env, journals: &Path) -> Result<hmac::Key, String> {
     let path = journals.join(KEY_FILE);
     let read = crate::journal::read_if_present(env, &path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+    let read_something = read.is_some();
     let held = read.and_then(|bytes| {
         let text = String::from_utf8(bytes).ok()?;
         let key = decode_hex(text.trim())?;
@@ -170,6 +181,12 @@ pub async fn load_key(env: &Env, journals: &Path) -> Result<hmac::Key, String> {
     let key = match held {
         Some(key) => key,
         None => {
+            if read_something {
+                env.log(&format!(
+                    "{}: the request-state key was damaged; a new one is made (states issued before no longer open)",
+                    path.display()
+                ));
+            }
             let mut key = vec![0u8; KEY_BYTES];
             env.rng.fill(&mut key);
             let text = format!("{}\n", crate::program::hex(&key));

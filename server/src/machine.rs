@@ -23,6 +23,7 @@
 //! | Ready       | Executed(Ask, sent)   | Awaiting    | Journal(prints), Journal(Asked)               |
 //! | Ready       | Executed(Ask, none)   | Ready       | Journal(prints), Journal(Asked), Journal(Answered {}), Execute |
 //! | Awaiting    | Resume                | Awaiting    |                                               |
+//! | Awaiting(nothing sent) | Resume     | Ready       | Journal(Answered {}), Execute                 |
 //! | Awaiting    | Answered(answers)     | Ready       | Journal(Answered), Execute                    |
 //! | Awaiting    | Expired(e)            | Settling(e) | Journal(End e), Settle e                      |
 //!
@@ -68,7 +69,9 @@ pub enum State {
     /// the action in doubt, or the next one.
     Halted { op: u64, action: Option<Action> },
     /// Round `round` of input is asked (durable) and not answered: terminal in this call.
-    Awaiting { round: u64 },
+    /// `nothing_sent`: the round asked nobody (its answers, none, were not yet journaled
+    /// when the server stopped): a resume answers it with nothing.
+    Awaiting { round: u64, nothing_sent: bool },
 }
 
 /// A run whose attempts crashed the server this many times in a row, without progress, is
@@ -160,7 +163,8 @@ impl State {
             return Ok(State::Settling(end.clone()));
         }
         if let Some(round) = journal.awaiting_round() {
-            return Ok(State::Awaiting { round });
+            let nothing_sent = journal.rounds[round as usize].sent.is_empty();
+            return Ok(State::Awaiting { round, nothing_sent });
         }
         let in_doubt = match journal.begun_op().and_then(|op| journal.ops.get(&op)) {
             Some(OpState::Begun(recorded)) => Some(
@@ -243,7 +247,7 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
                     let nothing_sent = sent.is_empty();
                     commands.push(Command::Journal(JournalRecord::Asked { round, requests, sent, at_ms }));
                     if !nothing_sent {
-                        return Ok((State::Awaiting { round }, commands));
+                        return Ok((State::Awaiting { round, nothing_sent }, commands));
                     }
                     let answers = Value::Object(Default::default());
                     commands.push(Command::Journal(JournalRecord::Answered { round, answers, at_ms }));
@@ -252,8 +256,14 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
                 }
             }
         }
-        (State::Awaiting { round }, Event::Resume { .. }) => (State::Awaiting { round }, vec![]),
-        (State::Awaiting { round }, Event::Answered { answers, at_ms }) => {
+        (State::Awaiting { round, nothing_sent: true }, Event::Resume { at_ms }) => {
+            let answers = Value::Object(Default::default());
+            (State::Ready, vec![Command::Journal(JournalRecord::Answered { round, answers, at_ms }), Command::Execute])
+        }
+        (State::Awaiting { round, nothing_sent }, Event::Resume { .. }) => {
+            (State::Awaiting { round, nothing_sent }, vec![])
+        }
+        (State::Awaiting { round, .. }, Event::Answered { answers, at_ms }) => {
             (State::Ready, vec![Command::Journal(JournalRecord::Answered { round, answers, at_ms }), Command::Execute])
         }
         (State::Awaiting { .. }, Event::Expired(end)) => {

@@ -194,7 +194,12 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             Action::SettleFromEnd | Action::Resume => {
                 let journal = journal.expect("a journal exists in these cells");
                 match resumable(runs, &run, &tool, &journal) {
-                    Ok(()) => to_resume.push((run, tool, journal)),
+                    Ok(()) => to_resume.push((run, tool, journal, None)),
+                    // A run waiting for its client's input has no action in doubt: when its
+                    // program or config changed, it ends instead of stopping the start.
+                    Err(problem) if journal.awaiting_round().is_some() && runs.catalog.tool(&tool).is_some() => {
+                        to_resume.push((run, tool, journal, Some(problem)))
+                    }
                     Err(problem) => refusals.push(problem),
                 }
             }
@@ -207,7 +212,12 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             refusals.join("\n")
         )));
     }
-    for (run, tool, journal) in to_resume {
+    for (run, tool, journal, changed) in to_resume {
+        if let Some(problem) = changed {
+            end_waiting(runs, &run, &tool, &problem).await?;
+            report.settled_from_end.push(run);
+            continue;
+        }
         let ended = resume(runs, &run, &tool, &journal).await?;
         if ended {
             report.settled_from_end.push(run);
@@ -304,6 +314,16 @@ fn resumable(runs: &Runs, run: &str, tool: &str, journal: &Journal) -> Result<()
     }
 }
 
+/// Ends a run that waits for its client's input and cannot resume (`problem`): its end says
+/// why, its program does not run.
+async fn end_waiting(runs: &Runs, run: &str, tool_name: &str, problem: &str) -> Result<(), Fatal> {
+    let tool = runs.catalog.tool(tool_name).expect("checked before");
+    let inputs = runs.read_inputs(tool_name, run).await.map_err(Fatal)?.unwrap_or_default();
+    let why = format!("it waited for its client's input and cannot resume: {problem}");
+    runs.log_run(tool_name, run, &format!("ends: {why}")).await;
+    runs.execute_to_end(tool, run, &inputs, crate::driver::Entry::Abandoned(why), &[]).await.map(|_| ())
+}
+
 /// Resumes one run through its state machine; returns whether its journal had ended.
 async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal) -> Result<bool, Fatal> {
     let tool = runs.catalog.tool(tool_name).expect("checked by resumable");
@@ -318,7 +338,10 @@ async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal) -> R
     };
     let line = if ended { "settling from its journal's end after a restart" } else { "resuming after a restart" };
     runs.log_run(tool_name, run, line).await;
-    runs.execute_to_end(tool, run, &inputs, crate::driver::Entry::Resumed, &[]).await?;
+    // No client waits on a resumed run: a round it reaches asks every kind, and waits (a
+    // `once` repeat reaches it; else it expires) rather than going on with no answers.
+    let every_kind: Vec<String> = crate::program::ask::INPUT_KINDS.iter().map(|k| k.to_string()).collect();
+    runs.execute_to_end(tool, run, &inputs, crate::driver::Entry::Resumed, &every_kind).await?;
     Ok(ended)
 }
 

@@ -40,7 +40,7 @@ pub async fn continue_run(
     let answers = match answers_of(runs, &round, retry.input_responses.as_ref()) {
         Ok(Some(answers)) => answers,
         // Some answer is missing: the same round is asked again (the state stays usable).
-        Ok(None) => return CallReply::InputRequired(asked_again(&round, retry), run.to_string()),
+        Ok(None) => return CallReply::InputRequired(asked_again(&round, retry, run), run.to_string()),
         Err(problem) => return CallReply::Invalid(problem),
     };
     let Some(_slot) = slots.take_named(
@@ -56,7 +56,7 @@ pub async fn continue_run(
     };
     // The one place a round is taken: a second retry with the same state finds it gone.
     if runs.inputs.take(run, claims.round).is_none() {
-        return CallReply::Invalid(used());
+        return CallReply::Invalid(used(run));
     }
     let _listening = listener.map(|listener| runs.listeners.listen(run, listener));
     // The retry's caller hears which run it continues, as a fresh call's does.
@@ -90,18 +90,20 @@ fn checked_claims(
     Ok(claims)
 }
 
-fn used() -> String {
-    "requestState was already used, or its run no longer waits for this input".to_string()
+fn used(run: &str) -> String {
+    format!(
+        "requestState was already used, or run {run} no longer waits for this input (warden_run_status tells how it went)"
+    )
 }
 
 /// The round the claims name, if the run awaits it now.
 async fn awaited_round(runs: &Runs, tool: &Tool, claims: &Claims) -> Result<Round, String> {
     if !runs.inputs.awaits(&claims.run, claims.round) {
-        return Err(used());
+        return Err(used(&claims.run));
     }
     let journal = match runs.read_journal(&tool.config.name, &claims.run).await {
         Ok(Some(journal)) => journal,
-        Ok(None) => return Err(used()),
+        Ok(None) => return Err(used(&claims.run)),
         Err(problem) => {
             runs.env.log(&format!("reading the journal of run {} for a retry: {problem}", claims.run));
             return Err("the run's journal cannot be read (see the server's log)".to_string());
@@ -109,7 +111,7 @@ async fn awaited_round(runs: &Runs, tool: &Tool, claims: &Claims) -> Result<Roun
     };
     match journal.rounds.get(claims.round as usize) {
         Some(round) if round.answered.is_none() => Ok(round.clone()),
-        _ => Err(used()),
+        _ => Err(used(&claims.run)),
     }
 }
 
@@ -145,10 +147,11 @@ fn answers_of(runs: &Runs, round: &Round, responses: Option<&Value>) -> Result<O
 }
 
 /// The round's requests asked again, with the same state.
-fn asked_again(round: &Round, retry: &Retry) -> Value {
+fn asked_again(round: &Round, retry: &Retry, run: &str) -> Value {
     let requests: Map<String, Value> =
         round.sent.iter().filter_map(|key| Some((key.clone(), round.requests.get(key)?.clone()))).collect();
-    json!({"inputRequests": requests, "requestState": retry.request_state})
+    let meta = json!({crate::answer::META_RUN: {"run": run, "status": "waiting_for_input"}});
+    json!({"inputRequests": requests, "requestState": retry.request_state, "_meta": meta})
 }
 
 /// A `once` repeat of a call whose run awaits input: the same round asked again, with a state
@@ -159,6 +162,7 @@ pub async fn ask_again(
     entry: &crate::ledger::RunEntry,
     inputs: &Map<String, Value>,
     principal: Option<&crate::oauth::Principal>,
+    input_kinds: &[String],
 ) -> Option<CallReply> {
     let awaited = runs.inputs.awaited(&entry.run)?;
     let run = entry.run.clone();
@@ -168,6 +172,20 @@ pub async fn ask_again(
     }
     let journal = runs.read_journal(&tool.config.name, &run).await.ok()??;
     let round = journal.rounds.get(awaited.round as usize)?;
+    // Only kinds this caller declared are asked: a round it cannot answer is named instead.
+    let missing: Vec<&str> = (round.sent.iter())
+        .filter_map(|key| {
+            crate::program::ask::capability_of(round.requests[key]["method"].as_str().unwrap_or_default())
+        })
+        .filter(|kind| !input_kinds.iter().any(|k| k == kind))
+        .collect();
+    if !missing.is_empty() {
+        let text = format!(
+            "run {run} waits for input of kinds this client did not declare ({}); nothing was run",
+            missing.join(", ")
+        );
+        return Some(CallReply::Result(crate::answer::error_result(text), Some(run)));
+    }
     let claims = Claims {
         run: run.clone(),
         round: awaited.round,
@@ -177,5 +195,5 @@ pub async fn ask_again(
         request: request_digest(&tool.config.name, inputs),
     };
     let retry = Retry { request_state: Value::String(runs.inputs.seal(&claims)), input_responses: None };
-    Some(CallReply::InputRequired(asked_again(round, &retry), run))
+    Some(CallReply::InputRequired(asked_again(round, &retry, &run), run))
 }

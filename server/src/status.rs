@@ -67,6 +67,10 @@ pub async fn run_status(
         RunPhase::Open if runs.is_in_progress(&run) => {
             json!({"run": run, "tool": tool, "status": "running"})
         }
+        RunPhase::Open if runs.inputs.awaited(&run).is_some() => {
+            json!({"run": run, "tool": tool, "status": "waiting_for_input",
+                   "detail": "the run asked its client for input; it goes on when the client retries with the answers, or ends when the wait expires"})
+        }
         RunPhase::Open => {
             json!({"run": run, "tool": tool, "status": "waiting", "detail": "an action may have happened; the run waits for an operator"})
         }
@@ -177,7 +181,7 @@ async fn unfinished(env: &Env, journals: &Path, state: &State) -> String {
             out.push_str(&format!("  {} {run}: {}\n", entry.tool, waiting_line(env, &files.waiting).await));
         } else {
             out.push_str(&format!(
-                "  {} {run}: in progress, or interrupted and resumed at the next start\n",
+                "  {} {run}: in progress, waiting for its client's input (it ends when the wait expires), or interrupted and resumed at the next start\n",
                 entry.tool
             ));
         }

@@ -192,3 +192,68 @@ fn a_2025_client_over_stdio_is_asked_with_a_server_request() {
     wire.assert_serving(3);
     assert_eq!(journal_lines(&wire).matches("\"record\":\"begin\"").count(), 1);
 }
+
+/// A folder with one tool `t` whose program is `program` (no grants).
+fn one_tool(program: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.star"), program).unwrap();
+    let manifest = json!({"server": {"name": "s", "journals": "journals"},
+        "tools": [{"name": "t", "program": "t.star", "once": {"by": ["n"]}}]});
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    dir
+}
+
+fn call_t(wire: &mut Wire, id: i64, n: i64, caps: Value, extra: Value) -> Value {
+    let mut params = json!({"name": "t", "arguments": {"n": n}, "_meta": {ELICITATION: caps}});
+    for (key, value) in extra.as_object().unwrap() {
+        params[key] = value.clone();
+    }
+    wire.request(Era::Modern, json!(id), "tools/call", params)["result"].clone()
+}
+
+const ASK_ROOTS: &str = "def main(n: int) -> dict:\n    \"\"\"Ask.\n\n    Args:\n        n: How deep.\n    \"\"\"\n    x = {}\n    for i in range(n):\n        x = {\"a\": x}\n    return {\"got\": ask({\"q\": {\"method\": \"roots/list\", \"params\": {\"x\": x}}})}\n";
+
+/// Requests nested deeper than a record may hold fail the run (found by a hostile review: the
+/// journal's writer asserted, the call was never answered, the next start panicked).
+#[test]
+fn requests_nested_too_deep_fail_the_run_and_the_server_keeps_serving() {
+    let mut wire = Wire::start_dir(one_tool(ASK_ROOTS), &[]);
+    let failed = call_t(&mut wire, 1, 118, json!({"roots": {}}), json!({}));
+    assert!(failed["content"][0]["text"].as_str().unwrap().contains("nest"), "{failed}");
+    let asked = call_t(&mut wire, 2, 3, json!({"roots": {}}), json!({}));
+    assert_eq!(asked["resultType"], json!("input_required"), "{asked}");
+    // Every answer names its run; the round waiting for input too.
+    assert!(asked["_meta"]["dev.warden/run"]["run"].is_string(), "{asked}");
+    let mut wire = wire.restart();
+    wire.assert_serving(3);
+}
+
+/// A `once` repeat by a client that cannot answer the waiting round's kinds is told so, never
+/// asked what it did not declare (found by a hostile review).
+#[test]
+fn a_once_repeat_is_asked_only_kinds_it_declared() {
+    let mut wire = Wire::start_dir(one_tool(ASK_ROOTS), &[]);
+    let asked = call_t(&mut wire, 1, 2, json!({"roots": {}}), json!({}));
+    assert_eq!(asked["resultType"], json!("input_required"), "{asked}");
+    let repeat = call_t(&mut wire, 2, 2, json!({"elicitation": {}}), json!({}));
+    assert_eq!(repeat["isError"], json!(true), "{repeat}");
+    assert!(repeat["content"][0]["text"].as_str().unwrap().contains("roots"), "{repeat}");
+}
+
+/// A run waiting for input when its program changes does not stop the server from starting:
+/// no action is in doubt, so it ends (`deadline`) without its program running (found by a
+/// hostile review: no command could get the server out of that refusal).
+#[test]
+fn a_waiting_run_whose_program_changed_ends_instead_of_blocking_the_start() {
+    let mut wire = Wire::start_dir(one_tool(ASK_ROOTS), &[]);
+    let asked = call_t(&mut wire, 1, 2, json!({"roots": {}}), json!({}));
+    assert_eq!(asked["resultType"], json!("input_required"), "{asked}");
+    wire.kill_now();
+    let program = wire.dir.path().join("t.star");
+    std::fs::write(&program, ASK_ROOTS.replace("Ask.", "Ask again.")).unwrap();
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    let mut wire = Wire::start_dir(dir, &[]);
+    wire.assert_serving(2);
+    let ended = call_t(&mut wire, 3, 2, json!({"roots": {}}), json!({}));
+    assert!(ended["content"][0]["text"].as_str().unwrap().contains("deadline"), "{ended}");
+}

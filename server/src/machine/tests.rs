@@ -76,7 +76,8 @@ fn the_table_cell_by_cell() {
         State::Ended(end("done")),
         State::Waiting { op: 0 },
         State::Halted { op: 0, action: None },
-        State::Awaiting { round: 0 },
+        State::Awaiting { round: 0, nothing_sent: false },
+        State::Awaiting { round: 0, nothing_sent: true },
     ];
     let ask = |sent: Vec<String>| Next::Ask { round: 0, requests: json!({"k": {}}), sent, at_ms: 3 };
     let events = [
@@ -115,6 +116,9 @@ fn the_table_cell_by_cell() {
         ((10, 1), ("Awaiting", vec![])),
         ((10, 11), ("Ready", vec!["Journal(Answered)", "Execute"])),
         ((10, 12), ("Settling", vec!["Journal(End)", "Settle"])),
+        ((11, 1), ("Ready", vec!["Journal(Answered)", "Execute"])),
+        ((11, 11), ("Ready", vec!["Journal(Answered)", "Execute"])),
+        ((11, 12), ("Settling", vec!["Journal(End)", "Settle"])),
     ];
     let mut valid = 0;
     for (s, state) in states.iter().enumerate() {
@@ -133,7 +137,7 @@ fn the_table_cell_by_cell() {
         }
     }
     assert_eq!(valid, expected.len());
-    assert_eq!(states.len() * events.len(), 143, "every cell was visited");
+    assert_eq!(states.len() * events.len(), 156, "every cell was visited");
 }
 
 #[test]
@@ -152,11 +156,14 @@ fn a_journal_gives_the_state_it_left() {
     assert_eq!(parse(&[&header, &begin, &done, &JournalRecord::End(end("done"))]), State::Settling(end("done")));
     let asked = JournalRecord::Asked { round: 0, requests: json!({"k": {}}), sent: vec!["k".into()], at_ms: 2 };
     let answered = JournalRecord::Answered { round: 0, answers: json!({"k": {}}), at_ms: 3 };
-    assert_eq!(parse(&[&header, &begin, &done, &asked]), State::Awaiting { round: 0 });
+    assert_eq!(parse(&[&header, &begin, &done, &asked]), State::Awaiting { round: 0, nothing_sent: false });
     assert_eq!(parse(&[&header, &asked, &answered]), State::Ready);
     // Waiting for a person is not a crash: restarts write no `Resumed` for it, and it is
     // never halted.
-    assert_eq!(parse(&[&header, &asked]), State::Awaiting { round: 0 });
+    assert_eq!(parse(&[&header, &asked]), State::Awaiting { round: 0, nothing_sent: false });
+    // A round that asked nobody, its empty answers not yet journaled when the server stopped.
+    let asked_nobody = JournalRecord::Asked { round: 0, requests: json!({"k": {}}), sent: vec![], at_ms: 2 };
+    assert_eq!(parse(&[&header, &asked_nobody]), State::Awaiting { round: 0, nothing_sent: true });
 }
 
 /// The reader refuses what the writer never writes around input rounds.

@@ -23,6 +23,8 @@ use crate::broker::{Broker, Stop};
 
 /// The methods a program may ask a client for.
 pub const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
+/// The client capabilities that answer them.
+pub const INPUT_KINDS: [&str; 3] = ["elicitation", "sampling", "roots"];
 /// The most requests one round holds.
 pub const ASK_REQUESTS_MAX: usize = 8;
 /// The longest key of a request.
@@ -44,6 +46,14 @@ pub fn capability_of(method: &str) -> Option<&'static str> {
 
 /// Checks one round's requests as a program gave them; the problem, in the program's terms.
 pub fn check_requests(requests: &Value) -> Result<(), String> {
+    // What the journal's record can hold (its writer asserts it; `VALUE_DEPTH_MAX`).
+    let depth = crate::record::depth(requests);
+    if depth > crate::record::VALUE_DEPTH_MAX {
+        return Err(format!(
+            "ask(): the requests nest {depth} levels deep; the limit is {}",
+            crate::record::VALUE_DEPTH_MAX
+        ));
+    }
     let Value::Object(requests) = requests else {
         return Err("ask() takes a dict of requests, {key: {\"method\": ..., \"params\": {...}}}".to_string());
     };
@@ -69,7 +79,20 @@ pub fn check_requests(requests: &Value) -> Result<(), String> {
         if request.as_object().is_some_and(|r| r.keys().any(|k| k != "method" && k != "params")) {
             return Err(format!("ask(): request `{key}` holds only `method` and `params`"));
         }
+        let params = &request["params"];
+        let shaped = match method {
+            "elicitation/create" => params["message"].is_string() && params["requestedSchema"]["type"] == "object",
+            "sampling/createMessage" => params["messages"].is_array() && params["maxTokens"].is_u64(),
+            _ => true,
+        };
+        if !shaped {
+            return Err(format!(
+                "ask(): request `{key}`'s params lack what {method} needs (elicitation: `message` and an object \
+                 `requestedSchema`; sampling: `messages` and `maxTokens`)"
+            ));
+        }
     }
+
     let bytes = serde_json::to_vec(requests).map_or(usize::MAX, |b| b.len());
     if bytes > ASK_BYTES_MAX {
         return Err(format!("ask(): the requests take {bytes} bytes; the limit is {ASK_BYTES_MAX}"));

@@ -106,7 +106,12 @@ fn input_required(connection: &Connection, id: &RequestId, result: Value) -> Val
         other => panic!("results are objects, got {other}"),
     };
     result.insert("resultType".into(), json!("input_required"));
-    result.insert("_meta".into(), json!({META_SERVER_INFO: connection.server_info()}));
+    let mut meta = match result.remove("_meta") {
+        Some(Value::Object(meta)) => meta,
+        _ => Map::new(),
+    };
+    meta.insert(META_SERVER_INFO.into(), connection.server_info());
+    result.insert("_meta".into(), Value::Object(meta));
     jsonrpc::response(id, Value::Object(result))
 }
 
