@@ -43,12 +43,14 @@ fn synthesise(dir: &Path, runs: usize) {
             money: vec![],
             once: None,
             principal: None,
+            tokens: 0,
         }));
         ledger.extend(record::encode(&Event::Settle {
             run: run.clone(),
             at_ms: at_ms + 1,
             charged: vec![],
             outcome: RunOutcome::Done,
+            tokens: 0,
         }));
         let files = RunFiles::new(&journals, "add", &run);
         std::fs::create_dir_all(&files.dir).unwrap();

@@ -84,6 +84,7 @@ pub async fn admit<'a>(
         ));
     };
     let worst = worst_case(tool);
+    let worst_tokens = crate::call::worst_tokens(tool);
     if let Some(quota) = &tool.config.quota {
         let counting = if quota.per_principal { Counting::Principal(subject) } else { Counting::AllRuns };
         let admitted = runs.ledger.state().quota_admits(
@@ -92,6 +93,7 @@ pub async fn admit<'a>(
             quota.calls,
             quota.money.as_ref(),
             &worst,
+            (quota.tokens, worst_tokens),
             now,
             counting,
         );
@@ -118,6 +120,7 @@ pub async fn admit<'a>(
         money: worst.iter().map(MoneyRecord::from).collect(),
         once,
         principal: subject.map(str::to_string),
+        tokens: worst_tokens,
     };
     // In progress from the reserve on (marked first: the lock is released while the reserve
     // waits for its fsync), so a repeated `once` call finds this run in progress.

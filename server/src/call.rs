@@ -138,6 +138,19 @@ pub fn worst_case(tool: &Tool) -> Vec<Money> {
     by_currency.into_iter().map(|(currency, minor)| Money { minor, currency }).collect()
 }
 
+/// The most model tokens a run of `tool` can use: each model grant's `max_tokens` times its
+/// `uses` (`warden check` requires `uses` under a token quota); without `uses`, unbounded.
+pub fn worst_tokens(tool: &Tool) -> u64 {
+    (tool.config.grants.values())
+        .filter_map(|grant| match grant {
+            Grant::Capability(g) if g.cap == crate::broker::Kind::Model => {
+                Some(g.max_tokens.unwrap_or(0).saturating_mul(g.uses.unwrap_or(crate::broker::ACTIONS_PER_RUN_MAX)))
+            }
+            _ => None,
+        })
+        .fold(0, u64::saturating_add)
+}
+
 /// Runs one call of a known tool to its reply.
 pub async fn call_tool(
     runs: &Runs,

@@ -391,7 +391,9 @@ impl Runs {
             if open {
                 let at_ms = self.ledger.stamp();
                 let charged = charged_of(&end.usage);
-                let event = Event::Settle { run: run.to_string(), at_ms, charged, outcome: end.outcome.clone() };
+                let tokens = tokens_of(&end.usage);
+                let outcome = end.outcome.clone();
+                let event = Event::Settle { run: run.to_string(), at_ms, charged, outcome, tokens };
                 self.ledger.append(held, event).await?;
                 self.env.reached(Point::Settled, run);
             } else {
@@ -491,6 +493,13 @@ pub struct Waiting<'a> {
     pub action: Option<&'a Action>,
     pub reason: &'a str,
     pub halted: bool,
+}
+
+/// Model tokens a run used, summed from its usage.
+fn tokens_of(usage: &Value) -> u64 {
+    (usage.as_object().into_iter().flat_map(|o| o.values()))
+        .filter_map(|grant| grant.get("tokens").and_then(Value::as_u64))
+        .fold(0, u64::saturating_add)
 }
 
 /// Money actually charged, summed per currency from a run's usage.

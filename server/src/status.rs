@@ -133,7 +133,8 @@ pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
             out.push_str(&format!("  {}: no quota\n", tool.config.name));
             continue;
         };
-        let (calls, money) = state.quota_use(&tool.config.name, quota.window_ms, now, ledger::Counting::AllRuns);
+        let (calls, money, tokens) =
+            state.quota_use(&tool.config.name, quota.window_ms, now, ledger::Counting::AllRuns);
         let whose = if quota.per_principal { " (all principals; each has the quota)" } else { "" };
         let mut line = format!("  {}{whose}: {calls}", tool.config.name);
         if let Some(max) = quota.calls {
@@ -144,6 +145,9 @@ pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
         if let Some(max) = &quota.money {
             let used = Money { minor: money.get(&max.currency).copied().unwrap_or(0), currency: max.currency.clone() };
             line.push_str(&format!(", {used} of {max}"));
+        }
+        if let Some(max) = quota.tokens {
+            line.push_str(&format!(", {tokens} of {max} model tokens"));
         }
         line.push_str(&format!(" in the last {}\n", ledger::duration_text(quota.window_ms)));
         out.push_str(&line);

@@ -135,3 +135,29 @@ fn restart_with_key(wire: Wire) -> Wire {
     let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
     Wire::start_dir(dir, &[("MODEL_KEY", KEY)])
 }
+
+/// A token quota holds a run's worst case (`max_tokens` x `uses`) while it runs and the
+/// tokens it used once settled: over it, a call is refused before anything is sent.
+#[test]
+fn tokens_over_a_quota_are_refused_before_anything_is_sent() {
+    let provider = Provider::start();
+    let dir = server(&provider, "anthropic", 100);
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["tools"][0]["grants"]["llm"]["uses"] = json!(1);
+    manifest["tools"][0]["quota"] = json!({"window": "1h", "tokens": 110});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let mut wire = Wire::start_dir(dir, &[("MODEL_KEY", KEY)]);
+    for (id, text) in [(1, "one"), (2, "two")] {
+        let done = call(&mut wire, id, text, json!({}));
+        assert_eq!(done["structuredContent"]["result"]["text"], json!(format!("echo: {text}")), "{done}");
+    }
+    // 10 tokens used by each run so far (7 in, 3 out); one more would hold 100: over 110.
+    let refused = call(&mut wire, 3, "three", json!({}));
+    let text = refused["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("110 model tokens per 1h allowed, 20 held or used, this call may use 100"), "{refused}");
+    assert_eq!(provider.count("three"), 0);
+    let ledger = std::fs::read_to_string(wire.dir.path().join("journals/server.ledger")).unwrap();
+    assert_eq!(ledger.matches("\"tokens\":100").count(), 2, "each reserve holds the worst case: {ledger}");
+    assert_eq!(ledger.matches("\"tokens\":10,").count() + ledger.matches("\"tokens\":10}").count(), 2, "{ledger}");
+}

@@ -311,6 +311,7 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
         money: vec![],
         once: None,
         principal: Some("dave".into()),
+        tokens: 0,
     };
     let mut ledger =
         std::fs::OpenOptions::new().append(true).open(server.dir.path().join("journals/server.ledger")).unwrap();

@@ -170,12 +170,14 @@ fn events_from(data: &[u8]) -> Vec<Event> {
                 money,
                 once,
                 principal: chunk.get(2).filter(|b| **b > 220).map(|b| format!("p{b}")),
+                tokens: chunk.get(3).map_or(0, |b| u64::from(*b)),
             });
             open.push(run);
         } else {
             let run = open.remove(chunk[0] as usize % open.len());
             events.push(if choice == 1 {
-                Event::Settle { run, at_ms: index as u64, charged: vec![], outcome: warden::journal::RunOutcome::Done }
+                let outcome = warden::journal::RunOutcome::Done;
+                Event::Settle { run, at_ms: index as u64, charged: vec![], outcome, tokens: 0 }
             } else {
                 Event::Release { run, at_ms: index as u64 }
             });

@@ -295,6 +295,7 @@ fn compaction_crashed_at_every_disk_operation_leaves_old_or_new() {
             money: vec![],
             once: None,
             principal: None,
+            tokens: 0,
         };
         bytes.extend(record::encode(&reserve));
         bytes.extend(record::encode(&Event::Release { run: run.into(), at_ms: 2 }));

@@ -72,6 +72,9 @@ pub enum Event {
         /// Who the run is for (an authenticated remote principal); absent over stdio.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         principal: Option<String>,
+        /// Worst-case model tokens held until settled (its model grants' `max_tokens` x `uses`).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        tokens: u64,
     },
     Settle {
         run: String,
@@ -79,6 +82,9 @@ pub enum Event {
         /// What the outside world actually charged, per currency.
         charged: Vec<MoneyRecord>,
         outcome: crate::journal::RunOutcome,
+        /// Model tokens the run used.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        tokens: u64,
     },
     Release {
         run: String,
@@ -98,6 +104,10 @@ impl Event {
             Event::Reserve { at_ms, .. } | Event::Settle { at_ms, .. } | Event::Release { at_ms, .. } => *at_ms,
         }
     }
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Why the ledger cannot be used.

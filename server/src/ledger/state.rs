@@ -33,6 +33,8 @@ pub struct RunEntry {
     pub phase: RunPhase,
     /// Order of the reserve in the ledger.
     pub sequence: u64,
+    /// Model tokens: the worst case while open, what was used once settled.
+    pub tokens: u64,
 }
 
 impl RunEntry {
@@ -127,7 +129,7 @@ impl State {
             money.to_money().map_err(|e| format!("bad money in run {}: {e}", event.run()))?;
         }
         match event {
-            Event::Reserve { run, tool, at_ms, calls, money, once, principal } => {
+            Event::Reserve { run, tool, at_ms, calls, money, once, principal, tokens } => {
                 let std::collections::btree_map::Entry::Vacant(slot) = self.runs.entry(run.clone()) else {
                     return Err(format!("a second reserve for run {run}"));
                 };
@@ -141,15 +143,18 @@ impl State {
                     principal: principal.clone(),
                     phase: RunPhase::Open,
                     sequence: self.next_sequence,
+                    tokens: *tokens,
                 });
                 self.next_sequence += 1;
                 if let Some(once) = once {
                     self.once.insert(once.key.clone(), run.clone());
                 }
             }
-            Event::Settle { run, at_ms, charged, outcome } => {
+            Event::Settle { run, at_ms, charged, outcome, tokens } => {
                 let entry = open_entry(&mut self.runs, run)?;
                 entry.phase = RunPhase::Settled { at_ms: *at_ms, charged: charged.clone(), outcome: outcome.clone() };
+                // Settled, a run counts the tokens it used, no longer its worst case.
+                entry.tokens = *tokens;
             }
             Event::Release { run, at_ms } => {
                 let entry = open_entry(&mut self.runs, run)?;
@@ -210,11 +215,13 @@ impl State {
         window_ms: u64,
         now_ms: u64,
         counting: Counting<'_>,
-    ) -> (u64, BTreeMap<String, i64>) {
+    ) -> (u64, BTreeMap<String, i64>, u64) {
         let mut calls = 0;
+        let mut tokens: u64 = 0;
         let mut money: BTreeMap<String, i64> = BTreeMap::new();
         for entry in self.counted(tool, window_ms, now_ms, counting) {
             calls += entry.calls;
+            tokens = tokens.saturating_add(entry.tokens);
             let held = match &entry.phase {
                 RunPhase::Settled { charged, .. } => charged,
                 _ => &entry.money,
@@ -224,7 +231,7 @@ impl State {
                 *money.entry(amount.currency).or_insert(0) += amount.minor;
             }
         }
-        (calls, money)
+        (calls, money, tokens)
     }
 
     /// Whether one more call holding `worst_case` fits `tool`'s quota at `now_ms`.
@@ -235,10 +242,12 @@ impl State {
         calls_max: Option<u64>,
         money_max: Option<&Money>,
         worst_case: &[Money],
+        tokens: (Option<u64>, u64),
         now_ms: u64,
         counting: Counting<'_>,
     ) -> Result<(), QuotaRefusal> {
-        let (calls, money) = self.quota_use(tool, window_ms, now_ms, counting);
+        let (calls, money, tokens_used) = self.quota_use(tool, window_ms, now_ms, counting);
+        let (tokens_max, tokens_asked) = tokens;
         let frees = self.frees_up_at(tool, window_ms, now_ms, counting);
         let when = match frees {
             Some(at) => {
@@ -275,6 +284,20 @@ impl State {
                 });
             }
         }
+        if let Some(max) = tokens_max {
+            // Checked like money: an overflow is over, and a full quota refuses any call.
+            let over = tokens_used.checked_add(tokens_asked).is_none_or(|total| total > max)
+                || (tokens_asked == 0 && tokens_used >= max);
+            if over {
+                return Err(QuotaRefusal {
+                    message: format!(
+                        "over the quota of `{tool}`: {max} model tokens per {} allowed, {tokens_used} held or used, this \
+                         call may use {tokens_asked}; nothing was run; {when}",
+                        duration_text(window_ms)
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -301,6 +324,7 @@ impl State {
                 money: entry.money.clone(),
                 once: entry.once.clone(),
                 principal: entry.principal.clone(),
+                tokens: entry.tokens,
             });
             match &entry.phase {
                 RunPhase::Open => {}
@@ -309,6 +333,7 @@ impl State {
                     at_ms: *at_ms,
                     charged: charged.clone(),
                     outcome: outcome.clone(),
+                    tokens: entry.tokens,
                 }),
                 RunPhase::Released { at_ms } => events.push(Event::Release { run: entry.run.clone(), at_ms: *at_ms }),
             }
@@ -354,6 +379,7 @@ mod tests {
             money: money.iter().map(|(a, c)| MoneyRecord { amount: a.to_string(), currency: c.to_string() }).collect(),
             once: None,
             principal: None,
+            tokens: 0,
         }
     }
 
@@ -368,7 +394,8 @@ mod tests {
                 run: "a".into(),
                 at_ms: 4,
                 charged: vec![],
-                outcome: crate::journal::RunOutcome::Done
+                outcome: crate::journal::RunOutcome::Done,
+                tokens: 0,
             })
             .is_err());
         assert!(state.apply(&Event::Release { run: "b".into(), at_ms: 4 }).is_err());
@@ -386,20 +413,44 @@ mod tests {
                 at_ms: 2500,
                 charged: vec![MoneyRecord { amount: "10.00".into(), currency: "USD".into() }],
                 outcome: crate::journal::RunOutcome::Done,
+                tokens: 0,
             })
             .unwrap();
-        let (calls, money) = state.quota_use("t", 10_000, 3000, Counting::AllRuns);
+        let (calls, money, _) = state.quota_use("t", 10_000, 3000, Counting::AllRuns);
         assert_eq!((calls, money.get("USD").copied()), (2, Some(6000)));
         let max = usd("100.00");
-        assert!(state.quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.00")], 3000, Counting::AllRuns).is_ok());
-        let refused =
-            state.quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.01")], 3000, Counting::AllRuns).unwrap_err();
+        assert!(state
+            .quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.00")], (None, 0), 3000, Counting::AllRuns)
+            .is_ok());
+        let refused = state
+            .quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.01")], (None, 0), 3000, Counting::AllRuns)
+            .unwrap_err();
         assert!(refused.message.contains("100.00 USD"), "{}", refused.message);
-        let refused = state.quota_admits("t", 10_000, Some(2), None, &[], 3000, Counting::AllRuns).unwrap_err();
+        let refused =
+            state.quota_admits("t", 10_000, Some(2), None, &[], (None, 0), 3000, Counting::AllRuns).unwrap_err();
         assert!(refused.message.contains("2 calls per 10s"), "{}", refused.message);
         assert!(refused.message.contains("in 9s"), "{}", refused.message);
         // After the settled run leaves the window, only the open run counts.
         assert_eq!(state.quota_use("t", 10_000, 12_001, Counting::AllRuns).0, 1);
+    }
+
+    #[test]
+    fn a_token_quota_counts_open_runs_at_worst_case_and_settled_ones_at_what_they_used() {
+        let mut state = State::default();
+        let Event::Reserve { run, tool, at_ms, calls, money, once, principal, .. } = reserve("a", 1000, &[]) else {
+            unreachable!()
+        };
+        state.apply(&Event::Reserve { run, tool, at_ms, calls, money, once, principal, tokens: 300 }).unwrap();
+        let admits = |state: &State, asked: u64| {
+            state.quota_admits("t", 10_000, None, None, &[], (Some(500), asked), 2000, Counting::AllRuns)
+        };
+        assert!(admits(&state, 200).is_ok());
+        let refused = admits(&state, 201).unwrap_err();
+        assert!(refused.message.contains("500 model tokens per 10s allowed, 300 held or used"), "{}", refused.message);
+        let outcome = crate::journal::RunOutcome::Done;
+        state.apply(&Event::Settle { run: "a".into(), at_ms: 1500, charged: vec![], outcome, tokens: 40 }).unwrap();
+        assert!(admits(&state, 460).is_ok(), "settled, the run counts the 40 it used");
+        assert!(admits(&state, u64::MAX).is_err(), "overflow is over");
     }
 
     #[test]
@@ -409,13 +460,15 @@ mod tests {
         state.apply(&reserve("a", 1000, &[("100.00", "USD")])).unwrap();
         let max = usd("100.00");
         assert!(
-            state.quota_admits("t", 10_000, None, Some(&max), &[], 2000, Counting::AllRuns).is_err(),
+            state.quota_admits("t", 10_000, None, Some(&max), &[], (None, 0), 2000, Counting::AllRuns).is_err(),
             "full: 0 more is refused"
         );
-        assert!(state.quota_admits("t", 10_000, None, Some(&usd("100.01")), &[], 2000, Counting::AllRuns).is_ok());
+        assert!(state
+            .quota_admits("t", 10_000, None, Some(&usd("100.01")), &[], (None, 0), 2000, Counting::AllRuns)
+            .is_ok());
         let huge = Money { minor: i64::MAX, currency: "USD".into() };
         assert!(
-            state.quota_admits("t", 10_000, None, Some(&max), &[huge], 2000, Counting::AllRuns).is_err(),
+            state.quota_admits("t", 10_000, None, Some(&max), &[huge], (None, 0), 2000, Counting::AllRuns).is_err(),
             "overflow is over"
         );
     }
@@ -425,10 +478,10 @@ mod tests {
     fn a_principal_quota_counts_that_principal_alone() {
         let mut state = State::default();
         let of = |run: &str, principal: Option<&str>| {
-            let Event::Reserve { run, tool, at_ms, calls, money, once, .. } = reserve(run, 1000, &[]) else {
+            let Event::Reserve { run, tool, at_ms, calls, money, once, tokens, .. } = reserve(run, 1000, &[]) else {
                 unreachable!()
             };
-            Event::Reserve { run, tool, at_ms, calls, money, once, principal: principal.map(str::to_string) }
+            Event::Reserve { run, tool, at_ms, calls, money, once, principal: principal.map(str::to_string), tokens }
         };
         state.apply(&of("a", Some("alice"))).unwrap();
         state.apply(&of("b", Some("alice"))).unwrap();
@@ -438,7 +491,11 @@ mod tests {
         assert_eq!(used(Counting::Principal(Some("bob"))), 0);
         assert_eq!(used(Counting::Principal(None)), 1);
         assert_eq!(used(Counting::AllRuns), 3);
-        assert!(state.quota_admits("t", 10_000, Some(2), None, &[], 2000, Counting::Principal(Some("alice"))).is_err());
-        assert!(state.quota_admits("t", 10_000, Some(2), None, &[], 2000, Counting::Principal(Some("bob"))).is_ok());
+        assert!(state
+            .quota_admits("t", 10_000, Some(2), None, &[], (None, 0), 2000, Counting::Principal(Some("alice")))
+            .is_err());
+        assert!(state
+            .quota_admits("t", 10_000, Some(2), None, &[], (None, 0), 2000, Counting::Principal(Some("bob")))
+            .is_ok());
     }
 }

@@ -52,6 +52,8 @@ pub const QUOTA_CALLS_LIMIT: u64 = 1_000_000_000;
 /// `model.timeout_ms`: at most 10 minutes; `model.retries`: at most 10.
 pub const MODEL_TIMEOUT_MS_LIMIT: u64 = 600_000;
 pub const MODEL_RETRIES_LIMIT: u64 = 10;
+/// A quota's `tokens`: at most this many model tokens a window.
+pub const QUOTA_TOKENS_LIMIT: u64 = 1_000_000_000_000;
 /// A `model` grant's `max_tokens`: at most this many tokens a call.
 pub const MODEL_MAX_TOKENS_LIMIT: u64 = 200_000;
 /// The providers a `model` section may name, and the root of each one's API.
@@ -198,6 +200,8 @@ pub struct QuotaConfig {
     pub window_ms: u64,
     pub calls: Option<u64>,
     pub money: Option<Money>,
+    /// Model tokens per window: open runs count at their worst case, settled ones what they used.
+    pub tokens: Option<u64>,
     /// Each principal has this quota of its own (`per: "principal"`).
     pub per_principal: bool,
 }

@@ -426,6 +426,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
     let once = raw.once.as_ref().map(|once| once_config(once, &format!("{at}.once"), server, problems));
     let quota = raw.quota.as_ref().map(|quota| quota_config(quota, &format!("{at}.quota"), problems));
     check_money_limits(&grants, quota.as_ref(), at, problems);
+    check_token_limits(&grants, quota.as_ref(), at, problems);
     let (max_steps, execution_ms) = limits_config(raw.limits.as_ref(), at, problems);
     if let Some(description) = &raw.description {
         if description.trim().is_empty() {
@@ -642,6 +643,36 @@ fn net_config(raw: Option<&RawNet>, at: &str, problems: &mut Problems) -> NetCon
 /// Seed 000 section 6: a run's worst case per currency must be finite and held exactly, and
 /// a money quota must bound every grant that moves money, in its own currency. Otherwise a
 /// reservation holds less than a run can spend, and the quota is overspent.
+/// A token quota counts open runs at their worst case: every model grant needs `uses`, and
+/// the tool needs a model grant at all.
+fn check_token_limits(
+    grants: &BTreeMap<String, Grant>,
+    quota: Option<&QuotaConfig>,
+    at: &str,
+    problems: &mut Problems,
+) {
+    if quota.and_then(|quota| quota.tokens).is_none() {
+        return;
+    }
+    let models: Vec<(&String, &CapabilityGrant)> = (grants.iter())
+        .filter_map(|(name, grant)| match grant {
+            Grant::Capability(g) if g.cap == Kind::Model => Some((name, g)),
+            _ => None,
+        })
+        .collect();
+    if models.is_empty() {
+        problems.add(&format!("{at}.quota.tokens"), "the tool has no `model` grant whose tokens it could count");
+    }
+    for (name, grant) in models {
+        if grant.uses.is_none() {
+            problems.add(
+                &format!("{at}.quota.tokens"),
+                format!("cannot bound `{at}.grants.{name}`: a model grant under a token quota needs `uses`"),
+            );
+        }
+    }
+}
+
 fn check_money_limits(
     grants: &BTreeMap<String, Grant>,
     quota: Option<&QuotaConfig>,
@@ -743,15 +774,18 @@ fn quota_config(raw: &RawQuota, at: &str, problems: &mut Problems) -> QuotaConfi
     if let Some(calls) = raw.calls.filter(|calls| !(1..=QUOTA_CALLS_LIMIT).contains(calls)) {
         problems.add(&format!("{at}.calls"), format!("{calls} is outside 1..={QUOTA_CALLS_LIMIT}"));
     }
-    if raw.calls.is_none() && raw.money.is_none() {
-        problems.add(at, "must limit `calls`, `money` or both");
+    if raw.calls.is_none() && raw.money.is_none() && raw.tokens.is_none() {
+        problems.add(at, "must limit `calls`, `money` or `tokens`");
+    }
+    if let Some(tokens) = raw.tokens.filter(|tokens| !(1..=QUOTA_TOKENS_LIMIT).contains(tokens)) {
+        problems.add(&format!("{at}.tokens"), format!("{tokens} is outside 1..={QUOTA_TOKENS_LIMIT}"));
     }
     let money = raw.money.as_ref().and_then(|m| money(m, &format!("{at}.money"), problems));
     if money.as_ref().is_some_and(|m| m.minor == 0) {
         problems.add(&format!("{at}.money"), "must be more than zero");
     }
     let per_principal = per_principal(raw.per.as_deref(), &format!("{at}.per"), problems);
-    QuotaConfig { window_ms, calls: raw.calls, money, per_principal }
+    QuotaConfig { window_ms, calls: raw.calls, money, tokens: raw.tokens, per_principal }
 }
 
 /// `per`: absent (shared by every caller) or `"principal"` (each principal its own).
