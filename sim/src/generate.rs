@@ -96,6 +96,12 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         if summarizes {
             let grants = tool.entry("grants").or_insert(json!({}));
             grants["llm"] = json!({"cap": "model", "max_tokens": MODEL_MAX_TOKENS});
+            // Some under a token quota of a few runs' worst case (the grant then needs `uses`).
+            if let Some(runs) = token_quota_runs(seed, index) {
+                grants["llm"]["uses"] = json!(1);
+                let quota = tool.entry("quota").or_insert(json!({"window": "1h"}));
+                quota["tokens"] = json!(runs * MODEL_MAX_TOKENS);
+            }
         }
         shapes.push(ToolShape { name, template, resend: tool.get("once").is_some() });
         tools.push(Value::Object(tool));
@@ -167,6 +173,13 @@ fn with_narrowing(program: &str) -> String {
 fn calls_model(seed: u64, index: u64, template: Template) -> bool {
     template == Template::Notes
         && (seed ^ 0x6d6f_646c ^ index.rotate_left(31)).wrapping_mul(0x9e37_79b9_7f4a_7c15) % 3 == 0
+}
+
+/// How many runs' worst case the token quota of the model-calling tool at `index` holds, if
+/// it has one: half of them do, of 1 to 3 runs.
+fn token_quota_runs(seed: u64, index: u64) -> Option<u64> {
+    let bits = (seed ^ 0x746f_6b6e ^ index.rotate_left(37)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60;
+    (bits & 1 == 0).then_some(1 + (bits >> 1) % 3)
 }
 
 /// The tokens a generated model grant allows a call.

@@ -33,6 +33,8 @@ pub struct Quota {
     pub window_ms: u64,
     pub calls: Option<u64>,
     pub money: Option<Amount>,
+    /// Model tokens per window.
+    pub tokens: Option<u64>,
     /// Each principal has the quota to itself (`per: "principal"`).
     pub per_principal: bool,
 }
@@ -113,6 +115,7 @@ pub fn read(manifest: &str) -> BTreeMap<String, ToolLimits> {
                 window_ms: quota["window"].as_str().and_then(duration_ms).unwrap_or(0),
                 calls: quota["calls"].as_u64(),
                 money: amount(&quota["money"]),
+                tokens: quota["tokens"].as_u64(),
                 per_principal: quota["per"] == "principal",
             });
         }

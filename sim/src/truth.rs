@@ -94,6 +94,28 @@ pub fn write_ops(world: &World, state: &State) -> Vec<WriteOp> {
     ops
 }
 
+/// Model tokens each run's journal says its model calls used (every completed model action's
+/// `usage`), by run.
+pub fn tokens_by_run(world: &World, state: &State) -> BTreeMap<String, u64> {
+    let journals = World::path("journals");
+    let mut used = BTreeMap::new();
+    for entry in state.runs.values() {
+        let Some(Ok(journal)) = check::journal(&world.disk, &journals, &entry.tool, &entry.run) else { continue };
+        let tokens: u64 = (journal.ops.values())
+            .filter_map(|op| match op {
+                OpState::Done { action, result, .. } if action["kind"] == "model" => Some(result),
+                _ => None,
+            })
+            .map(|result| {
+                let side = |name: &str| result["usage"][name].as_u64().unwrap_or(0);
+                side("input_tokens") + side("output_tokens")
+            })
+            .sum();
+        used.insert(entry.run.clone(), tokens);
+    }
+    used
+}
+
 /// The services' effects by signature.
 pub fn effects(world: &World) -> BTreeMap<String, u32> {
     let mut seen = BTreeMap::new();
@@ -191,6 +213,7 @@ pub fn limits_kept(
     let grant_of = |tool: &str, grant: &str| limits.get(tool).and_then(|t| t.grants.get(grant));
     let seen = effects(world);
     let charged = charged_by_run(ops, &seen);
+    let tokens = tokens_by_run(world, state);
     let mut found = Vec::new();
     let mut push = |invariant: u8, message: String| found.push(Violation { invariant, message });
     for op in ops.iter().filter(|op| op.action.method == Method::Refund && op.status != Status::NotHappened) {
@@ -281,6 +304,12 @@ pub fn limits_kept(
                 .collect();
             if let Some(calls) = quota.calls.filter(|&calls| window.len() as u64 > calls) {
                 push(4, format!("{} runs of `{tool}` admitted within one window, over {calls}", window.len()));
+            }
+            if let Some(max) = quota.tokens {
+                let used: u64 = window.iter().map(|e| tokens.get(&e.run).copied().unwrap_or(0)).sum();
+                if used > max {
+                    push(4, format!("runs of `{tool}` within one window used {used} model tokens, over {max}"));
+                }
             }
             let money: i64 = window.iter().map(|e| spent(&e.run)).sum();
             if let Some(max) = quota.money.as_ref().filter(|max| money > max.minor) {
