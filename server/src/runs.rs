@@ -495,10 +495,10 @@ pub struct Waiting<'a> {
     pub halted: bool,
 }
 
-/// Model tokens a run used, summed from its usage.
+/// Model output tokens a run used, summed from its usage.
 fn tokens_of(usage: &Value) -> u64 {
     (usage.as_object().into_iter().flat_map(|o| o.values()))
-        .filter_map(|grant| grant.get("tokens").and_then(Value::as_u64))
+        .filter_map(|grant| grant.get("output_tokens").and_then(Value::as_u64))
         .fold(0, u64::saturating_add)
 }
 

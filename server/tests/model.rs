@@ -145,19 +145,20 @@ fn tokens_over_a_quota_are_refused_before_anything_is_sent() {
     let path = dir.path().join("manifest.json");
     let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     manifest["tools"][0]["grants"]["llm"]["uses"] = json!(1);
-    manifest["tools"][0]["quota"] = json!({"window": "1h", "tokens": 110});
+    manifest["tools"][0]["quota"] = json!({"window": "1h", "tokens": 105});
     std::fs::write(&path, manifest.to_string()).unwrap();
     let mut wire = Wire::start_dir(dir, &[("MODEL_KEY", KEY)]);
     for (id, text) in [(1, "one"), (2, "two")] {
         let done = call(&mut wire, id, text, json!({}));
         assert_eq!(done["structuredContent"]["result"]["text"], json!(format!("echo: {text}")), "{done}");
     }
-    // 10 tokens used by each run so far (7 in, 3 out); one more would hold 100: over 110.
+    // 3 output tokens used by each run so far; one more would hold 100: over 105 (the quota
+    // counts output tokens, which `max_tokens` bounds).
     let refused = call(&mut wire, 3, "three", json!({}));
     let text = refused["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("110 model tokens per 1h allowed, 20 held or used, this call may use 100"), "{refused}");
+    assert!(text.contains("105 model tokens per 1h allowed, 6 held or used, this call may use 100"), "{refused}");
     assert_eq!(provider.count("three"), 0);
     let ledger = std::fs::read_to_string(wire.dir.path().join("journals/server.ledger")).unwrap();
     assert_eq!(ledger.matches("\"tokens\":100").count(), 2, "each reserve holds the worst case: {ledger}");
-    assert_eq!(ledger.matches("\"tokens\":10,").count() + ledger.matches("\"tokens\":10}").count(), 2, "{ledger}");
+    assert_eq!(ledger.matches("\"tokens\":3").count(), 2, "each settle holds the tokens used: {ledger}");
 }

@@ -94,8 +94,8 @@ pub fn write_ops(world: &World, state: &State) -> Vec<WriteOp> {
     ops
 }
 
-/// Model tokens each run's journal says its model calls used (every completed model action's
-/// `usage`), by run.
+/// Model output tokens each run's journal says its model calls used (every completed model
+/// action's `usage`; what `max_tokens` bounds and a token quota counts), by run.
 pub fn tokens_by_run(world: &World, state: &State) -> BTreeMap<String, u64> {
     let journals = World::path("journals");
     let mut used = BTreeMap::new();
@@ -106,10 +106,7 @@ pub fn tokens_by_run(world: &World, state: &State) -> BTreeMap<String, u64> {
                 OpState::Done { action, result, .. } if action["kind"] == "model" => Some(result),
                 _ => None,
             })
-            .map(|result| {
-                let side = |name: &str| result["usage"][name].as_u64().unwrap_or(0);
-                side("input_tokens") + side("output_tokens")
-            })
+            .map(|result| result["usage"]["output_tokens"].as_u64().unwrap_or(0))
             .sum();
         used.insert(entry.run.clone(), tokens);
     }

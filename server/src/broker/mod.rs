@@ -91,7 +91,8 @@ pub struct Usage {
     pub limited: u64,
     /// Minor units charged, per currency.
     pub charged: BTreeMap<String, i64>,
-    /// Tokens a model grant's calls used (input and output).
+    /// Output tokens a model grant's calls used: what `max_tokens` bounds, so what a token
+    /// quota counts (the input's tokens are the caller's text, reported in each answer).
     #[serde(default)]
     pub tokens: u64,
 }
@@ -106,7 +107,7 @@ pub fn usage_json(usage: &BTreeMap<String, Usage>) -> Value {
             .collect();
         let mut entry = json!({"actions": use_.actions, "charged": charged});
         if use_.tokens > 0 {
-            entry["tokens"] = json!(use_.tokens);
+            entry["output_tokens"] = json!(use_.tokens);
         }
         out.insert(grant.clone(), entry);
     }
@@ -298,8 +299,8 @@ impl Broker {
     fn count_into(&self, use_: &mut Usage, action: &Action, result: &Value, happened: bool) {
         use_.actions += 1;
         if action.kind == Kind::Model {
-            let used = |side: &str| result["usage"][side].as_u64().unwrap_or(0);
-            use_.tokens = use_.tokens.saturating_add(used("input_tokens")).saturating_add(used("output_tokens"));
+            let output = result["usage"]["output_tokens"].as_u64().unwrap_or(0);
+            use_.tokens = use_.tokens.saturating_add(output);
         }
         if self.grants.get(&action.grant).is_some_and(|grant| counts_against_uses(grant, action)) {
             use_.limited += 1;

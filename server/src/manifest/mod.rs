@@ -200,7 +200,8 @@ pub struct QuotaConfig {
     pub window_ms: u64,
     pub calls: Option<u64>,
     pub money: Option<Money>,
-    /// Model tokens per window: open runs count at their worst case, settled ones what they used.
+    /// Model output tokens per window: open runs count at their worst case (`max_tokens` x
+    /// `uses`), settled ones what they used.
     pub tokens: Option<u64>,
     /// Each principal has this quota of its own (`per: "principal"`).
     pub per_principal: bool,

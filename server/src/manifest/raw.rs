@@ -207,7 +207,7 @@ pub struct RawQuota {
     pub window: String,
     pub calls: Option<u64>,
     pub money: Option<RawMoney>,
-    /// Model tokens (input and output) the tool's runs may use in the window.
+    /// Model output tokens the tool's runs may use in the window.
     pub tokens: Option<u64>,
     /// `"principal"`: each authenticated principal has a quota of its own.
     pub per: Option<String>,
