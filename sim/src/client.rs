@@ -48,6 +48,8 @@ pub struct Client {
     /// id -> the run an answer names (`_meta["dev.warden/run"]`): a `once` repeat's is the
     /// earlier run's.
     pub answered_by: BTreeMap<i64, String>,
+    /// Events of retries sent, for the report at the next read.
+    pub pending_events: Vec<(u64, String, String)>,
 }
 
 /// A retry of a call that asked for input, as the client sent it.
@@ -179,6 +181,7 @@ impl Client {
 
     /// Reads the server's output; returns stream violations (invariant 8).
     pub fn read(&mut self, instance: &Instance, report: &mut Report, now: u64) {
+        report.events.append(&mut self.pending_events);
         for line in instance.pipe.take_output() {
             self.trace.extend_from_slice(&line);
             let message: Value = match serde_json::from_slice(&line) {
@@ -228,7 +231,7 @@ impl Client {
                 if message["result"]["resultType"] == json!("input_required") {
                     if let Some(call) = self.unanswered.remove(&id) {
                         report.answered += 1;
-                        report.events.push((now, format!("call {id}"), "asked for input".into()));
+                        report.events.push((now, format!("call {id}"), "answered: asked for input".into()));
                         report.inputs.asked += 1;
                         self.asked.push((call, message["result"].clone()));
                     }
@@ -279,6 +282,7 @@ impl Client {
             (false, false) => report.inputs.refused += (!asked_again) as u64,
         }
         if retried.tampered {
+            report.events.push((now, format!("call {id}"), format!("answered: an altered state refused: {refusal}")));
             if served || asked_again {
                 let text = format!("call {id} was served with a requestState the client altered: {message}");
                 report.violations.push(Violation { invariant: 3, message: text });
@@ -300,12 +304,15 @@ impl Client {
         }
         if asked_again {
             report.inputs.asked += 1;
+            report.events.push((now, format!("call {id}"), "answered: asked again for input".into()));
             self.asked.push((call, message["result"].clone()));
         } else if served {
-            report.events.push((now, format!("call {id}"), "answered after its input".into()));
+            let text: String =
+                message["result"]["content"][0]["text"].as_str().unwrap_or("").chars().take(60).collect();
+            report.events.push((now, format!("call {id}"), format!("answered: {text}")));
             self.answers.insert(id, message["result"].clone());
         } else {
-            report.events.push((now, format!("call {id}"), format!("retry refused: {refusal}{text}")));
+            report.events.push((now, format!("call {id}"), format!("answered: retry refused: {refusal}{text}")));
         }
     }
 
@@ -390,6 +397,8 @@ impl Client {
         let asked_at = self.sent.get(&original).map_or(now, |(_, at)| *at);
         self.retries.insert(id, Retried { connection: self.connections, round, asked_at, tampered });
         self.sent_now(id, now);
+        let tool = call["params"]["name"].as_str().unwrap_or_default();
+        self.pending_events.push((now, format!("call {id}"), format!("sent {tool}")));
         instance.send(&retry);
         Some(id)
     }
