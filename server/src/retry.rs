@@ -39,8 +39,12 @@ pub async fn continue_run(
     };
     let answers = match answers_of(runs, &round, retry.input_responses.as_ref()) {
         Ok(Some(answers)) => answers,
-        // Some answer is missing: the same round is asked again (the state stays usable).
-        Ok(None) => return CallReply::InputRequired(asked_again(&round, retry, run), run.to_string()),
+        // Some answer is missing: the same round is asked again (the state stays usable), if
+        // another retry did not take it while the journal was read.
+        Ok(None) if runs.inputs.awaits(run, claims.round) => {
+            return CallReply::InputRequired(asked_again(&round, retry, run), run.to_string())
+        }
+        Ok(None) => return CallReply::Invalid(used(run)),
         Err(problem) => return CallReply::Invalid(problem),
     };
     let Some(_slot) = slots.take_named(
@@ -172,6 +176,10 @@ pub async fn ask_again(
     }
     let journal = runs.read_journal(&tool.config.name, &run).await.ok()??;
     let round = journal.rounds.get(awaited.round as usize)?;
+    // A retry may have taken the round while the journal was read.
+    if !runs.inputs.awaits(&run, awaited.round) {
+        return None;
+    }
     // Only kinds this caller declared are asked: a round it cannot answer is named instead.
     let missing: Vec<&str> = (round.sent.iter())
         .filter_map(|key| {

@@ -215,6 +215,12 @@ impl Oracle {
             return;
         };
         self.checks.set(self.checks.get() + 1);
+        // An answer that the run asks for input depends on the question, durable; another
+        // retry may be taking the run further meanwhile (its records are its own answer's).
+        if result["resultType"] == "input_required" {
+            self.asked_durable(&run);
+            return;
+        }
         self.run_durable(&run);
     }
 
@@ -239,6 +245,22 @@ impl Oracle {
             if end > self.disk.surviving_len(&ledger) {
                 self.violation(format!("run {run} was answered before its ledger records were durable"));
             }
+        }
+    }
+
+    /// The run's latest `asked` record would survive a crash now.
+    fn asked_durable(&self, run: &str) {
+        if self.disk.misdirected.borrow().is_some() {
+            return;
+        }
+        let Some((journal, _)) = self.journal_files().into_iter().find(|(_, r)| r == run) else { return };
+        let found = self
+            .disk
+            .with_bytes(&journal, |bytes| last_line_holding(bytes, b"\"record\":\"asked\"").map(|(end, _)| end));
+        match found.flatten() {
+            Some(end) if end <= self.disk.surviving_len(&journal) => {}
+            Some(_) => self.violation(format!("run {run} asked its client for input before the question was durable")),
+            None => self.violation(format!("run {run} asked its client for input, but its journal holds no question")),
         }
     }
 

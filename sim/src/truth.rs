@@ -246,7 +246,14 @@ pub fn limits_kept(
         let (Some(narrowing), Some(money)) = (&op.action.narrowed, op.action.amount.as_ref().and_then(amount)) else {
             continue;
         };
-        if !seen.contains_key(&signature(&op.action, &op.run)) {
+        // Like `charged_by_run`: what happened, or may have and the service saw (a refund that
+        // failed before it was sent has the signature of the same refund sent again).
+        let happened = match op.status {
+            Status::Happened => true,
+            Status::Maybe => seen.get(&signature(&op.action, &op.run)).is_some_and(|&n| n > 0),
+            _ => false,
+        };
+        if !happened {
             continue;
         }
         let outside = !narrowing.only.is_empty() && !narrowing.only.contains(&op.action.body);
