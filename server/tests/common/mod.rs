@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod loopback;
 pub mod payments;
 pub mod provider;
 

@@ -3,8 +3,8 @@
 //! did. One thread per connection, `Connection: close`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::thread;
 
@@ -35,17 +35,9 @@ pub struct Payments {
 
 impl Payments {
     pub fn start() -> Payments {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1");
-        let port = listener.local_addr().unwrap().port();
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let shared = Arc::clone(&ledger);
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let ledger = Arc::clone(&shared);
-                thread::spawn(move || serve(stream, &ledger));
-            }
-        });
+        let port = super::loopback::listen(move |stream| serve(stream, &shared));
         Payments { port, ledger }
     }
 
@@ -59,27 +51,9 @@ impl Payments {
 }
 
 fn serve(stream: TcpStream, ledger: &Mutex<Ledger>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() {
-        return;
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string());
-    let mut headers = BTreeMap::new();
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
-        }
-    }
-    let length: usize = headers.get("content-length").and_then(|l| l.parse().ok()).unwrap_or(0);
-    let mut body = vec![0u8; length];
-    let _ = reader.read_exact(&mut body);
-    let body = String::from_utf8_lossy(&body).into_owned();
+    let Some(request) = super::loopback::read_request(&stream) else { return };
+    let (method, path, headers) = (request.method, request.path, request.headers);
+    let body = String::from_utf8_lossy(&request.body).into_owned();
     let seen = Seen { method: method.clone(), path: path.clone(), headers: headers.clone(), body: body.clone() };
     let (status, answer) = {
         let mut ledger = ledger.lock().unwrap();

@@ -4,8 +4,8 @@
 //! seconds; anything else is answered at once with `echo: <text>`. It records every request.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::thread;
 
@@ -25,17 +25,9 @@ pub struct Provider {
 
 impl Provider {
     pub fn start() -> Provider {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1");
-        let port = listener.local_addr().unwrap().port();
         let asked = Arc::new(Mutex::new(Vec::new()));
         let shared = Arc::clone(&asked);
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let asked = Arc::clone(&shared);
-                thread::spawn(move || serve(stream, &asked));
-            }
-        });
+        let port = super::loopback::listen(move |stream| serve(stream, &shared));
         Provider { port, asked }
     }
 
@@ -55,25 +47,8 @@ fn last_text(body: &Value) -> String {
 }
 
 fn serve(stream: TcpStream, asked: &Mutex<Vec<Asked>>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() {
-        return;
-    }
-    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-    let mut headers = BTreeMap::new();
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
-        }
-    }
-    let length: usize = headers.get("content-length").and_then(|l| l.parse().ok()).unwrap_or(0);
-    let mut body = vec![0u8; length];
-    let _ = reader.read_exact(&mut body);
+    let Some(request) = super::loopback::read_request(&stream) else { return };
+    let (path, headers, body) = (request.path, request.headers, request.body);
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let text = last_text(&body);
     let earlier = {
