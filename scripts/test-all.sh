@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test Warden has: unit and end-to-end tests (including the tidy test of the
 # Env seam), the official MCP clients against the bundled example, and the simulator.
-# Installs what the tests need on a new machine (the client harness); safe to re-run.
+# Installs what the tests need on a new machine (the client harness, PostgreSQL); safe to
+# re-run. The `db.postgres` tests run against a throwaway PostgreSQL cluster started here
+# (scripts/postgres.sh) and stopped at exit.
 #
 #   scripts/test-all.sh
 #
@@ -18,6 +20,11 @@ step() { printf '\n== %s  (%ss so far)\n' "$*" "$((SECONDS - started))"; }
 
 step "build"
 cargo build --workspace --all-targets --locked
+
+step "a throwaway PostgreSQL cluster for the db.postgres tests"
+source "$root/scripts/postgres.sh"
+trap postgres_stop EXIT
+postgres_start
 
 step "cargo test (unit, tidy, end-to-end, simulator, fuzz replay)"
 cargo test --workspace --locked
@@ -37,7 +44,7 @@ validate() {
 step "real MCP clients against the support desk example (SQLite)"
 bash "$shared/clients/setup.sh"
 scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch"' EXIT
+trap 'postgres_stop; rm -rf "$scratch"' EXIT
 cp -r "$root/examples/support-desk" "$scratch/support-desk"
 rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db"
 bash "$shared/clients/run_all.sh" --tool search_tickets --args '{"query":"Refund"}' \

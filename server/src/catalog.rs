@@ -209,6 +209,7 @@ pub fn secret_variables(grants: &std::collections::BTreeMap<String, Grant>) -> V
             Grant::Secret { env } => out.push(env.clone()),
             Grant::Capability(grant) => {
                 out.extend(grant.headers.values().map(|(_, env)| env.clone()));
+                out.extend(grant.url_env.iter().cloned());
                 grant.needs.values().for_each(|need| collect(need, out));
             }
         }

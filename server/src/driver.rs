@@ -193,10 +193,11 @@ impl Runs {
             }
             Command::LookUp(action) => {
                 let grant = grant_of(cx, action.grant.as_str())?;
-                let committed = perform::sql_write_happened(&self.env, grant, run, action.op).await.map_err(|e| {
-                    Fatal(format!("run {run}: looking up action {} in warden_actions failed: {e}", action.op))
-                })?;
-                Ok(Some(Event::LookedUp { committed }))
+                let net = &cx.tool.config.net;
+                Ok(Some(match perform::sql_write_happened(&self.env, grant, net, run, action.op).await {
+                    Ok(committed) => Event::LookedUp { committed },
+                    Err(problem) => Event::LookUpFailed(crate::broker::scrub(&problem, &cx.secrets)),
+                }))
             }
             Command::Wait { op, action, reason, halted } => {
                 let waiting = Waiting { op, action: action.as_ref(), reason: &reason, halted };

@@ -191,10 +191,39 @@ pub trait Net {
     fn request(&self, request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>>;
 }
 
-/// A SQLite statement for the `db.sqlite` capability.
+/// The database a `db.*` grant reaches.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Database {
+    /// `db.sqlite`: a file, opened per statement.
+    Sqlite(PathBuf),
+    /// `db.postgres`: a server, connected to per statement.
+    Postgres(PostgresTarget),
+}
+
+/// A PostgreSQL server and the time one statement may take (the tool's `net`).
+#[derive(Clone, PartialEq)]
+pub struct PostgresTarget {
+    /// The connection URL, from the environment variable the grant names. A secret: it may
+    /// hold a password, so it is never printed (`Debug` leaves it out).
+    pub url: String,
+    pub connect_timeout_ms: u64,
+    pub statement_timeout_ms: u64,
+}
+
+impl std::fmt::Debug for PostgresTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresTarget")
+            .field("url", &"(secret)")
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("statement_timeout_ms", &self.statement_timeout_ms)
+            .finish()
+    }
+}
+
+/// A statement for a `db.*` capability.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DbRequest {
-    pub path: PathBuf,
+    pub database: Database,
     pub write: bool,
     pub sql: String,
     pub params: Vec<serde_json::Value>,
@@ -212,14 +241,34 @@ pub struct DbReply {
     pub changes: u64,
 }
 
+/// A statement that failed, and whether its transaction may have committed anyway (the
+/// connection was lost while COMMIT was on its way: only `warden_actions` can tell).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbFailure {
+    pub message: String,
+    pub may_have_committed: bool,
+}
+
+impl DbFailure {
+    /// A failure that certainly committed nothing.
+    pub fn rolled_back(message: impl Into<String>) -> DbFailure {
+        DbFailure { message: message.into(), may_have_committed: false }
+    }
+}
+
 pub trait Db {
-    fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>>;
-    /// Creates the database at `path` by running `sql` (several statements) in one
+    fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, DbFailure>>;
+    /// Creates the SQLite database at `path` by running `sql` (several statements) in one
     /// transaction. Used only when the database does not exist yet.
     fn initialize(&self, path: &Path, sql: &str) -> LocalBoxFuture<'static, Result<(), String>>;
     /// Whether `warden_actions` holds (run id, action number): the write is known to have
     /// happened. `Ok(false)` means it is known not to have happened.
-    fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>>;
+    fn action_recorded(
+        &self,
+        database: &Database,
+        run: &str,
+        action: u64,
+    ) -> LocalBoxFuture<'static, Result<bool, String>>;
 }
 
 /// Randomness: run ids and anything else random.

@@ -11,12 +11,14 @@
 //! | Ready       | Executed(Act a)       | Begun(a)    | Journal(prints), Journal(Begin a), Perform a  |
 //! | Ready       | Executed(End e)       | Settling(e) | Journal(prints), Journal(End e), Settle e     |
 //! | Begun(a)    | Performed(Done r)     | Ready       | Journal(Done r), Execute                      |
+//! | Begun(a)    | Performed(InDoubt), a SQL write | LookingUp | Log, LookUp a                       |
 //! | Begun(a)    | Performed(InDoubt)    | Waiting     | Wait(a), Notify                               |
 //! | InDoubt(a)  | Resume, a SQLite write| LookingUp   | Journal(Resumed), LookUp a                    |
 //! | InDoubt(a)  | Resume, safe to resend| Begun(a)    | Journal(Resumed), Log, Perform a              |
 //! | InDoubt(a)  | Resume, otherwise     | Waiting     | Journal(Resumed), Wait(a), Notify             |
 //! | LookingUp(a)| LookedUp(committed)   | Ready       | Log, Journal(Done recovered), Execute         |
 //! | LookingUp(a)| LookedUp(not)         | Begun(a)    | Log, Perform a                                |
+//! | LookingUp(a)| LookUpFailed          | Waiting     | Wait(a), Notify                               |
 //! | Settling(e) | Resume                | Settling(e) | Settle e                                      |
 //! | Settling(e) | Settled               | Ended(e)    |                                               |
 //! | Halted      | Resume                | Waiting     | Wait (halted), Notify                         |
@@ -46,7 +48,7 @@
 use serde_json::{json, Value};
 
 use crate::broker::perform::{resend_is_safe, Performed};
-use crate::broker::{Action, Kind, Method};
+use crate::broker::{Action, Method};
 use crate::journal::{EndRecord, Journal, JournalRecord, OpState};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -111,6 +113,8 @@ pub enum Event {
     LookedUp {
         committed: bool,
     },
+    /// `warden_actions` could not be read (the database is down): nobody can tell yet.
+    LookUpFailed(String),
     Settled,
     /// The client's answers to the awaited round (the keys sent), at `at_ms`.
     Answered {
@@ -130,7 +134,7 @@ pub enum Command {
     /// Send the action (yields `Performed`). `resend`: it was begun before a crash and may
     /// have happened, so failing before it is sent again leaves it in doubt, never "not sent".
     Perform { action: Action, resend: bool },
-    /// Look a `db.sqlite` write up in `warden_actions` (yields `LookedUp`).
+    /// Look a `db.*` write up in `warden_actions` (yields `LookedUp` or `LookUpFailed`).
     LookUp(Action),
     /// Write the waiting record, durably (step 5). `action` is the one in doubt, if any;
     /// `halted` says the run waits for `warden resolve --resume`, not for an action's verdict.
@@ -207,6 +211,7 @@ impl Event {
             Event::Executed { .. } => "Executed",
             Event::Performed(_) => "Performed",
             Event::LookedUp { .. } => "LookedUp",
+            Event::LookUpFailed(_) => "LookUpFailed",
             Event::Settled => "Settled",
             Event::Answered { .. } => "Answered",
             Event::Expired(_) => "Expired",
@@ -214,9 +219,9 @@ impl Event {
     }
 }
 
-/// A `db.sqlite` write: after a crash it is looked up, never guessed.
+/// A `db.*` write: after a crash it is looked up, never guessed.
 pub fn is_sql_write(action: &Action) -> bool {
-    action.kind == Kind::Sqlite && action.method == Method::Execute
+    action.kind.is_database() && action.method == Method::Execute
 }
 
 /// The table. Long because it is the table: one arm per cell of the module's table, in its
@@ -273,6 +278,12 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
         (State::Begun(action), Event::Performed(Performed::Done(result))) => {
             (State::Ready, vec![Command::Journal(JournalRecord::Done { op: action.op, result }), Command::Execute])
         }
+        // A database write whose COMMIT got no answer: its own transaction tells whether it
+        // happened, so ask the database before asking a person.
+        (State::Begun(action), Event::Performed(Performed::InDoubt(problem))) if is_sql_write(&action) => {
+            let log = format!("action {}: {problem}; looking it up in warden_actions", action.op);
+            (State::LookingUp(action.clone()), vec![Command::Log(log), Command::LookUp(action)])
+        }
         (State::Begun(action), Event::Performed(Performed::InDoubt(problem))) => {
             let reason = format!(
                 "action {} ({} {}) may have reached the service: {problem}",
@@ -318,6 +329,13 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
             let log = format!("action {}: not in warden_actions; performing it", action.op);
             let perform = Command::Perform { action: action.clone(), resend: false };
             (State::Begun(action), vec![Command::Log(log), perform])
+        }
+        (State::LookingUp(action), Event::LookUpFailed(problem)) => {
+            let reason = format!(
+                "action {} ({} {}) may have committed, and warden_actions could not be read: {problem}",
+                action.op, action.method, action.kind
+            );
+            wait(action, reason)
         }
         (State::Settling(end), Event::Resume { .. }) => (State::Settling(end.clone()), vec![Command::Settle(end)]),
         (State::Settling(end), Event::Settled) => (State::Ended(end), vec![]),

@@ -50,6 +50,8 @@ fn kind_of(action: &serde_json::Value) -> &'static str {
     match (action.kind, action.method, action.idempotency_key.is_some()) {
         (Kind::Sqlite, Method::Execute, _) => "an SQLite write begun",
         (Kind::Sqlite, _, _) => "an SQLite read begun",
+        (Kind::Postgres, Method::Execute, _) => "a PostgreSQL write begun",
+        (Kind::Postgres, _, _) => "a PostgreSQL read begun",
         (_, Method::Refund, true) => "a keyed refund begun",
         (_, Method::Refund, false) => "a plain refund begun",
         (_, Method::Get, _) => "an HTTP read begun",

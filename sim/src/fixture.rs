@@ -36,7 +36,14 @@ const NOTE: &str = "def main(notes, text: str) -> dict:\n    \"\"\"Save a note.\
 const CLOSE: &str = "def main(db, ticket: int) -> dict:\n    \"\"\"Close a ticket.\n\n    Args:\n        ticket: The ticket.\n    \"\"\"\n    return {\"changes\": db.execute(\"UPDATE tickets SET open = 0 WHERE id = ? AND open = 1\", [ticket])[\"changes\"]}\n";
 
 /// The secrets every world's variables hold: the checker searches every output for them.
-pub const SECRETS: &[&str] = &[SECRET, NOTES_TOKEN, HTTP_TOKEN, crate::generate::MODEL_KEY];
+pub const SECRETS: &[&str] = &[
+    SECRET,
+    NOTES_TOKEN,
+    HTTP_TOKEN,
+    crate::generate::MODEL_KEY,
+    // Its connection URL's words ("postgres", "warden") are no secret; its password is.
+    crate::services::PG_PASSWORD,
+];
 
 /// The bearer token an HTTP world's server requires and its client sends (a secret too: the
 /// checker searches every output for it).
@@ -89,10 +96,13 @@ pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) 
     for n in (0..20).filter(|&n| n != 1) {
         world.services.intents.borrow_mut().insert(format!("pi_{}", 2000 + n), (100_000, "usd".into()));
     }
-    let db = World::path("desk.db");
-    world.services.sql(&db, "CREATE TABLE tickets (id INTEGER PRIMARY KEY, open INTEGER)");
-    for n in 1..=20 {
-        world.services.sql(&db, &format!("INSERT INTO tickets (id, open) VALUES ({n}, 1)"));
+    let url = crate::services::PG_URL;
+    world.services.variables.borrow_mut().insert(crate::services::PG_URL_ENV.into(), url.into());
+    for db in [World::path("desk.db"), std::path::PathBuf::from(crate::services::PG_DESK)] {
+        world.services.sql(&db, "CREATE TABLE tickets (id INTEGER PRIMARY KEY, open INTEGER)");
+        for n in 1..=20 {
+            world.services.sql(&db, &format!("INSERT INTO tickets (id, open) VALUES ({n}, 1)"));
+        }
     }
     match canary {
         Some(Canary::LyingFsync) => world.disk.faults.borrow_mut().lying_fsync = true,

@@ -1,7 +1,7 @@
 //! Generated worlds: each seed draws a manifest from the manifest grammar (what `warden check`
 //! accepts) and programs from templates, so the simulator explores what operators can write,
 //! not one hand-written configuration. The services are fixed (a payment API, a notes
-//! endpoint, an SQLite desk); the manifest decides which tools reach them and under what
+//! endpoint, a ticket desk in SQLite and one in PostgreSQL, a model); the manifest decides which tools reach them and under what
 //! limits. The checker takes every limit from the manifest this produces (`truth.rs`).
 
 use std::collections::BTreeMap;
@@ -87,12 +87,24 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         if narrows(seed, index, template) {
             text = with_narrowing(&text);
         }
+        let postgres = uses_postgres(seed, index, template);
+        if postgres {
+            // PostgreSQL numbers its parameters.
+            text = text.replace("id = ?", "id = $1");
+        }
         let summarizes = calls_model(seed, index, template);
         if summarizes {
             text = with_model_call(&text);
         }
         programs.insert(program.clone(), text);
         let mut tool = tool_config(&name, &program, template, server_runs, &mut draw);
+        if postgres {
+            let mode = tool["grants"]["db"]["mode"].clone();
+            let url = json!({"env": crate::services::PG_URL_ENV});
+            tool["grants"]["db"] = json!({"cap": "db.postgres", "url": url, "mode": mode});
+            // Its connect and statement timeouts (required: it reaches the network).
+            tool.insert("net".into(), json!({"timeout_ms": 1000, "connect_timeout_ms": 1000}));
+        }
         if summarizes {
             let grants = tool.entry("grants").or_insert(json!({}));
             grants["llm"] = json!({"cap": "model", "max_tokens": MODEL_MAX_TOKENS});
@@ -148,6 +160,13 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
 fn asks_first(seed: u64, index: u64, template: Template) -> bool {
     let writes = matches!(template, Template::Refund | Template::Notes | Template::Close);
     writes && (seed ^ 0x6173_6b73 ^ index.rotate_left(23)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 0
+}
+
+/// Whether the ticket tool at `index` reaches the PostgreSQL desk instead of the SQLite one:
+/// a third of them. Drawn apart from the world's other draws, like `asks_first`.
+fn uses_postgres(seed: u64, index: u64, template: Template) -> bool {
+    matches!(template, Template::Close | Template::Lookup)
+        && (seed ^ 0x7067_7371 ^ index.rotate_left(41)).wrapping_mul(0x9e37_79b9_7f4a_7c15) % 3 == 0
 }
 
 /// Whether the refund tool at `index` narrows its handle before refunding: a third of them.

@@ -297,6 +297,8 @@ struct Totals {
     inputs: warden_sim::sweep::Inputs,
     model_requests: u64,
     model_seeds: u64,
+    postgres_statements: u64,
+    postgres_seeds: u64,
     simulated_ms: u64,
     /// Index 0: at a disk operation or a failed write; 1..=7: after that step.
     crashes: [u64; 8],
@@ -321,6 +323,8 @@ impl Totals {
         self.principal_seeds += report.with_principals as u64;
         self.model_requests += report.model_requests;
         self.model_seeds += (report.model_requests > 0) as u64;
+        self.postgres_statements += report.postgres_statements;
+        self.postgres_seeds += (report.postgres_statements > 0) as u64;
         self.inputs.asked += report.inputs.asked;
         self.inputs.served += report.inputs.served;
         self.inputs.refused += report.inputs.refused;
@@ -447,6 +451,10 @@ fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
     println!(
         "| model calls | {} request(s) to the simulated provider in {} seed(s) (every 5th answered 429, every 7th 500) |",
         totals.model_requests, totals.model_seeds
+    );
+    println!(
+        "| PostgreSQL | {} statement(s) to the simulated server in {} seed(s) |",
+        totals.postgres_statements, totals.postgres_seeds
     );
     println!(
         "| simulated time | {:.1} h ({speed:.0}x faster than wall time) |",

@@ -34,7 +34,7 @@ const FAULT_KINDS: &[FaultKind] = &[
     FaultKind { draw: |r| Fault::CrashAtDiskOperation { after: 1 + pick(r, 40) }, rarity: 1 },
     FaultKind {
         draw: |r| Fault::Network {
-            url: ["notes.sim", "refunds", "payment_intents"][pick(r, 3) as usize].into(),
+            url: ["notes.sim", "refunds", "payment_intents", "pg.sim"][pick(r, 4) as usize].into(),
             kind: [NetworkFault::Refuse, NetworkFault::LoseResponse, NetworkFault::CrashAfterActing]
                 [pick(r, 3) as usize],
         },
@@ -43,7 +43,7 @@ const FAULT_KINDS: &[FaultKind] = &[
     // A service slower than some timeouts (1 s in generated worlds) and deadlines (1 s, 2 s).
     FaultKind {
         draw: |r| Fault::Network {
-            url: ["notes.sim", "refunds", "payment_intents", "echo.sim"][pick(r, 4) as usize].into(),
+            url: ["notes.sim", "refunds", "payment_intents", "echo.sim", "pg.sim"][pick(r, 5) as usize].into(),
             kind: NetworkFault::Slow { ms: 100 + pick(r, 2500) },
         },
         rarity: 1,

@@ -1,9 +1,14 @@
 //! Simulated services behind the seam: a payment API (Stripe-shaped, with its own
 //! idempotency-key store and a ground-truth record of every effect), a plain HTTP endpoint
-//! that records each write, SQLite in memory, and the operator's notify command.
+//! that records each write, SQLite in memory, a PostgreSQL server (modelled by another
+//! in-memory SQLite database, with the same one-transaction-per-statement semantics and
+//! `warden_actions` row), and the operator's notify command.
 //!
 //! Faults: a request refused before sending, a timeout after the service acted (the case
 //! that puts an action in doubt), and a crash of the server right after the service acted.
+//! For PostgreSQL, the same faults hit the connection: refused (nothing committed), COMMIT's
+//! answer lost (committed, in doubt), a crash after COMMIT, and a statement slower than its
+//! `statement_timeout` (cancelled by the server, rolled back).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -14,8 +19,8 @@ use std::rc::Rc;
 use rusqlite::types::Value as SqlValue;
 use serde_json::{json, Map, Value};
 use warden::env::{
-    Db, DbReply, DbRequest, HttpRequest, HttpResponse, LocalBoxFuture, Net, NetError, Process, ProcessOutcome,
-    ProcessRequest,
+    Database, Db, DbFailure, DbReply, DbRequest, HttpRequest, HttpResponse, LocalBoxFuture, Net, NetError, Process,
+    ProcessOutcome, ProcessRequest,
 };
 
 pub const PAYMENTS_HOST: &str = "https://payments.sim";
@@ -28,6 +33,26 @@ pub const ECHO_HOST: &str = "https://echo.sim";
 /// The simulated model provider (Anthropic's messages API). Every fifth request is answered
 /// 429 and every seventh 500, so retries and give-ups happen without a fault planned.
 pub const MODEL_HOST: &str = "https://model.sim";
+
+/// The simulated PostgreSQL server's desk: its connection URL (a secret, with a password the
+/// checker searches every output for), the variable holding it, and its key among the
+/// in-memory databases.
+pub const PG_URL_ENV: &str = "DESK_PG_URL";
+pub const PG_PASSWORD: &str = "pgSIMPWx7f3a:q";
+pub const PG_URL: &str = "postgres://warden:pgSIMPWx7f3a%3Aq@pg.sim/desk";
+pub const PG_DESK: &str = "postgres://pg.sim/desk";
+
+/// Where the simulated services keep `database`: a SQLite file by its path, a PostgreSQL
+/// server by its URL without the credentials.
+pub fn database_key(database: &Database) -> PathBuf {
+    match database {
+        Database::Sqlite(path) => path.clone(),
+        Database::Postgres(target) => {
+            let place = target.url.rsplit('@').next().unwrap_or_default();
+            PathBuf::from(format!("postgres://{}", place.trim_start_matches("postgres://")))
+        }
+    }
+}
 
 /// A fault for the next matching request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +97,8 @@ pub struct Services {
     pub clock: RefCell<Option<Rc<crate::clock::SimClock>>>,
     pub variables: RefCell<BTreeMap<String, String>>,
     databases: RefCell<BTreeMap<PathBuf, rusqlite::Connection>>,
+    /// Statements the PostgreSQL server received.
+    pub postgres_statements: Cell<u64>,
     /// Crash the server right after the next committed write.
     pub crash_after_commit: Cell<bool>,
     /// Step the wall clock by this much (ms) when the next request reaches a service.
@@ -99,6 +126,20 @@ impl Services {
 
     pub fn fault_next(&self, url_contains: &str, fault: NetFault) {
         self.faults.borrow_mut().push((url_contains.to_string(), fault));
+    }
+
+    /// Takes the next fault for `url` only if it is a refusal (a lookup that is refused
+    /// leaves the other faults to the statements they were planned for).
+    fn take_refusal(&self, url: &str) -> bool {
+        let mut faults = self.faults.borrow_mut();
+        let found = faults.iter().position(|(part, _)| url.contains(part.as_str()));
+        match found {
+            Some(index) if faults[index].1 == NetFault::Refuse => {
+                faults.remove(index);
+                true
+            }
+            _ => false,
+        }
     }
 
     fn take_fault(&self, url: &str) -> Option<NetFault> {
@@ -334,7 +375,7 @@ impl Services {
     fn execute(&self, request: &DbRequest) -> Result<DbReply, String> {
         let mut databases = self.databases.borrow_mut();
         let connection = databases
-            .entry(request.path.clone())
+            .entry(database_key(&request.database))
             .or_insert_with(|| rusqlite::Connection::open_in_memory().expect("in-memory SQLite"));
         let transaction = connection.transaction().map_err(|e| e.to_string())?;
         let params: Vec<SqlValue> = request.params.iter().map(to_sql).collect();
@@ -375,7 +416,7 @@ impl Db for SimDb {
         Box::pin(std::future::ready(connection.execute_batch(sql).map_err(|e| e.to_string())))
     }
 
-    fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>> {
+    fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, DbFailure>> {
         if self.0.server_crashed() {
             return Box::pin(std::future::pending());
         }
@@ -383,7 +424,13 @@ impl Db for SimDb {
         {
             oracle.before_sql_write(run, *op);
         }
-        let reply = self.0.execute(&request);
+        if let Database::Postgres(target) = &request.database {
+            self.0.postgres_statements.set(self.0.postgres_statements.get() + 1);
+            if let Some(fault) = self.0.take_fault(&target.url) {
+                return self.postgres_fault(&request, target.statement_timeout_ms, fault);
+            }
+        }
+        let reply = self.0.execute(&request).map_err(DbFailure::rolled_back);
         if request.write && reply.is_ok() && self.0.crash_after_commit.replace(false) {
             self.0.crash_server();
             return Box::pin(std::future::pending());
@@ -391,13 +438,76 @@ impl Db for SimDb {
         Box::pin(std::future::ready(reply))
     }
 
-    fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>> {
-        let _ = self.0.sql(path, ACTIONS_TABLE);
+    fn action_recorded(
+        &self,
+        database: &Database,
+        run: &str,
+        action: u64,
+    ) -> LocalBoxFuture<'static, Result<bool, String>> {
+        if let Database::Postgres(target) = database {
+            if self.0.take_refusal(&target.url) {
+                return Box::pin(std::future::ready(Err("PostgreSQL: connection refused".into())));
+            }
+        }
+        let key = database_key(database);
+        let _ = self.0.sql(&key, ACTIONS_TABLE);
         let rows = self
             .0
-            .sql(path, &format!("SELECT COUNT(*) AS n FROM warden_actions WHERE run = '{run}' AND action = {action}"));
+            .sql(&key, &format!("SELECT COUNT(*) AS n FROM warden_actions WHERE run = '{run}' AND action = {action}"));
         let found = rows.first().and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0) > 0;
         Box::pin(std::future::ready(Ok(found)))
+    }
+}
+
+impl SimDb {
+    /// A statement on the PostgreSQL server's connection, under a network fault.
+    fn postgres_fault(
+        &self,
+        request: &DbRequest,
+        statement_timeout_ms: u64,
+        fault: NetFault,
+    ) -> LocalBoxFuture<'static, Result<DbReply, DbFailure>> {
+        let services = &self.0;
+        let outcome = match fault {
+            NetFault::Refuse => Err(DbFailure::rolled_back("PostgreSQL: connection refused")),
+            // It committed; the answer to COMMIT never came.
+            NetFault::LoseResponse => match services.execute(request) {
+                Ok(_) => Err(DbFailure {
+                    message: "PostgreSQL: connection closed with COMMIT on its way".into(),
+                    may_have_committed: true,
+                }),
+                Err(problem) => Err(DbFailure::rolled_back(problem)),
+            },
+            NetFault::CrashAfterActing => {
+                let _ = services.execute(request);
+                services.crash_server();
+                return Box::pin(std::future::pending());
+            }
+            // The server cancels a statement past `statement_timeout`, rolling it back.
+            NetFault::Slow(ms) if ms > statement_timeout_ms => {
+                let cancelled = "PostgreSQL: canceling statement due to statement timeout";
+                return services.after(statement_timeout_ms, Err(DbFailure::rolled_back(cancelled)));
+            }
+            NetFault::Slow(ms) => {
+                let reply = services.execute(request).map_err(DbFailure::rolled_back);
+                return services.after(ms, reply);
+            }
+        };
+        Box::pin(std::future::ready(outcome))
+    }
+}
+
+impl Services {
+    /// `outcome` after `ms` of virtual time (at once without a clock).
+    fn after<T: 'static>(&self, ms: u64, outcome: T) -> LocalBoxFuture<'static, T> {
+        let Some(clock) = self.clock.borrow().as_ref().map(Rc::clone) else {
+            return Box::pin(std::future::ready(outcome));
+        };
+        let sleep = warden::env::Clock::sleep(&crate::clock::SimClockHandle(clock), ms);
+        Box::pin(async move {
+            sleep.await;
+            outcome
+        })
     }
 }
 

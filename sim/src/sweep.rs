@@ -62,6 +62,8 @@ pub struct Report {
     pub inputs: Inputs,
     /// Requests the simulated model provider received.
     pub model_requests: u64,
+    /// Statements the simulated PostgreSQL server received.
+    pub postgres_statements: u64,
 }
 
 /// What the client model's input rounds came to.
@@ -440,6 +442,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     drop(instance);
     report.sim_ms = world.clock.now();
     report.model_requests = world.services.effects_of("model") as u64;
+    report.postgres_statements = world.services.postgres_statements.get();
     let mut trace = client.trace.clone();
     for effect in world.services.effects.borrow().iter() {
         trace.extend(format!("{effect:?}").bytes());

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
-use warden::broker::kinds::{Kind, Method};
+use warden::broker::kinds::Method;
 use warden::broker::Action;
 use warden::journal::OpState;
 use warden::ledger::{RunPhase, State};
@@ -45,7 +45,7 @@ pub struct WriteOp {
 
 /// What the services' records name an action by.
 pub fn signature(action: &Action, run: &str) -> String {
-    if action.kind == Kind::Sqlite {
+    if action.kind.is_database() {
         return format!("sql {run} {}", action.op);
     }
     // The key (when sent) and what was sent under it: a request that sends other content
@@ -125,12 +125,13 @@ pub fn effects(world: &World) -> BTreeMap<String, u32> {
         };
         *seen.entry(signature).or_insert(0) += 1;
     }
-    let desk = World::path("desk.db");
-    world.services.sql(&desk, crate::services::ACTIONS_TABLE);
-    for row in world.services.sql(&desk, "SELECT run, action FROM warden_actions") {
-        let run = row.get("run").and_then(Value::as_str).unwrap_or_default();
-        let action = row.get("action").and_then(Value::as_i64).unwrap_or(-1);
-        *seen.entry(format!("sql {run} {action}")).or_insert(0) += 1;
+    for desk in [World::path("desk.db"), std::path::PathBuf::from(crate::services::PG_DESK)] {
+        world.services.sql(&desk, crate::services::ACTIONS_TABLE);
+        for row in world.services.sql(&desk, "SELECT run, action FROM warden_actions") {
+            let run = row.get("run").and_then(Value::as_str).unwrap_or_default();
+            let action = row.get("action").and_then(Value::as_i64).unwrap_or(-1);
+            *seen.entry(format!("sql {run} {action}")).or_insert(0) += 1;
+        }
     }
     seen
 }
@@ -152,7 +153,7 @@ pub fn journals_match_services(world: &World, ops: &[WriteOp]) -> Vec<Violation>
     // 5: a write that may have been sent and cannot be sent again safely waits for a person;
     // recording it done (with an error) is a guess.
     for op in ops.iter().filter(|op| op.status == Status::Maybe) {
-        if op.action.idempotency_key.is_none() && op.action.kind != Kind::Sqlite {
+        if op.action.idempotency_key.is_none() && !op.action.kind.is_database() {
             found.push(Violation {
                 invariant: 5,
                 message: format!(

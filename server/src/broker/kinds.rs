@@ -22,6 +22,8 @@ pub enum Kind {
     StripeRefund,
     #[serde(rename = "db.sqlite")]
     Sqlite,
+    #[serde(rename = "db.postgres")]
+    Postgres,
     /// A call to the manifest's model (its `model` section).
     #[serde(rename = "model")]
     Model,
@@ -37,8 +39,15 @@ impl Kind {
             Kind::HttpDelete => "net.http.delete",
             Kind::StripeRefund => "payments.stripe.refund",
             Kind::Sqlite => "db.sqlite",
+            Kind::Postgres => "db.postgres",
             Kind::Model => "model",
         }
+    }
+
+    /// A database kind (`db.*`): its actions are SQL statements, and a write records itself
+    /// in the database's `warden_actions` table in the same transaction.
+    pub fn is_database(self) -> bool {
+        matches!(self, Kind::Sqlite | Kind::Postgres)
     }
 
     /// The plain HTTP kind of a method (`net.http.<method>`).
@@ -118,6 +127,7 @@ pub enum GrantKey {
     Mode,
     Init,
     MaxTokens,
+    Url,
 }
 
 impl GrantKey {
@@ -134,6 +144,7 @@ impl GrantKey {
             GrantKey::Mode => "mode",
             GrantKey::Init => "init",
             GrantKey::MaxTokens => "max_tokens",
+            GrantKey::Url => "url",
         }
     }
 }
@@ -224,6 +235,15 @@ pub const KINDS: &[KindSpec] = &[
         keys: &[Path, Mode, Uses, Init],
         required: &[Path, Mode],
         network: false,
+        read_only: false,
+        needs: &[],
+    },
+    // Its connect and statement timeouts are the tool's `net` (seed 000 section 3).
+    KindSpec {
+        kind: Kind::Postgres,
+        keys: &[Url, Mode, Uses],
+        required: &[Url, Mode],
+        network: true,
         read_only: false,
         needs: &[],
     },

@@ -441,7 +441,7 @@ fn narrowed_key(action: &Action) -> Option<String> {
 }
 
 fn only_list<'a>(grant: &'a CapabilityGrant, action: &Action) -> Option<&'a [String]> {
-    if action.kind == Kind::Sqlite || action.kind == Kind::Model || action.method == Method::Refund {
+    if action.kind.is_database() || action.kind == Kind::Model || action.method == Method::Refund {
         return None;
     }
     if grant.cap == Kind::StripeRefund {
@@ -480,7 +480,7 @@ impl std::error::Error for Stop {}
 /// The worst case of one grant, for annotations and reservations: whether it only reads.
 pub fn grant_reads_only(grant: &CapabilityGrant) -> bool {
     match grant.cap {
-        Kind::Sqlite => grant.mode == Some(DbMode::Read),
+        Kind::Sqlite | Kind::Postgres => grant.mode == Some(DbMode::Read),
         kind => kinds::spec(kind).read_only,
     }
 }

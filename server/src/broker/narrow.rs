@@ -129,7 +129,7 @@ fn only_entry_within(grant: &CapabilityGrant, entry: &str) -> Result<String, Str
             }
             Ok(entry.to_string())
         }
-        Kind::Sqlite => Err("narrow: a database grant has no `only` to narrow".to_string()),
+        Kind::Sqlite | Kind::Postgres => Err("narrow: a database grant has no `only` to narrow".to_string()),
         _ if entry.contains('*') => Err(format!("narrow: `{entry}` is a pattern; a narrowing names exact URLs")),
         _ => urls::allowed(&grant.only, entry)
             .map_err(|problem| format!("narrow: `{entry}` is outside the grant's `only`: {problem}")),
@@ -179,6 +179,7 @@ mod tests {
             mode: None,
             init: None,
             max_tokens: None,
+            url_env: None,
         }
     }
 

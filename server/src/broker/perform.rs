@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use super::{scrub, scrub_value, urls, Action, Kind, Method};
-use crate::env::{DbRequest, Env, HttpRequest, HttpResponse};
+use crate::env::{Database, DbRequest, Env, HttpRequest, HttpResponse, PostgresTarget};
 use crate::manifest::{CapabilityGrant, Grant, NetConfig};
 
 /// What performing an action produced.
@@ -27,9 +27,25 @@ fn secret(env: &Env, name: &str) -> Result<String, String> {
     }
 }
 
-/// Every secret value a tool's grants can attach (for scrubbing).
+/// Every secret value a tool's grants can attach (for scrubbing): a connection URL's
+/// password also on its own, as written in the URL and decoded, since an error may quote it.
 pub fn secret_values(env: &Env, grants: &BTreeMap<String, Grant>) -> Vec<String> {
-    crate::catalog::secret_variables(grants).iter().filter_map(|name| secret(env, name).ok()).collect()
+    let values: Vec<String> =
+        crate::catalog::secret_variables(grants).iter().filter_map(|name| secret(env, name).ok()).collect();
+    let passwords = values.iter().filter_map(|value| url::Url::parse(value).ok()).filter_map(|url| {
+        let written = url.password()?.to_string();
+        let decoded = percent_decoded(&written);
+        Some([written, decoded])
+    });
+    let passwords: Vec<String> = passwords.flatten().collect();
+    values.into_iter().chain(passwords).collect()
+}
+
+fn percent_decoded(text: &str) -> String {
+    form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, value)| value.into_owned())
+        .unwrap_or_default()
 }
 
 fn need<'a>(grant: &'a CapabilityGrant, name: &str) -> Option<&'a CapabilityGrant> {
@@ -116,8 +132,8 @@ pub async fn perform(
     secrets: &[String],
     resend: bool,
 ) -> Performed {
-    if grant.cap == Kind::Sqlite {
-        return perform_sql(env, grant, run, action).await;
+    if grant.cap.is_database() {
+        return perform_sql(env, grant, net, run, action, secrets).await;
     }
     if grant.cap == Kind::Model {
         return match model {
@@ -222,14 +238,25 @@ async fn check_intent_currency(
     Ok(())
 }
 
-async fn perform_sql(env: &Env, grant: &CapabilityGrant, run: &str, action: &Action) -> Performed {
+async fn perform_sql(
+    env: &Env,
+    grant: &CapabilityGrant,
+    net: &NetConfig,
+    run: &str,
+    action: &Action,
+    secrets: &[String],
+) -> Performed {
     let write = action.method == Method::Execute;
     let params: Vec<Value> = match serde_json::from_str(&action.body) {
         Ok(params) => params,
         Err(e) => return Performed::Done(json!({"error": format!("the statement's parameters do not parse: {e}")})),
     };
+    let database = match database(env, grant, net) {
+        Ok(database) => database,
+        Err(problem) => return Performed::Done(json!({"error": problem})),
+    };
     let request = DbRequest {
-        path: grant.path.clone().unwrap_or_default(),
+        database,
         write,
         sql: action.target.clone(),
         params,
@@ -238,11 +265,35 @@ async fn perform_sql(env: &Env, grant: &CapabilityGrant, run: &str, action: &Act
     };
     match env.db.execute(request).await {
         Ok(reply) => Performed::Done(json!({"rows": reply.rows, "changes": reply.changes})),
-        Err(error) => Performed::Done(json!({"error": error})),
+        // A read changes nothing, whatever became of its COMMIT.
+        Err(failure) if failure.may_have_committed && write => Performed::InDoubt(scrub(&failure.message, secrets)),
+        Err(failure) => Performed::Done(json!({"error": scrub(&failure.message, secrets)})),
     }
 }
 
-/// After a crash between a `db.sqlite` write's begin and done: did it commit?
-pub async fn sql_write_happened(env: &Env, grant: &CapabilityGrant, run: &str, op: u64) -> Result<bool, String> {
-    env.db.action_recorded(&grant.path.clone().unwrap_or_default(), run, op).await
+/// The database a `db.*` grant reaches: its file, or its server with the tool's `net`
+/// timeouts (required for a tool with a network grant, so present here).
+fn database(env: &Env, grant: &CapabilityGrant, net: &NetConfig) -> Result<Database, String> {
+    match grant.cap {
+        Kind::Postgres => {
+            let variable = grant.url_env.as_deref().ok_or("the grant has no `url`")?;
+            Ok(Database::Postgres(PostgresTarget {
+                url: secret(env, variable)?,
+                connect_timeout_ms: net.connect_timeout_ms.unwrap_or(0),
+                statement_timeout_ms: net.timeout_ms.unwrap_or(0),
+            }))
+        }
+        _ => Ok(Database::Sqlite(grant.path.clone().unwrap_or_default())),
+    }
+}
+
+/// After a crash between a `db.*` write's begin and done: did it commit?
+pub async fn sql_write_happened(
+    env: &Env,
+    grant: &CapabilityGrant,
+    net: &NetConfig,
+    run: &str,
+    op: u64,
+) -> Result<bool, String> {
+    env.db.action_recorded(&database(env, grant, net)?, run, op).await
 }

@@ -1,5 +1,6 @@
-//! SQLite through rusqlite (bundled). A write runs in one transaction with its row in
-//! `warden_actions`, so a resumed run can tell whether it happened (DESIGN.md section 5).
+//! The `db.*` kinds: SQLite through rusqlite (bundled) here, PostgreSQL in `postgres.rs`.
+//! A write runs in one transaction with its row in `warden_actions`, so a resumed run can
+//! tell whether it happened (DESIGN.md section 5).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,7 +10,8 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::{Map, Value};
 
 use super::off_reactor;
-use crate::env::{Db, DbReply, DbRequest, LocalBoxFuture};
+use super::postgres;
+use crate::env::{Database, Db, DbFailure, DbReply, DbRequest, LocalBoxFuture};
 
 /// How long a statement waits for a locked database (seed 000 section 3).
 const BUSY_TIMEOUT_MS: u64 = 5000;
@@ -77,9 +79,9 @@ pub fn read_rows(
     Ok(rows)
 }
 
-fn execute(request: DbRequest) -> Result<DbReply, String> {
+fn execute(path: &Path, request: DbRequest) -> Result<DbReply, String> {
     let text = |e: rusqlite::Error| e.to_string();
-    let mut connection = open(&request.path, request.write).map_err(text)?;
+    let mut connection = open(path, request.write).map_err(text)?;
     let transaction = connection.transaction().map_err(text)?;
     let params: Vec<SqlValue> = request.params.iter().map(to_sql).collect();
     let rows;
@@ -127,18 +129,48 @@ impl Db for RealDb {
         })
     }
 
-    fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, String>> {
+    fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, DbFailure>> {
+        let write = request.write;
         Box::pin(async move {
-            off_reactor(move || execute(request).map_err(std::io::Error::other)).await.map_err(|e| e.to_string())
+            let reply = match request.database.clone() {
+                Database::Sqlite(path) => off_reactor(move || execute(&path, request).map_err(std::io::Error::other))
+                    .await
+                    .map_err(|e| DbFailure::rolled_back(e.to_string())),
+                Database::Postgres(target) => postgres::execute(request, target).await,
+            };
+            if write && reply.is_ok() {
+                committed();
+            }
+            reply
         })
     }
 
-    fn action_recorded(&self, path: &Path, run: &str, action: u64) -> LocalBoxFuture<'static, Result<bool, String>> {
-        let (path, run) = (path.to_path_buf(), run.to_string());
+    fn action_recorded(
+        &self,
+        database: &Database,
+        run: &str,
+        action: u64,
+    ) -> LocalBoxFuture<'static, Result<bool, String>> {
+        let (database, run) = (database.clone(), run.to_string());
         Box::pin(async move {
-            off_reactor(move || recorded(path, run, action).map_err(std::io::Error::other))
-                .await
-                .map_err(|e| e.to_string())
+            match database {
+                Database::Sqlite(path) => {
+                    off_reactor(move || recorded(path, run, action).map_err(std::io::Error::other))
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+                Database::Postgres(target) => postgres::action_recorded(target, run, action).await,
+            }
         })
     }
+}
+
+/// A crash-test build can abort right after a write committed, before its done record: the
+/// gap a resumed run closes by looking the write up in `warden_actions`.
+fn committed() {
+    #[cfg(feature = "crash-points")]
+    fail::eval("db-committed", |_| {
+        eprintln!("warden: crash point `db-committed` reached; aborting");
+        std::process::abort()
+    });
 }

@@ -5,6 +5,7 @@ pub mod db;
 mod disk;
 mod http_server;
 mod net;
+mod postgres;
 mod process;
 pub mod sandbox;
 mod stdio;

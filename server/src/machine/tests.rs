@@ -78,6 +78,7 @@ fn the_table_cell_by_cell() {
         State::Halted { op: 0, action: None },
         State::Awaiting { round: 0, nothing_sent: false },
         State::Awaiting { round: 0, nothing_sent: true },
+        State::Begun(sql.clone()),
     ];
     let ask = |sent: Vec<String>| Next::Ask { round: 0, requests: json!({"k": {}}), sent, at_ms: 3 };
     let events = [
@@ -94,6 +95,7 @@ fn the_table_cell_by_cell() {
         Event::Executed { prints: vec![], next: ask(vec![]) },
         Event::Answered { answers: json!({"k": {}}), at_ms: 4 },
         Event::Expired(end("deadline")),
+        Event::LookUpFailed("connection refused".into()),
     ];
     // (state index, event index) -> (next state, commands).
     let expected: Vec<((usize, usize), (&str, Vec<&str>))> = vec![
@@ -119,6 +121,9 @@ fn the_table_cell_by_cell() {
         ((11, 1), ("Ready", vec!["Journal(Answered)", "Execute"])),
         ((11, 11), ("Ready", vec!["Journal(Answered)", "Execute"])),
         ((11, 12), ("Settling", vec!["Journal(End)", "Settle"])),
+        ((12, 4), ("Ready", vec!["Journal(Done)", "Execute"])),
+        ((12, 5), ("LookingUp", vec!["Log", "LookUp"])),
+        ((5, 13), ("Waiting", vec!["Wait", "Notify"])),
     ];
     let mut valid = 0;
     for (s, state) in states.iter().enumerate() {
@@ -137,7 +142,7 @@ fn the_table_cell_by_cell() {
         }
     }
     assert_eq!(valid, expected.len());
-    assert_eq!(states.len() * events.len(), 156, "every cell was visited");
+    assert_eq!(states.len() * events.len(), 182, "every cell was visited");
 }
 
 #[test]
@@ -222,6 +227,7 @@ fn grant(kind: Taken) -> CapabilityGrant {
         mode: None,
         init: None,
         max_tokens: None,
+        url_env: None,
     };
     match kind {
         Taken::Get => plain(Kind::HttpGet),

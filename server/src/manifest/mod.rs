@@ -179,6 +179,8 @@ pub struct CapabilityGrant {
     pub init: Option<PathBuf>,
     /// `model`: the most tokens one call may ask for.
     pub max_tokens: Option<u64>,
+    /// `db.postgres`: the environment variable holding the connection URL (a secret).
+    pub url_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

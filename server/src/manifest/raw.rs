@@ -167,6 +167,15 @@ pub struct RawGrant {
     pub init: Option<String>,
     /// `model`: the most tokens one model call may ask for.
     pub max_tokens: Option<u64>,
+    /// `db.postgres`: the environment variable holding the connection URL.
+    pub url: Option<RawSecretRef>,
+}
+
+/// A secret held by an environment variable: `{ "env": NAME }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecretRef {
+    pub env: String,
 }
 
 /// A header whose value comes from an environment variable: `prefix` + the variable's value.

@@ -505,6 +505,7 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
         (GrantKey::Mode, raw.mode.is_some()),
         (GrantKey::Init, raw.init.is_some()),
         (GrantKey::MaxTokens, raw.max_tokens.is_some()),
+        (GrantKey::Url, raw.url.is_some()),
     ];
     for (key, is_present) in &present {
         if *is_present && !kind.keys.contains(key) {
@@ -599,8 +600,12 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
     if let Some(tokens) = raw.max_tokens.filter(|tokens| !(1..=MODEL_MAX_TOKENS_LIMIT).contains(tokens)) {
         problems.add(&format!("{at}.max_tokens"), format!("{tokens} is outside 1..={MODEL_MAX_TOKENS_LIMIT}"));
     }
+    if let Some(url) = &raw.url {
+        check_env_name(&url.env, &format!("{at}.url.env"), problems);
+    }
     let grant = CapabilityGrant {
         max_tokens: raw.max_tokens,
+        url_env: raw.url.as_ref().map(|url| url.env.clone()),
         cap: kind.kind,
         only,
         each,

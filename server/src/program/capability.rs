@@ -405,7 +405,7 @@ fn sql_method<'v>(
     eval: &mut Evaluator<'v, '_, '_>,
 ) -> starlark::Result<StarlarkValue_<'v>> {
     let cap = this_cap(this)?;
-    let kind = expect_kind(&cap, &[Kind::Sqlite], &method.name().to_ascii_lowercase())?;
+    let kind = expect_kind(&cap, &[Kind::Sqlite, Kind::Postgres], &method.name().to_ascii_lowercase())?;
     let params = match params.into_option() {
         None => Value::Array(vec![]),
         Some(value) => match to_json(value)? {

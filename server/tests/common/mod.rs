@@ -6,6 +6,7 @@
 
 pub mod loopback;
 pub mod payments;
+pub mod postgres;
 pub mod provider;
 
 use std::collections::HashMap;
