@@ -15,6 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::payments::Payments;
+use common::postgres::Pg;
 use common::{fixture, private_copy, Era, Wire};
 use serde_json::{json, Value};
 
@@ -177,6 +178,52 @@ fn between_begin_and_done_a_sqlite_write_is_looked_up() {
     assert_eq!(answer["result"]["structuredContent"]["result"], json!({"ticket_id": 2, "status": "closed"}));
     let db = rusqlite_count(&wire.dir.path().join("desk.db"));
     assert_eq!(db, 1, "exactly one warden_actions row");
+}
+
+/// The write committed, then the process died before its done record (`db-committed`): at
+/// restart it is found in `warden_actions` and not done again.
+#[test]
+fn a_sqlite_write_committed_before_the_crash_is_found_not_repeated() {
+    let payments = Payments::start();
+    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 3, "note": "duplicate of 1"}});
+    let mut wire = crash_and_restart(&payments, "db-committed=return", call.clone());
+    assert!(wire.stderr().contains("found in warden_actions; not repeated"), "{}", wire.stderr());
+    let answer = wire.request(Era::Modern, json!(2), "tools/call", call);
+    assert_eq!(answer["result"]["structuredContent"]["result"], json!({"ticket_id": 3, "status": "closed"}));
+    assert_eq!(rusqlite_count(&wire.dir.path().join("desk.db")), 1, "exactly one warden_actions row");
+}
+
+/// The same two gaps for `db.postgres`, against the throwaway cluster of
+/// `scripts/postgres.sh`: begun and not committed (done at restart), committed and not
+/// recorded done (found at restart). Each write happens once.
+#[test]
+fn between_begin_and_done_a_postgres_write_is_looked_up() {
+    for (point, log) in [
+        ("action-begun=return", "not in warden_actions; performing it"),
+        ("db-committed=return", "found in warden_actions; not repeated"),
+    ] {
+        let pg = Pg::create(if point.starts_with("action") { "crash_begun" } else { "crash_committed" });
+        pg.desk();
+        let dir = private_copy(&fixture("postgres"));
+        let mut wire = Wire::start_dir(dir, &[("DESK_PG_URL", &pg.url), ("FAILPOINTS", point)]);
+        let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 2, "note": "crash"}});
+        wire.send_request(Era::Modern, json!(1), "tools/call", call);
+        assert!(!wire.wait_exit(Duration::from_secs(30)).success(), "the process did not die at {point}");
+        let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+        drop(wire);
+        let mut wire = Wire::start_dir(dir, &[("DESK_PG_URL", &pg.url)]);
+        wire.assert_serving(900);
+        assert!(wire.stderr().contains(log), "{point}: {}", wire.stderr());
+        assert_eq!(pg.sql("SELECT count(*) FROM warden_actions"), "1", "{point}");
+        assert_eq!(pg.sql("SELECT status FROM tickets WHERE id = 2"), "closed", "{point}");
+        wire.close_stdin();
+        wire.wait_exit(Duration::from_secs(20));
+        let written: String = common::walk(wire.dir.path())
+            .iter()
+            .map(|path| String::from_utf8_lossy(&std::fs::read(path).unwrap()).into_owned())
+            .collect();
+        assert!(!written.contains(&pg.password()) && !wire.stderr().contains(&pg.password()));
+    }
 }
 
 fn rusqlite_count(path: &Path) -> i64 {

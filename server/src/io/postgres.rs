@@ -175,9 +175,11 @@ fn parameter(index: usize, ty: &Type, value: &Value) -> Result<Box<dyn ToSql + S
             Box::new(nullable(value, |v| Ok(v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))?)
         }
         Type::JSON | Type::JSONB => Box::new(value.clone()),
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "parameter ${index} has type {ty}, which Warden does not bind; cast it in the statement (${index}::text)"
-        )),
+        ))
+        }
     })
 }
 
