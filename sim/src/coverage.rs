@@ -52,6 +52,7 @@ fn kind_of(action: &serde_json::Value) -> &'static str {
         (Kind::Sqlite, _, _) => "an SQLite read begun",
         (Kind::Postgres, Method::Execute, _) => "a PostgreSQL write begun",
         (Kind::Postgres, _, _) => "a PostgreSQL read begun",
+        (Kind::Model, _, _) => "a model call begun",
         (_, Method::Refund, true) => "a keyed refund begun",
         (_, Method::Refund, false) => "a plain refund begun",
         (_, Method::Get, _) => "an HTTP read begun",
@@ -95,6 +96,10 @@ pub const IN_FLIGHT: &[&str] = &[
     "a keyed refund begun",
     "a plain refund begun",
     "an SQLite write begun",
+    "an SQLite read begun",
+    "a PostgreSQL write begun",
+    "a PostgreSQL read begun",
+    "a model call begun",
     "a waiting run",
     "a compaction",
 ];

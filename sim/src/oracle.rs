@@ -34,6 +34,18 @@ fn latest_begin_of_unended(bytes: &[u8]) -> Option<(usize, Vec<u8>)> {
     None
 }
 
+/// The latest action record (begin or done) of a journal whose run has not ended.
+fn latest_action_record_of_unended(bytes: &[u8]) -> Option<Vec<u8>> {
+    for line in crate::check::lines_from_end(bytes) {
+        match crate::check::record_tag(line) {
+            Some("end") => return None,
+            Some("begin" | "done") => return Some(line.to_vec()),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The last line of `bytes` that holds `needle`: (its end offset, the line with its newline).
 fn last_line_holding<'a>(bytes: &'a [u8], needle: &[u8]) -> Option<(usize, &'a [u8])> {
     let at = memchr::memmem::rfind(bytes, needle)?;
@@ -92,8 +104,10 @@ impl Oracle {
 
     /// Before a write request reaches a service: some journal holds its begin record, durably.
     pub fn before_request(&self, request: &HttpRequest) {
-        // A model call changes nothing outside (it is sent again after a crash, like a read).
-        if request.method == "GET" || request.method == "HEAD" || request.url.starts_with(crate::services::MODEL_HOST) {
+        if request.url.starts_with(crate::services::MODEL_HOST) {
+            return self.before_model_request();
+        }
+        if request.method == "GET" || request.method == "HEAD" {
             return;
         }
         self.checks.set(self.checks.get() + 1);
@@ -114,6 +128,23 @@ impl Oracle {
             }
         };
         self.begun_durably(&matches, &format!("{} {} reached the service", request.method, request.url));
+    }
+
+    /// A model call changes nothing outside, so it may be sent again after a crash, like a
+    /// read; but only while it is begun and not done: once its done record is written the
+    /// run replays the recorded answer and never asks the provider again (it would cost
+    /// tokens twice and could change what the run does). Some unended run's latest action
+    /// record is the begin of a model call.
+    fn before_model_request(&self) {
+        self.checks.set(self.checks.get() + 1);
+        for (path, _) in self.journal_files() {
+            let latest = self.disk.with_bytes(&path, latest_action_record_of_unended).flatten();
+            let Some(record) = latest.and_then(|line| serde_json::from_slice::<Value>(&line).ok()) else { continue };
+            if record["rec"]["record"] == "begin" && record["rec"]["action"]["kind"] == "model" {
+                return;
+            }
+        }
+        self.violation("a model request reached the provider, but no run has a model call begun and not done".into());
     }
 
     /// Before an SQLite write commits: its journal's begin record is durable.
