@@ -167,15 +167,10 @@ pub struct RawGrant {
     pub init: Option<String>,
     /// `model`: the most tokens one model call may ask for.
     pub max_tokens: Option<u64>,
-    /// `db.postgres`: the environment variable holding the connection URL.
-    pub url: Option<RawSecretRef>,
-}
-
-/// A secret held by an environment variable: `{ "env": NAME }`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSecretRef {
-    pub env: String,
+    /// `db.postgres`: `{ "env": NAME }`, the variable holding the connection URL. Read as
+    /// any JSON so that a URL written here by mistake is refused without being quoted (a
+    /// serde type error would quote it, password and all).
+    pub url: Option<serde_json::Value>,
 }
 
 /// A header whose value comes from an environment variable: `prefix` + the variable's value.

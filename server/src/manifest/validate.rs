@@ -374,12 +374,32 @@ fn model_url_problem(url: &str) -> Option<String> {
     })
 }
 
-fn check_env_name(name: &str, at: &str, problems: &mut Problems) {
-    let valid = !name.is_empty()
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if !valid {
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+fn check_env_name(name: &str, at: &str, problems: &mut Problems) {
+    if !is_env_name(name) {
         problems.add(at, format!("`{name}` is not an environment variable name"));
+    }
+}
+
+/// `db.postgres`'s `url`: `{ "env": NAME }`. Anything else is refused without being shown:
+/// an operator who wrote the URL itself here wrote its password.
+fn url_variable(url: &serde_json::Value, at: &str, problems: &mut Problems) -> Option<String> {
+    let name = url.as_object().filter(|object| object.len() == 1).and_then(|object| object.get("env"));
+    match name.and_then(serde_json::Value::as_str) {
+        Some(name) if is_env_name(name) => Some(name.to_string()),
+        _ => {
+            problems.add(
+                at,
+                "must be { \"env\": NAME }, the environment variable that holds the connection URL; \
+                 the URL itself holds a password and never goes in the manifest (what is written here is not shown)",
+            );
+            None
+        }
     }
 }
 
@@ -600,12 +620,10 @@ fn capability_grant(raw: &RawGrant, at: &str, base: &Path, problems: &mut Proble
     if let Some(tokens) = raw.max_tokens.filter(|tokens| !(1..=MODEL_MAX_TOKENS_LIMIT).contains(tokens)) {
         problems.add(&format!("{at}.max_tokens"), format!("{tokens} is outside 1..={MODEL_MAX_TOKENS_LIMIT}"));
     }
-    if let Some(url) = &raw.url {
-        check_env_name(&url.env, &format!("{at}.url.env"), problems);
-    }
+    let url_env = raw.url.as_ref().and_then(|url| url_variable(url, &format!("{at}.url"), problems));
     let grant = CapabilityGrant {
         max_tokens: raw.max_tokens,
-        url_env: raw.url.as_ref().map(|url| url.env.clone()),
+        url_env,
         cap: kind.kind,
         only,
         each,
@@ -837,6 +855,28 @@ fn canonical_tool_json(raw: &RawTool, entry: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An operator who writes the connection URL itself where its variable belongs is told
+    /// so, and the URL (with its password) is not echoed back.
+    #[test]
+    fn a_postgres_url_written_into_the_manifest_is_refused_without_being_shown() {
+        let tool = |url: &str| {
+            format!(
+                r#"{{"server":{{"name":"s","journals":"j"}},"tools":[{{"name":"t","program":"t.star",
+                "net":{{"timeout_ms":1000,"connect_timeout_ms":1000}},
+                "grants":{{"db":{{"cap":"db.postgres","mode":"write","url":{url}}}}}}}]}}"#
+            )
+        };
+        for url in [r#""postgres://app:SECRETPW@db/desk""#, r#"{"env":"postgres://app:SECRETPW@db/desk"}"#] {
+            let found = problems(&tool(url));
+            assert!(found.iter().any(|p| p.contains("tools[0].grants.db.url")), "{found:?}");
+            assert!(!found.concat().contains("SECRETPW"), "the password was echoed: {found:?}");
+        }
+        let found = problems(
+            &tool(r#"{"env":"DESK_URL"}"#).replace(r#""net":{"timeout_ms":1000,"connect_timeout_ms":1000},"#, ""),
+        );
+        assert!(found.concat().contains("net.timeout_ms"), "{found:?}");
+    }
 
     fn problems(text: &str) -> Vec<String> {
         match Manifest::parse(Path::new("m.json"), text.as_bytes()) {
