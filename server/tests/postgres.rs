@@ -70,6 +70,11 @@ fn a_write_commits_with_its_action_row_and_reads_come_back_typed() {
     assert!(problem.contains("column `opened` has type timestamptz") && problem.contains("opened::text"), "{opened}");
     let text = call(&mut wire, 5, "run_sql", json!({"sql": "SELECT opened::text AS t FROM tickets", "write": false}));
     assert!(result(&text)["rows"][0]["t"].is_string(), "{text}");
+    // Floats JSON has no number for come back as PostgreSQL writes them; an f32 as its
+    // shortest decimal.
+    let floats = "SELECT 'NaN'::float8 AS n, '-Infinity'::float4 AS i, 0.1::float4 AS f";
+    let floats = call(&mut wire, 6, "run_sql", json!({"sql": floats, "write": false}));
+    assert_eq!(result(&floats)["rows"][0], json!({"n": "NaN", "i": "-Infinity", "f": 0.1}), "{floats}");
     assert!(!everything_written(&mut wire).contains(&pg.password()));
 }
 
@@ -89,6 +94,13 @@ fn a_read_grant_cannot_write_by_either_method() {
     let several = call(&mut wire, 3, "run_sql", json!({"sql": sneaky, "write": false}));
     assert!(result(&several)["error"].is_string(), "{several}");
     assert_eq!(pg.sql("SELECT count(*) FROM tickets"), "2", "nothing was deleted");
+    // A statement that would end Warden's transaction, or lift its time limit, is refused,
+    // comments before it or not.
+    for (id, sql) in [(4, "COMMIT"), (5, "/* a /* nested */ comment */ -- and a line\n rollback"), (6, "SET statement_timeout = 0")] {
+        let control = call(&mut wire, id, "run_sql", json!({"sql": sql, "write": false}));
+        let problem = result(&control)["error"].as_str().unwrap_or_default().to_string();
+        assert!(problem.contains("statements are refused"), "{sql}: {control}");
+    }
     wire.assert_serving(9);
 }
 

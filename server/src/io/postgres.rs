@@ -1,17 +1,24 @@
 //! PostgreSQL through tokio-postgres, on the server's own runtime. One connection per
-//! statement, as SQLite opens its file per statement: nothing is pooled, so nothing outlives
-//! the action. A write runs in one transaction with its row in `warden_actions`, so a resumed
-//! run can tell whether it committed (DESIGN.md section 5); a read runs READ ONLY, so a read
-//! grant cannot change the database whatever its SQL says.
+//! statement, as SQLite opens its file per statement: nothing is pooled, and the connection's
+//! task is aborted when the statement is done, so no socket outlives its action.
 //!
-//! Time is bounded twice: `statement_timeout` on the server, and the same bound (plus the
-//! connect timeout) on this side, for a server that stops answering altogether.
+//! A write runs in one transaction whose first act is its `(run, action)` row in
+//! `warden_actions`: the row's key is locked from the start, so a lookup (which tries to
+//! insert the same row) waits for an attempt still in flight instead of racing it, and a
+//! second attempt of the same write can never commit beside the first. A read runs READ
+//! ONLY, so a read grant cannot change the database whatever its SQL says. A statement that
+//! would end or reshape the transaction (COMMIT, ROLLBACK, SET...) is refused.
+//!
+//! Time: `statement_timeout` (SET LOCAL, the tool's `net.timeout_ms`) on the server, and one
+//! deadline on this side for the whole exchange after connecting, for a server that stops
+//! answering altogether.
 
 use std::pin::pin;
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use serde_json::{Map, Value};
+use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Row};
@@ -20,80 +27,217 @@ use crate::env::{DbFailure, DbReply, DbRequest, PostgresTarget};
 
 const ACTIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS warden_actions \
      (run TEXT NOT NULL, action BIGINT NOT NULL, PRIMARY KEY (run, action))";
+const INSERT_ACTION: &str = "INSERT INTO warden_actions (run, action) VALUES ($1, $2)";
 
 /// The time this side waits past the server's own `statement_timeout` before it gives up
 /// on an exchange (the server's error is the one a reader should see).
 const CLIENT_GRACE_MS: u64 = 1000;
 
+/// Statements a program may not send: they would end the transaction its write's
+/// `warden_actions` row is in, or lift the bounds Warden set on it.
+const TRANSACTION_CONTROL: &[&str] = &[
+    "ABORT",
+    "BEGIN",
+    "COMMIT",
+    "DISCARD",
+    "END",
+    "PREPARE",
+    "RELEASE",
+    "RESET",
+    "ROLLBACK",
+    "SAVEPOINT",
+    "SET",
+    "START",
+];
+
 type Failed = DbFailure;
 
-/// What an exchange with the server failed with, in words a program's author can act on.
+/// What an exchange with the server failed with, in words a program's author can act on:
+/// the server's message, or the client's error with its cause (tokio-postgres's own text is
+/// only the kind of failure). Neither holds the URL or its password.
 fn describe(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => match db.detail() {
+    if let Some(db) = error.as_db_error() {
+        return match db.detail() {
             Some(detail) => format!("PostgreSQL: {} ({detail})", db.message()),
             None => format!("PostgreSQL: {}", db.message()),
-        },
+        };
+    }
+    match std::error::Error::source(error) {
+        Some(cause) => format!("PostgreSQL: {error}: {cause}"),
         None => format!("PostgreSQL: {error}"),
     }
 }
 
-async fn within<T>(
-    ms: u64,
-    what: &str,
-    exchange: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(Duration::from_millis(ms), exchange).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(describe(&error)),
-        Err(_) => Err(format!("PostgreSQL: {what} took longer than {ms} ms")),
+/// A connection, its I/O task aborted when dropped (which closes the socket: the server
+/// rolls back whatever was not committed).
+struct Session {
+    client: Client,
+    io: tokio::task::JoinHandle<()>,
+    /// The end of the exchange after connecting.
+    deadline: Instant,
+    deadline_ms: u64,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.io.abort();
     }
 }
 
-async fn connect(target: &PostgresTarget) -> Result<Client, String> {
-    // The URL's own text never appears in an error: it may hold the password.
-    let mut config: Config = target
-        .url
-        .parse()
-        .map_err(|_| "PostgreSQL: the connection URL does not parse (its value is secret and not shown)".to_string())?;
-    config.connect_timeout(Duration::from_millis(target.connect_timeout_ms));
-    let (client, connection) = within(target.connect_timeout_ms, "connecting", config.connect(NoTls)).await?;
-    // The connection's I/O runs beside the client; it ends when the client is dropped.
-    tokio::task::spawn_local(async move {
-        let _ = connection.await;
-    });
-    let set = format!("SET statement_timeout = {}", target.statement_timeout_ms);
-    within(target.statement_timeout_ms, "setting statement_timeout", client.batch_execute(&set)).await?;
-    Ok(client)
+impl Session {
+    async fn open(target: &PostgresTarget) -> Result<Session, String> {
+        // The URL's own text never appears in an error: it may hold the password.
+        let mut config: Config = target.url.parse().map_err(|_| {
+            "PostgreSQL: the connection URL does not parse (its value is secret and not shown)".to_string()
+        })?;
+        config.connect_timeout(Duration::from_millis(target.connect_timeout_ms));
+        let connecting = tokio::time::timeout(Duration::from_millis(target.connect_timeout_ms), config.connect(NoTls));
+        let (client, connection) = match connecting.await {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(error)) => return Err(describe(&error)),
+            Err(_) => return Err(format!("PostgreSQL: connecting took longer than {} ms", target.connect_timeout_ms)),
+        };
+        let io = tokio::task::spawn_local(async move {
+            let _ = connection.await;
+        });
+        let deadline_ms = target.statement_timeout_ms.saturating_add(CLIENT_GRACE_MS);
+        Ok(Session { client, io, deadline: Instant::now() + Duration::from_millis(deadline_ms), deadline_ms })
+    }
+
+    /// `exchange`, cut at the session's deadline.
+    async fn within<T>(
+        &self,
+        what: &str,
+        exchange: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<Result<T, tokio_postgres::Error>, String> {
+        tokio::time::timeout_at(self.deadline, exchange).await.map_err(|_| {
+            format!("PostgreSQL: {what} did not finish within {} ms (net.timeout_ms and a second)", self.deadline_ms)
+        })
+    }
+
+    async fn run(&self, what: &str, sql: &str) -> Result<(), String> {
+        self.within(what, self.client.batch_execute(sql)).await?.map_err(|e| describe(&e))
+    }
+
+    async fn begin(&self, target: &PostgresTarget, read_only: bool) -> Result<(), String> {
+        let mode = if read_only { " READ ONLY" } else { "" };
+        let sql = format!("BEGIN{mode}; SET LOCAL statement_timeout = {}", target.statement_timeout_ms);
+        self.run("BEGIN", &sql).await
+    }
+
+    /// Inserts the write's `warden_actions` row, in the open transaction.
+    async fn insert_action(&self, run: &str, action: i64) -> Result<Result<u64, tokio_postgres::Error>, String> {
+        self.within("recording the action", self.client.execute(INSERT_ACTION, &[&run, &action])).await
+    }
 }
 
-/// Runs one statement in its own transaction, with its `warden_actions` row for a write.
+fn action_number(action: u64) -> Result<i64, String> {
+    i64::try_from(action).map_err(|_| "the action number is over PostgreSQL's bigint".to_string())
+}
+
+/// Runs one statement in its own transaction, after its `warden_actions` row for a write.
 pub async fn execute(request: DbRequest, target: PostgresTarget) -> Result<DbReply, DbFailure> {
-    let client = connect(&target).await.map_err(Failed::rolled_back)?;
-    let wait = target.statement_timeout_ms.saturating_add(CLIENT_GRACE_MS);
-    let begin = if request.write { "BEGIN" } else { "BEGIN READ ONLY" };
-    within(wait, "BEGIN", client.batch_execute(begin)).await.map_err(Failed::rolled_back)?;
+    refuse_transaction_control(&request.sql).map_err(Failed::rolled_back)?;
+    let session = Session::open(&target).await.map_err(Failed::rolled_back)?;
     // Until COMMIT is sent, any failure leaves nothing: dropping the connection rolls back.
-    let reply = statement(&client, &request, wait).await.map_err(Failed::rolled_back)?;
+    session.begin(&target, !request.write).await.map_err(Failed::rolled_back)?;
     if let Some((run, action)) = &request.action {
-        record_action(&client, run, *action, wait).await.map_err(Failed::rolled_back)?;
+        let action = action_number(*action).map_err(Failed::rolled_back)?;
+        record_action(&session, &target, run, action).await?;
     }
-    match tokio::time::timeout(Duration::from_millis(wait), client.batch_execute("COMMIT")).await {
+    let reply = statement(&session, &request).await.map_err(Failed::rolled_back)?;
+    match session.within("COMMIT", session.client.batch_execute("COMMIT")).await {
         Ok(Ok(())) => Ok(reply),
         // The server answered: it refused the commit (a serialization failure, a deferred
         // constraint) and rolled the transaction back.
         Ok(Err(error)) if error.as_db_error().is_some() => Err(Failed::rolled_back(describe(&error))),
         // The connection broke or went silent with COMMIT on its way: it may have committed.
         Ok(Err(error)) => Err(DbFailure { message: describe(&error), may_have_committed: true }),
-        Err(_) => Err(DbFailure {
-            message: format!("PostgreSQL: COMMIT took longer than {wait} ms"),
-            may_have_committed: true,
-        }),
+        Err(problem) => Err(DbFailure { message: problem, may_have_committed: true }),
     }
 }
 
-async fn statement(client: &Client, request: &DbRequest, wait: u64) -> Result<DbReply, String> {
-    let prepared = within(wait, "preparing the statement", client.prepare(&request.sql)).await?;
+/// The write's row first: a database that has no `warden_actions` yet gets it (outside the
+/// write's transaction, so two first writes at once do not collide on creating it).
+async fn record_action(session: &Session, target: &PostgresTarget, run: &str, action: i64) -> Result<(), DbFailure> {
+    let inserted = session.insert_action(run, action).await.map_err(Failed::rolled_back)?;
+    let error = match inserted {
+        Ok(_) => return Ok(()),
+        Err(error) => error,
+    };
+    if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+        // Another attempt of this very write committed first: it happened, once.
+        return Err(DbFailure {
+            message: format!("warden_actions already holds run {run} action {action}: an earlier attempt committed"),
+            may_have_committed: true,
+        });
+    }
+    if error.code() != Some(&SqlState::UNDEFINED_TABLE) {
+        return Err(Failed::rolled_back(describe(&error)));
+    }
+    session.run("ROLLBACK", "ROLLBACK").await.map_err(Failed::rolled_back)?;
+    if let Err(problem) = session.run("creating warden_actions", ACTIONS_TABLE).await {
+        // Another connection created it at the same moment: it is there either way.
+        if !problem.contains("already exists") {
+            return Err(Failed::rolled_back(problem));
+        }
+    }
+    session.begin(target, false).await.map_err(Failed::rolled_back)?;
+    match session.insert_action(run, action).await.map_err(Failed::rolled_back)? {
+        Ok(_) => Ok(()),
+        Err(error) => Err(Failed::rolled_back(describe(&error))),
+    }
+}
+
+/// Refuses a statement whose first word (after comments) controls the transaction.
+fn refuse_transaction_control(sql: &str) -> Result<(), String> {
+    let first = first_word(sql).to_ascii_uppercase();
+    match TRANSACTION_CONTROL.contains(&first.as_str()) {
+        true => Err(format!(
+            "`{first}` statements are refused: Warden runs each statement in a transaction of its own, \
+             with its own time limit"
+        )),
+        false => Ok(()),
+    }
+}
+
+/// The first word of `sql`, past whitespace, `--` comments and (nested) `/* */` comments.
+fn first_word(sql: &str) -> &str {
+    let mut rest = sql;
+    loop {
+        rest = rest.trim_start();
+        if let Some(after) = rest.strip_prefix("--") {
+            rest = after.split_once('\n').map_or("", |(_, tail)| tail);
+        } else if rest.starts_with("/*") {
+            let mut depth = 0usize;
+            let mut at = 0;
+            let bytes = rest.as_bytes();
+            while at < bytes.len() {
+                if bytes[at..].starts_with(b"/*") {
+                    depth += 1;
+                    at += 2;
+                } else if bytes[at..].starts_with(b"*/") {
+                    depth -= 1;
+                    at += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    at += 1;
+                }
+            }
+            rest = &rest[at.min(rest.len())..];
+        } else {
+            let end = rest.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(rest.len());
+            return &rest[..end];
+        }
+    }
+}
+
+async fn statement(session: &Session, request: &DbRequest) -> Result<DbReply, String> {
+    let client = &session.client;
+    let prepared = session.within("preparing the statement", client.prepare(&request.sql)).await?;
+    let prepared = prepared.map_err(|e| describe(&e))?;
     if prepared.params().len() != request.params.len() {
         return Err(format!(
             "the statement takes {} parameters and was given {}",
@@ -127,36 +271,23 @@ async fn statement(client: &Client, request: &DbRequest, wait: u64) -> Result<Db
         }
         Ok(Ok(DbReply { rows, changes: stream.rows_affected().unwrap_or(0) }))
     };
-    within(wait, "the statement", reading).await?
+    session.within("the statement", reading).await?.map_err(|e| describe(&e))?
 }
 
-async fn record_action(client: &Client, run: &str, action: u64, wait: u64) -> Result<(), String> {
-    let action = i64::try_from(action).map_err(|_| "the action number is over PostgreSQL's bigint".to_string())?;
-    within(wait, "creating warden_actions", client.batch_execute(ACTIONS_TABLE)).await?;
-    let insert = "INSERT INTO warden_actions (run, action) VALUES ($1, $2)";
-    match tokio::time::timeout(Duration::from_millis(wait), client.execute(insert, &[&run, &action])).await {
-        Ok(Ok(_)) => Ok(()),
-        // Another attempt of this very write committed first (one sent just before a crash,
-        // whose COMMIT the server was still finishing when this one was looked up).
-        Ok(Err(error)) if error.code() == Some(&SqlState::UNIQUE_VIOLATION) => Err(format!(
-            "warden_actions already holds run {run} action {action}: this write committed before; not done again"
-        )),
-        Ok(Err(error)) => Err(describe(&error)),
-        Err(_) => Err(format!("PostgreSQL: recording the action took longer than {wait} ms")),
-    }
-}
-
-/// Whether `warden_actions` holds (run, action). No table means no write ever committed.
+/// Whether (run, action) committed. It tries to insert the row itself, in a transaction it
+/// then rolls back: the insert waits for an attempt still in flight (its row's key is
+/// locked), so the answer is final. No table means no write ever committed.
 pub async fn action_recorded(target: PostgresTarget, run: String, action: u64) -> Result<bool, String> {
-    let client = connect(&target).await?;
-    let action = i64::try_from(action).map_err(|_| "the action number is over PostgreSQL's bigint".to_string())?;
-    let lookup = "SELECT 1 FROM warden_actions WHERE run = $1 AND action = $2";
-    let wait = target.statement_timeout_ms.saturating_add(CLIENT_GRACE_MS);
-    match tokio::time::timeout(Duration::from_millis(wait), client.query_opt(lookup, &[&run, &action])).await {
-        Ok(Ok(found)) => Ok(found.is_some()),
-        Ok(Err(error)) if error.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(false),
-        Ok(Err(error)) => Err(describe(&error)),
-        Err(_) => Err(format!("PostgreSQL: looking up warden_actions took longer than {wait} ms")),
+    let action = action_number(action)?;
+    let session = Session::open(&target).await?;
+    session.begin(&target, false).await?;
+    let probed = session.insert_action(&run, action).await?;
+    let _ = session.run("ROLLBACK", "ROLLBACK").await;
+    match probed {
+        Ok(_) => Ok(false),
+        Err(error) if error.code() == Some(&SqlState::UNIQUE_VIOLATION) => Ok(true),
+        Err(error) if error.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(false),
+        Err(error) => Err(describe(&error)),
     }
 }
 
@@ -169,12 +300,16 @@ fn parameter(index: usize, ty: &Type, value: &Value) -> Result<Box<dyn ToSql + S
         Type::INT2 => Box::new(nullable(value, |v| i16::try_from(integer(v)?).map_err(|_| wrong()))?),
         Type::INT4 => Box::new(nullable(value, |v| i32::try_from(integer(v)?).map_err(|_| wrong()))?),
         Type::INT8 => Box::new(nullable(value, integer)?),
-        Type::FLOAT4 => Box::new(nullable(value, |v| v.as_f64().map(|f| f as f32).ok_or_else(wrong))?),
+        // Past f32's range the value would be stored as infinity: refused instead.
+        Type::FLOAT4 => Box::new(nullable(value, |v| {
+            v.as_f64().filter(|f| f.abs() <= f32::MAX as f64).map(|f| f as f32).ok_or_else(wrong)
+        })?),
         Type::FLOAT8 => Box::new(nullable(value, |v| v.as_f64().ok_or_else(wrong))?),
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
             Box::new(nullable(value, |v| Ok(v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))?)
         }
-        Type::JSON | Type::JSONB => Box::new(value.clone()),
+        // JSON null is SQL NULL, as for every other type (not the JSON value `null`).
+        Type::JSON | Type::JSONB => Box::new(nullable(value, |v| Ok(v.clone()))?),
         _ => {
             return Err(format!(
             "parameter ${index} has type {ty}, which Warden does not bind; cast it in the statement (${index}::text)"
@@ -208,6 +343,23 @@ fn row_object(row: &Row) -> Result<Map<String, Value>, String> {
     Ok(object)
 }
 
+/// A float column by its shortest decimal text (an f32's 0.1 stays 0.1, not the f64 nearest
+/// it); NaN and the infinities, which JSON has no number for, as the strings PostgreSQL
+/// writes them.
+fn float(read: Result<Option<(String, bool)>, tokio_postgres::Error>) -> Result<Value, Option<String>> {
+    match read.map_err(|e| Some(e.to_string()))? {
+        None => Ok(Value::Null),
+        Some((text, true)) => {
+            Ok(text.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number))
+        }
+        Some((text, false)) => Ok(Value::String(match text.as_str() {
+            "inf" => "Infinity".to_string(),
+            "-inf" => "-Infinity".to_string(),
+            _ => "NaN".to_string(),
+        })),
+    }
+}
+
 /// `Err(None)`: a type Warden does not read.
 fn column_value(row: &Row, index: usize, ty: &Type) -> Result<Value, Option<String>> {
     fn get<'a, T: tokio_postgres::types::FromSql<'a> + Into<Value>>(
@@ -223,8 +375,8 @@ fn column_value(row: &Row, index: usize, ty: &Type) -> Result<Value, Option<Stri
         Type::INT4 => get::<i32>(row, index),
         Type::INT8 => get::<i64>(row, index),
         Type::OID => get::<u32>(row, index),
-        Type::FLOAT4 => get::<f32>(row, index),
-        Type::FLOAT8 => get::<f64>(row, index),
+        Type::FLOAT4 => float(row.try_get::<_, Option<f32>>(index).map(|f| f.map(|f| (f.to_string(), f.is_finite())))),
+        Type::FLOAT8 => float(row.try_get::<_, Option<f64>>(index).map(|f| f.map(|f| (f.to_string(), f.is_finite())))),
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => get::<String>(row, index),
         Type::JSON | Type::JSONB => get::<Value>(row, index),
         _ => Err(None),
