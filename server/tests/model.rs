@@ -162,3 +162,50 @@ fn tokens_over_a_quota_are_refused_before_anything_is_sent() {
     assert_eq!(ledger.matches("\"tokens\":100").count(), 2, "each reserve holds the worst case: {ledger}");
     assert_eq!(ledger.matches("\"tokens\":3").count(), 2, "each settle holds the tokens used: {ledger}");
 }
+
+/// The bundled ticket-summary example, its model pointed at the local provider: the ticket's
+/// thread goes to the model, the summary is written to the ticket once, a repeat within a day
+/// answers the first summary without asking the model again, and the key is in no output.
+#[test]
+fn the_ticket_summary_example_summarises_once_and_writes_the_summary() {
+    let provider = Provider::start();
+    let dir = common::private_copy(&common::repo_root().join("examples/ticket-summary"));
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    manifest["model"]["base_url"] = json!(provider.base());
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let mut wire = Wire::start_dir(dir, &[("ANTHROPIC_API_KEY", KEY)]);
+    let call = json!({"name": "summarize_ticket", "arguments": {"ticket_id": 1}});
+    let first = wire.request(Era::Modern, json!(1), "tools/call", call.clone())["result"].clone();
+    let summary = first["structuredContent"]["result"]["summary"].as_str().unwrap_or_default().to_string();
+    assert!(
+        summary.starts_with("echo: Ticket: Refund not received") && summary.contains("proof of the refund"),
+        "{first}"
+    );
+    let sent = provider.asked.lock().unwrap()[0].body.clone();
+    assert_eq!((sent["max_tokens"].clone(), sent["temperature"].clone()), (json!(300), json!(0)), "{sent}");
+    let again = wire.request(Era::Modern, json!(2), "tools/call", call)["result"].clone();
+    assert_eq!(again["structuredContent"], first["structuredContent"], "a repeat answers the first summary");
+    assert_eq!(provider.asked.lock().unwrap().len(), 1, "the model was asked once");
+    let empty = wire.request(
+        Era::Modern,
+        json!(3),
+        "tools/call",
+        json!({"name": "summarize_ticket", "arguments": {"ticket_id": 6}}),
+    );
+    assert_eq!(empty["result"]["isError"], json!(true), "{empty}");
+
+    wire.close_stdin();
+    assert!(wire.wait_exit(std::time::Duration::from_secs(20)).success());
+    let stored = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select summary from tickets where id = 1').fetchone()[0])"])
+        .arg(wire.dir.path().join("desk.db"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&stored.stdout).trim(), summary.trim());
+    let mut written = wire.stderr() + &serde_json::to_string(&wire.received).unwrap();
+    for file in walk(wire.dir.path()) {
+        written.push_str(&String::from_utf8_lossy(&std::fs::read(file).unwrap()));
+    }
+    assert!(!written.contains(KEY), "the API key was written");
+}

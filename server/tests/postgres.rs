@@ -96,7 +96,9 @@ fn a_read_grant_cannot_write_by_either_method() {
     assert_eq!(pg.sql("SELECT count(*) FROM tickets"), "2", "nothing was deleted");
     // A statement that would end Warden's transaction, or lift its time limit, is refused,
     // comments before it or not.
-    for (id, sql) in [(4, "COMMIT"), (5, "/* a /* nested */ comment */ -- and a line\n rollback"), (6, "SET statement_timeout = 0")] {
+    for (id, sql) in
+        [(4, "COMMIT"), (5, "/* a /* nested */ comment */ -- and a line\n rollback"), (6, "SET statement_timeout = 0")]
+    {
         let control = call(&mut wire, id, "run_sql", json!({"sql": sql, "write": false}));
         let problem = result(&control)["error"].as_str().unwrap_or_default().to_string();
         assert!(problem.contains("statements are refused"), "{sql}: {control}");
