@@ -470,14 +470,20 @@ impl SimDb {
         let services = &self.0;
         let outcome = match fault {
             NetFault::Refuse => Err(DbFailure::rolled_back("PostgreSQL: connection refused")),
-            // It committed; the answer to COMMIT never came.
-            NetFault::LoseResponse => match services.execute(request) {
-                Ok(_) => Err(DbFailure {
-                    message: "PostgreSQL: connection closed with COMMIT on its way".into(),
-                    may_have_committed: true,
-                }),
-                Err(problem) => Err(DbFailure::rolled_back(problem)),
-            },
+            // The connection broke with COMMIT on its way: every other time it had arrived
+            // and committed, otherwise not. Either way no answer came.
+            NetFault::LoseResponse => {
+                let arrived = services.postgres_statements.get() % 2 == 1;
+                let committed =
+                    if arrived { services.execute(request) } else { Ok(DbReply { rows: vec![], changes: 0 }) };
+                match committed {
+                    Ok(_) => Err(DbFailure {
+                        message: "PostgreSQL: connection closed with COMMIT on its way".into(),
+                        may_have_committed: request.write,
+                    }),
+                    Err(problem) => Err(DbFailure::rolled_back(problem)),
+                }
+            }
             NetFault::CrashAfterActing => {
                 let _ = services.execute(request);
                 services.crash_server();
