@@ -226,6 +226,31 @@ fn between_begin_and_done_a_postgres_write_is_looked_up() {
     }
 }
 
+/// A write begun before a crash, and PostgreSQL unreachable at restart: the lookup cannot
+/// tell, so the run waits for an operator (its reason says why), and the server keeps
+/// serving; it does not stop at start, and it does not guess.
+#[test]
+fn a_postgres_write_that_cannot_be_looked_up_at_restart_waits_for_the_operator() {
+    let pg = Pg::create("crash_unreachable");
+    pg.desk();
+    let dir = private_copy(&fixture("postgres"));
+    let mut wire = Wire::start_dir(dir, &[("DESK_PG_URL", &pg.url), ("FAILPOINTS", "action-begun=return")]);
+    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 1, "note": "crash"}});
+    wire.send_request(Era::Modern, json!(1), "tools/call", call);
+    assert!(!wire.wait_exit(Duration::from_secs(30)).success(), "the process did not die at action-begun");
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let unreachable = format!("postgres://warden:gone-away-4b1c@127.0.0.1:{port}/desk");
+    let mut wire = Wire::start_dir(dir, &[("DESK_PG_URL", &unreachable)]);
+    wire.assert_serving(900);
+    let report = status_report(&wire);
+    assert!(report.contains("waiting for an operator at action 0: "), "{report}");
+    assert!(report.contains("warden_actions could not be read"), "{report}");
+    assert!(!report.contains("gone-away-4b1c") && !wire.stderr().contains("gone-away-4b1c"));
+    assert_eq!(pg.sql("SELECT status FROM tickets WHERE id = 1"), "open", "nothing was guessed");
+}
+
 fn rusqlite_count(path: &Path) -> i64 {
     let output = Command::new("python3")
         .args(["-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from warden_actions').fetchone()[0])"])
