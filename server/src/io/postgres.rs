@@ -50,22 +50,40 @@ const TRANSACTION_CONTROL: &[&str] = &[
     "START",
 ];
 
+/// The most bytes of an error's text kept: a misbehaving server's message is cut here before
+/// it reaches a journal or a waiting record.
+pub const ERROR_TEXT_BYTES_MAX: usize = 2048;
+/// The longest connection URL taken from the environment.
+pub const URL_BYTES_MAX: usize = 4096;
+
 type Failed = DbFailure;
 
 /// What an exchange with the server failed with, in words a program's author can act on:
 /// the server's message, or the client's error with its cause (tokio-postgres's own text is
 /// only the kind of failure). Neither holds the URL or its password.
 fn describe(error: &tokio_postgres::Error) -> String {
-    if let Some(db) = error.as_db_error() {
-        return match db.detail() {
+    let text = match (error.as_db_error(), std::error::Error::source(error)) {
+        (Some(db), _) => match db.detail() {
             Some(detail) => format!("PostgreSQL: {} ({detail})", db.message()),
             None => format!("PostgreSQL: {}", db.message()),
-        };
+        },
+        (None, Some(cause)) => format!("PostgreSQL: {error}: {cause}"),
+        (None, None) => format!("PostgreSQL: {error}"),
+    };
+    bounded(text)
+}
+
+/// `text` cut to `ERROR_TEXT_BYTES_MAX` bytes at a character boundary, saying so.
+fn bounded(mut text: String) -> String {
+    if text.len() > ERROR_TEXT_BYTES_MAX {
+        let mut end = ERROR_TEXT_BYTES_MAX;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(&format!(" ... (cut at {ERROR_TEXT_BYTES_MAX} bytes)"));
     }
-    match std::error::Error::source(error) {
-        Some(cause) => format!("PostgreSQL: {error}: {cause}"),
-        None => format!("PostgreSQL: {error}"),
-    }
+    text
 }
 
 /// A connection, its I/O task aborted when dropped (which closes the socket: the server
@@ -86,6 +104,9 @@ impl Drop for Session {
 
 impl Session {
     async fn open(target: &PostgresTarget) -> Result<Session, String> {
+        if target.url.len() > URL_BYTES_MAX {
+            return Err(format!("PostgreSQL: the connection URL is over {URL_BYTES_MAX} bytes"));
+        }
         // The URL's own text never appears in an error: it may hold the password.
         let mut config: Config = target.url.parse().map_err(|_| {
             "PostgreSQL: the connection URL does not parse (its value is secret and not shown)".to_string()
@@ -380,5 +401,28 @@ fn column_value(row: &Row, index: usize, ty: &Type) -> Result<Value, Option<Stri
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => get::<String>(row, index),
         Type::JSON | Type::JSONB => get::<Value>(row, index),
         _ => Err(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_text_is_cut_at_its_limit_on_a_character_boundary() {
+        assert_eq!(bounded("short".into()), "short");
+        let long = bounded("é".repeat(ERROR_TEXT_BYTES_MAX));
+        assert!(long.len() <= ERROR_TEXT_BYTES_MAX + 40 && long.ends_with("(cut at 2048 bytes)"), "{}", long.len());
+    }
+
+    #[test]
+    fn transaction_control_is_found_past_comments() {
+        for sql in ["COMMIT", " rollback;", "-- a\n/* b /* c */ d */ SET x = 1", "end", "Start transaction"] {
+            assert!(refuse_transaction_control(sql).is_err(), "{sql}");
+        }
+        for sql in ["SELECT 1", "UPDATE t SET a = 1", "/* COMMIT */ SELECT 1", "-- ROLLBACK\nDELETE FROM t", "settle()"]
+        {
+            assert!(refuse_transaction_control(sql).is_ok(), "{sql}");
+        }
     }
 }
