@@ -168,29 +168,25 @@ fn between_begin_and_done_an_idempotent_refund_is_sent_again_and_happens_once() 
     assert_eq!(payments.refunded_minor(), 700);
 }
 
+/// A SQLite write in both gaps: begun and not committed (`action-begun`: not found at
+/// restart, done then), and committed before its done record (`db-committed`: found, not
+/// done again). Either way one `warden_actions` row, and the ticket closed.
 #[test]
 fn between_begin_and_done_a_sqlite_write_is_looked_up() {
-    let payments = Payments::start();
-    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 2, "note": "duplicate of 1"}});
-    let mut wire = crash_and_restart(&payments, "action-begun=return", call.clone());
-    assert!(wire.stderr().contains("not in warden_actions; performing it"), "{}", wire.stderr());
-    let answer = wire.request(Era::Modern, json!(2), "tools/call", call);
-    assert_eq!(answer["result"]["structuredContent"]["result"], json!({"ticket_id": 2, "status": "closed"}));
-    let db = rusqlite_count(&wire.dir.path().join("desk.db"));
-    assert_eq!(db, 1, "exactly one warden_actions row");
-}
-
-/// The write committed, then the process died before its done record (`db-committed`): at
-/// restart it is found in `warden_actions` and not done again.
-#[test]
-fn a_sqlite_write_committed_before_the_crash_is_found_not_repeated() {
-    let payments = Payments::start();
-    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 3, "note": "duplicate of 1"}});
-    let mut wire = crash_and_restart(&payments, "db-committed=return", call.clone());
-    assert!(wire.stderr().contains("found in warden_actions; not repeated"), "{}", wire.stderr());
-    let answer = wire.request(Era::Modern, json!(2), "tools/call", call);
-    assert_eq!(answer["result"]["structuredContent"]["result"], json!({"ticket_id": 3, "status": "closed"}));
-    assert_eq!(rusqlite_count(&wire.dir.path().join("desk.db")), 1, "exactly one warden_actions row");
+    for (point, ticket, log) in [
+        ("action-begun=return", 2, "not in warden_actions; performing it"),
+        ("db-committed=return", 3, "found in warden_actions; not repeated"),
+    ] {
+        let payments = Payments::start();
+        let call = json!({"name": "close_ticket", "arguments": {"ticket_id": ticket, "note": "duplicate of 1"}});
+        let mut wire = crash_and_restart(&payments, point, call.clone());
+        assert!(wire.stderr().contains(log), "{point}: {}", wire.stderr());
+        let answer = wire.request(Era::Modern, json!(2), "tools/call", call);
+        let closed = json!({"ticket_id": ticket, "status": "closed"});
+        assert_eq!(answer["result"]["structuredContent"]["result"], closed, "{point}");
+        let db = rusqlite_count(&wire.dir.path().join("desk.db"));
+        assert_eq!(db, 1, "{point}: exactly one warden_actions row");
+    }
 }
 
 /// The same two gaps for `db.postgres`, against the throwaway cluster of
