@@ -1,5 +1,5 @@
 //! The I/O seam. Every source of nondeterminism the server touches (clock, timers, disk,
-//! the protocol stream, the log sink, the network, SQLite, randomness, task spawning,
+//! the protocol stream, the log sink, the network, databases, randomness, task spawning,
 //! child processes and the process environment) is reached through one `Env` value.
 //!
 //! Production implementations live in `crate::io`; the simulator (`warden-sim`) supplies
