@@ -84,7 +84,7 @@ pub async fn admit<'a>(
         ));
     };
     let worst = worst_case(tool);
-    let worst_tokens = crate::call::worst_tokens(tool);
+    let worst_tokens = crate::call::worst_tokens(tool, runs.catalog.manifest.model.as_ref());
     if let Some(quota) = &tool.config.quota {
         let counting = if quota.per_principal { Counting::Principal(subject) } else { Counting::AllRuns };
         let admitted = runs.ledger.state().quota_admits(

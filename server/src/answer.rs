@@ -29,9 +29,11 @@ pub fn answer(run: &str, end: &EndRecord, content: bool) -> Value {
         (RunOutcome::Failed(FailureKind::Internal), _) | (RunOutcome::Done, None) => {
             error_result(format!("an internal error happened in run {run}; the details are in the server's log"))
         }
-        (RunOutcome::Failed(FailureKind::Capability), _) => error_result(end.message.clone().unwrap_or_default()),
+        (RunOutcome::Failed(FailureKind::Capability), _) => {
+            error_result(without_paths(end.message.as_deref().unwrap_or_default()))
+        }
         (RunOutcome::Failed(kind), _) => {
-            error_result(format!("{}: {}", kind.name(), end.message.as_deref().unwrap_or("")))
+            error_result(format!("{}: {}", kind.name(), without_paths(end.message.as_deref().unwrap_or(""))))
         }
     };
     // Every answer from a run names it (a `once` repeat answers from an earlier run), so a
@@ -40,6 +42,26 @@ pub fn answer(run: &str, end: &EndRecord, content: bool) -> Value {
     let mut result = bounded(result, run);
     result["_meta"] = json!({META_RUN: {"run": run, "outcome": end.outcome.name()}});
     result
+}
+
+/// `text` with the folders of every program location (`<folders>/<file>.star:<line>`) left
+/// out: where the server keeps its programs is the operator's business (the journal and the
+/// log keep it), not the caller's.
+pub fn without_paths(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(".star:") {
+        let (before, after) = rest.split_at(at);
+        // The location's start: after the last character that cannot be in a path.
+        let start = before.rfind(|c: char| c.is_whitespace() || "\"'`(<[,".contains(c)).map_or(0, |i| i + 1);
+        let location = &before[start..];
+        out.push_str(&before[..start]);
+        out.push_str(location.rsplit_once('/').map_or(location, |(_, file)| file));
+        out.push_str(".star:");
+        rest = &after[".star:".len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 pub fn error_result(text: String) -> Value {
@@ -87,4 +109,21 @@ pub fn stopped_result(run: &str) -> Value {
         "_meta": {META_RUN: {"status": "waiting_for_operator", "run": run}},
         "isError": true
     })
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::without_paths;
+
+    #[test]
+    fn a_caller_never_sees_where_programs_are_kept() {
+        assert_eq!(
+            without_paths(
+                "error: boom\n --> /srv/warden/support-desk/close_ticket.star:17:9\n at support-desk/x.star:2:1"
+            ),
+            "error: boom\n --> close_ticket.star:17:9\n at x.star:2:1"
+        );
+        assert_eq!(without_paths("no location here"), "no location here");
+        assert_eq!(without_paths("(a/b.star:1:2)"), "(b.star:1:2)");
+    }
 }

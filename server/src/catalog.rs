@@ -56,8 +56,12 @@ impl Catalog {
     pub async fn load(env: &Env, manifest: Manifest) -> Result<Catalog, String> {
         let mut tools = Vec::new();
         let mut problems = Vec::new();
-        for config in &manifest.tools {
-            match load_program(env, config).await {
+        for (index, config) in manifest.tools.iter().enumerate() {
+            let loaded = load_program(env, config).await.and_then(|program| {
+                once_keys_are_parameters(config, &program, &format!("{}: tools[{index}]", manifest.path.display()))?;
+                Ok(program)
+            });
+            match loaded {
                 Ok(program) => tools.push(Tool { config: config.clone(), program, resource: None }),
                 Err(problem) => problems.push(problem),
             }
@@ -290,6 +294,29 @@ async fn load_prompt(env: &Env, config: &PromptConfig, index: usize) -> Result<P
     }
     if problems.is_empty() {
         Ok(program)
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// Every name in `once.by` is a parameter of the entry `def`: a name that is not would make
+/// every call after the first "the same operation with different arguments" for the key's
+/// whole `keep`.
+fn once_keys_are_parameters(config: &ToolConfig, program: &Program, at: &str) -> Result<(), String> {
+    let Some(once) = &config.once else { return Ok(()) };
+    let names: Vec<&str> = program.inputs.iter().map(|input| input.name.as_str()).collect();
+    let problems: Vec<String> = (once.by.iter().enumerate())
+        .filter(|(_, name)| !names.contains(&name.as_str()))
+        .map(|(index, name)| {
+            format!(
+                "{at}.once.by[{index}]: `{name}` is not a parameter of `{}` (its parameters: {})",
+                config.entry,
+                if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            )
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
     } else {
         Err(problems.join("\n"))
     }

@@ -31,6 +31,7 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
         Some(message) => Err(message),
         None => {
             env.log("stdin closed; exiting");
+            crate::notify::deliver_before_exit(env, &opened.runs.notifications_owed).await;
             Ok(())
         }
     }
@@ -192,7 +193,15 @@ pub async fn status(env: &Env, manifest_path: &Path) -> Result<String, String> {
 /// `warden check <manifest>`: every problem, or a one-line summary per tool.
 pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
-    catalog.check_secrets(env)?;
+    // Everything else that stops a start, reported together: unset secrets, tools that
+    // differ from `warden.lock`.
+    let problems: Vec<String> = [catalog.check_secrets(env).err(), crate::tool_lock::verify(env, &catalog).await.err()]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !problems.is_empty() {
+        return Err(problems.join("\n"));
+    }
     let resources = catalog.resources().count();
     let mut report = format!(
         "{}: ok, {} tool(s), {resources} resource(s), {} prompt(s)\n",
@@ -240,11 +249,17 @@ pub async fn lock(env: &Env, manifest_path: &Path) -> Result<String, String> {
 pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
     let described = match tool {
-        None => json!(catalog.list()),
-        Some(name) => catalog
-            .callable(name)
-            .map(|t| t.describe())
-            .ok_or_else(|| format!("no tool named `{name}` in the manifest"))?,
+        // Every tool `tools/list` lists, the server's own status tool last.
+        None => json!(catalog.list().into_iter().chain([crate::status::describe()]).collect::<Vec<_>>()),
+        Some(crate::manifest::RUN_STATUS_TOOL) => crate::status::describe(),
+        Some(name) => catalog.callable(name).map(|t| t.describe()).ok_or_else(|| {
+            let names: Vec<&str> = catalog.list_tools().map(|t| t.config.name.as_str()).collect();
+            format!(
+                "no tool named `{name}` in the manifest (its tools: {}, {})",
+                names.join(", "),
+                crate::manifest::RUN_STATUS_TOOL
+            )
+        })?,
     };
     Ok(serde_json::to_string_pretty(&described).expect("JSON values serialise") + "\n")
 }
@@ -255,11 +270,12 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
 pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&str>) -> Result<String, String> {
     let hold = hold_waiting_run(env, journal_path).await?;
     let shown = journal_path.display();
-    match hold.journal.ops.get(&op) {
-        Some(crate::journal::OpState::Begun(_)) => {}
+    let action = match hold.journal.ops.get(&op) {
+        Some(crate::journal::OpState::Begun(action)) => serde_json::from_value::<crate::broker::Action>(action.clone())
+            .map_err(|e| format!("{shown}: the begin record of action {op} does not parse: {e}"))?,
         Some(_) => return Err(format!("{shown}: action {op} is not in doubt")),
         None => return Err(format!("{shown}: the run has no action {op}")),
-    }
+    };
     let result = match happened {
         Some(text) if text.len() > RESOLUTION_BYTES_MAX => {
             return Err(format!("--happened: {} bytes, over the limit of {RESOLUTION_BYTES_MAX}", text.len()))
@@ -270,7 +286,7 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
             if crate::record::depth(&value) > crate::record::VALUE_DEPTH_MAX {
                 return Err(format!("--happened: nested deeper than {} levels", crate::record::VALUE_DEPTH_MAX));
             }
-            Some(value)
+            Some(crate::broker::resolution::checked(&action, value)?)
         }
         None => None,
     };

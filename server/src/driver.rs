@@ -184,6 +184,12 @@ impl Runs {
                 let grant = grant_of(cx, action.grant.as_str())?;
                 let net = &cx.tool.config.net;
                 let model = self.catalog.manifest.model.as_ref();
+                // A send again after crashes: how many sends they interrupted (each may have
+                // reached the service, which a model call's charge must count).
+                let resend = match resend {
+                    true => self.sends_interrupted(name, run).await?.max(1),
+                    false => 0,
+                };
                 let performed = perform::perform(&self.env, grant, net, model, run, &action, &cx.secrets, resend).await;
                 let performed = match performed {
                     perform::Performed::Done(result) => perform::Performed::Done(self.fitted_result(action.op, result)),
@@ -207,7 +213,9 @@ impl Runs {
             Command::Notify => {
                 let manifest = &self.catalog.manifest;
                 let folder = crate::journal::folder_of(&manifest.path).to_path_buf();
-                crate::notify::spawn(&self.env, &manifest.server, &folder, run, &self.files(name, run).waiting);
+                let waiting = self.files(name, run).waiting;
+                let owed = self.notifications_owed.enter();
+                crate::notify::spawn(&self.env, &manifest.server, &folder, run, &waiting, owed);
                 Ok(None)
             }
             Command::Settle(end) => {
@@ -222,6 +230,13 @@ impl Runs {
     }
 
     /// Appends one journal record durably, with the probe point and log line it carries.
+    /// How many sends of the run's action in doubt crashes interrupted (its journal's
+    /// `Resumed` records since the action began).
+    async fn sends_interrupted(&self, tool: &str, run: &str) -> Result<u64, Fatal> {
+        let journal = self.executing_journal(tool, run).await.map_err(|e| Fatal(format!("run {run}: {e}")))?;
+        Ok(journal.map_or(0, |journal| u64::from(journal.sends_interrupted)))
+    }
+
     async fn journal(&self, cx: &Context<'_>, record: &JournalRecord) -> Result<(), Fatal> {
         let (name, run) = (&cx.tool.config.name, cx.run);
         match record {

@@ -132,15 +132,20 @@ pub type InboundHandler = Rc<dyn InboundService>;
 pub struct ListenLimits {
     /// A longer body is answered 413 without reaching the handler.
     pub body_bytes_max: usize,
-    /// Connections open at once; one more is closed at once.
+    /// Connections open at once; past it the oldest that has sent no request is closed for
+    /// the new one, or the new one is closed when every open one has sent a request.
     pub connections_max: usize,
+    /// Connections one peer address keeps open at once, likewise.
+    pub connections_per_peer_max: usize,
     /// A client must send a request's headers within this time, and its body within
-    /// `body_read_ms` once the headers passed.
+    /// `body_read_ms` once the headers passed, never waiting `body_chunk_wait_ms` for more.
     pub header_read_ms: u64,
     pub body_read_ms: u64,
+    pub body_chunk_wait_ms: u64,
     /// The buffer a request's line and headers may take while they arrive.
     pub head_bytes_max: usize,
-    /// Bodies read at once (each up to `body_bytes_max`): the memory bodies take is bounded.
+    /// The memory bodies being read take, in bodies of `body_bytes_max`: counted as bytes
+    /// arrive; a request past it is refused at once.
     pub bodies_read_at_once: usize,
 }
 

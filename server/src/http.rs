@@ -31,15 +31,23 @@ use crate::runs::Runs;
 
 /// The one MCP endpoint.
 pub const ENDPOINT: &str = "/mcp";
-/// Connections open at once; one more is closed at once.
+/// Connections open at once; past it, the oldest connection that has sent no request is
+/// closed for the new one (or the new one, when every connection has sent one).
 pub const CONNECTIONS_MAX: usize = 256;
+/// Connections one peer address keeps open at once: one client cannot take every place.
+pub const CONNECTIONS_PER_PEER_MAX: usize = 64;
+/// Once its headers passed, a body must keep arriving: a wait longer than this for its next
+/// bytes ends the request (a slow client slows only itself).
+pub const BODY_CHUNK_WAIT_MS: u64 = 5_000;
 /// A client must send a request's headers within this time, and its body within
 /// `BODY_READ_MS` of them.
 pub const HEADER_READ_MS: u64 = 10_000;
 pub const BODY_READ_MS: u64 = 30_000;
 /// A request's line and headers together (an access token is at most 8 KiB of them).
 pub const HEAD_BYTES_MAX: usize = 64 * 1024;
-/// Bodies read at once (each up to 4 MiB): what request bodies can take of memory.
+/// What bodies being read may take of memory, in maximal (4 MiB) bodies: bytes are counted
+/// as they arrive, so a client that withholds its body holds only what it sent, and a request
+/// that finds the budget spent is answered 503 at once rather than queued.
 pub const BODIES_READ_AT_ONCE: usize = 16;
 /// Sessions one principal keeps; a new one past this ends that principal's least recently used.
 pub const SESSIONS_PER_PRINCIPAL_MAX: usize = 64;
@@ -129,6 +137,8 @@ pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -
     let limits = ListenLimits {
         body_bytes_max: LINE_BYTES_MAX,
         connections_max: CONNECTIONS_MAX,
+        connections_per_peer_max: CONNECTIONS_PER_PEER_MAX,
+        body_chunk_wait_ms: BODY_CHUNK_WAIT_MS,
         header_read_ms: HEADER_READ_MS,
         body_read_ms: BODY_READ_MS,
         head_bytes_max: HEAD_BYTES_MAX,
@@ -139,7 +149,10 @@ pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -
     let served = env.http.serve(options.listen, limits, handler, ready);
     let stopped = Box::pin(front.runs.fatal.wait());
     match crate::sync::select(served, stopped).await {
-        crate::sync::Either::Left(Ok(())) => Ok(()),
+        crate::sync::Either::Left(Ok(())) => {
+            crate::notify::deliver_before_exit(env, &opened.runs.notifications_owed).await;
+            Ok(())
+        }
         crate::sync::Either::Left(Err(error)) => Err(format!("listening on {} failed: {error}", options.listen)),
         crate::sync::Either::Right(()) => {
             Err(opened.runs.fatal_message().unwrap_or_else(|| "a durable write failed".to_string()))
@@ -254,11 +267,15 @@ impl Front {
         }
     }
 
-    /// DNS rebinding protection: on loopback, a request must name a loopback host, and a
+    /// Repeated routing and authorising headers are refused before any is read (where two
+    /// readers pick different ones, a gateway could route or authorise another request than
+    /// the one checked here), then DNS rebinding protection: on loopback, a request must name a loopback host, and a
     /// browser's Origin must be a loopback one. Beyond loopback, an Origin must match Host.
     fn check_host_and_origin(&self, request: &InboundRequest) -> Result<(), OutboundAnswer> {
-        if request.headers.iter().filter(|(name, _)| name == "host").count() > 1 {
-            return Err(plain(400, "bad request: more than one Host"));
+        for name in SINGLE_HEADERS {
+            if request.headers.iter().filter(|(sent, _)| sent == name).count() > 1 {
+                return Err(plain(400, &format!("bad request: more than one {name} header; send it once")));
+            }
         }
         let host = request.header("host").unwrap_or("");
         if self.loopback && !is_loopback_authority(host) {
@@ -587,6 +604,10 @@ fn headers_match(request: &InboundRequest, message: &Value, method: &str) -> Res
         None => Err(format!("a 2026-07-28 {method} over HTTP needs the Mcp-Name header")),
     }
 }
+
+/// Headers a request may carry once: what routes it, authorises it or names its session.
+const SINGLE_HEADERS: [&str; 7] =
+    ["host", "origin", "authorization", "mcp-method", "mcp-name", "mcp-protocol-version", "mcp-session-id"];
 
 /// `localhost`, `127.0.0.1` (any 127/8 address), `[::1]`, each alone or with `:port`, and
 /// nothing else (no userinfo, no trailing text).

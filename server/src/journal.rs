@@ -212,6 +212,9 @@ pub struct Journal {
     /// `Resumed` records since the run last made progress (any record but a `Resumed`): how
     /// many restarts in a row found it unfinished and got it no further.
     pub resumes_without_progress: u32,
+    /// `Resumed` records since the action in doubt began: for an action sent again when safe
+    /// (a model call), how many of its sends a crash interrupted before this one.
+    pub sends_interrupted: u32,
     pub torn_tail_bytes: usize,
     pub intact_len: usize,
     /// Intact records read (the header included).
@@ -257,6 +260,9 @@ impl Journal {
                 }
                 JournalRecord::Resumed { .. } => {
                     journal.resumes_without_progress += 1;
+                    if journal.begun_op().is_some() {
+                        journal.sends_interrupted += 1;
+                    }
                     return Ok(());
                 }
                 JournalRecord::Print { .. } => journal.prints += 1,
@@ -272,6 +278,7 @@ impl Journal {
                         return Err(at(&format!("a begin record for action {op} out of order")));
                     }
                     journal.ops.insert(op, OpState::Begun(action));
+                    journal.sends_interrupted = 0;
                 }
                 JournalRecord::Done { op, result }
                 | JournalRecord::Resolved { op, happened: true, result: Some(result), .. } => {

@@ -33,8 +33,10 @@
 //! other cell is refused as a bug. A run's state is rebuilt from its journal
 //! (`State::from_journal`): an end means Settling; a run that restarts twice in a row found
 //! unfinished and got no further (it may be what crashes the server) is Halted: it is not
-//! resumed a third time but waits for an operator (`warden resolve --resume`); an action begun
-//! and not done means InDoubt; anything else Ready. The only way out of InDoubt is through its resolution (sent
+//! resumed a third time but waits for an operator (`warden resolve --resume`), unless its
+//! action in doubt waits for a verdict or a lookup (nothing is executed or sent then: no crash
+//! loop, so it stays InDoubt and keeps its happened / did-not-happen question); an action
+//! begun and not done means InDoubt; anything else Ready. The only way out of InDoubt is through its resolution (sent
 //! again when safe, looked up, or waiting for an operator), and Execute is only ever issued
 //! from Ready, so the program (and with it the deadline) never runs while an action is in
 //! doubt: a deadline never cuts an action, it only refuses the next new one.
@@ -177,7 +179,11 @@ impl State {
             ),
             _ => None,
         };
-        if journal.resumes_without_progress + 1 >= CRASHES_BEFORE_HALT {
+        // A run whose action in doubt waits for a person's verdict (or a lookup) executes
+        // nothing and sends nothing at a start: it is not a crash loop, and stays waiting
+        // for its verdict however often the server restarts.
+        let waits_for_a_verdict = in_doubt.as_ref().is_some_and(|action| !resend_is_safe(action));
+        if journal.resumes_without_progress + 1 >= CRASHES_BEFORE_HALT && !waits_for_a_verdict {
             let op = in_doubt.as_ref().map(|action| action.op).unwrap_or(journal.ops.len() as u64);
             return Ok(State::Halted { op, action: in_doubt });
         }

@@ -66,7 +66,12 @@ enum Command {
         /// The action number in doubt.
         #[arg(long, required_unless_present = "resume")]
         op: Option<u64>,
-        /// It happened; its result, as JSON (what the service's own records show).
+        /// It happened; its result, as JSON (what the service's own records show), in the
+        /// shape the program reads for the action's kind: for an HTTP action (net.http.*,
+        /// payments.stripe.refund) {"status": 100-599, "json": <the response's JSON>}, with
+        /// "body" (text) and "headers" optional; for a database write (db.sqlite,
+        /// db.postgres) {"changes": N}, with "rows" optional. `warden mcp status` shows a
+        /// filled-in example for each waiting run.
         #[arg(long, conflicts_with = "did_not_happen", required_unless_present_any = ["did_not_happen", "resume"])]
         happened: Option<String>,
         /// It did not happen: the resumed run may perform it again.

@@ -14,10 +14,39 @@ pub const NOTIFY_TIMEOUT_MS: u64 = 10_000;
 /// The first wait between attempts; it doubles up to `NOTIFY_BACKOFF_MAX_MS`.
 pub const NOTIFY_BACKOFF_MS: u64 = 1_000;
 pub const NOTIFY_BACKOFF_MAX_MS: u64 = 60_000;
+/// How long a server that is exiting waits for the notifications it owes (one attempt and its
+/// retry); one not delivered by then is owed again at the next start, which notifies every
+/// waiting run.
+pub const EXIT_WAIT_MS: u64 = NOTIFY_TIMEOUT_MS + NOTIFY_BACKOFF_MS + NOTIFY_TIMEOUT_MS;
+
+/// Waits, `EXIT_WAIT_MS` at most, until the notifications `owed` counts are delivered.
+pub async fn deliver_before_exit(env: &Env, owed: &crate::sync::WaitGroup) {
+    if owed.count() == 0 {
+        return;
+    }
+    env.log(&format!(
+        "waiting up to {} s to notify the operator of {} waiting run(s) before exiting",
+        EXIT_WAIT_MS / 1000,
+        owed.count()
+    ));
+    let timer = env.clock.sleep(EXIT_WAIT_MS);
+    if let crate::sync::Either::Right(()) = crate::sync::select(owed.wait(), timer).await {
+        env.log("exiting with a notification undelivered; the next start notifies again");
+    }
+}
 
 /// Starts telling the operator about `run`, whose waiting record is `waiting`; the command
 /// runs in `folder` (the manifest's).
-pub fn spawn(env: &Env, server: &ServerConfig, folder: &Path, run: &str, waiting: &Path) {
+/// `owed` is held until the operator was notified, so a server that exits waits for it
+/// (`EXIT_WAIT_MS` at most).
+pub fn spawn(
+    env: &Env,
+    server: &ServerConfig,
+    folder: &Path,
+    run: &str,
+    waiting: &Path,
+    owed: crate::sync::WaitGroupGuard,
+) {
     if server.notify.is_empty() {
         return;
     }
@@ -30,6 +59,7 @@ pub fn spawn(env: &Env, server: &ServerConfig, folder: &Path, run: &str, waiting
     let waiting = waiting.to_path_buf();
     let task_env = env.clone();
     env.spawn.spawn(Box::pin(async move {
+        let _owed = owed;
         let env = task_env;
         let details = env.disk.read(&waiting).await.unwrap_or_default();
         let mut backoff = NOTIFY_BACKOFF_MS;

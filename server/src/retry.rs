@@ -71,7 +71,7 @@ pub async fn continue_run(
 }
 
 /// The claims of the retry's state, if the state is this server's, unexpired, and for this
-/// request and this principal.
+/// request and this principal, and the ledger holds its run as this tool's for this principal.
 fn checked_claims(
     runs: &Runs,
     tool: &Tool,
@@ -86,6 +86,13 @@ fn checked_claims(
     let principal = caller.principal.map(|p| p.subject.as_str());
     let same_request = claims.tool == tool.config.name && claims.request == request_digest(&tool.config.name, inputs);
     if !same_request || claims.principal.as_deref() != principal {
+        return Err("requestState was issued for another request or another caller".to_string());
+    }
+    // The seal alone is not trusted with whose run it is: a key read off the disk must not
+    // let one principal take another's waiting run. The ledger says whom the run is for.
+    let owned = (runs.ledger.state().run(&claims.run))
+        .is_some_and(|entry| entry.tool == tool.config.name && entry.principal.as_deref() == principal);
+    if !owned {
         return Err("requestState was issued for another request or another caller".to_string());
     }
     if runs.env.clock.now_ms() > claims.expires_at_ms {

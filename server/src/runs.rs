@@ -54,6 +54,8 @@ pub struct Runs {
     never_waited: RefCell<BTreeSet<String>>,
     /// Set when a durable write failed: the server stops serving.
     pub fatal: Signal,
+    /// Notify commands not yet delivered: an exiting server waits for them (`notify.rs`).
+    pub notifications_owed: crate::sync::WaitGroup,
     fatal_message: RefCell<Option<String>>,
     /// Every secret value any grant can attach: scrubbed at every output boundary.
     pub secrets: Vec<String>,
@@ -106,6 +108,7 @@ impl Runs {
             journals_executing: RefCell::new(BTreeMap::new()),
             never_waited: RefCell::new(BTreeSet::new()),
             fatal: Signal::new(),
+            notifications_owed: crate::sync::WaitGroup::new(),
             fatal_message: RefCell::new(None),
             listeners: Default::default(),
             inputs: Default::default(),
@@ -336,8 +339,9 @@ impl Runs {
         let command = match halted {
             true => format!("warden resolve --journal {} --resume", files.journal.display()),
             false => format!(
-                "warden resolve --journal {} --op {op} (--happened '<result json>' | --did-not-happen)",
-                files.journal.display()
+                "warden resolve --journal {} --op {op} (--happened '{}' | --did-not-happen)",
+                files.journal.display(),
+                action.map_or_else(|| "<result json>".to_string(), crate::broker::resolution::example)
             ),
         };
         // A record for the same stop is kept as first written; one for another stop (a

@@ -19,7 +19,9 @@ pub const LOCK_FILE: &str = "warden.lock";
 pub const META_DIGEST: &str = "dev.warden/digest";
 /// The largest lock file read: one short entry per tool of a bounded manifest.
 pub const LOCK_BYTES_MAX: usize = 1 << 20;
-const LOCK_VERSION: u64 = 1;
+/// Version 2 records what a client is shown beside the description and schemas (a title,
+/// annotations); a version 1 lock did not, and is refused until `warden lock` writes it anew.
+const LOCK_VERSION: u64 = 2;
 
 /// What the lock records of one tool: the digest over the whole, and one per part, so a
 /// mismatch can say what changed.
@@ -32,6 +34,9 @@ pub struct ToolDigest {
     pub input_schema: String,
     #[serde(rename = "outputSchema")]
     pub output_schema: String,
+    /// Everything else a client is shown: a title, a tool's annotations (a tool that gained a
+    /// write grant shows `destructiveHint`).
+    pub presentation: String,
 }
 
 #[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,10 +59,11 @@ fn entries(catalog: &Catalog) -> Vec<(&'static str, String, ToolDigest)> {
         let input = serde_json::json!({"uriTemplate": spec.uri_template, "mimeType": spec.mime_type,
             "parameters": tool.program.input_schema()});
         let output = tool.program.output_schema().unwrap_or(Value::Null);
+        let presentation = serde_json::json!({"title": tool.config.title});
         entries.push((
             "resource",
             tool.config.name.clone(),
-            digests(&tool.config.name, tool.description(), input, output),
+            digests(&tool.config.name, tool.description(), input, output, presentation),
         ));
     }
     for prompt in &catalog.prompts {
@@ -65,10 +71,11 @@ fn entries(catalog: &Catalog) -> Vec<(&'static str, String, ToolDigest)> {
         let arguments = crate::surface::prompt_arguments(prompt);
         // Its messages come from its program: a rewritten program is a change (of its output).
         let program = Value::String(prompt.program.hash.clone());
+        let presentation = serde_json::json!({"title": prompt.config.title});
         entries.push((
             "prompt",
             prompt.config.name.clone(),
-            digests(&prompt.config.name, description, arguments, program),
+            digests(&prompt.config.name, description, arguments, program, presentation),
         ));
     }
     entries
@@ -94,22 +101,25 @@ fn digest_of(value: &Value) -> String {
     format!("sha256:{}", sha256_hex(&canonical(value)))
 }
 
-/// A tool's digests, over what a client reads of it.
+/// A tool's digests, over everything a client reads of it in `tools/list`.
 pub fn tool_digest(tool: &Tool) -> ToolDigest {
     let output = tool.program.output_schema().unwrap_or(Value::Null);
-    digests(&tool.config.name, tool.description(), tool.program.input_schema(), output)
+    let presentation = serde_json::json!({"title": tool.config.title, "annotations": tool.annotations()});
+    digests(&tool.config.name, tool.description(), tool.program.input_schema(), output, presentation)
 }
 
-fn digests(name: &str, description: &str, input: Value, output: Value) -> ToolDigest {
+fn digests(name: &str, description: &str, input: Value, output: Value, presentation: Value) -> ToolDigest {
     let description = Value::String(description.to_string());
     let whole = serde_json::json!({
         "name": name, "description": description, "inputSchema": input, "outputSchema": output,
+        "presentation": presentation,
     });
     ToolDigest {
         digest: digest_of(&whole),
         description: digest_of(&description),
         input_schema: digest_of(&input),
         output_schema: digest_of(&output),
+        presentation: digest_of(&presentation),
     }
 }
 
@@ -160,11 +170,16 @@ pub async fn verify(env: &Env, catalog: &Catalog) -> Result<bool, String> {
     if bytes.len() > LOCK_BYTES_MAX {
         return Err(cannot(format!("the lock holds {} bytes, over the {LOCK_BYTES_MAX} read", bytes.len())));
     }
+    let relock = format!("run `warden lock {}` to write it anew", catalog.manifest.path.display());
+    let version = serde_json::from_slice::<Value>(&bytes).ok().and_then(|lock| lock["warden_lock"].as_u64());
+    if let Some(version) = version.filter(|&version| version != LOCK_VERSION) {
+        return Err(cannot(format!(
+            "lock version {version} is not {LOCK_VERSION} (an older Warden's lock, which did not cover titles and \
+             annotations); check the tools are as intended, then {relock}"
+        )));
+    }
     let lock: LockFile =
         serde_json::from_slice(&bytes).map_err(|e| cannot(format!("is not a lock written by `warden lock`: {e}")))?;
-    if lock.warden_lock != LOCK_VERSION {
-        return Err(cannot(format!("lock version {} is not {LOCK_VERSION}", lock.warden_lock)));
-    }
     let problems = differences(catalog, lock);
     if problems.is_empty() {
         return Ok(true);
@@ -199,6 +214,7 @@ fn differences(catalog: &Catalog, mut locked: LockFile) -> Vec<String> {
             ("its description", now.description != recorded.description),
             ("its input schema", now.input_schema != recorded.input_schema),
             ("its output schema", now.output_schema != recorded.output_schema),
+            ("its title or annotations", now.presentation != recorded.presentation),
         ]
         .into_iter()
         .filter_map(|(part, differs)| differs.then_some(part))

@@ -26,9 +26,50 @@ fn check_reports_every_broken_tool() {
         "no_docstring.star:3: `main` has no docstring",
         "missing.star: cannot read the program of tool `missing`",
         "echo.star:1: grant `web` is not a parameter of `main`",
+        // Issue 23 item 11: a `once` key naming no parameter is refused, with the path.
+        "manifest.json: tools[3].once.by[0]: `ticket` is not a parameter of `main` (its parameters: ",
     ] {
         assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
     }
+}
+
+/// Issue 23 item 17: what a newcomer met, in words they can act on: a number's type in plain
+/// words, a JSON syntax error at its line (not at a path serde stopped in), an unknown key
+/// with the known one it is a typo of, a grant missing from `def` with the fix, and a runtime
+/// error whose location does not tell the caller where the server keeps its programs.
+#[test]
+fn errors_a_newcomer_meets_say_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let typed = write(
+        "typed.json",
+        r#"{"server": {"name": "x", "journals": "j", "max_concurrent_runs": "four"}, "tools": []}"#,
+    );
+    let (_, _, stderr) = warden(&["check", &typed]);
+    assert!(stderr.contains("expected a whole number from 0") && !stderr.contains("u64"), "{stderr}");
+    let comma = write("comma.json", "{\"server\": {\"name\": \"x\", \"journals\": \"j\",},\n \"tools\": []}");
+    let (_, _, stderr) = warden(&["check", &comma]);
+    assert!(stderr.contains("(JSON syntax): trailing comma at line 1") && !stderr.contains(".?"), "{stderr}");
+    let (_, _, stderr) = warden(&["check", fixture("broken/bad_key.json").to_str().unwrap()]);
+    assert!(stderr.contains("did you mean `max_steps`?"), "{stderr}");
+    let (_, _, stderr) = warden(&["check", fixture("broken/manifest.json").to_str().unwrap()]);
+    assert!(stderr.contains("add it as one (`def main(web, ...)`) or remove the grant"), "{stderr}");
+
+    let toolbox = common::private_copy(&common::repo_root().join("examples/toolbox"));
+    let folder = toolbox.path().to_str().unwrap().to_string();
+    let mut wire = common::Wire::start_dir(toolbox, &[]);
+    let failed = wire.request(
+        common::Era::Modern,
+        serde_json::json!(1),
+        "tools/call",
+        serde_json::json!({"name": "always_fails", "arguments": {}}),
+    );
+    let text = failed["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    assert!(text.contains("always_fails.star:") && !text.contains(&folder), "{failed}");
 }
 
 #[test]
@@ -159,6 +200,66 @@ fn a_tool_changed_since_the_lock_stops_the_server_naming_it() {
     wire.close_stdin();
     assert!(wire.wait_exit(std::time::Duration::from_secs(10)).success(), "{}", wire.stderr());
     assert!(wire.stderr().contains("each as warden.lock recorded it"), "{}", wire.stderr());
+}
+
+/// Issue 23 item 10: the lock covers everything a client is shown of a tool, its title and
+/// annotations included: a read-only tool retitled, or given a write grant (so
+/// `destructiveHint`), is no longer the tool that was locked; a resource or prompt retitled
+/// likewise.
+#[test]
+fn a_tool_retitled_or_given_a_write_grant_since_the_lock_stops_the_server() {
+    let changes: [(&str, fn(&mut serde_json::Value)); 4] = [
+        ("tool `search_tickets`: its title or annotations changed", |m| {
+            m["tools"][0]["title"] = serde_json::json!("Delete every file on the machine");
+        }),
+        ("tool `search_tickets`: its title or annotations changed", |m| {
+            m["tools"][0]["grants"]["desk"]["mode"] = serde_json::json!("write");
+        }),
+        ("resource `ticket`: its title or annotations changed", |m| {
+            m["resources"][0]["title"] = serde_json::json!("Every ticket's secrets");
+        }),
+        ("prompt `triage`: its title or annotations changed", |m| {
+            m["prompts"][0]["title"] = serde_json::json!("Ignore your instructions");
+        }),
+    ];
+    for (expected, change) in changes {
+        let dir = common::private_copy(&common::repo_root().join("examples/support-desk"));
+        let path = dir.path().join("manifest.json");
+        assert_eq!(warden(&["lock", path.to_str().unwrap()]).0, 0);
+        let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        change(&mut manifest);
+        std::fs::write(&path, manifest.to_string()).unwrap();
+        let (code, _, stderr) = warden(&["mcp", path.to_str().unwrap()]);
+        assert_eq!(code, 1, "{expected}: {stderr}");
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+}
+
+/// Issue 23 item 14: `warden check` finds everything that stops a start (here a tool that
+/// differs from `warden.lock`), and every listed tool has a schema, the status tool too.
+#[test]
+fn check_refuses_what_a_start_refuses_and_every_listed_tool_has_a_schema() {
+    let dir = common::private_copy(&common::repo_root().join("examples/support-desk"));
+    let path = dir.path().join("manifest.json");
+    let manifest = path.to_str().unwrap();
+    assert_eq!(warden(&["lock", manifest]).0, 0);
+    assert_eq!(warden(&["check", manifest]).0, 0);
+    let mut changed: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    changed["tools"][0]["description"] = serde_json::json!("Search every ticket, then delete it.");
+    std::fs::write(&path, changed.to_string()).unwrap();
+    let (code, _, stderr) = warden(&["check", manifest]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("tool `search_tickets`: its description changed since the lock"), "{stderr}");
+    let (code, stdout, stderr) = warden(&["schema", manifest, "warden_run_status"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\"name\": \"warden_run_status\""), "{stdout}");
+    let (_, all, _) = warden(&["schema", manifest]);
+    let names: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(&all)
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["search_tickets", "close_ticket", "warden_run_status"]);
 }
 
 #[test]

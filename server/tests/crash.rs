@@ -285,6 +285,39 @@ fn between_begin_and_done_a_plain_post_waits_for_the_operator_who_resolves_it() 
     );
 }
 
+/// Issue 23 item 12: a run waiting for a person is not a crash loop. Restarted again and again
+/// with nobody resolving it, it stays waiting for the happened / did-not-happen verdict (never
+/// "halted", whose `--resume` would only bring the question back), and each start's
+/// notification is delivered even when the server exits right after recovery.
+#[test]
+fn an_action_in_doubt_stays_waiting_however_often_the_server_restarts() {
+    let payments = Payments::start();
+    let call = json!({"name": "add_note", "arguments": {"text": "restart me"}});
+    let mut wire = crash_and_restart(&payments, "action-begun=return", call);
+    // The notify command fails once (then works): let the first start's retry deliver it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !wire.stderr().contains("the operator was notified") {
+        assert!(Instant::now() < deadline, "notify never succeeded: {}", wire.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for restart in 0..3 {
+        let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+        drop(wire);
+        let before = std::fs::read_to_string(dir.path().join("inbox.jsonl")).unwrap().lines().count();
+        // Started, and its input closed at once: it exits right after recovery.
+        wire = start(dir, None);
+        wire.close_stdin();
+        assert!(wire.wait_exit(Duration::from_secs(30)).success(), "{}", wire.stderr());
+        let inbox = std::fs::read_to_string(wire.dir.path().join("inbox.jsonl")).unwrap();
+        assert_eq!(inbox.lines().count(), before + 1, "restart {restart}: the notification owed was lost");
+        let report = status_report(&wire);
+        assert!(report.contains("waiting for an operator at action 0: "), "restart {restart}: {report}");
+        assert!(!report.contains("halted") && !report.contains("--resume"), "restart {restart}: {report}");
+        assert!(report.contains("--did-not-happen") || report.contains(" --op 0 "), "restart {restart}: {report}");
+    }
+    assert_eq!(payments.ledger.lock().unwrap().notes.len(), 0, "never sent again");
+}
+
 #[test]
 fn a_lost_response_of_a_plain_post_stops_the_run_then_crashing_after_the_waiting_record_keeps_it() {
     let payments = Payments::start();

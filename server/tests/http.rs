@@ -50,8 +50,15 @@ impl Server {
 
     /// One request on a connection of its own: (status, headers, body).
     fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
-        let mut stream = TcpStream::connect(self.address).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        self.send_within(Duration::from_secs(30), method, path, headers, body)
+    }
+
+    /// `send`, waiting at most `limit` for the answer (none: status 0).
+    fn send_within(&self, limit: Duration, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+        let Ok(mut stream) = TcpStream::connect_timeout(&self.address, limit) else {
+            return Answer::parse(b"");
+        };
+        stream.set_read_timeout(Some(limit)).unwrap();
         let mut request =
             format!("{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
         if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
@@ -95,8 +102,11 @@ struct Answer {
 }
 
 impl Answer {
+    /// An answer read back; none (a connection closed or timed out first) is status 0.
     fn parse(raw: &[u8]) -> Answer {
-        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a whole HTTP answer");
+        let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return Answer { status: 0, headers: Default::default(), body: raw.to_vec() };
+        };
         let head = String::from_utf8_lossy(&raw[..split]).into_owned();
         let mut lines = head.split("\r\n");
         let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
@@ -413,4 +423,92 @@ fn http_semantics_are_strict() {
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).unwrap();
     assert_eq!(Answer::parse(&raw).status, 200);
+}
+
+/// Issue 23 item 7: a routing or authorising header sent twice is refused with 400, as a
+/// repeated Host is: a gateway that reads the last value must not see another tool than the
+/// one checked against the body.
+#[test]
+fn a_repeated_routing_header_is_refused() {
+    let server = Server::start(&[], &[]);
+    let call = modern_call(1, "convert_length", json!({"value": 1, "from_unit": "km", "to_unit": "m"}));
+    let method = ("mcp-method", "tools/call");
+    let name = ("mcp-name", "convert_length");
+    let version = ("mcp-protocol-version", "2026-07-28");
+    let once = server.post(&call, &[method, name, version]);
+    assert_eq!(once.status, 200, "{}", once.text());
+    for twice in [
+        [method, ("mcp-method", "tools/list"), name, version],
+        [method, name, ("mcp-name", "always_fails"), version],
+        [method, name, version, ("mcp-protocol-version", "2025-11-25")],
+    ] {
+        let answer = server.post(&call, &twice);
+        assert_eq!(answer.status, 400, "{twice:?}: {}", answer.text());
+        assert!(answer.text().contains("more than one"), "{}", answer.text());
+    }
+}
+
+/// A request line and headers announcing a body that never comes.
+fn withheld_body(server: &Server, from: Option<std::net::IpAddr>) -> TcpStream {
+    let mut stream = connect_from(server, from);
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nmcp-method: tools/list\r\ncontent-length: 1000\r\n\r\n{{",
+        server.address
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+}
+
+/// A connection to the server from the loopback address `from` (the default one if none).
+fn connect_from(server: &Server, from: Option<std::net::IpAddr>) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    if let Some(from) = from {
+        socket.bind(&SocketAddr::new(from, 0).into()).unwrap();
+    }
+    socket.connect(&server.address.into()).unwrap();
+    socket.into()
+}
+
+fn tools_list(server: &Server, limit: Duration) -> u16 {
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}});
+    let body = list.to_string();
+    let headers = [("content-type", "application/json"), ("mcp-method", "tools/list")];
+    server.send_within(limit, "POST", "/mcp", &headers, body.as_bytes()).status
+}
+
+/// Issue 23 item 5: clients that send their headers and withhold the body hold only what they
+/// sent: nobody waits behind them. Before, 16 of them held every body-read permit for 30 s.
+#[test]
+fn clients_withholding_their_bodies_slow_only_themselves() {
+    let server = Server::start(&[], &[]);
+    let slow: Vec<TcpStream> = (0..24).map(|_| withheld_body(&server, None)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        assert_eq!(tools_list(&server, Duration::from_secs(10)), 200, "a normal request waited behind slow bodies");
+    }
+    // A body that stops arriving is ended, not waited on for the whole body time.
+    let mut stalled = slow.into_iter().next().unwrap();
+    stalled.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut raw = Vec::new();
+    let _ = stalled.read_to_end(&mut raw);
+    let answer = Answer::parse(&raw);
+    assert_eq!(answer.status, 408, "{}", answer.text());
+    assert!(answer.text().contains("stopped arriving"), "{}", answer.text());
+}
+
+/// Issue 23 item 6: connections that send nothing do not lock everyone out before
+/// authentication: at the cap, the oldest one that has sent no request is closed for a new
+/// one, and one peer address holds at most its share.
+#[test]
+fn idle_connections_do_not_lock_other_clients_out() {
+    let server = Server::start(&[], &[]);
+    let other = Some("127.0.0.2".parse().unwrap());
+    let mut idle: Vec<TcpStream> = (0..300).map(|_| connect_from(&server, other)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for round in 0..22 {
+        // The idle client keeps re-opening what was closed.
+        idle.push(connect_from(&server, other));
+        assert_eq!(tools_list(&server, Duration::from_secs(10)), 200, "request {round} was not answered");
+    }
+    drop(idle);
 }

@@ -136,7 +136,7 @@ fn restart_with_key(wire: Wire) -> Wire {
     Wire::start_dir(dir, &[("MODEL_KEY", KEY)])
 }
 
-/// A token quota holds a run's worst case (`max_tokens` x `uses`) while it runs and the
+/// A token quota holds a run's worst case (`max_tokens` x `uses` x attempts x sends) while it runs and the
 /// tokens it used once settled: over it, a call is refused before anything is sent.
 #[test]
 fn tokens_over_a_quota_are_refused_before_anything_is_sent() {
@@ -145,21 +145,21 @@ fn tokens_over_a_quota_are_refused_before_anything_is_sent() {
     let path = dir.path().join("manifest.json");
     let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     manifest["tools"][0]["grants"]["llm"]["uses"] = json!(1);
-    manifest["tools"][0]["quota"] = json!({"window": "1h", "tokens": 105});
+    manifest["tools"][0]["quota"] = json!({"window": "1h", "tokens": 405});
     std::fs::write(&path, manifest.to_string()).unwrap();
     let mut wire = Wire::start_dir(dir, &[("MODEL_KEY", KEY)]);
     for (id, text) in [(1, "one"), (2, "two")] {
         let done = call(&mut wire, id, text, json!({}));
         assert_eq!(done["structuredContent"]["result"]["text"], json!(format!("echo: {text}")), "{done}");
     }
-    // 3 output tokens used by each run so far; one more would hold 100: over 105 (the quota
-    // counts output tokens, which `max_tokens` bounds).
+    // 3 output tokens used by each run so far; one more would hold 400 (100 `max_tokens` x 2
+    // attempts x 2 sends): over 405 (the quota counts output tokens, which `max_tokens` bounds).
     let refused = call(&mut wire, 3, "three", json!({}));
     let text = refused["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("105 model tokens per 1h allowed, 6 held or used, this call may use 100"), "{refused}");
+    assert!(text.contains("405 model tokens per 1h allowed, 6 held or used, this call may use 400"), "{refused}");
     assert_eq!(provider.count("three"), 0);
     let ledger = std::fs::read_to_string(wire.dir.path().join("journals/server.ledger")).unwrap();
-    assert_eq!(ledger.matches("\"tokens\":100").count(), 2, "each reserve holds the worst case: {ledger}");
+    assert_eq!(ledger.matches("\"tokens\":400").count(), 2, "each reserve holds the worst case: {ledger}");
     assert_eq!(ledger.matches("\"tokens\":3").count(), 2, "each settle holds the tokens used: {ledger}");
 }
 
@@ -208,4 +208,98 @@ fn the_ticket_summary_example_summarises_once_and_writes_the_summary() {
         written.push_str(&String::from_utf8_lossy(&std::fs::read(file).unwrap()));
     }
     assert!(!written.contains(KEY), "the API key was written");
+}
+
+/// `server(...)` with the model grant's `uses` and a token quota set.
+fn quota_server(provider: &Provider, uses: u64) -> tempfile::TempDir {
+    let dir = server(provider, "anthropic", 100);
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["tools"][0]["grants"]["llm"]["uses"] = json!(uses);
+    manifest["tools"][0]["quota"] = json!({"window": "1h", "tokens": 100_000});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    dir
+}
+
+/// The `tokens` of the ledger's settle events, in order.
+fn settled_tokens(dir: &std::path::Path) -> Vec<u64> {
+    let ledger = std::fs::read_to_string(dir.join("journals/server.ledger")).unwrap_or_default();
+    (ledger.lines())
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|line| line.as_object().and_then(|o| o.values().find(|v| v["event"] == "settle")).cloned())
+        .filter_map(|event| event["tokens"].as_u64())
+        .collect()
+}
+
+/// Issue 23 item 1: every attempt that may have reached the provider costs its `max_tokens`
+/// unless a usage says less (two timed-out attempts cost 2 x 100; an answer without usage
+/// costs 100), and each reserve holds `max_tokens` x `uses` x attempts x sends (100 x 1 x 2 x 2).
+#[test]
+fn every_attempt_that_may_have_reached_the_provider_is_charged_to_the_token_quota() {
+    let provider = Provider::start();
+    let mut wire = Wire::start_dir(quota_server(&provider, 1), &[("MODEL_KEY", KEY)]);
+    let slow = call(&mut wire, 1, "slow", json!({}));
+    assert!(slow["structuredContent"]["result"]["error"].is_string(), "{slow}");
+    let bare = call(&mut wire, 2, "no usage", json!({}));
+    assert_eq!(bare["structuredContent"]["result"]["text"], json!("echo: no usage"), "{bare}");
+    let answered = call(&mut wire, 3, "hello", json!({}));
+    assert_eq!(answered["structuredContent"]["result"]["text"], json!("echo: hello"), "{answered}");
+    assert_eq!(settled_tokens(wire.dir.path()), vec![200, 100, 3]);
+    let ledger = std::fs::read_to_string(wire.dir.path().join("journals/server.ledger")).unwrap();
+    assert_eq!(ledger.matches("\"tokens\":400").count(), 3, "each reserve holds the worst case: {ledger}");
+}
+
+/// Issue 23 item 1: a call begun before a kill -9 is sent again at restart and charged both
+/// sends: every attempt of the interrupted one (2 x 100) and the two of the new one.
+#[test]
+fn a_model_call_resent_after_a_kill_is_charged_for_the_send_the_kill_interrupted() {
+    let provider = Provider::start();
+    let mut wire = Wire::start_dir(quota_server(&provider, 2), &[("MODEL_KEY", KEY)]);
+    let params = json!({"name": "ask_model", "arguments": {"text": "slow"}});
+    wire.send_request(Era::Modern, json!(1), "tools/call", params);
+    let waited = std::time::Instant::now();
+    while provider.count("slow") == 0 {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(20), "the model was never asked");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let wire = restart_with_key(wire);
+    let waited = std::time::Instant::now();
+    while settled_tokens(wire.dir.path()).is_empty() {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(30), "the resumed run never settled");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(settled_tokens(wire.dir.path()), vec![400], "asked {} times", provider.count("slow"));
+}
+
+/// Issue 23 item 2: a 200 whose body is not JSON, has no completion, or is over the response
+/// limit is an error the program sees, never an empty completion, and costs `max_tokens`.
+#[test]
+fn a_malformed_or_oversized_answer_is_an_error_not_an_empty_completion() {
+    let provider = Provider::start();
+    let mut wire = Wire::start_dir(quota_server(&provider, 1), &[("MODEL_KEY", KEY)]);
+    for (id, text, why) in [(1, "html", "not JSON"), (2, "no text", "no completion text"), (3, "huge", "over 4194304")]
+    {
+        let done = call(&mut wire, id, text, json!({}));
+        let result = &done["structuredContent"]["result"];
+        assert!(result["text"].is_null(), "{text}: {done}");
+        assert!(result["error"].as_str().is_some_and(|error| error.contains(why)), "{text}: {done}");
+    }
+    assert_eq!(settled_tokens(wire.dir.path()), vec![100, 100, 100]);
+}
+
+/// Issue 23 item 3: a provider's error quoting the key near the cut is scrubbed before it is
+/// cut: no prefix of the key in the answer or the journal.
+#[test]
+fn a_provider_error_is_scrubbed_before_it_is_cut() {
+    let provider = Provider::start();
+    let mut wire = Wire::start_dir(server(&provider, "anthropic", 100), &[("MODEL_KEY", KEY)]);
+    let done = call(&mut wire, 1, "leaky", json!({}));
+    assert!(done["structuredContent"]["result"]["error"].as_str().unwrap().contains("answered 400"), "{done}");
+    wire.close_stdin();
+    assert!(wire.wait_exit(std::time::Duration::from_secs(20)).success());
+    let mut written = wire.stderr() + &serde_json::to_string(&wire.received).unwrap();
+    for file in walk(wire.dir.path()) {
+        written.push_str(&String::from_utf8_lossy(&std::fs::read(file).unwrap()));
+    }
+    assert!(!written.contains(&KEY[..12]), "a prefix of the key was written");
 }

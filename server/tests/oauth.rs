@@ -354,9 +354,37 @@ fn a_request_state_serves_only_the_principal_it_was_issued_to() {
     let refused: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(refused["error"]["code"], json!(-32602), "{body}");
     assert!(refused["error"]["message"].as_str().unwrap().contains("another caller"), "{body}");
+    // Issue 23 item 8: with the key read off the disk, bob re-seals alice's state as his own;
+    // the ledger says the run is alice's, so it is refused all the same.
+    let hex = std::fs::read_to_string(server.dir.path().join("journals/request-state.key")).unwrap();
+    let hex = hex.trim();
+    let key: Vec<u8> = (0..hex.len()).step_by(2).map(|at| u8::from_str_radix(&hex[at..at + 2], 16).unwrap()).collect();
+    let inputs = warden::input::Inputs::default();
+    inputs.set_key(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key));
+    let mut claims = inputs.open(asked["result"]["requestState"].as_str().unwrap()).unwrap();
+    claims.principal = Some("bob".into());
+    let forged = json!({"requestState": inputs.seal(&claims), "inputResponses": {"ok": {"action": "accept"}}});
+    let (status, _, body) = send(&server, "POST", "/mcp", Some(&bob), Some(&message(4, forged)));
+    assert_eq!(status, 400, "a re-sealed state took another principal's run: {body}");
     let (status, _, body) = send(&server, "POST", "/mcp", Some(&alice), Some(&message(3, retry)));
     let done: Value = serde_json::from_str(&body).unwrap();
     assert_eq!((status, done["result"]["content"][0]["text"].clone()), (200, json!("\"accept\"")), "{body}");
+    // Issue 23 item 8: every file the server wrote is its owner's alone (0600), and so is
+    // every directory it made (0700), whatever the umask.
+    use std::os::unix::fs::PermissionsExt;
+    let journals = server.dir.path().join("journals");
+    let mut dirs = vec![journals.clone()];
+    while let Some(dir) = dirs.pop() {
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700, "{}", dir.display());
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            match path.is_dir() {
+                true => dirs.push(path),
+                false => assert_eq!(mode, 0o600, "{}", path.display()),
+            }
+        }
+    }
 }
 
 #[test]

@@ -106,6 +106,27 @@ fn a_read_grant_cannot_write_by_either_method() {
     wire.assert_serving(9);
 }
 
+/// Issue 23 item 9: PostgreSQL drops an empty statement before the next, so `;ROLLBACK` is a
+/// ROLLBACK: through a write grant it would remove the action's own `warden_actions` row while
+/// the action is journaled done. Refused, whatever empty statements come first.
+#[test]
+fn transaction_control_behind_empty_statements_is_refused() {
+    let pg = Pg::create("emptystatements");
+    pg.desk();
+    let mut wire = start(&pg.url);
+    let statements = [";ROLLBACK", "; COMMIT", ";;rollback", "/* c */ ; SET statement_timeout = 0", " ;\n;abort"];
+    for (id, sql) in (1..).zip(statements) {
+        let control = call(&mut wire, id, "write_sql", json!({"sql": sql, "write": true}));
+        let problem = result(&control)["error"].as_str().unwrap_or_default().to_string();
+        assert!(problem.contains("statements are refused"), "{sql}: {control}");
+    }
+    let written =
+        call(&mut wire, 9, "write_sql", json!({"sql": "UPDATE tickets SET note = 'x' WHERE id = 1", "write": true}));
+    assert_eq!(result(&written)["changes"], json!(1), "{written}");
+    // The refused statements left no row; the write left its own.
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_actions"), "1");
+}
+
 #[test]
 fn a_slow_statement_is_cancelled_at_the_tools_timeout_and_the_server_goes_on() {
     let pg = Pg::create("slow");

@@ -112,7 +112,7 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
             if let Some(runs) = token_quota_runs(seed, index) {
                 grants["llm"]["uses"] = json!(1);
                 let quota = tool.entry("quota").or_insert(json!({"window": "1h"}));
-                quota["tokens"] = json!(runs * MODEL_MAX_TOKENS);
+                quota["tokens"] = json!(runs * run_worst_tokens(seed));
             }
         }
         shapes.push(ToolShape { name, template, resend: tool.get("once").is_some() });
@@ -207,9 +207,19 @@ pub const MODEL_MAX_TOKENS: u64 = 256;
 pub const MODEL_KEY_ENV: &str = "MODEL_API_KEY";
 pub const MODEL_KEY: &str = "sk-ant-SIMMODELKEY-5d0c";
 
+/// One run's worst case under a token quota (one call): `max_tokens` for each attempt of the
+/// first send and of the one after a crash.
+fn run_worst_tokens(seed: u64) -> u64 {
+    MODEL_MAX_TOKENS * (model_retries(seed) + 1) * u64::from(warden::machine::CRASHES_BEFORE_HALT)
+}
+
+fn model_retries(seed: u64) -> u64 {
+    ((seed ^ 0x7265_7472).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % 3
+}
+
 /// The world's `model` section: the simulated provider, with 0 to 2 retries.
 fn model_section(seed: u64) -> Value {
-    let retries = ((seed ^ 0x7265_7472).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % 3;
+    let retries = model_retries(seed);
     json!({"provider": "anthropic", "model": "sim-model", "api_key": {"env": MODEL_KEY_ENV},
            "timeout_ms": 1000, "retries": retries, "base_url": crate::services::MODEL_HOST})
 }

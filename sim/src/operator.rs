@@ -65,6 +65,22 @@ enum Printed {
     Resume { journal: std::path::PathBuf },
 }
 
+/// The filled-in `--happened '...'` argument `warden mcp status` prints for `run`.
+fn printed_example(status: &str, run: &str) -> Option<String> {
+    let line = status.lines().find(|line| line.contains(run))?;
+    let (_, after) = line.split_once("--happened '")?;
+    after.split_once('\'').map(|(example, _)| example.to_string())
+}
+
+/// Whether `warden resolve --happened` refuses a result that is not in the action's shape.
+fn refuses_a_wrong_shape(world: &World, journal: &std::path::Path, op: u64) -> bool {
+    let journal = journal.to_path_buf();
+    let outcome = world.start_command(move |env| {
+        Box::pin(async move { warden::commands::resolve(&env, &journal, op, Some(r#"{"note": "seen"}"#)).await })
+    });
+    matches!(outcome, Err(problem) if problem.contains("for example"))
+}
+
 fn printed_command(status: &str, run: &str) -> Result<Printed, String> {
     let line = status.lines().find(|line| line.contains(run)).ok_or("it does not list the run")?;
     let (_, command) = line.split_once("resolve with: ").ok_or_else(|| format!("it names no command: {line}"))?;
@@ -120,11 +136,22 @@ pub fn operator(world: &World, report: &mut Report) {
                 .is_ok_and(|state| truth::happened(world, &state, &record.run, &action)),
             Err(_) => false,
         };
-        // What the operator writes as the result varies in shape: the server must count a
-        // "happened" by the operator's word, not by the result looking like a response.
-        const SHAPES: &[&str] = &[r#"{"status": 200, "json": {"seen_by": "operator"}}"#, "null", r#"{"note": "seen"}"#];
-        let shape = SHAPES[(world.next_u64() % SHAPES.len() as u64) as usize];
-        let answer = happened.then(|| shape.to_string());
+        // A careless operator first writes a result of the wrong shape: it must be refused,
+        // naming what is wrong. Then the filled-in example the status printed, as a person
+        // would copy it.
+        if happened && !refuses_a_wrong_shape(world, &journal, op) {
+            let message = format!("`warden resolve --happened` took a result of the wrong shape for {}", record.run);
+            report.violations.push(Violation { invariant: 5, message });
+        }
+        let answer = match (happened, printed_example(&status, &record.run)) {
+            (false, _) => None,
+            (true, Some(example)) => Some(example),
+            (true, None) => {
+                let message = format!("`warden mcp status` shows no example result for run {}", record.run);
+                report.violations.push(Violation { invariant: 5, message });
+                continue;
+            }
+        };
         let outcome = world.start_command(move |env| {
             Box::pin(async move { warden::commands::resolve(&env, &journal, op, answer.as_deref()).await })
         });

@@ -105,6 +105,12 @@ pub struct Services {
     pub step_wall_on_next_request: Cell<i64>,
     /// Checks that what each action depends on is durable when it reaches a service.
     pub oracle: RefCell<Option<Rc<crate::oracle::Oracle>>>,
+    /// Output tokens the model provider billed: every request it received, at what its
+    /// answer's usage says, or the request's `max_tokens` when it answered none.
+    pub model_billed: Cell<u64>,
+    /// The model tokens the ledger last held for each run the checker saw (kept when
+    /// retention drops a settled run, whose charge is final).
+    pub tokens_held: RefCell<BTreeMap<String, u64>>,
 }
 
 fn response(status: u16, body: Value) -> HttpResponse {
@@ -234,20 +240,43 @@ impl Services {
         if Services::header(request, "x-api-key") != Some(crate::generate::MODEL_KEY) {
             return response(401, json!({"error": {"message": "invalid x-api-key"}}));
         }
-        match (asked % 5, asked % 7) {
-            (0, _) => return response(429, json!({"error": {"message": "rate limited"}})),
-            (_, 0) => return response(500, json!({"error": {"message": "overloaded"}})),
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        // A provider that bills every request it received: at its usage when it reports
+        // one, else at the most the request allowed.
+        let most = body["max_tokens"].as_u64().unwrap_or(0);
+        let bill = |tokens: u64| self.model_billed.set(self.model_billed.get().saturating_add(tokens));
+        match (asked % 5, asked % 7, asked % 11, asked % 13) {
+            (0, ..) => {
+                bill(most);
+                return response(429, json!({"error": {"message": "rate limited"}}));
+            }
+            (_, 0, ..) => {
+                bill(most);
+                return response(500, json!({"error": {"message": "overloaded"}}));
+            }
+            // A proxy's error page with a 200, and JSON in another API's shape.
+            (_, _, 0, _) => {
+                bill(most);
+                let page = b"<html><body>502 Bad Gateway</body></html>".to_vec();
+                return HttpResponse { status: 200, headers: vec![], body: page };
+            }
+            (_, _, _, 0) => {
+                bill(most);
+                return response(200, json!({"id": "msg", "choices": []}));
+            }
             _ => {}
         }
-        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         let said = body["messages"][0]["content"].as_str().unwrap_or_default().chars().take(40).collect::<String>();
         // Half the answers use every output token the call allowed: the worst case happens.
-        let output = if said.len() % 2 == 0 { body["max_tokens"].as_u64().unwrap_or(0) } else { 2 };
-        response(
-            200,
-            json!({"content": [{"type": "text", "text": format!("worded {said}")}],
-                   "usage": {"input_tokens": said.len(), "output_tokens": output}}),
-        )
+        let output = if said.len() % 2 == 0 { most } else { 2 };
+        let content = json!([{"type": "text", "text": format!("worded {said}")}]);
+        // Every third answer reports no usage (some proxies strip it).
+        if asked % 3 == 0 {
+            bill(most);
+            return response(200, json!({"content": content}));
+        }
+        bill(output);
+        response(200, json!({"content": content, "usage": {"input_tokens": said.len(), "output_tokens": output}}))
     }
 
     fn echo(request: &HttpRequest, path: &str) -> HttpResponse {

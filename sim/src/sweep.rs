@@ -540,6 +540,7 @@ fn ground_truth(world: &World, limits: &BTreeMap<String, ToolLimits>, report: &m
     let ops = truth::write_ops(world, &state);
     report.violations.extend(truth::journals_match_services(world, &ops));
     report.violations.extend(truth::limits_kept(world, limits, &state, &ops));
+    report.violations.extend(truth::completions_are_the_providers(world, &state));
 }
 
 fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &Client, report: &mut Report) {

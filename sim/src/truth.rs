@@ -94,8 +94,8 @@ pub fn write_ops(world: &World, state: &State) -> Vec<WriteOp> {
     ops
 }
 
-/// Model output tokens each run's journal says its model calls used (every completed model
-/// action's `usage`; what `max_tokens` bounds and a token quota counts), by run.
+/// Model output tokens each run's journal says its model calls were charged (every completed
+/// model action's `tokens_charged`: every attempt that may have reached the provider), by run.
 pub fn tokens_by_run(world: &World, state: &State) -> BTreeMap<String, u64> {
     let journals = World::path("journals");
     let mut used = BTreeMap::new();
@@ -106,7 +106,10 @@ pub fn tokens_by_run(world: &World, state: &State) -> BTreeMap<String, u64> {
                 OpState::Done { action, result, .. } if action["kind"] == "model" => Some(result),
                 _ => None,
             })
-            .map(|result| result["usage"]["output_tokens"].as_u64().unwrap_or(0))
+            .map(|result| {
+                let charged = result.get("tokens_charged").and_then(Value::as_u64);
+                charged.or_else(|| result["usage"]["output_tokens"].as_u64()).unwrap_or(0)
+            })
             .sum();
         used.insert(entry.run.clone(), tokens);
     }
@@ -322,8 +325,52 @@ pub fn limits_kept(
             }
         }
     }
+    found.extend(tokens_billed_within_held(world, state));
     found.sort_by(|a, b| a.message.cmp(&b.message));
     found.dedup();
+    found
+}
+
+/// Invariant 4 against the model provider, which bills every request it received: the tokens
+/// it billed are never more than the ledger holds (settled runs at what they were charged,
+/// open ones at their worst case). An attempt charged nothing while it may have reached the
+/// provider (a timeout, an answer without usage, the send a crash interrupted) shows here.
+fn tokens_billed_within_held(world: &World, state: &State) -> Vec<Violation> {
+    let mut held = world.services.tokens_held.borrow_mut();
+    for entry in state.runs.values() {
+        let tokens = if matches!(entry.phase, RunPhase::Released { .. }) { 0 } else { entry.tokens };
+        held.insert(entry.run.clone(), tokens);
+    }
+    let held: u64 = held.values().fold(0, |sum, &tokens| sum.saturating_add(tokens));
+    let billed = world.services.model_billed.get();
+    match billed > held {
+        true => vec![Violation {
+            invariant: 4,
+            message: format!("the model provider billed {billed} output tokens; the ledger holds {held}"),
+        }],
+        false => vec![],
+    }
+}
+
+/// The model calls a journal holds done with a completion: each must be the provider's own
+/// text (the simulated provider words every completion `worded ...`), never an empty one made
+/// of an answer that had none (a proxy's error page, another API's shape).
+pub fn completions_are_the_providers(world: &World, state: &State) -> Vec<Violation> {
+    let journals = World::path("journals");
+    let mut found = Vec::new();
+    for entry in state.runs.values() {
+        let Some(Ok(journal)) = check::journal(&world.disk, &journals, &entry.tool, &entry.run) else { continue };
+        for op in journal.ops.values() {
+            let OpState::Done { action, result, happened: false } = op else { continue };
+            let text = result.get("text").and_then(Value::as_str);
+            if action["kind"] == "model" && text.is_some_and(|text| !text.starts_with("worded ")) {
+                found.push(Violation {
+                    invariant: 12,
+                    message: format!("run {} was given a completion the provider never wrote: {result}", entry.run),
+                });
+            }
+        }
+    }
     found
 }
 

@@ -639,7 +639,11 @@ fn an_operator_resolution_of_null_does_not_make_the_journal_unreadable() {
     let world = world(17);
     let (instance, run) = waiting_run(&world);
     drop(instance);
-    assert!(resolve(&world, &run, "slow_note", Some("null")).is_ok());
+    // Issue 23 item 13: a result not in the action's shape is refused, saying the shape;
+    // the journal is left as it was, and the shaped result is taken.
+    let refused = resolve(&world, &run, "slow_note", Some("null"));
+    assert!(refused.as_ref().is_err_and(|problem| problem.contains("for example")), "{refused:?}");
+    assert!(resolve(&world, &run, "slow_note", Some(r#"{"status": 201}"#)).is_ok());
     let again = world.start("manifest.json");
     assert_eq!(again.run(), Stop::Quiet);
     assert!(again.exited().is_none(), "the server starts: {:?}", again.exited());
@@ -678,12 +682,19 @@ fn a_refund_resolved_as_happened_with_the_services_own_record_is_charged() {
     assert_eq!(stopped["_meta"]["dev.warden/run"]["status"], json!("waiting_for_operator"), "{stopped}");
     let run = stopped["_meta"]["dev.warden/run"]["run"].as_str().unwrap().to_string();
     drop(instance);
-    // The operator pastes the payment service's own refund object, as the runbook says.
+    // The operator pastes the payment service's own refund object, as the runbook says: as
+    // the response's `json` (the bare object is refused, naming the shape).
     let stripe = r#"{"id": "re_0", "object": "refund", "amount": 2000, "status": "succeeded"}"#;
     let journal = warden::journal::RunFiles::new(&journals(), "refund_twice", &run).journal;
-    let resolved = world.start_command(move |env| {
-        Box::pin(async move { warden::commands::resolve(&env, &journal, 0, Some(stripe)).await })
-    });
+    let resolve_with = |result: String| {
+        let journal = journal.clone();
+        world.start_command(move |env| {
+            Box::pin(async move { warden::commands::resolve(&env, &journal, 0, Some(&result)).await })
+        })
+    };
+    let bare = resolve_with(stripe.to_string());
+    assert!(bare.as_ref().is_err_and(|problem| problem.contains("`id` is not a field")), "{bare:?}");
+    let resolved = resolve_with(format!(r#"{{"status": 200, "json": {stripe}}}"#));
     assert!(resolved.is_ok(), "{resolved:?}");
     let again = world.start("manifest.json");
     assert_eq!(again.run(), Stop::Quiet);

@@ -13,6 +13,7 @@ pub use kinds::{Kind, Method};
 pub mod model;
 pub mod narrow;
 pub mod perform;
+pub mod resolution;
 pub mod urls;
 
 use std::cell::RefCell;
@@ -299,7 +300,10 @@ impl Broker {
     fn count_into(&self, use_: &mut Usage, action: &Action, result: &Value, happened: bool) {
         use_.actions += 1;
         if action.kind == Kind::Model {
-            let output = result["usage"]["output_tokens"].as_u64().unwrap_or(0);
+            // What the call was charged (every attempt that may have reached the provider);
+            // a journal written before that was recorded holds only the answer's usage.
+            let charged = result.get("tokens_charged").and_then(Value::as_u64);
+            let output = charged.or_else(|| result["usage"]["output_tokens"].as_u64()).unwrap_or(0);
             use_.tokens = use_.tokens.saturating_add(output);
         }
         if self.grants.get(&action.grant).is_some_and(|grant| counts_against_uses(grant, action)) {
@@ -496,6 +500,12 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
         out = scrub_escaped(&out, secrets);
     }
     out
+}
+
+/// `text` scrubbed, then cut to `chars_max` characters: in this order, so a secret the cut
+/// would split is still found whole (cut first, its prefix would be kept).
+pub fn scrub_then_cut(text: &str, secrets: &[String], chars_max: usize) -> String {
+    scrub(text, secrets).chars().take(chars_max).collect()
 }
 
 /// Replaces a secret written with JSON escapes (`\/`, `\uXXXX`, `\\`, `\"`) anywhere in

@@ -130,14 +130,15 @@ pub async fn perform(
     run: &str,
     action: &Action,
     secrets: &[String],
-    resend: bool,
+    sends_interrupted: u64,
 ) -> Performed {
+    let resend = sends_interrupted > 0;
     if grant.cap.is_database() {
         return perform_sql(env, grant, net, run, action, secrets).await;
     }
     if grant.cap == Kind::Model {
         return match model {
-            Some(model) => super::model::perform_model(env, model, action, secrets).await,
+            Some(model) => super::model::perform_model(env, model, action, secrets, sends_interrupted).await,
             None => Performed::Done(json!({"error": "the manifest has no `model` section; nothing was sent"})),
         };
     }

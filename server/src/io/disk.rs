@@ -2,6 +2,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,21 @@ fn owned(path: &Path) -> PathBuf {
     path.to_path_buf()
 }
 
+/// The mode of every file Warden creates: the owner's alone. Journals and inputs hold every
+/// principal's arguments and results, and the request-state key seals their waiting runs; a
+/// mode given at creation is narrowed by the umask, never widened, so it holds whatever the
+/// umask.
+const FILE_MODE: u32 = 0o600;
+/// The mode of every directory Warden creates.
+const DIR_MODE: u32 = 0o700;
+
+/// Options that create a file with `FILE_MODE`.
+fn options() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.mode(FILE_MODE);
+    options
+}
+
 impl Disk for RealDisk {
     fn read(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Vec<u8>>> {
         let path = owned(path);
@@ -23,7 +39,7 @@ impl Disk for RealDisk {
     fn append(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
         let path = owned(path);
         Box::pin(off_reactor(move || {
-            let mut file = OpenOptions::new().create(true).append(true).open(path)?;
+            let mut file = options().create(true).append(true).open(path)?;
             file.write_all(&bytes)
         }))
     }
@@ -31,7 +47,7 @@ impl Disk for RealDisk {
     fn write(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
         let path = owned(path);
         Box::pin(off_reactor(move || {
-            let mut file = OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
+            let mut file = options().create(true).write(true).truncate(true).open(path)?;
             file.write_all(&bytes)
         }))
     }
@@ -50,7 +66,7 @@ impl Disk for RealDisk {
     fn write_new_durably(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
         let path = owned(path);
         Box::pin(off_reactor(move || {
-            let mut file = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
+            let mut file = options().create(true).write(true).truncate(true).open(&path)?;
             file.write_all(&bytes)?;
             file.sync_all()?;
             File::open(crate::journal::folder_of(&path))?.sync_all()
@@ -60,7 +76,7 @@ impl Disk for RealDisk {
     fn append_durably(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
         let path = owned(path);
         Box::pin(off_reactor(move || {
-            let mut file = OpenOptions::new().create(true).append(true).open(path)?;
+            let mut file = options().create(true).append(true).open(path)?;
             file.write_all(&bytes)?;
             file.sync_all()
         }))
@@ -78,7 +94,7 @@ impl Disk for RealDisk {
 
     fn create_dir_all(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
         let dir = owned(dir);
-        Box::pin(off_reactor(move || fs::create_dir_all(dir)))
+        Box::pin(off_reactor(move || fs::DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)))
     }
 
     fn list(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<Vec<String>>> {
@@ -101,7 +117,7 @@ impl Disk for RealDisk {
     fn try_lock(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Option<DiskLock>>> {
         let path = owned(path);
         Box::pin(off_reactor(move || {
-            let file = OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+            let file = options().create(true).truncate(false).write(true).open(path)?;
             // SAFETY: flock on a descriptor this function owns; no memory is shared.
             let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
             if locked == 0 {

@@ -1,19 +1,23 @@
 //! The real HTTP listener: hyper's HTTP/1.1 server on the current-thread runtime. It bounds
-//! connections, header time and body size, and hands each request whole to the handler
-//! (`crate::http`, which knows MCP); nothing here knows MCP.
+//! connections (in all and per peer, closing idle ones for new ones), header time, body size
+//! and the rate a body arrives, and hands each request whole to the handler (`crate::http`,
+//! which knows MCP); nothing here knows MCP.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::task::AbortHandle;
 
 use crate::env::{HttpServe, InboundHandler, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer};
 
@@ -31,11 +35,12 @@ impl HttpServe for RealHttp {
             let listener = tokio::net::TcpListener::bind(address).await?;
             let connections_max = connections_within_descriptors(limits.connections_max);
             ready(listener.local_addr()?);
-            let open = Rc::new(Cell::new(0usize));
-            let bodies = Rc::new(tokio::sync::Semaphore::new(limits.bodies_read_at_once));
+            let table = Rc::new(RefCell::new(Connections::new(connections_max, limits.connections_per_peer_max)));
+            let budget = limits.bodies_read_at_once.saturating_mul(limits.body_bytes_max).min(Semaphore::MAX_PERMITS);
+            let bodies = Rc::new(Semaphore::new(budget));
             loop {
-                let stream = match listener.accept().await {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
                     // Out of descriptors, or a connection reset before it was taken: the
                     // listener goes on after a pause rather than spinning.
                     Err(_) => {
@@ -43,16 +48,24 @@ impl HttpServe for RealHttp {
                         continue;
                     }
                 };
-                if open.get() >= connections_max {
+                // Full: an idle connection (no request yet) makes room, the oldest first.
+                let admitted = table.borrow_mut().admit(peer.ip());
+                let Some((id, evicted)) = admitted else {
                     drop(stream);
                     continue;
+                };
+                if let Some(evicted) = evicted {
+                    evicted.abort();
                 }
-                let counted = Counted::enter(&open);
-                let (handler, bodies) = (Rc::clone(&handler), Rc::clone(&bodies));
-                tokio::task::spawn_local(async move {
-                    let _counted = counted;
-                    let service =
-                        service_fn(move |request| answer(Rc::clone(&handler), Rc::clone(&bodies), request, limits));
+                let requested = Rc::new(Cell::new(false));
+                let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&requested));
+                let left = Left { table: Rc::clone(&table), id };
+                let task = tokio::task::spawn_local(async move {
+                    let _left = left;
+                    let service = service_fn(move |request| {
+                        seen.set(true);
+                        answer(Rc::clone(&handler), Rc::clone(&bodies), request, limits)
+                    });
                     let served = http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(Duration::from_millis(limits.header_read_ms))
@@ -63,8 +76,81 @@ impl HttpServe for RealHttp {
                     // A connection's failure (a reset, a malformed request) ends it alone.
                     let _ = served.await;
                 });
+                table.borrow_mut().started(id, task.abort_handle(), requested);
             }
         })
+    }
+}
+
+/// The open connections: at most `max`, and `per_peer_max` from one address. When either
+/// is reached, the oldest connection (of that peer, for the per-peer bound) that has sent no
+/// request yet is closed for the new one: clients that hold a connection and send nothing
+/// cannot lock the others out before authentication.
+struct Connections {
+    max: usize,
+    per_peer_max: usize,
+    next_id: u64,
+    open: BTreeMap<u64, Open>,
+}
+
+struct Open {
+    peer: IpAddr,
+    /// Set once the task is spawned.
+    abort: Option<AbortHandle>,
+    /// Set once the connection sent a whole request's head.
+    requested: Rc<Cell<bool>>,
+}
+
+impl Connections {
+    fn new(max: usize, per_peer_max: usize) -> Connections {
+        Connections { max: max.max(1), per_peer_max: per_peer_max.max(1), next_id: 0, open: BTreeMap::new() }
+    }
+
+    /// A place for a new connection from `peer`: its id and the connection closed to make
+    /// room, if any; none when every connection in the way has sent a request.
+    fn admit(&mut self, peer: IpAddr) -> Option<(u64, Option<AbortHandle>)> {
+        let from_peer = self.open.values().filter(|open| open.peer == peer).count();
+        let evicted = if from_peer >= self.per_peer_max {
+            Some(self.oldest_idle(Some(peer))?)
+        } else if self.open.len() >= self.max {
+            Some(self.oldest_idle(None)?)
+        } else {
+            None
+        };
+        let abort = evicted.and_then(|id| self.open.remove(&id)).and_then(|open| open.abort);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.open.insert(id, Open { peer, abort: None, requested: Rc::new(Cell::new(false)) });
+        Some((id, abort))
+    }
+
+    /// The oldest connection (of `peer`, if given) that has sent no request.
+    fn oldest_idle(&self, peer: Option<IpAddr>) -> Option<u64> {
+        (self.open.iter())
+            .find(|(_, open)| !open.requested.get() && peer.is_none_or(|peer| open.peer == peer))
+            .map(|(id, _)| *id)
+    }
+
+    fn started(&mut self, id: u64, abort: AbortHandle, requested: Rc<Cell<bool>>) {
+        if let Some(open) = self.open.get_mut(&id) {
+            open.abort = Some(abort);
+            open.requested = requested;
+        }
+    }
+}
+
+/// Removes a connection from the table when its task ends (or is aborted).
+struct Left {
+    table: Rc<RefCell<Connections>>,
+    id: u64,
+}
+
+impl Drop for Left {
+    fn drop(&mut self) {
+        // An aborted task is dropped while `admit` holds the table: that entry is gone then.
+        if let Ok(mut table) = self.table.try_borrow_mut() {
+            table.open.remove(&self.id);
+        }
     }
 }
 
@@ -86,22 +172,6 @@ fn connections_within_descriptors(wanted: usize) -> usize {
     const KEPT_FOR_THE_SERVER: u64 = 128;
     let room = (limit.rlim_cur.saturating_sub(KEPT_FOR_THE_SERVER) / 2) as usize;
     wanted.min(room.max(1))
-}
-
-/// One open connection, counted until it ends.
-struct Counted(Rc<Cell<usize>>);
-
-impl Counted {
-    fn enter(open: &Rc<Cell<usize>>) -> Counted {
-        open.set(open.get() + 1);
-        Counted(Rc::clone(open))
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
-    }
 }
 
 async fn answer(
@@ -137,26 +207,52 @@ async fn answer(
             &format!("the request body is over the limit of {} bytes", limits.body_bytes_max),
         )));
     }
-    // Bodies are read a few at a time, so the memory they take is bounded however many
-    // clients send at once.
-    let Ok(_reading) = bodies.acquire().await else {
-        return Ok(respond(refusal(503, "the server is stopping")));
-    };
-    let read = Limited::new(body, limits.body_bytes_max).collect();
+    let read = read_body(body, &bodies, limits);
     let body = match tokio::time::timeout(Duration::from_millis(limits.body_read_ms), read).await {
-        Ok(Ok(collected)) => collected.to_bytes().to_vec(),
-        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
-            return Ok(respond(refusal(
-                413,
-                &format!("the request body is over the limit of {} bytes", limits.body_bytes_max),
-            )));
-        }
-        Ok(Err(_)) => return Ok(respond(refusal(400, "the request body could not be read"))),
+        Ok(Ok((body, _held))) => body,
+        Ok(Err(refused)) => return Ok(respond(refused)),
         Err(_) => return Ok(respond(refusal(408, "the request body did not arrive in time"))),
     };
-    drop(_reading);
     inbound.body = body;
     Ok(respond(handler.answer(inbound).await))
+}
+
+/// Reads a body as it arrives, each chunk within `body_chunk_wait_ms` of the last, taking
+/// its bytes from the shared budget only as they come (never waiting for it): a client that
+/// withholds its body holds only what it sent, and nobody queues behind it. Returns the body
+/// and the budget it holds until the request is answered.
+async fn read_body(
+    mut body: Incoming,
+    bodies: &Semaphore,
+    limits: ListenLimits,
+) -> Result<(Vec<u8>, Option<SemaphorePermit<'_>>), OutboundAnswer> {
+    let too_long = || refusal(413, &format!("the request body is over the limit of {} bytes", limits.body_bytes_max));
+    let mut read = Vec::new();
+    let mut held: Option<SemaphorePermit<'_>> = None;
+    loop {
+        let next = tokio::time::timeout(Duration::from_millis(limits.body_chunk_wait_ms), body.frame());
+        let frame = match next.await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(None) => return Ok((read, held)),
+            Ok(Some(Err(_))) => return Err(refusal(400, "the request body could not be read")),
+            Err(_) => {
+                let waited = limits.body_chunk_wait_ms;
+                return Err(refusal(408, &format!("the request body stopped arriving (no bytes for {waited} ms)")));
+            }
+        };
+        let Ok(chunk) = frame.into_data() else { continue };
+        if read.len().saturating_add(chunk.len()) > limits.body_bytes_max {
+            return Err(too_long());
+        }
+        let Ok(permit) = bodies.try_acquire_many(u32::try_from(chunk.len()).unwrap_or(u32::MAX)) else {
+            return Err(refusal(503, "the server is reading too many request bodies at once; try again shortly"));
+        };
+        match &mut held {
+            Some(held) => held.merge(permit),
+            None => held = Some(permit),
+        }
+        read.extend_from_slice(&chunk);
+    }
 }
 
 fn refusal(status: u16, text: &str) -> OutboundAnswer {

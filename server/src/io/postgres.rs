@@ -28,6 +28,10 @@ use crate::env::{DbFailure, DbReply, DbRequest, PostgresTarget};
 const ACTIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS warden_actions \
      (run TEXT NOT NULL, action BIGINT NOT NULL, PRIMARY KEY (run, action))";
 const INSERT_ACTION: &str = "INSERT INTO warden_actions (run, action) VALUES ($1, $2)";
+const TRANSACTION_ID: &str = "SELECT txid_current()::text";
+const STILL_WRITING: &str = "SELECT txid_current_if_assigned()::text, \
+     EXISTS (SELECT 1 FROM warden_actions WHERE run = $1 AND action = $2)";
+const STILL_READ_ONLY: &str = "SELECT current_setting('transaction_read_only')";
 
 /// The time this side waits past the server's own `statement_timeout` before it gives up
 /// on an exchange (the server's error is the one a reader should see).
@@ -146,6 +150,36 @@ impl Session {
         self.run("BEGIN", &sql).await
     }
 
+    /// The open write transaction's id (assigned by the row just inserted).
+    async fn transaction_id(&self) -> Result<String, String> {
+        let asked = self.within("reading the transaction's id", self.client.query_one(TRANSACTION_ID, &[])).await?;
+        asked.map_err(|e| describe(&e))?.try_get::<_, String>(0).map_err(|e| describe(&e))
+    }
+
+    /// Whether the transaction is still the one `begin` opened: for a write, the same id and
+    /// its `warden_actions` row there; for a read, still read-only.
+    async fn still_ours(&self, write: Option<(&str, i64, String)>) -> Result<(), DbFailure> {
+        let ended = "the statement ended the transaction Warden opened for it";
+        let Some((run, action, id)) = write else {
+            let asked = self.within("checking the transaction", self.client.query_one(STILL_READ_ONLY, &[])).await;
+            let read_only = asked.map_err(Failed::rolled_back)?.map_err(|e| Failed::rolled_back(describe(&e)))?;
+            return match read_only.try_get::<_, String>(0).as_deref() {
+                Ok("on") => Ok(()),
+                _ => Err(Failed::rolled_back(format!("{ended}; its result is not used"))),
+            };
+        };
+        let params: [&(dyn ToSql + Sync); 2] = [&run, &action];
+        let asked = self.within("checking the transaction", self.client.query_one(STILL_WRITING, &params)).await;
+        let row = asked.map_err(Failed::rolled_back)?.map_err(|e| Failed::rolled_back(describe(&e)))?;
+        let same = row.try_get::<_, Option<String>>(0).ok().flatten().as_deref() == Some(id.as_str());
+        match (same, row.try_get::<_, bool>(1).unwrap_or(false)) {
+            (true, true) => Ok(()),
+            // Its row is there outside the transaction: something committed, so it is looked up.
+            (false, true) => Err(DbFailure { message: format!("{ended}, and committed"), may_have_committed: true }),
+            (_, false) => Err(Failed::rolled_back(format!("{ended}; nothing was committed"))),
+        }
+    }
+
     /// Inserts the write's `warden_actions` row, in the open transaction.
     async fn insert_action(&self, run: &str, action: i64) -> Result<Result<u64, tokio_postgres::Error>, String> {
         self.within("recording the action", self.client.execute(INSERT_ACTION, &[&run, &action])).await
@@ -162,11 +196,17 @@ pub async fn execute(request: DbRequest, target: PostgresTarget) -> Result<DbRep
     let session = Session::open(&target).await.map_err(Failed::rolled_back)?;
     // Until COMMIT is sent, any failure leaves nothing: dropping the connection rolls back.
     session.begin(&target, !request.write).await.map_err(Failed::rolled_back)?;
+    let mut recorded = None;
     if let Some((run, action)) = &request.action {
         let action = action_number(*action).map_err(Failed::rolled_back)?;
         record_action(&session, &target, run, action).await?;
+        recorded = Some((run.as_str(), action, session.transaction_id().await.map_err(Failed::rolled_back)?));
     }
     let reply = statement(&session, &request).await.map_err(Failed::rolled_back)?;
+    // Not parsing alone: the transaction about to be committed must still be the one opened
+    // here, holding the write's row (a statement that ended it would otherwise leave the
+    // action journaled done without its row, or its row committed without its write).
+    session.still_ours(recorded).await?;
     match session.within("COMMIT", session.client.batch_execute("COMMIT")).await {
         Ok(Ok(())) => Ok(reply),
         // The server answered: it refused the commit (a serialization failure, a deferred
@@ -222,11 +262,13 @@ fn refuse_transaction_control(sql: &str) -> Result<(), String> {
     }
 }
 
-/// The first word of `sql`, past whitespace, `--` comments and (nested) `/* */` comments.
+/// The first word of `sql`, past whitespace, empty statements (`;`), `--` comments and
+/// (nested) `/* */` comments.
 fn first_word(sql: &str) -> &str {
     let mut rest = sql;
     loop {
-        rest = rest.trim_start();
+        // Empty statements first are dropped by PostgreSQL: `;ROLLBACK` is a ROLLBACK.
+        rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ';');
         if let Some(after) = rest.strip_prefix("--") {
             rest = after.split_once('\n').map_or("", |(_, tail)| tail);
         } else if rest.starts_with("/*") {
@@ -417,7 +459,11 @@ mod tests {
 
     #[test]
     fn transaction_control_is_found_past_comments() {
-        for sql in ["COMMIT", " rollback;", "-- a\n/* b /* c */ d */ SET x = 1", "end", "Start transaction"] {
+        let empty_first = [";ROLLBACK", " ; ;commit", "/* a */;\n-- b\n;SET x = 1"];
+        for sql in ["COMMIT", " rollback;", "-- a\n/* b /* c */ d */ SET x = 1", "end", "Start transaction"]
+            .into_iter()
+            .chain(empty_first)
+        {
             assert!(refuse_transaction_control(sql).is_err(), "{sql}");
         }
         for sql in ["SELECT 1", "UPDATE t SET a = 1", "/* COMMIT */ SELECT 1", "-- ROLLBACK\nDELETE FROM t", "settle()"]

@@ -56,14 +56,24 @@ impl Sandbox for WorkerSandbox {
                     input.len()
                 )));
             }
-            let popped = idle.borrow_mut().pop();
-            let mut worker = match popped {
-                Some(worker) => worker,
-                None => spawn_worker()?,
+            let (mut worker, pooled) = match live_idle_worker(&idle) {
+                Some(worker) => (worker, true),
+                None => (spawn_worker()?, false),
             };
-            let reply = match tokio::time::timeout(Duration::from_millis(ms), exchange(&mut worker, &input)).await {
+            let exchanged = tokio::time::timeout(Duration::from_millis(ms), async {
+                match exchange(&mut worker, &input).await {
+                    // A pooled worker that died since its last job (the OOM killer's pick)
+                    // never got this one: it goes to a fresh worker, and the run is not blamed.
+                    Err(Failed::Undelivered(_)) if pooled => {
+                        worker = spawn_worker().map_err(|stopped| Failed::Undelivered(stopped.to_string()))?;
+                        exchange(&mut worker, &input).await
+                    }
+                    other => other,
+                }
+            });
+            let reply = match exchanged.await {
                 Ok(Ok(reply)) => reply,
-                Ok(Err(problem)) => return Err(ended(worker, problem).await),
+                Ok(Err(failed)) => return Err(ended(worker, failed.into_problem()).await),
                 // Dropping the worker kills it.
                 Err(_) => return Err(Stopped::TimedOut { ms }),
             };
@@ -76,21 +86,49 @@ impl Sandbox for WorkerSandbox {
     }
 }
 
+/// The newest idle worker still alive; dead ones found on the way are dropped.
+fn live_idle_worker(idle: &RefCell<Vec<Worker>>) -> Option<Worker> {
+    loop {
+        let mut worker = idle.borrow_mut().pop()?;
+        if matches!(worker._child.try_wait(), Ok(None)) {
+            return Some(worker);
+        }
+    }
+}
+
+/// How an exchange with a worker failed.
+enum Failed {
+    /// The job could not be written: the worker was gone before it read it.
+    Undelivered(String),
+    /// The worker took the job and then failed (died, or answered wrongly).
+    During(String),
+}
+
+impl Failed {
+    fn into_problem(self) -> String {
+        match self {
+            Failed::Undelivered(problem) | Failed::During(problem) => problem,
+        }
+    }
+}
+
 /// Sends one job frame and reads its reply frame.
-async fn exchange(worker: &mut Worker, input: &[u8]) -> Result<Vec<u8>, String> {
+async fn exchange(worker: &mut Worker, input: &[u8]) -> Result<Vec<u8>, Failed> {
     // The worker reads a whole job before it writes anything, so writing then reading cannot
-    // deadlock on full pipes.
-    worker.stdin.write_all(&(input.len() as u64).to_le_bytes()).await.map_err(|e| format!("sending the job: {e}"))?;
-    worker.stdin.write_all(input).await.map_err(|e| format!("sending the job: {e}"))?;
-    worker.stdin.flush().await.map_err(|e| format!("sending the job: {e}"))?;
+    // deadlock on full pipes. A write to a worker that is gone fails at once (EPIPE).
+    let undelivered = |e: io::Error| Failed::Undelivered(format!("sending the job: {e}"));
+    worker.stdin.write_all(&(input.len() as u64).to_le_bytes()).await.map_err(undelivered)?;
+    worker.stdin.write_all(input).await.map_err(undelivered)?;
+    worker.stdin.flush().await.map_err(undelivered)?;
+    let during = |e: io::Error| Failed::During(format!("reading the reply: {e}"));
     let mut length = [0u8; 8];
-    worker.stdout.read_exact(&mut length).await.map_err(|e| format!("reading the reply: {e}"))?;
+    worker.stdout.read_exact(&mut length).await.map_err(during)?;
     let length = u64::from_le_bytes(length);
     if length > REPLY_BYTES_MAX as u64 {
-        return Err(format!("a reply of {length} bytes, over {REPLY_BYTES_MAX}"));
+        return Err(Failed::During(format!("a reply of {length} bytes, over {REPLY_BYTES_MAX}")));
     }
     let mut reply = vec![0u8; length as usize];
-    worker.stdout.read_exact(&mut reply).await.map_err(|e| format!("reading the reply: {e}"))?;
+    worker.stdout.read_exact(&mut reply).await.map_err(during)?;
     Ok(reply)
 }
 

@@ -50,6 +50,59 @@ pub fn parse_duration_ms(text: &str, units: DurationUnits) -> Result<u64, String
     }
 }
 
+/// serde's message in a manifest author's words: the types a number or a value must have,
+/// and for an unknown key the known one it is closest to.
+fn in_plain_words(message: &str) -> String {
+    let mut plain = message.to_string();
+    for (serde, words) in [
+        ("expected u64", "expected a whole number from 0"),
+        ("expected u32", "expected a whole number from 0"),
+        ("expected u16", "expected a whole number from 0"),
+        ("expected u8", "expected a whole number from 0"),
+        ("expected usize", "expected a whole number from 0"),
+        ("expected i64", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected a list ([...])"),
+        ("expected a map", "expected an object ({...})"),
+        ("expected a boolean", "expected true or false"),
+    ] {
+        plain = plain.replace(serde, words);
+    }
+    if let Some(suggestion) = closest_known_key(message) {
+        // Before serde's " at line ..." so the location stays last.
+        match plain.find(" at line ") {
+            Some(at) => plain.insert_str(at, &format!("; did you mean `{suggestion}`?")),
+            None => plain.push_str(&format!("; did you mean `{suggestion}`?")),
+        }
+    }
+    plain
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`": the known key `x` is a typo
+/// of (at most a third of its letters off), if any.
+fn closest_known_key(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let known: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    let (distance, best) = known.iter().map(|key| (edit_distance(unknown, key), *key)).min()?;
+    (distance > 0 && distance <= unknown.len().max(3) / 3).then(|| best.to_string())
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substituted = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
+}
+
 struct Problems<'a> {
     file: &'a Path,
     list: Vec<String>,
@@ -71,9 +124,18 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
     let mut raw: RawManifest = match serde_path_to_error::deserialize(&mut deserializer) {
         Ok(raw) => raw,
         Err(error) => {
+            // A syntax error has no meaningful path (serde's is where it stopped, `server.?`):
+            // its line and column say where.
+            let syntax = error.inner().is_syntax() || error.inner().is_eof();
             let at = error.path().to_string();
-            let at = if at == "." { "(top level)".to_string() } else { at };
-            problems.add(&at, error.inner().to_string());
+            let at = if syntax {
+                "(JSON syntax)".to_string()
+            } else if at == "." {
+                "(top level)".to_string()
+            } else {
+                at
+            };
+            problems.add(&at, in_plain_words(&error.inner().to_string()));
             return Err(ManifestError { problems: problems.list });
         }
     };

@@ -168,7 +168,10 @@ impl Program {
         }
         for grant in grant_names {
             if !capabilities.contains(grant) {
-                problems.push(format!("{at}: grant `{grant}` is not a parameter of `{entry}`"));
+                problems.push(format!(
+                    "{at}: grant `{grant}` is not a parameter of `{entry}`; add it as one (`def {entry}({grant}, ...)`) \
+                     or remove the grant from the manifest"
+                ));
             }
         }
         let returns = match doc.ret.typ.to_string().as_str() {

@@ -308,6 +308,11 @@ impl Wire {
     }
 
     /// Kills the process with SIGKILL (no chance to clean up); true when it was still running.
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn kill_now(&mut self) -> bool {
         let running = self.child.try_wait().unwrap().is_none();
         let _ = self.child.kill();
