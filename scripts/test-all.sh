@@ -105,10 +105,22 @@ url="$("$root/scripts/listening-url.sh" "$scratch/http.err")"
   --uri ticket://3 --prompt triage '{"ticket_id": "3"}' >/dev/null
 NODE_PATH="$clients_dir/node/node_modules" node "$root/scripts/clients/over_http.mjs" "$url" \
   WARDEN_TEST_HTTP_TOKEN ticket://3 triage '{"ticket_id": "3"}' search_tickets '{"query": "Refund"}' >/dev/null
+# The README's quickstart clients, over HTTP here and over stdio below.
+"$clients_dir/.venv/bin/python" "$root/examples/clients/quickstart.py" http "$url" WARDEN_TEST_HTTP_TOKEN \
+  | grep "Refund not received" >/dev/null
+NODE_PATH="$clients_dir/node/node_modules" node "$root/examples/clients/quickstart.mjs" http "$url" WARDEN_TEST_HTTP_TOKEN \
+  | grep "Refund not received" >/dev/null
 kill "$http_server"; wait "$http_server" || true
 if grep -rqF "$WARDEN_TEST_HTTP_TOKEN" "$scratch/http.err" "$scratch/support-desk/journals"; then
   echo "the bearer token appears in the server's log or journals"; exit 1
 fi
+
+step "the README's quickstart clients over stdio (Python and TypeScript SDKs)"
+rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db"
+"$clients_dir/.venv/bin/python" "$root/examples/clients/quickstart.py" stdio \
+  "$root/target/debug/warden" mcp "$scratch/support-desk/manifest.json" | grep "Refund not received" >/dev/null
+NODE_PATH="$clients_dir/node/node_modules" node "$root/examples/clients/quickstart.mjs" stdio \
+  "$root/target/debug/warden" mcp "$scratch/support-desk/manifest.json" | grep "Refund not received" >/dev/null
 
 step "the official MCP conformance suite against warden serve-http (2025-11-25 and 2026-07-28)"
 "$root/scripts/conformance.sh"
