@@ -112,8 +112,10 @@ fn is_run_id(text: &str) -> bool {
     text.len() == 32 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// `warden mcp status <manifest>`: unfinished runs and each tool's quota use, read from the
-/// ledger as it is on disk (beside a running server, without its lock).
+/// `warden mcp status <manifest>`: whether a server runs, each unfinished run (its state,
+/// the action it is in, its age, the one thing to do) and each tool's quota use (per
+/// principal where each has the quota), read from the ledger as it is on disk (beside a
+/// running server, without its lock).
 pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
     let journals = &catalog.manifest.server.journals;
     let file = journals.join(LEDGER_FILE);
@@ -125,22 +127,66 @@ pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
     // A server may be appending right now: a torn last line is normal here.
     let (state, _) = ledger::parse(&file, &bytes).map_err(|e| e.to_string())?;
     let now = env.clock.now_ms().max(state.last_at_ms);
+    let running = server_running(env, journals).await;
     let mut out = format!("ledger {} ({} runs recorded)\n", file.display(), state.runs.len());
-    out.push_str(&unfinished(env, journals, &state).await);
+    out.push_str(match running {
+        Some(true) => "server: running (it holds the journals' lock)\n",
+        Some(false) => "server: not running\n",
+        None => "server: unknown (the journals' lock cannot be probed)\n",
+    });
+    let here = Here { env, journals, manifest: &catalog.manifest.path, now_ms: now, running: running == Some(true) };
+    out.push_str(&unfinished(&here, &state).await);
     out.push_str("quota use:\n");
     for tool in &catalog.tools {
-        let Some(quota) = &tool.config.quota else {
-            out.push_str(&format!("  {}: no quota\n", tool.config.name));
-            continue;
-        };
-        let (calls, money, tokens) =
-            state.quota_use(&tool.config.name, quota.window_ms, now, ledger::Counting::AllRuns);
-        let whose = if quota.per_principal { " (all principals; each has the quota)" } else { "" };
-        let mut line = format!("  {}{whose}: {calls}", tool.config.name);
-        if let Some(max) = quota.calls {
-            line.push_str(&format!(" of {max} calls"));
-        } else {
-            line.push_str(" calls");
+        out.push_str(&quota_lines(tool, &state, now));
+    }
+    Ok(out)
+}
+
+/// Whether a server holds the journals' lock: probed by taking it for an instant (a server
+/// starting meanwhile waits for it).
+async fn server_running(env: &Env, journals: &Path) -> Option<bool> {
+    let path = journals.join(crate::commands::LOCK_FILE);
+    if !env.disk.exists(&path).await.ok()? {
+        return Some(false);
+    }
+    match env.disk.try_lock(&path).await {
+        Ok(Some(lock)) => {
+            drop(lock);
+            Some(false)
+        }
+        Ok(None) => Some(true),
+        Err(_) => None,
+    }
+}
+
+/// A tool's quota use: one line, or one per principal when each principal has the quota.
+fn quota_lines(tool: &crate::catalog::Tool, state: &State, now: u64) -> String {
+    let name = &tool.config.name;
+    let Some(quota) = &tool.config.quota else {
+        return format!("  {name}: no quota\n");
+    };
+    let mut whose: Vec<(String, ledger::Counting)> = vec![(String::new(), ledger::Counting::AllRuns)];
+    if quota.per_principal {
+        let principals: std::collections::BTreeSet<Option<&str>> =
+            state.runs.values().filter(|e| &e.tool == name).map(|e| e.principal.as_deref()).collect();
+        whose = (principals.into_iter())
+            .map(|principal| {
+                let label = format!(" for {}", principal.unwrap_or("callers without a principal"));
+                (label, ledger::Counting::Principal(principal))
+            })
+            .collect();
+        if whose.is_empty() {
+            return format!("  {name}: none used (each principal has the quota)\n");
+        }
+    }
+    let mut out = String::new();
+    for (label, counting) in whose {
+        let (calls, money, tokens) = state.quota_use(name, quota.window_ms, now, counting);
+        let mut line = format!("  {name}{label}: {calls}");
+        match quota.calls {
+            Some(max) => line.push_str(&format!(" of {max} calls")),
+            None => line.push_str(" calls"),
         }
         if let Some(max) = &quota.money {
             let used = Money { minor: money.get(&max.currency).copied().unwrap_or(0), currency: max.currency.clone() };
@@ -152,7 +198,16 @@ pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
         line.push_str(&format!(" in the last {}\n", ledger::duration_text(quota.window_ms)));
         out.push_str(&line);
     }
-    Ok(out)
+    out
+}
+
+/// What the report of unfinished runs reads from.
+struct Here<'a> {
+    env: &'a Env,
+    journals: &'a Path,
+    manifest: &'a Path,
+    now_ms: u64,
+    running: bool,
 }
 
 /// What a waiting run needs: its action in doubt and the command that resolves it, from
@@ -167,28 +222,78 @@ async fn waiting_line(env: &Env, path: &Path) -> String {
     }
 }
 
-async fn unfinished(env: &Env, journals: &Path, state: &State) -> String {
+async fn unfinished(here: &Here<'_>, state: &State) -> String {
     let open: Vec<_> = state.runs.values().filter(|e| e.is_open()).collect();
     if open.is_empty() {
         return "unfinished runs: none\n".to_string();
     }
     let mut out = format!("unfinished runs: {}\n", open.len());
     for entry in open {
-        let files = RunFiles::new(journals, &entry.tool, &entry.run);
-        let waiting = env.disk.exists(&files.waiting).await.unwrap_or(false);
+        let files = RunFiles::new(here.journals, &entry.tool, &entry.run);
+        let waiting = here.env.disk.exists(&files.waiting).await.unwrap_or(false);
         // Whom the run is for, when a remote principal called it.
         let run = match &entry.principal {
             Some(principal) => format!("{} (for {principal})", entry.run),
             None => entry.run.clone(),
         };
-        if waiting {
-            out.push_str(&format!("  {} {run}: {}\n", entry.tool, waiting_line(env, &files.waiting).await));
-        } else {
-            out.push_str(&format!(
-                "  {} {run}: in progress, waiting for its client's input (it ends when the wait expires), or interrupted and resumed at the next start\n",
-                entry.tool
-            ));
-        }
+        let age = ledger::duration_text(here.now_ms.saturating_sub(entry.reserved_at_ms).max(1000));
+        let line = match waiting {
+            true => waiting_line(here.env, &files.waiting).await,
+            false => run_line(here, &files.journal).await,
+        };
+        out.push_str(&format!("  {} {run}, reserved {age} ago: {line}\n", entry.tool));
     }
     out
+}
+
+/// An unfinished run without a waiting record: what its journal says it is doing, and what
+/// applies (nothing while a server runs it; a start when none does).
+async fn run_line(here: &Here<'_>, path: &Path) -> String {
+    let start = format!("start the server: warden mcp {} (or warden serve-http)", here.manifest.display());
+    let journal = match crate::journal::read_if_present(here.env, path).await {
+        Ok(Some(bytes)) => crate::journal::Journal::parse(path, &bytes),
+        Ok(None) => Err("it has no journal yet".to_string()),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    };
+    let journal = match journal {
+        Ok(journal) => journal,
+        Err(problem) if here.running => return format!("starting ({problem})"),
+        Err(problem) => return format!("not started ({problem}); the next start releases it; {start}"),
+    };
+    if let Some(round) = journal.awaiting_round() {
+        return format!(
+            "waiting for its client's input (round {round}); it ends as `deadline` when the wait expires; nothing to do"
+        );
+    }
+    let begun = journal.begun_op().and_then(|op| match journal.ops.get(&op) {
+        Some(crate::journal::OpState::Begun(action)) => {
+            serde_json::from_value::<crate::broker::Action>(action.clone()).ok()
+        }
+        _ => None,
+    });
+    match (begun, here.running) {
+        (Some(action), true) => format!("{} in flight; nothing to do while it runs", action_text(&action)),
+        (Some(action), false) => {
+            let next = if crate::broker::perform::resend_is_safe(&action) {
+                "the next start sends it again (safe to resend)"
+            } else if action.kind.is_database() && !action.is_read() {
+                "the next start looks it up in warden_actions"
+            } else {
+                "the next start asks an operator whether it happened"
+            };
+            format!("{} begun, interrupted when the server stopped; {next}; {start}", action_text(&action))
+        }
+        (None, true) => "executing its program; nothing to do while it runs".to_string(),
+        (None, false) => format!("interrupted when the server stopped; the next start resumes it; {start}"),
+    }
+}
+
+fn action_text(action: &crate::broker::Action) -> String {
+    let target: String = action.target.chars().take(120).collect();
+    let target = if target.is_empty() || action.kind == crate::broker::Kind::Model {
+        String::new()
+    } else {
+        format!(" {target}")
+    };
+    format!("action {} ({} {}{target})", action.op, action.kind, action.method.name())
 }

@@ -60,7 +60,9 @@ fn status_beside_a_running_server_and_run_status_of_a_run_in_progress() {
     let status = Command::new(env!("CARGO_BIN_EXE_warden")).args(["mcp", "status"]).arg(&manifest).output().unwrap();
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     let report = String::from_utf8_lossy(&status.stdout);
-    assert!(report.contains(&format!("slow {run}: in progress")), "{report}");
+    assert!(report.contains(&format!("slow {run}, reserved ")), "{report}");
+    assert!(report.contains("executing its program; nothing to do while it runs"), "{report}");
+    assert!(report.contains("server: running"), "{report}");
 
     let running = wire.request(
         Era::Modern,

@@ -303,3 +303,41 @@ fn a_provider_error_is_scrubbed_before_it_is_cut() {
     }
     assert!(!written.contains(&KEY[..12]), "a prefix of the key was written");
 }
+
+fn status_report(dir: &std::path::Path) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["mcp", "status"])
+        .arg(dir.join("manifest.json"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Issue 23 item 15: `warden mcp status` says what each unfinished run is doing: the action it
+/// is blocked in (kind, target), how long ago it began, whether a server is running, and the
+/// one thing that applies; after a kill -9, that the next start sends the call again.
+#[test]
+fn status_names_the_action_a_run_is_blocked_in_and_whether_a_server_runs() {
+    let provider = Provider::start();
+    let dir = server(&provider, "anthropic", 100);
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["model"]["timeout_ms"] = json!(20_000);
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let mut wire = Wire::start_dir(dir, &[("MODEL_KEY", KEY)]);
+    wire.send_request(Era::Modern, json!(1), "tools/call", json!({"name": "ask_model", "arguments": {"text": "slow"}}));
+    let waited = std::time::Instant::now();
+    while provider.count("slow") == 0 {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(20), "the model was never asked");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let report = status_report(wire.dir.path());
+    assert!(report.contains("server: running"), "{report}");
+    assert!(report.contains("action 0 (model COMPLETE") && report.contains("in flight"), "{report}");
+    assert!(report.contains("reserved ") && report.contains(" ago: action 0"), "{report}");
+    wire.kill_now();
+    let report = status_report(wire.dir.path());
+    assert!(report.contains("server: not running"), "{report}");
+    assert!(report.contains("the next start sends it again"), "{report}");
+    assert!(report.contains("start the server: warden mcp "), "{report}");
+}

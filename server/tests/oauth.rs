@@ -248,6 +248,17 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
     assert_eq!(third["isError"], json!(true), "{third}");
     assert!(third.to_string().contains("over the quota"), "{third}");
     assert_eq!(call(&server, &bob, "note", "one")["isError"], json!(false), "Bob's quota is his own");
+    // Issue 23 item 15: `warden mcp status` shows each principal's use against the quota each
+    // has, never their sum against one principal's quota ("3 of 2 calls").
+    let report = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["mcp", "status"])
+        .arg(server.dir.path().join("manifest.json"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(report.contains("note for alice: 2 of 2 calls"), "{report}");
+    assert!(report.contains("note for bob: 1 of 2 calls"), "{report}");
+    assert!(!report.contains("3 of 2"), "{report}");
 
     // `once` keys per principal: Alice's repeat is her first run; Bob's same key is his own run.
     for token in [&alice, &alice, &bob] {
@@ -322,8 +333,11 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&status.stdout);
-    assert!(text.contains("note dd000000000000000000000000000000 (for dave): in progress"), "{text}");
-    assert!(text.contains("note (all principals; each has the quota): 4 of 2 calls"), "{text}");
+    assert!(text.contains("note dd000000000000000000000000000000 (for dave), reserved "), "{text}");
+    // Each principal's use against the quota each has (issue 23 item 15; their sum was shown).
+    for expected in ["note for alice: 2 of 2 calls", "note for bob: 1 of 2 calls", "note for dave: 1 of 2 calls"] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
 }
 
 /// The issuer's keys fetched from a URL (a loopback server standing in for the issuer).
