@@ -18,8 +18,10 @@ export WITH_RMCP="${WITH_RMCP:-1}"
 started=$SECONDS
 step() { printf '\n== %s  (%ss so far)\n' "$*" "$((SECONDS - started))"; }
 
-step "build"
+step "build, then the formatter's and clippy's gates"
 cargo build --workspace --all-targets --locked
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "a throwaway PostgreSQL cluster for the db.postgres tests"
 source "$root/scripts/postgres.sh"

@@ -47,7 +47,6 @@ pub async fn admit<'a>(
     input_kinds: &[String],
 ) -> Admission<'a> {
     let name = &tool.config.name;
-    let inputs = inputs;
     let once = once_record(tool, inputs, principal);
     let subject = principal.map(|principal| principal.subject.as_str());
     let held = runs.ledger.lock().await;

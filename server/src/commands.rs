@@ -192,7 +192,23 @@ pub async fn status(env: &Env, manifest_path: &Path) -> Result<String, String> {
 
 /// `warden check <manifest>`: every problem, or a one-line summary per tool.
 pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
-    let catalog = load(env, manifest_path).await?;
+    let text = env
+        .disk
+        .read(manifest_path)
+        .await
+        .map_err(|e| format!("{}: cannot read the manifest: {e}", manifest_path.display()))?;
+    let manifest = match crate::manifest::Manifest::parse(manifest_path, &text) {
+        Ok(manifest) => manifest,
+        Err(error) => {
+            // The programs of what had no problem are checked too: every problem at once.
+            let mut problems = error.problems;
+            if let Some(partial) = error.partial {
+                problems.extend(Catalog::load(env, *partial).await.err());
+            }
+            return Err(problems.join("\n"));
+        }
+    };
+    let catalog = Catalog::load(env, manifest).await?;
     // Everything else that stops a start, reported together: unset secrets, tools that
     // differ from `warden.lock`.
     let problems: Vec<String> = [catalog.check_secrets(env).err(), crate::tool_lock::verify(env, &catalog).await.err()]
@@ -372,7 +388,7 @@ impl WaitingRun {
     /// the run no longer waits, and the next start decides afresh.
     async fn settle(self, env: &Env, record: &crate::journal::JournalRecord) -> Result<(), String> {
         let shown = self.path.display();
-        crate::journal::append_durably(env, &self.path, record)
+        crate::files::append_durably(env, &self.path, record)
             .await
             .map_err(|e| format!("{shown}: appending the resolution failed: {e}"))?;
         let dir = self.waiting.parent().expect("the waiting record lives in a directory");

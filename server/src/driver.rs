@@ -81,7 +81,7 @@ impl Runs {
                 .grants
                 .iter()
                 .filter_map(|(param, grant)| match grant {
-                    Grant::Capability(grant) => Some((param.clone(), grant.cap.clone())),
+                    Grant::Capability(grant) => Some((param.clone(), grant.cap)),
                     Grant::Secret { .. } => None,
                 })
                 .collect(),
@@ -192,7 +192,9 @@ impl Runs {
                 };
                 let performed = perform::perform(&self.env, grant, net, model, run, &action, &cx.secrets, resend).await;
                 let performed = match performed {
-                    perform::Performed::Done(result) => perform::Performed::Done(self.fitted_result(action.op, result)),
+                    crate::broker::Performed::Done(result) => {
+                        crate::broker::Performed::Done(self.fitted_result(action.op, result))
+                    }
                     in_doubt => in_doubt,
                 };
                 Ok(Some(Event::Performed(performed)))

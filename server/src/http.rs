@@ -87,6 +87,7 @@ enum Auth {
     /// One static token: one trusted client, no principal (as over stdio).
     Bearer(String),
     /// Access tokens: each request's principal is the token's subject.
+    #[allow(clippy::enum_variant_names)] // the protocol's own name, not "Auth" repeated
     OAuth(Rc<OAuthConfig>),
 }
 
@@ -787,7 +788,8 @@ mod tests {
         let collected = |lines: &[&str]| {
             let outlet = Collected::default();
             for line in lines {
-                let _ = outlet.write_line(line.as_bytes().to_vec());
+                // The line is collected when the call is made; the future only reports it.
+                drop(outlet.write_line(line.as_bytes().to_vec()));
             }
             outlet
         };

@@ -171,7 +171,7 @@ pub fn request_digest(tool: &str, arguments: &Map<String, Value>) -> String {
 /// that only makes the states issued before unusable, which a restart may anyway.
 pub async fn load_key(env: &Env, journals: &Path) -> Result<hmac::Key, String> {
     let path = journals.join(KEY_FILE);
-    let read = crate::journal::read_if_present(env, &path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+    let read = crate::files::read_if_present(env, &path).await.map_err(|e| format!("{}: {e}", path.display()))?;
     let read_something = read.is_some();
     let held = read.and_then(|bytes| {
         let text = String::from_utf8(bytes).ok()?;
@@ -190,7 +190,7 @@ pub async fn load_key(env: &Env, journals: &Path) -> Result<hmac::Key, String> {
             let mut key = vec![0u8; KEY_BYTES];
             env.rng.fill(&mut key);
             let text = format!("{}\n", crate::program::hex(&key));
-            crate::journal::replace_durably(env, &path, text.into_bytes())
+            crate::files::replace_durably(env, &path, text.into_bytes())
                 .await
                 .map_err(|e| format!("{}: writing the request-state key failed: {e}", path.display()))?;
             key

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::env::Env;
 use crate::program::FailureKind;
 use crate::record;
 
@@ -272,7 +271,7 @@ impl Journal {
                 JournalRecord::Begin { op, action } => {
                     let all_done = journal.ops.values().all(|state| matches!(state, OpState::Done { .. }));
                     let last = journal.ops.len() as u64;
-                    let fresh = journal.ops.get(&op).is_none() && op == last && all_done;
+                    let fresh = !journal.ops.contains_key(&op) && op == last && all_done;
                     let again = matches!(journal.ops.get(&op), Some(OpState::NotHappened(_))) && op + 1 == last;
                     if !(fresh || again) {
                         return Err(at(&format!("a begin record for action {op} out of order")));
@@ -384,72 +383,11 @@ pub fn folder_of(path: &Path) -> &Path {
     }
 }
 
-/// Creates `dir` and its missing ancestors under `root`, and fsyncs each one's parent so the
-/// directories survive a crash: a directory found existing too, since the process that
-/// created it may have stopped before its fsync (a process crash keeps the entry in the page
-/// cache, a power loss later would not). Callers do this once per directory per process.
-pub async fn create_dirs_durably(env: &Env, root: &Path, dir: &Path) -> std::io::Result<()> {
-    let relative = dir.strip_prefix(root).expect("directories are created under the journals root");
-    let mut current = root.to_path_buf();
-    for part in relative.components() {
-        let parent = current.clone();
-        current.push(part);
-        if !env.disk.exists(&current).await? {
-            env.disk.create_dir_all(&current).await?;
-        }
-        env.disk.fsync_dir(&parent).await?;
-    }
-    Ok(())
-}
-
 /// The header of run `r` of tool `t`, for tests of what follows it.
 #[cfg(test)]
 pub(crate) fn test_header() -> JournalRecord {
     let binding = Binding { program: "p".into(), config: "c".into(), version: "v".into() };
     JournalRecord::Header { run: "r".into(), tool: "t".into(), binding, inputs: "i".into(), at_ms: 1, principal: None }
-}
-
-/// Reads a file that may be absent (`None`): one operation, not a look and then a read.
-pub async fn read_if_present(env: &Env, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
-    match env.disk.read(path).await {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(error),
-    }
-}
-
-/// Removes a file that may be absent; says whether it was there.
-pub async fn remove_if_present(env: &Env, path: &Path) -> std::io::Result<bool> {
-    match env.disk.remove(path).await {
-        Ok(()) => Ok(true),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(error) => Err(error),
-    }
-}
-
-/// Writes a new file durably: write, fsync, fsync of its directory.
-pub async fn write_new_durably(env: &Env, path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
-    env.disk.write_new_durably(path, bytes).await
-}
-
-/// Writes a file that may exist, atomically and durably: a temporary file, fsync, rename,
-/// fsync of its directory. A crash leaves the old contents or the new, never neither.
-pub async fn replace_durably(env: &Env, path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
-    let temp = path.with_extension("tmp");
-    env.disk.write(&temp, bytes).await?;
-    env.disk.fsync(&temp).await?;
-    env.disk.rename(&temp, path).await?;
-    env.disk.fsync_dir(path.parent().expect("files live in directories")).await
-}
-
-/// Appends one record and fsyncs it.
-pub async fn append_durably(env: &Env, path: &Path, record: &JournalRecord) -> std::io::Result<()> {
-    append_line_durably(env, path, record::encode(record)).await
-}
-
-/// Appends one encoded record line and fsyncs it.
-pub async fn append_line_durably(env: &Env, path: &Path, line: Vec<u8>) -> std::io::Result<()> {
-    env.disk.append_durably(path, line).await
 }
 
 #[cfg(test)]

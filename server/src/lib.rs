@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod commands;
 pub mod driver;
 pub mod env;
+pub mod files;
 pub mod http;
 pub mod input;
 pub mod io;

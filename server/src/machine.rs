@@ -49,8 +49,7 @@
 
 use serde_json::{json, Value};
 
-use crate::broker::perform::{resend_is_safe, Performed};
-use crate::broker::{Action, Method};
+use crate::broker::{resend_is_safe, Action, Method, Performed};
 use crate::journal::{EndRecord, Journal, JournalRecord, OpState};
 
 #[derive(Clone, Debug, PartialEq)]

@@ -122,7 +122,7 @@ impl Runs {
         }
         let _held = self.dirs.lock().await;
         if !self.durable_dirs.borrow().contains(dir) {
-            journal::create_dirs_durably(&self.env, &self.journals, dir).await?;
+            crate::files::create_dirs_durably(&self.env, &self.journals, dir).await?;
             self.durable_dirs.borrow_mut().insert(dir.to_path_buf());
         }
         Ok(())
@@ -166,7 +166,7 @@ impl Runs {
         );
         let line = record::encode(&value);
         assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
-        journal::append_line_durably(&self.env, path, line.clone())
+        crate::files::append_line_durably(&self.env, path, line.clone())
             .await
             .map_err(|e| Fatal(format!("journaling a record of run {run} failed: {e}")))?;
         self.remember_record(run, &line);
@@ -280,7 +280,9 @@ impl Runs {
         self.create_dirs(&files.dir).await.map_err(|e| io("creating the directory", e))?;
         self.never_waited.borrow_mut().insert(run.to_string());
         let kept = record::encode(&InputsRecord { run: run.to_string(), inputs: inputs.clone() });
-        journal::write_new_durably(&self.env, &files.inputs, kept).await.map_err(|e| io("keeping the arguments", e))?;
+        crate::files::write_new_durably(&self.env, &files.inputs, kept)
+            .await
+            .map_err(|e| io("keeping the arguments", e))?;
         self.env.reached(Point::InputsKept, run);
         self.write_header(tool, run, inputs).await?;
         self.env.reached(Point::JournalCreated, run);
@@ -298,7 +300,7 @@ impl Runs {
             // The ledger's reserve is the authority on whom the run is for; the header says it too.
             principal: self.ledger.state().run(run).and_then(|entry| entry.principal.clone()),
         };
-        journal::write_new_durably(&self.env, &files.journal, record::encode(&header))
+        crate::files::write_new_durably(&self.env, &files.journal, record::encode(&header))
             .await
             .map_err(|e| Fatal(format!("creating the journal of run {run} failed: {e}")))
     }
@@ -306,7 +308,7 @@ impl Runs {
     /// Reads a run's journal, if it exists.
     pub async fn read_journal(&self, tool: &str, run: &str) -> Result<Option<Journal>, String> {
         let path = self.files(tool, run).journal;
-        match journal::read_if_present(&self.env, &path).await.map_err(|e| format!("{}: {e}", path.display()))? {
+        match crate::files::read_if_present(&self.env, &path).await.map_err(|e| format!("{}: {e}", path.display()))? {
             Some(bytes) => Journal::parse(&path, &bytes).map(Some),
             None => Ok(None),
         }
@@ -315,7 +317,7 @@ impl Runs {
     pub async fn read_inputs(&self, tool: &str, run: &str) -> Result<Option<Map<String, Value>>, String> {
         let path = self.files(tool, run).inputs;
         let Some(bytes) =
-            journal::read_if_present(&self.env, &path).await.map_err(|e| format!("{}: {e}", path.display()))?
+            crate::files::read_if_present(&self.env, &path).await.map_err(|e| format!("{}: {e}", path.display()))?
         else {
             return Ok(None);
         };
@@ -364,7 +366,7 @@ impl Runs {
                 .await
                 .map_err(|e| Fatal(format!("creating {} failed: {e}", waiting_dir.display())))?;
             let record = scrub_value(&serde_json::to_value(&record).expect("records serialise"), &self.secrets);
-            journal::replace_durably(&self.env, &files.waiting, record::encode(&record))
+            crate::files::replace_durably(&self.env, &files.waiting, record::encode(&record))
                 .await
                 .map_err(|e| Fatal(format!("writing the waiting record of run {run} failed: {e}")))?;
         }
@@ -396,7 +398,7 @@ impl Runs {
                 let at_ms = self.ledger.stamp();
                 let charged = charged_of(&end.usage);
                 let tokens = tokens_of(&end.usage);
-                let outcome = end.outcome.clone();
+                let outcome = end.outcome;
                 let event = Event::Settle { run: run.to_string(), at_ms, charged, outcome, tokens };
                 self.ledger.append(held, event).await?;
                 self.env.reached(Point::Settled, run);
@@ -422,7 +424,7 @@ impl Runs {
 
     /// Removes a file that may exist, durably (its directory is fsynced).
     pub async fn remove_if_present(&self, path: &Path) -> Result<(), Fatal> {
-        let removed = journal::remove_if_present(&self.env, path).await;
+        let removed = crate::files::remove_if_present(&self.env, path).await;
         if removed.map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))? {
             let dir = path.parent().expect("files live in directories");
             self.env.disk.fsync_dir(dir).await.map_err(|e| Fatal(format!("fsync of {} failed: {e}", dir.display())))?;
@@ -433,7 +435,7 @@ impl Runs {
     /// Removes a file that may exist, without fsyncing its directory: for files whose
     /// return after a crash recovery handles (see `settle`).
     pub async fn remove_leftover(&self, path: &Path) -> Result<(), Fatal> {
-        journal::remove_if_present(&self.env, path)
+        crate::files::remove_if_present(&self.env, path)
             .await
             .map(|_| ())
             .map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))
@@ -443,7 +445,7 @@ impl Runs {
     pub async fn drop_torn_tail(&self, path: &Path, intact_len: usize) -> Result<(), Fatal> {
         let io = |e: std::io::Error| Fatal(format!("repairing {} failed: {e}", path.display()));
         let bytes = self.env.disk.read(path).await.map_err(io)?;
-        journal::replace_durably(&self.env, path, bytes[..intact_len].to_vec()).await.map_err(io)
+        crate::files::replace_durably(&self.env, path, bytes[..intact_len].to_vec()).await.map_err(io)
     }
 
     /// Writes the header of a journal whose header was torn away by a crash (step 3 again).

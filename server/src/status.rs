@@ -250,7 +250,7 @@ async fn unfinished(here: &Here<'_>, state: &State) -> String {
 /// applies (nothing while a server runs it; a start when none does).
 async fn run_line(here: &Here<'_>, path: &Path) -> String {
     let start = format!("start the server: warden mcp {} (or warden serve-http)", here.manifest.display());
-    let journal = match crate::journal::read_if_present(here.env, path).await {
+    let journal = match crate::files::read_if_present(here.env, path).await {
         Ok(Some(bytes)) => crate::journal::Journal::parse(path, &bytes),
         Ok(None) => Err("it has no journal yet".to_string()),
         Err(e) => Err(format!("{}: {e}", path.display())),
@@ -274,7 +274,7 @@ async fn run_line(here: &Here<'_>, path: &Path) -> String {
     match (begun, here.running) {
         (Some(action), true) => format!("{} in flight; nothing to do while it runs", action_text(&action)),
         (Some(action), false) => {
-            let next = if crate::broker::perform::resend_is_safe(&action) {
+            let next = if crate::broker::resend_is_safe(&action) {
                 "the next start sends it again (safe to resend)"
             } else if action.kind.is_database() && !action.is_read() {
                 "the next start looks it up in warden_actions"

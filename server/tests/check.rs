@@ -35,8 +35,9 @@ fn check_reports_every_broken_tool() {
 
 /// Issue 23 item 17: what a newcomer met, in words they can act on: a number's type in plain
 /// words, a JSON syntax error at its line (not at a path serde stopped in), an unknown key
-/// with the known one it is a typo of, a grant missing from `def` with the fix, and a runtime
-/// error whose location does not tell the caller where the server keeps its programs.
+/// with the known one it is a typo of, a grant missing from `def` with the fix, every problem
+/// of a manifest in one round, and a runtime error whose location does not tell the caller
+/// where the server keeps its programs.
 #[test]
 fn errors_a_newcomer_meets_say_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
@@ -58,6 +59,19 @@ fn errors_a_newcomer_meets_say_what_to_do() {
     assert!(stderr.contains("did you mean `max_steps`?"), "{stderr}");
     let (_, _, stderr) = warden(&["check", fixture("broken/manifest.json").to_str().unwrap()]);
     assert!(stderr.contains("add it as one (`def main(web, ...)`) or remove the grant"), "{stderr}");
+
+    // Every problem in one round: a tool's meaning (a bad deadline) and another tool's
+    // program (no docstring) together.
+    write("nodoc.star", "def main(text: str) -> str:\n    return text\n");
+    let both = write(
+        "both.json",
+        r#"{"server": {"name": "x", "journals": "j"}, "tools": [
+            {"name": "late", "program": "nodoc.star", "deadline": "5x"},
+            {"name": "undocumented", "program": "nodoc.star"}]}"#,
+    );
+    let (code, _, stderr) = warden(&["check", &both]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("tools[0].deadline") && stderr.contains("has no docstring"), "{stderr}");
 
     let toolbox = common::private_copy(&common::repo_root().join("examples/toolbox"));
     let folder = toolbox.path().to_str().unwrap().to_string();

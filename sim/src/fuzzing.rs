@@ -350,13 +350,11 @@ pub fn sim(data: &[u8]) {
 /// starting with `WARD` panics. Each byte is its own branch, so coverage guides the fuzzer to
 /// it in seconds (as TigerBeetle's canary fuzzer does).
 pub fn canary(data: &[u8]) {
-    if data.first() == Some(&b'W') {
-        if data.get(1) == Some(&b'A') {
-            if data.get(2) == Some(&b'R') {
-                if data.get(3) == Some(&b'D') {
-                    panic!("the canary's planted bug was found, as it must be");
-                }
-            }
-        }
+    if data.first() == Some(&b'W')
+        && data.get(1) == Some(&b'A')
+        && data.get(2) == Some(&b'R')
+        && data.get(3) == Some(&b'D')
+    {
+        panic!("the canary's planted bug was found, as it must be");
     }
 }

@@ -231,7 +231,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     // The checker's limits, read by the simulator itself (`limits.rs`).
     let limits = crate::limits::of_world(&world);
     let once_keep_ms = |tool: &str| limits.get(tool).and_then(|t| t.once_keep_ms).unwrap_or(u64::MAX);
-    let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0xc11e_47);
+    let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x00c1_1e47);
     let mut client = Client { next_id: 1, ..Client::default() };
     client.resend = match &scenario.world {
         Some(file) => file.tools.iter().filter(|t| t.resend).map(|t| t.name.clone()).collect(),

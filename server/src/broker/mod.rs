@@ -36,6 +36,8 @@ pub const SQL_ROWS_BYTES_MAX: usize = 1024 * 1024;
 /// The most bytes of response headers kept; past it, the action fails (the body's limit is
 /// the manifest's `net.response_bytes_max`).
 pub const RESPONSE_HEADERS_BYTES_MAX: usize = 64 * 1024;
+/// The most characters of a database's error text kept, cut after it is scrubbed.
+pub const ERROR_TEXT_CHARS_MAX: usize = 2048;
 /// The longest URL or SQL statement a program may send.
 pub const TARGET_BYTES_MAX: usize = 64 * 1024;
 /// The most bytes of header names and values a program may set on one request.
@@ -113,6 +115,20 @@ pub fn usage_json(usage: &BTreeMap<String, Usage>) -> Value {
         out.insert(grant.clone(), entry);
     }
     Value::Object(out)
+}
+
+/// What performing an action produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Performed {
+    /// A result to journal as the action's done record.
+    Done(Value),
+    /// The request may have reached the service and cannot safely be sent again.
+    InDoubt(String),
+}
+
+/// Whether re-sending `action` after a crash between its begin and done records is safe.
+pub fn resend_is_safe(action: &Action) -> bool {
+    action.is_read() || action.idempotency_key.is_some()
 }
 
 /// Why an action is refused.
@@ -617,5 +633,14 @@ mod tests {
             assert!(!scrubbed.contains("secret>"), "{text} -> {scrubbed}");
         }
         assert_eq!(scrub("nothing \\u0041 here", &secrets), "nothing \\u0041 here");
+    }
+
+    /// A secret the cut would split is scrubbed whole first: no prefix of it survives.
+    #[test]
+    fn a_secret_across_the_cut_leaves_no_prefix() {
+        let secrets = vec!["sk-live-0123456789abcdef".to_string()];
+        let text = format!("{} the key {} was refused", "x".repeat(20), secrets[0]);
+        let kept = scrub_then_cut(&text, &secrets, 40);
+        assert!(!kept.contains("sk-live") && kept.chars().count() <= 40, "{kept}");
     }
 }

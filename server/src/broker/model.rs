@@ -8,8 +8,7 @@
 
 use serde_json::{json, Value};
 
-use super::perform::Performed;
-use super::{scrub, scrub_then_cut, scrub_value, Action};
+use super::{scrub, scrub_then_cut, scrub_value, Action, Performed};
 use crate::env::{Env, HttpRequest, HttpResponse};
 use crate::manifest::ModelConfig;
 

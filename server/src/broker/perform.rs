@@ -5,18 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{scrub, scrub_value, urls, Action, Kind, Method};
+use super::{scrub, scrub_then_cut, scrub_value, urls, Action, Kind, Method, Performed};
 use crate::env::{Database, DbRequest, Env, HttpRequest, HttpResponse, PostgresTarget};
 use crate::manifest::{CapabilityGrant, Grant, NetConfig};
-
-/// What performing an action produced.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Performed {
-    /// A result to journal as the action's done record.
-    Done(Value),
-    /// The request may have reached the service and cannot safely be sent again.
-    InDoubt(String),
-}
 
 /// The secret value a grant attaches, by environment variable name. Missing variables are
 /// refused at start; one gone since fails the action loudly, and nothing is sent without it.
@@ -113,11 +104,6 @@ fn http_request(
         body_bytes_max: net.response_bytes_max,
     };
     Ok((request, safe))
-}
-
-/// Whether re-sending `action` after a crash between its begin and done records is safe.
-pub fn resend_is_safe(action: &Action) -> bool {
-    action.is_read() || action.idempotency_key.is_some()
 }
 
 /// Performs `action` once. `resend`: it was begun before a crash and may have happened.
@@ -267,8 +253,12 @@ async fn perform_sql(
     match env.db.execute(request).await {
         Ok(reply) => Performed::Done(json!({"rows": reply.rows, "changes": reply.changes})),
         // A read changes nothing, whatever became of its COMMIT.
-        Err(failure) if failure.may_have_committed && write => Performed::InDoubt(scrub(&failure.message, secrets)),
-        Err(failure) => Performed::Done(json!({"error": scrub(&failure.message, secrets)})),
+        Err(failure) if failure.may_have_committed && write => {
+            Performed::InDoubt(scrub_then_cut(&failure.message, secrets, super::ERROR_TEXT_CHARS_MAX))
+        }
+        Err(failure) => {
+            Performed::Done(json!({"error": scrub_then_cut(&failure.message, secrets, super::ERROR_TEXT_CHARS_MAX)}))
+        }
     }
 }
 

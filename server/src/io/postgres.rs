@@ -54,9 +54,12 @@ const TRANSACTION_CONTROL: &[&str] = &[
     "START",
 ];
 
-/// The most bytes of an error's text kept: a misbehaving server's message is cut here before
-/// it reaches a journal or a waiting record.
-pub const ERROR_TEXT_BYTES_MAX: usize = 2048;
+/// The most bytes of an error's text taken from the server: a misbehaving server's message is
+/// cut here. The broker keeps `broker::ERROR_TEXT_CHARS_MAX` of it once scrubbed, so a secret
+/// the server quoted (up to this limit less four times that many bytes) is scrubbed whole before
+/// any cut could split it.
+pub const ERROR_TEXT_BYTES_MAX: usize = 16 * 1024;
+const _: () = assert!(ERROR_TEXT_BYTES_MAX >= 2 * 4 * crate::broker::ERROR_TEXT_CHARS_MAX);
 /// The longest connection URL taken from the environment.
 pub const URL_BYTES_MAX: usize = 4096;
 
@@ -454,7 +457,7 @@ mod tests {
     fn an_error_text_is_cut_at_its_limit_on_a_character_boundary() {
         assert_eq!(bounded("short".into()), "short");
         let long = bounded("é".repeat(ERROR_TEXT_BYTES_MAX));
-        assert!(long.len() <= ERROR_TEXT_BYTES_MAX + 40 && long.ends_with("(cut at 2048 bytes)"), "{}", long.len());
+        assert!(long.len() <= ERROR_TEXT_BYTES_MAX + 40 && long.ends_with("(cut at 16384 bytes)"), "{}", long.len());
     }
 
     #[test]

@@ -14,101 +14,21 @@
 //! delete) waits with `flush` until everything it read is durable. A crash in the middle of
 //! a batch leaves whole lines and at most one torn tail, which the next start drops.
 
+mod event;
 mod state;
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use crate::env::Env;
-use crate::money::Money;
 use crate::record;
 use crate::sync::{MutexGuard, Notify};
 
+pub use event::{Event, MoneyRecord, OnceRecord};
 pub use state::{duration_text, Counting, OnceLookup, QuotaRefusal, RunEntry, RunPhase, State};
 
 pub const LEDGER_FILE: &str = "server.ledger";
 pub const LEDGER_TEMP_FILE: &str = "server.ledger.tmp";
-
-/// Money as written in records: exact decimal text and currency.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MoneyRecord {
-    pub amount: String,
-    pub currency: String,
-}
-
-impl From<&Money> for MoneyRecord {
-    fn from(money: &Money) -> MoneyRecord {
-        MoneyRecord { amount: money.amount_text(), currency: money.currency.clone() }
-    }
-}
-
-impl MoneyRecord {
-    pub fn to_money(&self) -> Result<Money, String> {
-        Money::parse(&self.amount, &self.currency)
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OnceRecord {
-    /// SHA-256 (hex) of the tool name and the `once.by` arguments, canonical JSON.
-    pub key: String,
-    /// SHA-256 (hex) of all normalised arguments: a repeated key with other arguments differs.
-    pub arguments: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Event {
-    Reserve {
-        run: String,
-        tool: String,
-        at_ms: u64,
-        calls: u64,
-        /// Worst-case spend held until settled, one entry per currency.
-        money: Vec<MoneyRecord>,
-        once: Option<OnceRecord>,
-        /// Who the run is for (an authenticated remote principal); absent over stdio.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        principal: Option<String>,
-        /// Worst-case model tokens held until settled (its model grants' `max_tokens` x `uses`).
-        #[serde(default, skip_serializing_if = "is_zero")]
-        tokens: u64,
-    },
-    Settle {
-        run: String,
-        at_ms: u64,
-        /// What the outside world actually charged, per currency.
-        charged: Vec<MoneyRecord>,
-        outcome: crate::journal::RunOutcome,
-        /// Model tokens the run used.
-        #[serde(default, skip_serializing_if = "is_zero")]
-        tokens: u64,
-    },
-    Release {
-        run: String,
-        at_ms: u64,
-    },
-}
-
-impl Event {
-    pub fn run(&self) -> &str {
-        match self {
-            Event::Reserve { run, .. } | Event::Settle { run, .. } | Event::Release { run, .. } => run,
-        }
-    }
-
-    pub fn at_ms(&self) -> u64 {
-        match self {
-            Event::Reserve { at_ms, .. } | Event::Settle { at_ms, .. } | Event::Release { at_ms, .. } => *at_ms,
-        }
-    }
-}
-
-fn is_zero(value: &u64) -> bool {
-    *value == 0
-}
 
 /// Why the ledger cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]

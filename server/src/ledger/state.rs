@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Event, MoneyRecord, OnceRecord};
+use crate::ledger::event::{Event, MoneyRecord, OnceRecord};
 use crate::money::Money;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,7 +152,7 @@ impl State {
             }
             Event::Settle { run, at_ms, charged, outcome, tokens } => {
                 let entry = open_entry(&mut self.runs, run)?;
-                entry.phase = RunPhase::Settled { at_ms: *at_ms, charged: charged.clone(), outcome: outcome.clone() };
+                entry.phase = RunPhase::Settled { at_ms: *at_ms, charged: charged.clone(), outcome: *outcome };
                 // Settled, a run counts the tokens it used, no longer its worst case.
                 entry.tokens = *tokens;
             }
@@ -235,6 +235,7 @@ impl State {
     }
 
     /// Whether one more call holding `worst_case` fits `tool`'s quota at `now_ms`.
+    #[allow(clippy::too_many_arguments)] // each limit of a quota, side by side as the manifest has them
     pub fn quota_admits(
         &self,
         tool: &str,
@@ -332,7 +333,7 @@ impl State {
                     run: entry.run.clone(),
                     at_ms: *at_ms,
                     charged: charged.clone(),
-                    outcome: outcome.clone(),
+                    outcome: *outcome,
                     tokens: entry.tokens,
                 }),
                 RunPhase::Released { at_ms } => events.push(Event::Release { run: entry.run.clone(), at_ms: *at_ms }),

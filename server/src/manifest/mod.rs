@@ -225,6 +225,9 @@ impl Manifest {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ManifestError {
     pub problems: Vec<String>,
+    /// The manifest less what had problems (none when it could not be read as JSON): what
+    /// `warden check` can still load, so every problem is reported in one round.
+    pub partial: Option<Box<Manifest>>,
 }
 
 impl std::fmt::Display for ManifestError {

@@ -118,7 +118,7 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
     let mut problems = Problems { file: path, list: Vec::new() };
     if text.len() > MANIFEST_BYTES_MAX {
         problems.add("(file)", format!("is {} bytes; the limit is {MANIFEST_BYTES_MAX}", text.len()));
-        return Err(ManifestError { problems: problems.list });
+        return Err(ManifestError { problems: problems.list, partial: None });
     }
     let mut deserializer = serde_json::Deserializer::from_slice(text);
     let mut raw: RawManifest = match serde_path_to_error::deserialize(&mut deserializer) {
@@ -136,13 +136,14 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
                 at
             };
             problems.add(&at, in_plain_words(&error.inner().to_string()));
-            return Err(ManifestError { problems: problems.list });
+            return Err(ManifestError { problems: problems.list, partial: None });
         }
     };
     let base = crate::journal::folder_of(path);
     let server = server_config(&raw.server, base, &mut problems);
     let model = raw.model.as_ref().map(|model| model_config(model, &mut problems));
     let mut tools = Vec::new();
+    let mut tools_with_problems = BTreeSet::new();
     let mut names = BTreeSet::new();
     if raw.tools.len() > TOOLS_MAX {
         problems.add("tools", format!("has {} tools; the limit is {TOOLS_MAX}", raw.tools.len()));
@@ -152,21 +153,42 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
         if !names.insert(tool.name.clone()) {
             problems.add(&format!("{at}.name"), format!("`{}` is used by an earlier tool", tool.name));
         }
+        let before = problems.list.len();
         let config = tool_config(tool, &at, base, &server, &mut problems);
         for (param, grant) in &config.grants {
             if matches!(grant, Grant::Capability(g) if g.cap == Kind::Model) && model.is_none() {
                 problems.add(&format!("{at}.grants.{param}"), "a `model` grant needs the manifest's `model` section");
             }
         }
+        if problems.list.len() > before {
+            tools_with_problems.insert(tools.len());
+        }
         tools.push(config);
     }
+    let before = problems.list.len();
     let resources = resource_configs(std::mem::take(&mut raw.resources), base, &server, &mut names, &mut problems);
     let prompts = prompt_configs(&raw.prompts, base, &mut problems);
+    let surface_clean = problems.list.len() == before;
+    let manifest = Manifest { path: path.to_path_buf(), server, model, tools, resources, prompts };
     if problems.list.is_empty() {
-        Ok(Manifest { path: path.to_path_buf(), server, model, tools, resources, prompts })
-    } else {
-        Err(ManifestError { problems: problems.list })
+        return Ok(manifest);
     }
+    let partial = without_problems(manifest, &tools_with_problems, surface_clean);
+    Err(ManifestError { problems: problems.list, partial: Some(Box::new(partial)) })
+}
+
+/// What can still be checked: the tools (and resources and prompts) that had no problem of
+/// their own, so `warden check` reports their programs' problems in the same round.
+fn without_problems(mut manifest: Manifest, tools_with_problems: &BTreeSet<usize>, surface_clean: bool) -> Manifest {
+    manifest.tools = (manifest.tools.into_iter().enumerate())
+        .filter(|(index, _)| !tools_with_problems.contains(index))
+        .map(|(_, tool)| tool)
+        .collect();
+    if !surface_clean {
+        manifest.resources.clear();
+        manifest.prompts.clear();
+    }
+    manifest
 }
 
 /// Resources: each validated as the tool its reads run as (its name shares the tools' names:
@@ -482,11 +504,8 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
     }
     if needs_network {
         for (value, key) in [(net.connect_timeout_ms, "connect_timeout_ms"), (net.timeout_ms, "timeout_ms")] {
-            match value {
-                None => {
-                    problems.add(&format!("{at}.net.{key}"), "is required: a grant of this tool reaches the network")
-                }
-                Some(_) => {}
+            if value.is_none() {
+                problems.add(&format!("{at}.net.{key}"), "is required: a grant of this tool reaches the network")
             }
         }
     }

@@ -92,10 +92,9 @@ fn input_turn(request: &Request) -> Result<InputTurn, RpcError> {
         .collect();
     let params = request.params.as_ref();
     let responses = params.and_then(|p| p.get("inputResponses")).cloned();
-    let retry = match params.and_then(|p| p.get("requestState")) {
-        None => None,
-        Some(state) => Some(Retry { request_state: state.clone(), input_responses: responses }),
-    };
+    let retry = params
+        .and_then(|p| p.get("requestState"))
+        .map(|state| Retry { request_state: state.clone(), input_responses: responses });
     Ok(InputTurn::new(kinds, retry, Some(input_required)))
 }
 
