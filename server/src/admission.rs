@@ -32,8 +32,10 @@ fn answered(text: String) -> Admission<'static> {
 
 /// The ledger failed: the server stops, and the call is answered that nothing was run.
 fn not_recorded(runs: &Runs, error: LedgerError) -> Admission<'static> {
-    runs.stop(&error.clone().into());
-    answered(format!("the server could not record the call durably ({error}); nothing was run"))
+    // The error names the ledger's path: the operator's log has it (the server stops with
+    // it), the caller is told what happened.
+    runs.stop(&error.into());
+    answered("the server could not record the call durably and stops; nothing was run".to_string())
 }
 
 /// Admits one call of `tool` with its checked `inputs`, or answers it.

@@ -138,23 +138,9 @@ pub fn worst_case(tool: &Tool) -> Vec<Money> {
     by_currency.into_iter().map(|(currency, minor)| Money { minor, currency }).collect()
 }
 
-/// The most model tokens a run of `tool` can be charged: each model grant's `max_tokens`
-/// times its `uses` (`warden check` requires `uses` under a token quota), times the attempts
-/// one send makes, times the sends a call gets (the first, and one after each crash until the
-/// run is halted); without `uses`, unbounded.
+/// The most model tokens a run of `tool` can be charged (`manifest::worst_tokens`).
 pub fn worst_tokens(tool: &Tool, model: Option<&crate::manifest::ModelConfig>) -> u64 {
-    let per_call = model
-        .map_or(1, crate::broker::model::attempts_per_send)
-        .saturating_mul(u64::from(crate::machine::CRASHES_BEFORE_HALT));
-    (tool.config.grants.values())
-        .filter_map(|grant| match grant {
-            Grant::Capability(g) if g.cap == crate::broker::Kind::Model => {
-                let uses = g.uses.unwrap_or(crate::broker::ACTIONS_PER_RUN_MAX);
-                Some(g.max_tokens.unwrap_or(0).saturating_mul(uses).saturating_mul(per_call))
-            }
-            _ => None,
-        })
-        .fold(0, u64::saturating_add)
+    crate::manifest::worst_tokens(&tool.config.grants, model)
 }
 
 /// Runs one call of a known tool to its reply.

@@ -56,9 +56,11 @@ impl Catalog {
     pub async fn load(env: &Env, manifest: Manifest) -> Result<Catalog, String> {
         let mut tools = Vec::new();
         let mut problems = Vec::new();
-        for (index, config) in manifest.tools.iter().enumerate() {
+        for config in &manifest.tools {
             let loaded = load_program(env, config).await.and_then(|program| {
-                once_keys_are_parameters(config, &program, &format!("{}: tools[{index}]", manifest.path.display()))?;
+                // Named, not indexed: `warden check` may load a manifest less its broken tools.
+                let at = format!("{}: tool `{}`", manifest.path.display(), config.name);
+                once_keys_are_parameters(config, &program, &at)?;
                 Ok(program)
             });
             match loaded {
@@ -309,7 +311,7 @@ fn once_keys_are_parameters(config: &ToolConfig, program: &Program, at: &str) ->
         .filter(|(_, name)| !names.contains(&name.as_str()))
         .map(|(index, name)| {
             format!(
-                "{at}.once.by[{index}]: `{name}` is not a parameter of `{}` (its parameters: {})",
+                "{at}: once.by[{index}]: `{name}` is not a parameter of `{}` (its parameters: {})",
                 config.entry,
                 if names.is_empty() { "none".to_string() } else { names.join(", ") }
             )

@@ -292,6 +292,14 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
         Some(_) => return Err(format!("{shown}: action {op} is not in doubt")),
         None => return Err(format!("{shown}: the run has no action {op}")),
     };
+    if action.kind == crate::broker::Kind::Model {
+        // A model call is sent again at a start and charged for every send: a verdict would
+        // lose the charge of the sends crashes interrupted.
+        return Err(format!(
+            "{shown}: action {op} is a model call: it is sent again when its run resumes, never decided by an \
+             operator; a halted run resumes with `warden resolve --journal {shown} --resume`"
+        ));
+    }
     let result = match happened {
         Some(text) if text.len() > RESOLUTION_BYTES_MAX => {
             return Err(format!("--happened: {} bytes, over the limit of {RESOLUTION_BYTES_MAX}", text.len()))

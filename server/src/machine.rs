@@ -81,6 +81,8 @@ pub enum State {
 /// not resumed again automatically: its first attempt's crash, then each `Resumed` record
 /// since it last made progress.
 pub const CRASHES_BEFORE_HALT: u32 = 2;
+// A model call's token reservation counts a send per start before its run is halted.
+const _: () = assert!(CRASHES_BEFORE_HALT as u64 == crate::manifest::MODEL_SENDS_MAX);
 
 /// What one execution of the program asks for next.
 #[derive(Clone, Debug, PartialEq)]
@@ -178,10 +180,12 @@ impl State {
             ),
             _ => None,
         };
-        // A run whose action in doubt waits for a person's verdict (or a lookup) executes
-        // nothing and sends nothing at a start: it is not a crash loop, and stays waiting
-        // for its verdict however often the server restarts.
-        let waits_for_a_verdict = in_doubt.as_ref().is_some_and(|action| !resend_is_safe(action));
+        // A run whose action in doubt waits for a person's verdict executes nothing and sends
+        // nothing at a start: it is not a crash loop, and stays waiting for its verdict however
+        // often the server restarts. (A SQL write is looked up and may be sent again at a
+        // start: it keeps the halt.)
+        let waits_for_a_verdict =
+            in_doubt.as_ref().is_some_and(|action| !resend_is_safe(action) && !is_sql_write(action));
         if journal.resumes_without_progress + 1 >= CRASHES_BEFORE_HALT && !waits_for_a_verdict {
             let op = in_doubt.as_ref().map(|action| action.op).unwrap_or(journal.ops.len() as u64);
             return Ok(State::Halted { op, action: in_doubt });

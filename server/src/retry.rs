@@ -88,15 +88,15 @@ fn checked_claims(
     if !same_request || claims.principal.as_deref() != principal {
         return Err("requestState was issued for another request or another caller".to_string());
     }
+    if runs.env.clock.now_ms() > claims.expires_at_ms {
+        return Err("requestState has expired: the run no longer waits for this input".to_string());
+    }
     // The seal alone is not trusted with whose run it is: a key read off the disk must not
     // let one principal take another's waiting run. The ledger says whom the run is for.
     let owned = (runs.ledger.state().run(&claims.run))
         .is_some_and(|entry| entry.tool == tool.config.name && entry.principal.as_deref() == principal);
     if !owned {
         return Err("requestState was issued for another request or another caller".to_string());
-    }
-    if runs.env.clock.now_ms() > claims.expires_at_ms {
-        return Err("requestState has expired: the run no longer waits for this input".to_string());
     }
     Ok(claims)
 }

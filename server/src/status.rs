@@ -48,7 +48,9 @@ pub async fn run_status(
     };
     // What the state says is answered only once it is durable.
     if let Err(error) = runs.ledger.flush().await {
-        return crate::answer::error_result(format!("the server could not read its ledger durably ({error})"));
+        // The error names the ledger's path: the operator's log keeps it, not the caller.
+        runs.env.log(&format!("run status: {error}"));
+        return crate::answer::error_result("the server could not read its ledger durably".to_string());
     }
     let entry = runs.ledger.state().run(&run).cloned();
     // Another principal's run is unknown to this caller: neither its result nor that it exists.
@@ -260,6 +262,15 @@ async fn run_line(here: &Here<'_>, path: &Path) -> String {
         Err(problem) if here.running => return format!("starting ({problem})"),
         Err(problem) => return format!("not started ({problem}); the next start releases it; {start}"),
     };
+    let halts_next = matches!(crate::machine::State::from_journal(&journal), Ok(crate::machine::State::Halted { .. }));
+    if halts_next && !here.running {
+        return format!(
+            "interrupted at {} starts in a row without getting further: the next start halts it (it may be what \
+             stops the server), and it then waits for: warden resolve --journal {} --resume",
+            crate::machine::CRASHES_BEFORE_HALT,
+            path.display()
+        );
+    }
     if let Some(round) = journal.awaiting_round() {
         return format!(
             "waiting for its client's input (round {round}); it ends as `deadline` when the wait expires; nothing to do"

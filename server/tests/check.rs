@@ -27,7 +27,7 @@ fn check_reports_every_broken_tool() {
         "missing.star: cannot read the program of tool `missing`",
         "echo.star:1: grant `web` is not a parameter of `main`",
         // Issue 23 item 11: a `once` key naming no parameter is refused, with the path.
-        "manifest.json: tools[3].once.by[0]: `ticket` is not a parameter of `main` (its parameters: ",
+        "manifest.json: tool `keyed_by_nothing`: once.by[0]: `ticket` is not a parameter of `main` (its parameters: ",
     ] {
         assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
     }
@@ -72,6 +72,20 @@ fn errors_a_newcomer_meets_say_what_to_do() {
     let (code, _, stderr) = warden(&["check", &both]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("tools[0].deadline") && stderr.contains("has no docstring"), "{stderr}");
+
+    // A token quota below one run's worst case would refuse every call: refused at check,
+    // with the figure it needs (100 max_tokens x 1 use x 2 attempts x 2 sends).
+    write("ask.star", "def main(llm, text: str) -> str:\n    \"\"\"Ask.\n\n    Args:\n        text: What.\n    \"\"\"\n    return text\n");
+    let small = write(
+        "small_quota.json",
+        r#"{"server": {"name": "x", "journals": "j"},
+            "model": {"provider": "anthropic", "model": "m", "api_key": {"env": "K"}, "timeout_ms": 1000, "retries": 1},
+            "tools": [{"name": "ask", "program": "ask.star", "quota": {"window": "1h", "tokens": 300},
+                       "grants": {"llm": {"cap": "model", "max_tokens": 100, "uses": 1}}}]}"#,
+    );
+    let (code, _, stderr) = warden(&["check", &small]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("tools[0].quota.tokens: 300 is less than one run's worst case, 400"), "{stderr}");
 
     let toolbox = common::private_copy(&common::repo_root().join("examples/toolbox"));
     let folder = toolbox.path().to_str().unwrap().to_string();

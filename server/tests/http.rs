@@ -512,3 +512,41 @@ fn idle_connections_do_not_lock_other_clients_out() {
     }
     drop(idle);
 }
+
+/// The review of issue 23 item 6: a connection whose requests were only refused (no token)
+/// earns no place: at the cap, it is closed for a client that may be served. 256 refused
+/// connections from four addresses fill every place; a request with the token from a fifth is
+/// answered.
+#[test]
+fn connections_only_refused_do_not_keep_their_place() {
+    let server = Server::start(&["--bearer-token-env", "WARDEN_TEST_TOKEN"], &[("WARDEN_TEST_TOKEN", TOKEN)]);
+    let list =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}}).to_string();
+    let mut refused = Vec::new();
+    for peer in 2..=5 {
+        for _ in 0..64 {
+            let mut stream = connect_from(&server, Some(format!("127.0.0.{peer}").parse().unwrap()));
+            let request = format!(
+                "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nmcp-method: tools/list\r\ncontent-length: {}\r\n\r\n{list}",
+                server.address,
+                list.len()
+            );
+            stream.write_all(request.as_bytes()).unwrap();
+            refused.push(stream);
+        }
+    }
+    // Each got its 401 and stays open (keep-alive).
+    for stream in refused.iter_mut().take(3) {
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 401");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let bearer = format!("Bearer {TOKEN}");
+    let headers =
+        [("content-type", "application/json"), ("mcp-method", "tools/list"), ("authorization", bearer.as_str())];
+    let answer = server.send_within(Duration::from_secs(10), "POST", "/mcp", &headers, list.as_bytes());
+    assert_eq!(answer.status, 200, "a client with the token was locked out by refused connections");
+    drop(refused);
+}

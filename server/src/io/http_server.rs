@@ -57,14 +57,24 @@ impl HttpServe for RealHttp {
                 if let Some(evicted) = evicted {
                     evicted.abort();
                 }
-                let requested = Rc::new(Cell::new(false));
-                let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&requested));
+                let activity = Rc::new(Activity::default());
+                let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&activity));
                 let left = Left { table: Rc::clone(&table), id };
                 let task = tokio::task::spawn_local(async move {
                     let _left = left;
                     let service = service_fn(move |request| {
-                        seen.set(true);
-                        answer(Rc::clone(&handler), Rc::clone(&bodies), request, limits)
+                        let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&seen));
+                        async move {
+                            seen.in_flight.set(seen.in_flight.get() + 1);
+                            let answered = answer(handler, bodies, request, limits).await;
+                            seen.in_flight.set(seen.in_flight.get() - 1);
+                            // Only an answered request earns the connection its place: one
+                            // refused (unauthenticated, malformed) leaves it as idle as before.
+                            if answered.as_ref().is_ok_and(|response| response.status().as_u16() < 400) {
+                                seen.served.set(true);
+                            }
+                            answered
+                        }
                     });
                     let served = http1::Builder::new()
                         .timer(TokioTimer::new())
@@ -76,16 +86,17 @@ impl HttpServe for RealHttp {
                     // A connection's failure (a reset, a malformed request) ends it alone.
                     let _ = served.await;
                 });
-                table.borrow_mut().started(id, task.abort_handle(), requested);
+                table.borrow_mut().started(id, task.abort_handle(), activity);
             }
         })
     }
 }
 
 /// The open connections: at most `max`, and `per_peer_max` from one address. When either
-/// is reached, the oldest connection (of that peer, for the per-peer bound) that has sent no
-/// request yet is closed for the new one: clients that hold a connection and send nothing
-/// cannot lock the others out before authentication.
+/// is reached, the oldest idle connection (of that peer, for the per-peer bound: no request in
+/// flight and none answered, so one that sent nothing or was only refused) is closed for the
+/// new one: clients that hold connections without being served cannot lock the others out
+/// before authentication.
 struct Connections {
     max: usize,
     per_peer_max: usize,
@@ -97,8 +108,21 @@ struct Open {
     peer: IpAddr,
     /// Set once the task is spawned.
     abort: Option<AbortHandle>,
-    /// Set once the connection sent a whole request's head.
-    requested: Rc<Cell<bool>>,
+    activity: Rc<Activity>,
+}
+
+/// What a connection has done: a request in flight is never cut to make room, and one that
+/// has had a request answered (not refused) keeps its place.
+#[derive(Default)]
+struct Activity {
+    in_flight: Cell<u32>,
+    served: Cell<bool>,
+}
+
+impl Activity {
+    fn idle(&self) -> bool {
+        self.in_flight.get() == 0 && !self.served.get()
+    }
 }
 
 impl Connections {
@@ -120,21 +144,21 @@ impl Connections {
         let abort = evicted.and_then(|id| self.open.remove(&id)).and_then(|open| open.abort);
         let id = self.next_id;
         self.next_id += 1;
-        self.open.insert(id, Open { peer, abort: None, requested: Rc::new(Cell::new(false)) });
+        self.open.insert(id, Open { peer, abort: None, activity: Rc::default() });
         Some((id, abort))
     }
 
-    /// The oldest connection (of `peer`, if given) that has sent no request.
+    /// The oldest idle connection (of `peer`, if given): no request in flight, none answered.
     fn oldest_idle(&self, peer: Option<IpAddr>) -> Option<u64> {
         (self.open.iter())
-            .find(|(_, open)| !open.requested.get() && peer.is_none_or(|peer| open.peer == peer))
+            .find(|(_, open)| open.activity.idle() && peer.is_none_or(|peer| open.peer == peer))
             .map(|(id, _)| *id)
     }
 
-    fn started(&mut self, id: u64, abort: AbortHandle, requested: Rc<Cell<bool>>) {
+    fn started(&mut self, id: u64, abort: AbortHandle, activity: Rc<Activity>) {
         if let Some(open) = self.open.get_mut(&id) {
             open.abort = Some(abort);
-            open.requested = requested;
+            open.activity = activity;
         }
     }
 }

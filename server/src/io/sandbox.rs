@@ -65,7 +65,7 @@ impl Sandbox for WorkerSandbox {
                     // A pooled worker that died since its last job (the OOM killer's pick)
                     // never got this one: it goes to a fresh worker, and the run is not blamed.
                     Err(Failed::Undelivered(_)) if pooled => {
-                        worker = spawn_worker().map_err(|stopped| Failed::Undelivered(stopped.to_string()))?;
+                        worker = spawn_worker().map_err(Failed::NoWorker)?;
                         exchange(&mut worker, &input).await
                     }
                     other => other,
@@ -73,6 +73,8 @@ impl Sandbox for WorkerSandbox {
             });
             let reply = match exchanged.await {
                 Ok(Ok(reply)) => reply,
+                // No worker could take the job: the server's machinery, never the run's fault.
+                Ok(Err(Failed::NoWorker(stopped))) => return Err(stopped),
                 Ok(Err(failed)) => return Err(ended(worker, failed.into_problem()).await),
                 // Dropping the worker kills it.
                 Err(_) => return Err(Stopped::TimedOut { ms }),
@@ -102,12 +104,15 @@ enum Failed {
     Undelivered(String),
     /// The worker took the job and then failed (died, or answered wrongly).
     During(String),
+    /// No fresh worker could be started for a job a dead one never got.
+    NoWorker(Stopped),
 }
 
 impl Failed {
     fn into_problem(self) -> String {
         match self {
             Failed::Undelivered(problem) | Failed::During(problem) => problem,
+            Failed::NoWorker(stopped) => stopped.to_string(),
         }
     }
 }

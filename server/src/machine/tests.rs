@@ -523,3 +523,26 @@ fn progress_between_crashes_keeps_a_run_resuming() {
     assert_eq!(world.read().resumes_without_progress, 0);
     assert!(matches!(world.run(None, false, &mut 0), Some(State::Ended(_))));
 }
+
+/// Issue 23 item 12: a run whose action waits for a person's verdict is not a crash loop:
+/// however many starts found it (each a `Resumed` record), it stays InDoubt with its question.
+/// A SQL write, looked up and perhaps sent again at each start, keeps the halt.
+#[test]
+fn an_action_waiting_for_a_verdict_is_never_halted_but_a_sql_write_is() {
+    let journal_of = |action: &Action, resumes: u64| {
+        let mut bytes = record::encode(&crate::journal::test_header());
+        let begun = serde_json::to_value(action).unwrap();
+        bytes.extend(record::encode(&JournalRecord::Begin { op: 0, action: begun }));
+        for at_ms in 0..resumes {
+            bytes.extend(record::encode(&JournalRecord::Resumed { at_ms }));
+        }
+        Journal::parse(Path::new("j"), &bytes).unwrap()
+    };
+    let post = action(0, Kind::HttpPost, Method::Post, false);
+    for resumes in [1, 2, 5] {
+        assert!(matches!(State::from_journal(&journal_of(&post, resumes)).unwrap(), State::InDoubt(_)), "{resumes}");
+    }
+    let mut write = action(0, Kind::Sqlite, Method::Execute, false);
+    write.target = "UPDATE t SET a = 1".into();
+    assert!(matches!(State::from_journal(&journal_of(&write, 1)).unwrap(), State::Halted { .. }));
+}

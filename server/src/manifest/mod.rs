@@ -54,6 +54,27 @@ pub const MODEL_TIMEOUT_MS_LIMIT: u64 = 600_000;
 pub const MODEL_RETRIES_LIMIT: u64 = 10;
 /// A quota's `tokens`: at most this many model tokens a window.
 pub const QUOTA_TOKENS_LIMIT: u64 = 1_000_000_000_000;
+/// The sends one model call gets: the first, and one after a crash (a third start finds its
+/// run halted); `machine::CRASHES_BEFORE_HALT` asserts they agree.
+pub const MODEL_SENDS_MAX: u64 = 2;
+
+/// The most model output tokens a run with `grants` can be charged: each model grant's
+/// `max_tokens` x `uses` x the attempts of one send x `MODEL_SENDS_MAX`; without `uses`,
+/// as many actions as a run may take.
+pub fn worst_tokens(grants: &BTreeMap<String, Grant>, model: Option<&ModelConfig>) -> u64 {
+    let attempts = model.map_or(1, |model| model.retries.saturating_add(1));
+    let per_call = attempts.saturating_mul(MODEL_SENDS_MAX);
+    (grants.values())
+        .filter_map(|grant| match grant {
+            Grant::Capability(g) if g.cap == crate::broker::Kind::Model => {
+                let uses = g.uses.unwrap_or(crate::broker::ACTIONS_PER_RUN_MAX);
+                Some(g.max_tokens.unwrap_or(0).saturating_mul(uses).saturating_mul(per_call))
+            }
+            _ => None,
+        })
+        .fold(0, u64::saturating_add)
+}
+
 /// A `model` grant's `max_tokens`: at most this many tokens a call.
 pub const MODEL_MAX_TOKENS_LIMIT: u64 = 200_000;
 /// The providers a `model` section may name, and the root of each one's API.

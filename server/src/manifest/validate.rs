@@ -160,6 +160,7 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
                 problems.add(&format!("{at}.grants.{param}"), "a `model` grant needs the manifest's `model` section");
             }
         }
+        check_tokens_fit_quota(&config, model.as_ref(), &at, &mut problems);
         if problems.list.len() > before {
             tools_with_problems.insert(tools.len());
         }
@@ -747,6 +748,26 @@ fn net_config(raw: Option<&RawNet>, at: &str, problems: &mut Problems) -> NetCon
 /// Seed 000 section 6: a run's worst case per currency must be finite and held exactly, and
 /// a money quota must bound every grant that moves money, in its own currency. Otherwise a
 /// reservation holds less than a run can spend, and the quota is overspent.
+/// A run is admitted only when its worst case fits the token quota: a quota smaller than one
+/// run's worst case would refuse every call.
+fn check_tokens_fit_quota(config: &ToolConfig, model: Option<&ModelConfig>, at: &str, problems: &mut Problems) {
+    let Some(quota) = config.quota.as_ref().and_then(|quota| quota.tokens) else { return };
+    let uses_set =
+        config.grants.values().all(|g| !matches!(g, Grant::Capability(g) if g.cap == Kind::Model && g.uses.is_none()));
+    let worst = super::worst_tokens(&config.grants, model);
+    if uses_set && worst > quota {
+        problems.add(
+            &format!("{at}.quota.tokens"),
+            format!(
+                "{quota} is less than one run's worst case, {worst} (each model grant's max_tokens x uses x \
+                 model.retries + 1 attempts x {} sends): every call would be refused; raise it, or lower max_tokens, \
+                 uses or retries",
+                super::MODEL_SENDS_MAX
+            ),
+        );
+    }
+}
+
 /// A token quota counts open runs at their worst case: every model grant needs `uses`, and
 /// the tool needs a model grant at all.
 fn check_token_limits(
