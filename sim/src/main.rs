@@ -449,7 +449,7 @@ fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
         totals.inputs.asked, totals.inputs.served, totals.inputs.refused, totals.inputs.altered_refused
     );
     println!(
-        "| model calls | {} request(s) to the simulated provider in {} seed(s) (every 5th answered 429, every 7th 500) |",
+        "| model calls | {} request(s) to the simulated provider in {} seed(s) (every 5th answered 429, every 7th 500, every 11th a proxy's error page, every 13th JSON without a completion, every 3rd without usage; each billed) |",
         totals.model_requests, totals.model_seeds
     );
     println!(
