@@ -34,7 +34,7 @@
 //! (`State::from_journal`): an end means Settling; a run that restarts twice in a row found
 //! unfinished and got no further (it may be what crashes the server) is Halted: it is not
 //! resumed a third time but waits for an operator (`warden resolve --resume`), unless its
-//! action in doubt waits for a verdict or a lookup (nothing is executed or sent then: no crash
+//! action in doubt waits for a person's verdict (nothing is executed or sent then: no crash
 //! loop, so it stays InDoubt and keeps its happened / did-not-happen question); an action
 //! begun and not done means InDoubt; anything else Ready. The only way out of InDoubt is through its resolution (sent
 //! again when safe, looked up, or waiting for an operator), and Execute is only ever issued
