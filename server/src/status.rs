@@ -61,7 +61,6 @@ pub async fn run_status(
         return status_result(json!({"run": run, "status": "unknown"}), format!("run {run} is unknown to this server"));
     };
     let tool = entry.tool.clone();
-    let files = runs.files(&tool, &run);
     let status = match &entry.phase {
         RunPhase::Released { .. } => {
             json!({"run": run, "tool": tool, "status": "unknown", "detail": "the call was recorded but its run never started"})
@@ -95,10 +94,8 @@ pub async fn run_status(
             }
         },
     };
-    let _ = files;
     let text = match status["status"].as_str() {
-        Some("done") => format!("run {run} is done"),
-        Some(other) => format!("run {run} is {other}"),
+        Some(status) => format!("run {run} is {status}"),
         None => format!("run {run}"),
     };
     // The run's result may be up to a journal line's size; what is sent has the call's limit.
