@@ -6,24 +6,42 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// A durable step of a call (seed 000 section 7), named as the server's probe names it.
-pub const POINTS: &[&str] = &[
-    "reserved",
-    "inputs-kept",
-    "journal-created",
-    "run-recorded",
-    "waiting-recorded",
-    "settled",
-    "answered",
-    "action-begun",
-    "resumed",
-];
+/// A durable step of a call (seed 000 section 7), named as the server's probe names it (the
+/// simulator maps each to `warden::env::Point`, exhaustively). An unknown name in a scenario
+/// file is a parse error, never a fault that silently arms nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CrashPoint {
+    Reserved,
+    InputsKept,
+    JournalCreated,
+    RunRecorded,
+    WaitingRecorded,
+    Settled,
+    Answered,
+    ActionBegun,
+    Resumed,
+}
+
+impl CrashPoint {
+    pub const ALL: [CrashPoint; 9] = [
+        CrashPoint::Reserved,
+        CrashPoint::InputsKept,
+        CrashPoint::JournalCreated,
+        CrashPoint::RunRecorded,
+        CrashPoint::WaitingRecorded,
+        CrashPoint::Settled,
+        CrashPoint::Answered,
+        CrashPoint::ActionBegun,
+        CrashPoint::Resumed,
+    ];
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "fault", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Fault {
-    /// Crash the server the next time it reaches `point` (a name from `POINTS`).
-    CrashAtPoint { point: String },
+    /// Crash the server the next time it reaches `point`.
+    CrashAtPoint { point: CrashPoint },
     /// Crash the server at its `after`-th disk operation from now (unsynced data is lost or torn).
     CrashAtDiskOperation { after: u64 },
     /// Fail the next fsync (the server must stop, not go on).
@@ -259,7 +277,7 @@ mod tests {
             description: "d".into(),
             seed: 3,
             calls: 4,
-            faults: vec![Planned { before_call: 1, fault: Fault::CrashAtPoint { point: "settled".into() } }],
+            faults: vec![Planned { before_call: 1, fault: Fault::CrashAtPoint { point: CrashPoint::Settled } }],
             canary: None,
             tools: None,
             world: None,
@@ -268,5 +286,9 @@ mod tests {
         let text = serde_json::to_string(&scenario).unwrap();
         assert_eq!(serde_json::from_str::<Scenario>(&text).unwrap(), scenario);
         assert!(serde_json::from_str::<Scenario>(&text.replace("\"calls\"", "\"callz\"")).is_err());
+        assert!(text.contains("\"point\":\"settled\""), "{text}");
+        // A crash point the server does not have is refused, not armed as nothing.
+        let unknown = serde_json::from_str::<Scenario>(&text.replace("\"settled\"", "\"setled\""));
+        assert!(unknown.unwrap_err().to_string().contains("unknown variant `setled`"));
     }
 }

@@ -13,7 +13,7 @@ use warden::program::Program;
 use warden::protocol::framing::{Frame, LineSplitter};
 use warden::protocol::jsonrpc::{classify, Incoming};
 use warden::record;
-use warden_faults::{Fault, NetworkFault, Planned, Scenario, POINTS};
+use warden_faults::{CrashPoint, Fault, NetworkFault, Planned, Scenario};
 
 use crate::executor::Stop;
 use crate::world::World;
@@ -319,7 +319,7 @@ pub fn scenario_from(data: &[u8]) -> Scenario {
         let at = chunk[0] as u32 % calls;
         let param = chunk.get(2).copied().unwrap_or(0);
         let fault = match chunk.get(1).copied().unwrap_or(0) % 9 {
-            0 => Fault::CrashAtPoint { point: POINTS[param as usize % POINTS.len()].to_string() },
+            0 => Fault::CrashAtPoint { point: CrashPoint::ALL[param as usize % CrashPoint::ALL.len()] },
             1 => Fault::CrashAtDiskOperation { after: 1 + param as u64 % 40 },
             2 => Fault::Network { url: "notes.sim".into(), kind: NetworkFault::LoseResponse },
             3 => Fault::Network { url: "refunds".into(), kind: NetworkFault::CrashAfterActing },

@@ -5,7 +5,7 @@
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use warden::env::Point;
-use warden_faults::{Fault, NetworkFault, Planned, Scenario, POINTS};
+use warden_faults::{CrashPoint, Fault, NetworkFault, Planned, Scenario};
 
 use crate::services::NetFault;
 use crate::sweep::Report;
@@ -28,7 +28,7 @@ fn pick(rng: &mut ChaCha8Rng, below: u64) -> u64 {
 /// Every fault kind of the swarm, in the order a seed's plan draws them.
 const FAULT_KINDS: &[FaultKind] = &[
     FaultKind {
-        draw: |r| Fault::CrashAtPoint { point: POINTS[pick(r, POINTS.len() as u64) as usize].to_string() },
+        draw: |r| Fault::CrashAtPoint { point: CrashPoint::ALL[pick(r, CrashPoint::ALL.len() as u64) as usize] },
         rarity: 1,
     },
     FaultKind { draw: |r| Fault::CrashAtDiskOperation { after: 1 + pick(r, 40) }, rarity: 1 },
@@ -118,8 +118,19 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
 /// One seed in this many simulates the fixed world (`fixture.rs`); the others a generated one.
 pub const FIXED_WORLD_EVERY: u64 = 8;
 
-fn point_named(name: &str) -> Option<Point> {
-    Point::ALL.iter().copied().find(|p| p.name() == name)
+/// The server's point for a scenario's crash point.
+pub fn server_point(point: CrashPoint) -> Point {
+    match point {
+        CrashPoint::Reserved => Point::Reserved,
+        CrashPoint::InputsKept => Point::InputsKept,
+        CrashPoint::JournalCreated => Point::JournalCreated,
+        CrashPoint::RunRecorded => Point::RunRecorded,
+        CrashPoint::WaitingRecorded => Point::WaitingRecorded,
+        CrashPoint::Settled => Point::Settled,
+        CrashPoint::Answered => Point::Answered,
+        CrashPoint::ActionBegun => Point::ActionBegun,
+        CrashPoint::Resumed => Point::Resumed,
+    }
 }
 
 /// The simulated services' form of a network fault.
@@ -140,10 +151,9 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
     *report.fault_states.entry(state).or_insert(0) += 1;
     match fault {
         Fault::CrashAtPoint { point } => {
-            if let Some(point) = point_named(point) {
-                let seen = world.probes.seen.borrow().iter().filter(|(p, _)| *p == point).count() as u32;
-                world.probes.crash_at.set(Some(CrashAt { point, nth: seen + 1 }));
-            }
+            let point = server_point(*point);
+            let seen = world.probes.seen.borrow().iter().filter(|(p, _)| *p == point).count() as u32;
+            world.probes.crash_at.set(Some(CrashAt { point, nth: seen + 1 }));
         }
         Fault::CrashAtDiskOperation { after } => {
             world.disk.crash_at_operation.set(Some(world.disk.operations.get() + after))
@@ -173,4 +183,21 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scenario's crash point names the server's point of the same name, and every point the
+    /// server has can be named.
+    #[test]
+    fn crash_points_and_the_servers_points_are_one_vocabulary() {
+        for point in CrashPoint::ALL {
+            let written = serde_json::to_value(point).unwrap();
+            assert_eq!(written.as_str(), Some(server_point(point).name()), "{point:?}");
+        }
+        let mapped: Vec<Point> = CrashPoint::ALL.iter().map(|&point| server_point(point)).collect();
+        assert_eq!(mapped, Point::ALL.to_vec());
+    }
 }
