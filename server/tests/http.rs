@@ -550,3 +550,31 @@ fn connections_only_refused_do_not_keep_their_place() {
     assert_eq!(answer.status, 200, "a client with the token was locked out by refused connections");
     drop(refused);
 }
+
+/// The review of issue 23 item 5: one address cannot take the whole body budget. Sixteen
+/// near-maximal bodies from 127.0.0.2, withheld before their last byte, would hold all of it;
+/// one address holds a quarter at most (the rest are answered 503), so a client elsewhere is
+/// still served.
+#[test]
+fn one_address_cannot_take_every_body_read() {
+    let server = Server::start(&[], &[]);
+    let other = Some("127.0.0.2".parse().unwrap());
+    let body_max = 4 * 1024 * 1024;
+    let chunk = vec![b' '; body_max - 1];
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        let mut stream = connect_from(&server, other);
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nmcp-method: tools/list\r\ncontent-length: {body_max}\r\n\r\n",
+            server.address
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        // A refused body ends its connection; the write may fail then.
+        let _ = stream.write_all(&chunk);
+        held.push(stream);
+    }
+    // The server has read what the kernel buffered (a body waits 5 s for more before it ends).
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(tools_list(&server, Duration::from_secs(10)), 200, "one address took every body read");
+    drop(held);
+}

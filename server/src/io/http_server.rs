@@ -36,8 +36,7 @@ impl HttpServe for RealHttp {
             let connections_max = connections_within_descriptors(limits.connections_max);
             ready(listener.local_addr()?);
             let table = Rc::new(RefCell::new(Connections::new(connections_max, limits.connections_per_peer_max)));
-            let budget = limits.bodies_read_at_once.saturating_mul(limits.body_bytes_max).min(Semaphore::MAX_PERMITS);
-            let bodies = Rc::new(Semaphore::new(budget));
+            let bodies = Rc::new(BodyBudget::new(limits));
             loop {
                 let (stream, peer) = match listener.accept().await {
                     Ok(accepted) => accepted,
@@ -59,6 +58,7 @@ impl HttpServe for RealHttp {
                 }
                 let activity = Rc::new(Activity::default());
                 let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&activity));
+                let peer = peer.ip();
                 let left = Left { table: Rc::clone(&table), id };
                 let task = tokio::task::spawn_local(async move {
                     let _left = left;
@@ -66,7 +66,7 @@ impl HttpServe for RealHttp {
                         let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&seen));
                         async move {
                             seen.in_flight.set(seen.in_flight.get() + 1);
-                            let answered = answer(handler, bodies, request, limits).await;
+                            let answered = answer(handler, (bodies, peer), request, limits).await;
                             seen.in_flight.set(seen.in_flight.get() - 1);
                             // Only an answered request earns the connection its place: one
                             // refused (unauthenticated, malformed) leaves it as idle as before.
@@ -200,7 +200,7 @@ fn connections_within_descriptors(wanted: usize) -> usize {
 
 async fn answer(
     handler: InboundHandler,
-    bodies: Rc<tokio::sync::Semaphore>,
+    (bodies, peer): (Rc<BodyBudget>, IpAddr),
     request: Request<Incoming>,
     limits: ListenLimits,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
@@ -231,33 +231,88 @@ async fn answer(
             &format!("the request body is over the limit of {} bytes", limits.body_bytes_max),
         )));
     }
-    let read = read_body(body, &bodies, limits);
-    let body = match tokio::time::timeout(Duration::from_millis(limits.body_read_ms), read).await {
-        Ok(Ok((body, _held))) => body,
+    let mut held = Held { budget: &bodies, peer, bytes: 0, permit: None };
+    let read = read_body(body, &mut held, limits);
+    inbound.body = match tokio::time::timeout(Duration::from_millis(limits.body_read_ms), read).await {
+        Ok(Ok(body)) => body,
         Ok(Err(refused)) => return Ok(respond(refused)),
         Err(_) => return Ok(respond(refusal(408, "the request body did not arrive in time"))),
     };
-    inbound.body = body;
-    Ok(respond(handler.answer(inbound).await))
+    // The body's bytes are held of the budget until the request is answered.
+    let answered = handler.answer(inbound).await;
+    drop(held);
+    Ok(respond(answered))
+}
+
+/// What request bodies take of memory: a budget of bytes shared by all, of which one peer
+/// address may hold a quarter (one maximal body at least), taken as bytes arrive and never
+/// waited for.
+struct BodyBudget {
+    bytes: Semaphore,
+    per_peer_max: usize,
+    per_peer: RefCell<BTreeMap<IpAddr, usize>>,
+}
+
+impl BodyBudget {
+    fn new(limits: ListenLimits) -> BodyBudget {
+        let total = limits.bodies_read_at_once.saturating_mul(limits.body_bytes_max).min(Semaphore::MAX_PERMITS);
+        let per_peer_max = (total / 4).max(limits.body_bytes_max);
+        BodyBudget { bytes: Semaphore::new(total), per_peer_max, per_peer: RefCell::new(BTreeMap::new()) }
+    }
+}
+
+/// The bytes one request holds of the budget, given back when it is dropped.
+struct Held<'a> {
+    budget: &'a BodyBudget,
+    peer: IpAddr,
+    bytes: usize,
+    permit: Option<SemaphorePermit<'a>>,
+}
+
+impl<'a> Held<'a> {
+    /// `n` more bytes, or the refusal: this peer's share spent, or everyone's budget.
+    fn take(&mut self, n: usize) -> Result<(), OutboundAnswer> {
+        let budget = self.budget;
+        let peers = budget.per_peer.borrow().get(&self.peer).copied().unwrap_or(0);
+        if peers.saturating_add(n) > budget.per_peer_max {
+            return Err(refusal(503, "this address is sending too many request bodies at once; try again shortly"));
+        }
+        let Ok(permit) = budget.bytes.try_acquire_many(u32::try_from(n).unwrap_or(u32::MAX)) else {
+            return Err(refusal(503, "the server is reading too many request bodies at once; try again shortly"));
+        };
+        match &mut self.permit {
+            Some(held) => held.merge(permit),
+            None => self.permit = Some(permit),
+        }
+        *budget.per_peer.borrow_mut().entry(self.peer).or_insert(0) += n;
+        self.bytes += n;
+        Ok(())
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut per_peer = self.budget.per_peer.borrow_mut();
+        if let Some(peers) = per_peer.get_mut(&self.peer) {
+            *peers = peers.saturating_sub(self.bytes);
+            if *peers == 0 {
+                per_peer.remove(&self.peer);
+            }
+        }
+    }
 }
 
 /// Reads a body as it arrives, each chunk within `body_chunk_wait_ms` of the last, taking
-/// its bytes from the shared budget only as they come (never waiting for it): a client that
-/// withholds its body holds only what it sent, and nobody queues behind it. Returns the body
-/// and the budget it holds until the request is answered.
-async fn read_body(
-    mut body: Incoming,
-    bodies: &Semaphore,
-    limits: ListenLimits,
-) -> Result<(Vec<u8>, Option<SemaphorePermit<'_>>), OutboundAnswer> {
+/// its bytes from the budget (`held`) only as they come, never waiting for it: a client that
+/// withholds its body holds only what it sent, and nobody queues behind it.
+async fn read_body(mut body: Incoming, held: &mut Held<'_>, limits: ListenLimits) -> Result<Vec<u8>, OutboundAnswer> {
     let too_long = || refusal(413, &format!("the request body is over the limit of {} bytes", limits.body_bytes_max));
     let mut read = Vec::new();
-    let mut held: Option<SemaphorePermit<'_>> = None;
     loop {
         let next = tokio::time::timeout(Duration::from_millis(limits.body_chunk_wait_ms), body.frame());
         let frame = match next.await {
             Ok(Some(Ok(frame))) => frame,
-            Ok(None) => return Ok((read, held)),
+            Ok(None) => return Ok(read),
             Ok(Some(Err(_))) => return Err(refusal(400, "the request body could not be read")),
             Err(_) => {
                 let waited = limits.body_chunk_wait_ms;
@@ -268,13 +323,7 @@ async fn read_body(
         if read.len().saturating_add(chunk.len()) > limits.body_bytes_max {
             return Err(too_long());
         }
-        let Ok(permit) = bodies.try_acquire_many(u32::try_from(chunk.len()).unwrap_or(u32::MAX)) else {
-            return Err(refusal(503, "the server is reading too many request bodies at once; try again shortly"));
-        };
-        match &mut held {
-            Some(held) => held.merge(permit),
-            None => held = Some(permit),
-        }
+        held.take(chunk.len())?;
         read.extend_from_slice(&chunk);
     }
 }
