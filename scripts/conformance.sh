@@ -37,9 +37,19 @@ bash "$root/../shared/clients/conformance.sh" "$url" --spec-version 2025-11-25 \
   --expected-failures "$expected" >"$scratch/2025.log" 2>&1 || status=1
 summary "$scratch/2025.log"
 echo "== 2026-07-28 (conformance 0.2.0-alpha.12)"
-"$node24" "$next/node_modules/@modelcontextprotocol/conformance/dist/index.js" server --url "$url" \
-  --requirements 2026-07-28 --expected-failures "$expected" -o "$clients_dir/out/conformance-next" \
-  >"$scratch/2026.log" 2>&1 || status=1
+run_2026() {
+  "$node24" "$next/node_modules/@modelcontextprotocol/conformance/dist/index.js" server --url "$url" \
+    --requirements 2026-07-28 --expected-failures "$expected" -o "$clients_dir/out/conformance-next" \
+    >"$scratch/2026.log" 2>&1
+}
+# Some of the suite's checks give the server 500 ms for a first frame, which a loaded two-core
+# machine can miss: a failing run is run once more, and only a second failure counts (a real
+# regression fails both; both summaries are printed).
+if ! run_2026; then
+  summary "$scratch/2026.log"
+  echo "== 2026-07-28 again (a check can miss the suite's 500 ms deadlines on a loaded machine)"
+  run_2026 || status=1
+fi
 summary "$scratch/2026.log"
 if [ "$status" != 0 ]; then
   echo "conformance: failures outside conformance/expected-failures.yml (the logs above)"; exit 1
