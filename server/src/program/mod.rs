@@ -7,6 +7,7 @@
 //! describe truthfully.
 
 pub mod ask;
+mod brackets;
 pub mod capability;
 pub mod content;
 pub mod job;
@@ -123,7 +124,13 @@ impl Program {
         if source.len() > PROGRAM_BYTES_MAX {
             return Err(format!("{shown}: is {} bytes; the limit is {PROGRAM_BYTES_MAX}", source.len()));
         }
-        let ast = AstModule::parse(&shown, source.to_string(), &dialect()).map_err(|e| format!("{e}"))?;
+        let ast =
+            AstModule::parse(&shown, source.to_string(), &dialect()).map_err(|e| {
+                match brackets::first_unpaired(source) {
+                    Some(unpaired) => format!("{}\n{shown}: {unpaired}", e.to_string().trim_end()),
+                    None => format!("{e}"),
+                }
+            })?;
         let globals = globals();
         let module = Module::with_temp_heap(|module| {
             {
@@ -428,6 +435,23 @@ def main(pay, order: str, amount: money, note: None | str = None, tags: list[str
 
         let error = load("def main(order: str) -> str:\n    \"\"\"Do it.\n\n    Args:\n        order: The order.\n    \"\"\"\n    return order\n").unwrap_err();
         assert!(error.contains("grant `pay` is not a parameter of `main`"), "{error}");
+    }
+
+    /// A syntax error after an unclosed bracket is found by the parser at the next token it
+    /// cannot take, often a line or more later; the message names where the bracket opened.
+    #[test]
+    fn an_unclosed_bracket_is_named_where_it_opened() {
+        let source = "def main(x: str) -> str:\n    y = max(1,\n            \"(\", # )\n    return x\n";
+        let error = Program::load(Path::new("t.star"), source, "main", &[]).unwrap_err();
+        assert!(error.contains("the `(` opened at line 2, column 12 is never closed"), "{error}");
+
+        let mismatched = "x = [1, 2)\n";
+        let error = Program::load(Path::new("t.star"), mismatched, "main", &[]).unwrap_err();
+        assert!(error.contains("the `[` opened at line 1, column 5 is closed by `)` at line 1, column 10"), "{error}");
+
+        let balanced = "x = = 1\n";
+        let error = Program::load(Path::new("t.star"), balanced, "main", &[]).unwrap_err();
+        assert!(!error.contains("opened at"), "{error}");
     }
 
     #[test]
