@@ -17,9 +17,10 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde_json::json;
-use warden::journal::{Binding, EndRecord, JournalRecord, RunFiles, RunOutcome};
-use warden::ledger::{Event, LEDGER_FILE};
-use warden::record;
+use warden::base::layout::RunFiles;
+use warden::store::journal::{Binding, EndRecord, JournalRecord, RunOutcome};
+use warden::store::ledger::{Event, LEDGER_FILE};
+use warden::store::record;
 
 /// Writes a manifest and a journals folder holding `runs` settled runs of tool `add`.
 fn synthesise(dir: &Path, runs: usize) {

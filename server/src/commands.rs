@@ -8,12 +8,11 @@ use serde_json::json;
 
 use crate::catalog::{read_manifest, Catalog};
 use crate::env::{DiskLock, Env};
-use crate::ledger::Ledger;
 use crate::protocol::Connection;
-use crate::runs::{Fatal, Runs};
-use crate::{recovery, retention};
+use crate::run::runs::{Fatal, Runs};
+use crate::run::{recovery, retention};
+use crate::store::ledger::Ledger;
 
-pub const LOCK_FILE: &str = "server.lock";
 /// The largest result an operator may give for an action (`resolve --happened`).
 pub const RESOLUTION_BYTES_MAX: usize = 1024 * 1024;
 /// How long a second server waits for `server.lock` before refusing to start (an SDK's
@@ -31,7 +30,7 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
         Some(message) => Err(message),
         None => {
             env.log("stdin closed; exiting");
-            crate::notify::deliver_before_exit(env, &opened.runs.notifications_owed).await;
+            crate::run::notify::deliver_before_exit(env, &opened.runs.notifications_owed).await;
             Ok(())
         }
     }
@@ -54,7 +53,7 @@ pub async fn open_server(
 ) -> Result<OpenServer, String> {
     let catalog = Rc::new(load(env, manifest_path).await?);
     catalog.check_secrets(env)?;
-    let pinned = crate::tool_lock::verify(env, &catalog).await?;
+    let pinned = crate::catalog::tool_lock::verify(env, &catalog).await?;
     initialize_databases(env, &catalog).await?;
     let journals = catalog.manifest.server.journals.clone();
     create_root(env, &journals).await?;
@@ -62,7 +61,7 @@ pub async fn open_server(
     let ledger = Ledger::open(env, &journals).await.map_err(|e| e.to_string())?;
     let mut runs = Runs::new(env.clone(), Rc::clone(&catalog), ledger);
     runs.secrets.extend(transport_secrets);
-    runs.inputs.set_key(crate::input::load_key(env, &journals).await?);
+    runs.inputs.set_key(crate::run::input::load_key(env, &journals).await?);
     let runs = Rc::new(runs);
     let report = recovery::recover(&runs).await.map_err(|Fatal(message)| message)?;
     if report != recovery::Report::default() {
@@ -86,7 +85,7 @@ pub async fn open_server(
         if pinned { ", each as warden.lock recorded it" } else { " (no warden.lock: the tools are not pinned)" }
     ));
     spawn_daily_sweep(&runs);
-    crate::input::spawn_expiry(&runs);
+    crate::run::input::spawn_expiry(&runs);
     Ok(OpenServer { runs, _lock })
 }
 
@@ -119,14 +118,14 @@ async fn create_root(env: &Env, journals: &Path) -> Result<(), String> {
             .create_dir_all(journals)
             .await
             .map_err(|e| format!("{}: cannot create the journals directory: {e}", journals.display()))?;
-        let parent = crate::journal::folder_of(journals);
+        let parent = crate::base::layout::folder_of(journals);
         env.disk.fsync_dir(parent).await.map_err(|e| format!("{}: {e}", parent.display()))?;
     }
     Ok(())
 }
 
 async fn take_lock(env: &Env, journals: &Path) -> Result<DiskLock, String> {
-    let path = journals.join(LOCK_FILE);
+    let path = journals.join(crate::base::layout::SERVER_LOCK_FILE);
     let mut waited = 0;
     loop {
         match env.disk.try_lock(&path).await {
@@ -187,7 +186,7 @@ async fn load(env: &Env, manifest_path: &Path) -> Result<Catalog, String> {
 /// `warden mcp status <manifest>`: unfinished runs and quota use, beside a running server.
 pub async fn status(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
-    crate::status::report(env, &catalog).await
+    crate::call::status::report(env, &catalog).await
 }
 
 /// `warden check <manifest>`: every problem, or a one-line summary per tool.
@@ -211,10 +210,11 @@ pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let catalog = Catalog::load(env, manifest).await?;
     // Everything else that stops a start, reported together: unset secrets, tools that
     // differ from `warden.lock`.
-    let problems: Vec<String> = [catalog.check_secrets(env).err(), crate::tool_lock::verify(env, &catalog).await.err()]
-        .into_iter()
-        .flatten()
-        .collect();
+    let problems: Vec<String> =
+        [catalog.check_secrets(env).err(), crate::catalog::tool_lock::verify(env, &catalog).await.err()]
+            .into_iter()
+            .flatten()
+            .collect();
     if !problems.is_empty() {
         return Err(problems.join("\n"));
     }
@@ -253,10 +253,10 @@ pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
 /// `warden lock <manifest>`: records each tool's digest in `warden.lock` beside the manifest.
 pub async fn lock(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
-    let path = crate::tool_lock::write(env, &catalog).await?;
+    let path = crate::catalog::tool_lock::write(env, &catalog).await?;
     let mut report = format!("wrote {}: {} tool(s) pinned\n", path.display(), catalog.list_tools().count());
     for tool in catalog.list_tools() {
-        report.push_str(&format!("  {} {}\n", tool.config.name, crate::tool_lock::tool_digest(tool).digest));
+        report.push_str(&format!("  {} {}\n", tool.config.name, crate::catalog::tool_lock::tool_digest(tool).digest));
     }
     Ok(report)
 }
@@ -266,8 +266,8 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
     let catalog = load(env, manifest_path).await?;
     let described = match tool {
         // Every tool `tools/list` lists, the server's own status tool last.
-        None => json!(catalog.list().into_iter().chain([crate::status::describe()]).collect::<Vec<_>>()),
-        Some(crate::manifest::RUN_STATUS_TOOL) => crate::status::describe(),
+        None => json!(catalog.list().into_iter().chain([crate::call::status::describe()]).collect::<Vec<_>>()),
+        Some(crate::manifest::RUN_STATUS_TOOL) => crate::call::status::describe(),
         Some(name) => catalog.callable(name).map(|t| t.describe()).ok_or_else(|| {
             let names: Vec<&str> = catalog.list_tools().map(|t| t.config.name.as_str()).collect();
             format!(
@@ -287,8 +287,10 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
     let hold = hold_waiting_run(env, journal_path).await?;
     let shown = journal_path.display();
     let action = match hold.journal.ops.get(&op) {
-        Some(crate::journal::OpState::Begun(action)) => serde_json::from_value::<crate::broker::Action>(action.clone())
-            .map_err(|e| format!("{shown}: the begin record of action {op} does not parse: {e}"))?,
+        Some(crate::store::journal::OpState::Begun(action)) => {
+            serde_json::from_value::<crate::broker::Action>(action.clone())
+                .map_err(|e| format!("{shown}: the begin record of action {op} does not parse: {e}"))?
+        }
         Some(_) => return Err(format!("{shown}: action {op} is not in doubt")),
         None => return Err(format!("{shown}: the run has no action {op}")),
     };
@@ -307,15 +309,19 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
         Some(text) => {
             let value =
                 serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?;
-            if crate::record::depth(&value) > crate::record::VALUE_DEPTH_MAX {
-                return Err(format!("--happened: nested deeper than {} levels", crate::record::VALUE_DEPTH_MAX));
+            if crate::base::json::depth(&value) > crate::store::record::VALUE_DEPTH_MAX {
+                return Err(format!("--happened: nested deeper than {} levels", crate::store::record::VALUE_DEPTH_MAX));
             }
             Some(crate::broker::resolution::checked(&action, value)?)
         }
         None => None,
     };
-    let record =
-        crate::journal::JournalRecord::Resolved { op, happened: result.is_some(), result, at_ms: env.clock.now_ms() };
+    let record = crate::store::journal::JournalRecord::Resolved {
+        op,
+        happened: result.is_some(),
+        result,
+        at_ms: env.clock.now_ms(),
+    };
     hold.settle(env, &record).await?;
     let verdict = if happened.is_some() { "happened" } else { "did not happen (it may be performed again)" };
     Ok(format!("{shown}: action {op} recorded as {verdict}; the next start of the server resumes the run\n"))
@@ -332,7 +338,7 @@ pub async fn resume_halted(env: &Env, journal_path: &Path) -> Result<String, Str
             hold.record.run, hold.record.op, hold.record.resolve
         ));
     }
-    let record = crate::journal::JournalRecord::Retried { at_ms: env.clock.now_ms() };
+    let record = crate::store::journal::JournalRecord::Retried { at_ms: env.clock.now_ms() };
     hold.settle(env, &record).await?;
     Ok(format!("{shown}: the run will be resumed at the next start of the server\n"))
 }
@@ -343,8 +349,8 @@ struct WaitingRun {
     _lock: DiskLock,
     path: std::path::PathBuf,
     waiting: std::path::PathBuf,
-    record: crate::runs::WaitingRecord,
-    journal: crate::journal::Journal,
+    record: crate::run::runs::WaitingRecord,
+    journal: crate::store::journal::Journal,
 }
 
 async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, String> {
@@ -358,7 +364,7 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, 
     };
     // Named from inside the journals folder (`tool/shard/run.journal`), the root is `.`.
     let root = if root.as_os_str().is_empty() { Path::new(".") } else { root };
-    let lock = root.join(LOCK_FILE);
+    let lock = root.join(crate::base::layout::SERVER_LOCK_FILE);
     let held = match env.disk.try_lock(&lock).await {
         Ok(Some(held)) => held,
         Ok(None) => {
@@ -369,7 +375,7 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, 
         }
         Err(e) => return Err(format!("{}: cannot take the lock: {e}", lock.display())),
     };
-    let waiting = root.join(crate::journal::WAITING_DIR).join(format!("{run}.json"));
+    let waiting = root.join(crate::base::layout::WAITING_DIR).join(format!("{run}.json"));
     if !env.disk.exists(&waiting).await.map_err(|e| format!("{}: {e}", waiting.display()))? {
         return Err(format!(
             "{shown}: run {run} is not waiting for an operator (no {}); the next start of the server \
@@ -377,9 +383,9 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, 
             waiting.display()
         ));
     }
-    let record = crate::runs::read_waiting(env, &waiting).await?;
+    let record = crate::run::runs::read_waiting(env, &waiting).await?;
     let bytes = env.disk.read(journal_path).await.map_err(|e| format!("{shown}: cannot read the journal: {e}"))?;
-    let journal = crate::journal::Journal::parse(journal_path, &bytes)?;
+    let journal = crate::store::journal::Journal::parse(journal_path, &bytes)?;
     if journal.end.is_some() {
         return Err(format!("{shown}: the run has ended; there is nothing to resolve"));
     }
@@ -394,9 +400,9 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, 
 impl WaitingRun {
     /// Appends the operator's record durably, then removes the waiting record (durably):
     /// the run no longer waits, and the next start decides afresh.
-    async fn settle(self, env: &Env, record: &crate::journal::JournalRecord) -> Result<(), String> {
+    async fn settle(self, env: &Env, record: &crate::store::journal::JournalRecord) -> Result<(), String> {
         let shown = self.path.display();
-        crate::files::append_durably(env, &self.path, record)
+        crate::store::files::append_durably(env, &self.path, record)
             .await
             .map_err(|e| format!("{shown}: appending the resolution failed: {e}"))?;
         let dir = self.waiting.parent().expect("the waiting record lives in a directory");

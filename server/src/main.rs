@@ -135,13 +135,13 @@ fn main() -> ExitCode {
         } => {
             let env = warden::io::command_env();
             let keys = match (oauth_jwks_file, oauth_jwks_url) {
-                (Some(file), _) => Some(warden::oauth::KeySource::File(file)),
-                (None, Some(url)) => Some(warden::oauth::KeySource::Url(url)),
+                (Some(file), _) => Some(warden::protocol::oauth::KeySource::File(file)),
+                (None, Some(url)) => Some(warden::protocol::oauth::KeySource::Url(url)),
                 (None, None) => None,
             };
             let oauth = match (oauth_issuer, oauth_audience, keys) {
                 (Some(issuer), Some(audience), Some(keys)) => {
-                    Some(warden::http::OAuthOptions { issuer, audience, keys })
+                    Some(warden::protocol::http::OAuthOptions { issuer, audience, keys })
                 }
                 (Some(_), _, None) => {
                     eprintln!("warden: --oauth-issuer needs --oauth-jwks-file or --oauth-jwks-url");
@@ -149,8 +149,10 @@ fn main() -> ExitCode {
                 }
                 _ => None,
             };
-            let options = warden::http::HttpOptions { listen, bearer_token_env, oauth };
-            report(warden::io::run(warden::http::serve_http(&env, &manifest, options)).map(|()| String::new()))
+            let options = warden::protocol::http::HttpOptions { listen, bearer_token_env, oauth };
+            report(
+                warden::io::run(warden::protocol::http::serve_http(&env, &manifest, options)).map(|()| String::new()),
+            )
         }
         Command::Check { manifest } => {
             let env = warden::io::command_env();

@@ -314,7 +314,7 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
     assert!(!status(&bob).contains("\"x\""), "Carol's result is not shown to Bob");
 
     // `warden mcp status` names whom an unfinished run is for.
-    let unfinished = warden::ledger::Event::Reserve {
+    let unfinished = warden::store::ledger::Event::Reserve {
         run: "dd000000000000000000000000000000".into(),
         tool: "note".into(),
         at_ms: now_s() * 1000,
@@ -326,7 +326,7 @@ fn each_principal_has_its_own_quota_once_keys_and_scopes() {
     };
     let mut ledger =
         std::fs::OpenOptions::new().append(true).open(server.dir.path().join("journals/server.ledger")).unwrap();
-    ledger.write_all(&warden::record::encode(&unfinished)).unwrap();
+    ledger.write_all(&warden::store::record::encode(&unfinished)).unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_warden"))
         .args(["mcp", "status"])
         .arg(server.dir.path().join("manifest.json"))
@@ -373,7 +373,7 @@ fn a_request_state_serves_only_the_principal_it_was_issued_to() {
     let hex = std::fs::read_to_string(server.dir.path().join("journals/request-state.key")).unwrap();
     let hex = hex.trim();
     let key: Vec<u8> = (0..hex.len()).step_by(2).map(|at| u8::from_str_radix(&hex[at..at + 2], 16).unwrap()).collect();
-    let inputs = warden::input::Inputs::default();
+    let inputs = warden::run::input::Inputs::default();
     inputs.set_key(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key));
     let mut claims = inputs.open(asked["result"]["requestState"].as_str().unwrap()).unwrap();
     claims.principal = Some("bob".into());

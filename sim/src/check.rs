@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use warden::journal::{Journal, RunFiles};
-use warden::ledger::{self, RunPhase, State, LEDGER_FILE};
+use warden::base::layout::RunFiles;
+use warden::store::journal::Journal;
+use warden::store::ledger::{self, RunPhase, State, LEDGER_FILE};
 
 use crate::disk::SimDisk;
 
@@ -73,7 +74,7 @@ pub fn at_rest_since(
         Ok(state) => state,
         Err(v) => return vec![v],
     };
-    let mut by_key: BTreeMap<String, Vec<&warden::ledger::RunEntry>> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, Vec<&warden::store::ledger::RunEntry>> = BTreeMap::new();
     for entry in state.runs.values() {
         if let (Some(once), false) = (&entry.once, matches!(entry.phase, RunPhase::Released { .. })) {
             by_key.entry(once.key.clone()).or_default().push(entry);
@@ -127,7 +128,7 @@ pub fn at_rest_since(
 /// When a run's `once` key stops holding, computed here rather than by the server's own
 /// `RunEntry::once_expires_at`, so a bug there cannot blind the check: `keep` after a settle,
 /// at once for a released run, never while open.
-fn once_expires_at(entry: &warden::ledger::RunEntry, keep_ms: u64) -> Option<u64> {
+fn once_expires_at(entry: &warden::store::ledger::RunEntry, keep_ms: u64) -> Option<u64> {
     match &entry.phase {
         RunPhase::Settled { at_ms, .. } => Some(at_ms.saturating_add(keep_ms)),
         RunPhase::Released { at_ms } => Some(*at_ms),

@@ -216,7 +216,7 @@ impl Client {
                 report.violations.push(Violation { invariant: 8, message });
             }
             if let Some(id) = message.get("id").and_then(Value::as_i64) {
-                if let Some(run) = message["result"]["_meta"][warden::answer::META_RUN]["run"].as_str() {
+                if let Some(run) = message["result"]["_meta"][warden::call::answer::META_RUN]["run"].as_str() {
                     self.answered_by.insert(id, run.to_string());
                 }
                 // The same id sent twice on one connection (a resend of a retry in progress):
@@ -274,7 +274,7 @@ impl Client {
         // Busy, or stopped by a failed write (the run resumes; its round may still be open).
         let busy = text.contains("retry with the same requestState") || text.contains("could not be recorded durably");
         let served = message.get("result").is_some() && !asked_again && !busy;
-        let waited_out = now.saturating_sub(retried.asked_at) > warden::input::INPUT_WAIT_MS;
+        let waited_out = now.saturating_sub(retried.asked_at) > warden::run::input::INPUT_WAIT_MS;
         let excused = retried.connection != self.connections || refusal.contains("expired") || busy || waited_out;
         match (retried.tampered, served) {
             (true, _) => report.inputs.altered_refused += (!served && !asked_again) as u64,

@@ -4,7 +4,7 @@
 //! reports the windows hit and lists the required ones never hit; CI fails on those.
 
 use warden::broker::kinds::{Kind, Method};
-use warden::ledger::LEDGER_TEMP_FILE;
+use warden::store::ledger::LEDGER_TEMP_FILE;
 
 use crate::operator::waiting_records;
 use crate::world::World;

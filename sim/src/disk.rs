@@ -461,7 +461,7 @@ impl Disk for SimDiskHandle {
         Box::pin(async move {
             disk.write(&path, bytes).await?;
             disk.fsync(&path).await?;
-            disk.fsync_dir(warden::journal::folder_of(&path)).await
+            disk.fsync_dir(warden::base::layout::folder_of(&path)).await
         })
     }
 

@@ -6,13 +6,13 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
-use warden::journal::Journal;
-use warden::ledger::{self, Event, MoneyRecord, OnceRecord};
 use warden::manifest::Manifest;
 use warden::program::Program;
 use warden::protocol::framing::{Frame, LineSplitter};
 use warden::protocol::jsonrpc::{classify, Incoming};
-use warden::record;
+use warden::store::journal::Journal;
+use warden::store::ledger::{self, Event, MoneyRecord, OnceRecord};
+use warden::store::record;
 use warden_faults::{CrashPoint, Fault, NetworkFault, Planned, Scenario};
 
 use crate::executor::Stop;
@@ -176,7 +176,7 @@ fn events_from(data: &[u8]) -> Vec<Event> {
         } else {
             let run = open.remove(chunk[0] as usize % open.len());
             events.push(if choice == 1 {
-                let outcome = warden::journal::RunOutcome::Done;
+                let outcome = warden::store::journal::RunOutcome::Done;
                 Event::Settle { run, at_ms: index as u64, charged: vec![], outcome, tokens: 0 }
             } else {
                 Event::Release { run, at_ms: index as u64 }

@@ -210,7 +210,7 @@ pub const MODEL_KEY: &str = "sk-ant-SIMMODELKEY-5d0c";
 /// One run's worst case under a token quota (one call): `max_tokens` for each attempt of the
 /// first send and of the one after a crash.
 fn run_worst_tokens(seed: u64) -> u64 {
-    MODEL_MAX_TOKENS * (model_retries(seed) + 1) * u64::from(warden::machine::CRASHES_BEFORE_HALT)
+    MODEL_MAX_TOKENS * (model_retries(seed) + 1) * u64::from(warden::run::machine::CRASHES_BEFORE_HALT)
 }
 
 fn model_retries(seed: u64) -> u64 {

@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use serde_json::Value;
+use warden::base::sync::{select, Either, Signal, WaitGroup};
 use warden::env::{HttpServe, InboundHandler, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer, Spawn};
 use warden::protocol::framing::{Frame, LineSplitter, READ_CHUNK_BYTES};
-use warden::sync::{select, Either, Signal, WaitGroup};
 
 use crate::stdio::{Pipe, SimStdio};
 

@@ -3,8 +3,8 @@
 //! more of its signature than the journals claim, `truth.rs`) and resolves it, or asks for a
 //! halted run to be resumed, as the runbook says.
 
-use warden::journal::WAITING_DIR;
-use warden::runs::WaitingRecord;
+use warden::base::layout::WAITING_DIR;
+use warden::run::runs::WaitingRecord;
 
 use crate::check::{self, Violation};
 use crate::sweep::Report;
@@ -20,7 +20,7 @@ pub fn waiting_records(world: &World) -> Vec<std::path::PathBuf> {
 fn waiting_record(world: &World, path: &std::path::Path, report: &mut Report) -> Option<WaitingRecord> {
     let bytes = world.disk.peek(path).unwrap_or_default();
     let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-    let record = warden::record::decode::<WaitingRecord>(line);
+    let record = warden::store::record::decode::<WaitingRecord>(line);
     if record.is_err() {
         report.violations.push(Violation { invariant: 6, message: format!("{} does not parse", path.display()) });
     }

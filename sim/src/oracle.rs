@@ -14,9 +14,9 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use serde_json::Value;
+use warden::base::layout::WAITING_DIR;
 use warden::env::HttpRequest;
-use warden::journal::WAITING_DIR;
-use warden::ledger::LEDGER_FILE;
+use warden::store::ledger::LEDGER_FILE;
 
 use crate::check::Violation;
 use crate::disk::SimDisk;
@@ -241,7 +241,7 @@ impl Oracle {
         }
         // The run the answer names (a `once` repeat's is an earlier run), else the one its
         // progress named.
-        let named = result["_meta"][warden::answer::META_RUN]["run"].as_str().map(str::to_string);
+        let named = result["_meta"][warden::call::answer::META_RUN]["run"].as_str().map(str::to_string);
         let Some(run) = named.or_else(|| self.runs_by_token.borrow().get(&message["id"].to_string()).cloned()) else {
             return;
         };
@@ -306,7 +306,7 @@ impl Oracle {
     /// Before the notify command runs: every waiting record it may announce is durable.
     pub fn before_notify(&self, input: &[u8]) {
         let line = input.strip_suffix(b"\n").unwrap_or(input);
-        let Ok(record) = warden::record::decode::<Value>(line) else { return };
+        let Ok(record) = warden::store::record::decode::<Value>(line) else { return };
         if let Some(run) = record["run"].as_str() {
             self.checks.set(self.checks.get() + 1);
             self.waiting_durable(run, "the notify command");

@@ -176,10 +176,10 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         // Applied by the sweep, which stops the server first (`sweep::rot`).
         Fault::RotByte { .. } => {}
         Fault::FlipLedgerRead { at } => {
-            *world.disk.flip_next_read_of.borrow_mut() = Some((warden::ledger::LEDGER_FILE.into(), *at))
+            *world.disk.flip_next_read_of.borrow_mut() = Some((warden::store::ledger::LEDGER_FILE.into(), *at))
         }
         Fault::MisdirectLedgerAppend { at } => {
-            *world.disk.misdirect_next_append_to.borrow_mut() = Some((warden::ledger::LEDGER_FILE.into(), *at))
+            *world.disk.misdirect_next_append_to.borrow_mut() = Some((warden::store::ledger::LEDGER_FILE.into(), *at))
         }
     }
     false

@@ -9,7 +9,7 @@ use crate::limits::ToolLimits;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::json;
-use warden::ledger::RunPhase;
+use warden::store::ledger::RunPhase;
 use warden_faults::{Fault, Scenario};
 
 use crate::check::{self, Violation};
@@ -172,7 +172,7 @@ fn flipped_read_refused(world: &World, instance: &Instance, flips_before: u64, r
     if flips == flips_before {
         return;
     }
-    let ledger = World::path("journals").join(warden::ledger::LEDGER_FILE);
+    let ledger = World::path("journals").join(warden::store::ledger::LEDGER_FILE);
     match instance.exited() {
         Some(Err(message)) if message.contains(&format!("{}:", ledger.display())) && message.contains("damaged") => {}
         other => report.violations.push(Violation {
@@ -190,7 +190,7 @@ fn misdirected(world: &World, instance: Instance, report: &mut Report) -> Result
     disarm_disk_faults(world);
     let damage = world.disk.misdirected.borrow_mut().take().expect("called after a misdirected write");
     let bytes = world.disk.peek(&damage.0).unwrap_or_default();
-    if warden::record::parse_file::<serde_json::Value>(&bytes).is_ok() {
+    if warden::store::record::parse_file::<serde_json::Value>(&bytes).is_ok() {
         report.events.push((world.clock.now(), "server".into(), "the misdirected write was lost in the crash".into()));
         return Ok(world.start("manifest.json"));
     }
@@ -431,7 +431,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         if check::open_runs(&world.disk, &World::path("journals")).is_empty() {
             break;
         }
-        world.clock.advance(warden::input::INPUT_WAIT_MS + 1_000);
+        world.clock.advance(warden::run::input::INPUT_WAIT_MS + 1_000);
         instance = settle_down(&world, instance, &mut client, &mut report);
     }
     report.violations.append(&mut world.oracle.violations.borrow_mut());
@@ -447,7 +447,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     for effect in world.services.effects.borrow().iter() {
         trace.extend(format!("{effect:?}").bytes());
     }
-    report.trace_hash = warden::runs::sha256_hex(&trace)[..16].to_string();
+    report.trace_hash = warden::base::json::sha256_hex(&trace)[..16].to_string();
     report
 }
 
@@ -482,12 +482,12 @@ fn rot(world: &World, instance: Instance, file: &str, at: u64) -> Option<(std::p
     disarm_disk_faults(world);
     let journals = World::path("journals");
     let path = match file {
-        "ledger" => journals.join(warden::ledger::LEDGER_FILE),
+        "ledger" => journals.join(warden::store::ledger::LEDGER_FILE),
         _ => {
             let state = check::ledger_state(&world.disk, &journals).ok()?;
             let open: Vec<_> = state.runs.values().filter(|e| e.is_open()).collect();
             let entry = open.get((at % open.len().max(1) as u64) as usize)?;
-            warden::journal::RunFiles::new(&journals, &entry.tool, &entry.run).journal
+            warden::base::layout::RunFiles::new(&journals, &entry.tool, &entry.run).journal
         }
     };
     let mut bytes = world.disk.peek(&path)?;

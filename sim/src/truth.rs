@@ -15,9 +15,9 @@ use std::path::Path;
 use serde_json::Value;
 use warden::broker::kinds::Method;
 use warden::broker::Action;
-use warden::journal::OpState;
-use warden::ledger::{RunPhase, State};
 use warden::manifest::Manifest;
+use warden::store::journal::OpState;
+use warden::store::ledger::{RunPhase, State};
 
 use crate::limits::{amount, ToolLimits};
 
@@ -304,7 +304,8 @@ pub fn limits_kept(
             // Every run admitted before it and reserved within its window was counted then.
             let since = admitted.reserved_at_ms.saturating_sub(quota.window_ms);
             // A quota per principal counts that principal's runs alone.
-            let counted = |e: &&&warden::ledger::RunEntry| !quota.per_principal || e.principal == admitted.principal;
+            let counted =
+                |e: &&&warden::store::ledger::RunEntry| !quota.per_principal || e.principal == admitted.principal;
             let window: Vec<_> = runs
                 .iter()
                 .filter(|e| e.sequence <= admitted.sequence && e.reserved_at_ms > since)

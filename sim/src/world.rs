@@ -190,8 +190,8 @@ impl World {
                 let oauth = self.transport.get() == Transport::HttpOauth;
                 let http = Rc::new(crate::http::SimHttp {
                     handler: Rc::default(),
-                    listening: warden::sync::Signal::new(),
-                    done: warden::sync::Signal::new(),
+                    listening: warden::base::sync::Signal::new(),
+                    done: warden::base::sync::Signal::new(),
                 });
                 let bridge = crate::http::Bridge::new(
                     Rc::clone(&pipe),
@@ -202,17 +202,17 @@ impl World {
                     oauth.then(|| Rc::clone(&self.principals)),
                 );
                 let env = self.env(&executor, &pipe, http);
-                let options = warden::http::HttpOptions {
+                let options = warden::protocol::http::HttpOptions {
                     listen: crate::http::ADDRESS.parse().expect("an address"),
                     bearer_token_env: (!oauth).then(|| crate::fixture::HTTP_TOKEN_ENV.to_string()),
-                    oauth: oauth.then(|| warden::http::OAuthOptions {
+                    oauth: oauth.then(|| warden::protocol::http::OAuthOptions {
                         issuer: crate::fixture::OAUTH_ISSUER.to_string(),
                         audience: crate::fixture::OAUTH_AUDIENCE.to_string(),
-                        keys: warden::oauth::KeySource::File(World::path("jwks.json")),
+                        keys: warden::protocol::oauth::KeySource::File(World::path("jwks.json")),
                     }),
                 };
                 executor.spawn(Box::pin(async move {
-                    let outcome = warden::http::serve_http(&env, &manifest, options).await;
+                    let outcome = warden::protocol::http::serve_http(&env, &manifest, options).await;
                     *slot.borrow_mut() = Some(outcome);
                 }));
                 executor.spawn(Box::pin(bridge.run()));

@@ -153,7 +153,7 @@ fn a_refund_within_its_grant_is_made_once_and_charged() {
     let state = check::ledger_state(&world.disk, &journals()).unwrap();
     let settled = state.runs.values().next().unwrap();
     match &settled.phase {
-        warden::ledger::RunPhase::Settled { charged, .. } => assert_eq!(charged[0].amount, "35.00"),
+        warden::store::ledger::RunPhase::Settled { charged, .. } => assert_eq!(charged[0].amount, "35.00"),
         other => panic!("{other:?}"),
     }
     // The reservation held the worst case (each x uses) while it ran.
@@ -312,7 +312,7 @@ fn a_plain_post_in_doubt_waits_for_an_operator_who_resolves_it() {
     let run = stopped["_meta"]["dev.warden/run"]["run"].as_str().unwrap().to_string();
     assert!(text(&stopped).contains("Do not call this tool again"), "{}", text(&stopped));
     // The waiting record is on disk, stderr names the resolve command, notify was retried.
-    let files = warden::journal::RunFiles::new(&journals(), "add_note", &run);
+    let files = warden::base::layout::RunFiles::new(&journals(), "add_note", &run);
     assert!(world.disk.peek(&files.waiting).is_some());
     assert!(instance.log().iter().any(|l| l.contains(&format!("run {run}: stopped, waiting for an operator"))
         && l.contains("warden resolve --journal")));
@@ -366,7 +366,7 @@ fn an_action_resolved_as_not_happened_is_performed_on_resume() {
     assert_eq!(second.run(), Stop::Quiet);
     let run = check::open_runs(&world.disk, &journals()).pop().expect("a waiting run");
     drop(second);
-    let journal = warden::journal::RunFiles::new(&journals(), "add_note", &run).journal;
+    let journal = warden::base::layout::RunFiles::new(&journals(), "add_note", &run).journal;
     let resolved =
         world.start_command(|env| Box::pin(async move { warden::commands::resolve(&env, &journal, 0, None).await }));
     assert!(resolved.is_ok(), "{resolved:?}");

@@ -12,7 +12,7 @@ mod common;
 use common::{ask, call, journals, text, usd};
 use serde_json::{json, Value};
 use warden::env::Point;
-use warden::journal::JournalRecord;
+use warden::store::journal::JournalRecord;
 use warden_sim::check;
 use warden_sim::executor::Stop;
 use warden_sim::services::NetFault;
@@ -188,7 +188,7 @@ fn world(seed: u64) -> World {
 fn settled_charge(world: &World, run: &str) -> Option<Vec<String>> {
     let state = check::ledger_state(&world.disk, &journals()).unwrap();
     match &state.runs.get(run)?.phase {
-        warden::ledger::RunPhase::Settled { charged, .. } => {
+        warden::store::ledger::RunPhase::Settled { charged, .. } => {
             Some(charged.iter().map(|m| format!("{} {}", m.amount, m.currency)).collect())
         }
         _ => None,
@@ -207,7 +207,7 @@ fn a_plain_post_in_doubt_still_waits_for_an_operator_after_the_deadline() {
     assert_eq!(second.run(), Stop::Quiet);
     assert!(second.exited().is_none(), "{:?}", second.exited());
     assert_eq!(check::open_runs(&world.disk, &journals()), vec![run.clone()], "the run still waits");
-    let files = warden::journal::RunFiles::new(&journals(), "slow_note", &run);
+    let files = warden::base::layout::RunFiles::new(&journals(), "slow_note", &run);
     assert!(world.disk.peek(&files.waiting).is_some(), "the waiting record is kept");
     assert_eq!(world.services.effects_of("note"), 1);
 }
@@ -508,7 +508,7 @@ fn crash_during(world: &World, point: Point, nth: u32, message: &Value) {
 }
 
 fn resolve(world: &World, run: &str, tool: &str, happened: Option<&'static str>) -> Result<String, String> {
-    let journal = warden::journal::RunFiles::new(&journals(), tool, run).journal;
+    let journal = warden::base::layout::RunFiles::new(&journals(), tool, run).journal;
     world
         .start_command(move |env| Box::pin(async move { warden::commands::resolve(&env, &journal, 0, happened).await }))
 }
@@ -543,7 +543,7 @@ fn an_io_error_on_exists_stops_recovery_instead_of_meaning_absent() {
     let exited = second.exited().expect("recovery stops the server");
     assert!(exited.as_ref().unwrap_err().contains("simulated I/O error"), "{exited:?}");
     *world.disk.fail_exists_containing.borrow_mut() = None;
-    let files = warden::journal::RunFiles::new(&journals(), "slow_note", &run);
+    let files = warden::base::layout::RunFiles::new(&journals(), "slow_note", &run);
     assert!(world.disk.peek(&files.journal).is_some(), "the journal was not deleted");
     assert_eq!(check::open_runs(&world.disk, &journals()), vec![run]);
 }
@@ -596,7 +596,7 @@ fn a_run_that_crashed_the_server_twice_waits_for_an_operator_instead_of_a_third_
         })
         .unwrap();
     assert!(status.contains(&run) && status.contains("--resume") && status.contains("not resumed again"), "{status}");
-    let journal = warden::journal::RunFiles::new(&journals(), "echo", &run).journal;
+    let journal = warden::base::layout::RunFiles::new(&journals(), "echo", &run).journal;
     let resume = |journal: std::path::PathBuf| {
         world.start_command(move |env| Box::pin(async move { warden::commands::resume_halted(&env, &journal).await }))
     };
@@ -685,7 +685,7 @@ fn a_refund_resolved_as_happened_with_the_services_own_record_is_charged() {
     // The operator pastes the payment service's own refund object, as the runbook says: as
     // the response's `json` (the bare object is refused, naming the shape).
     let stripe = r#"{"id": "re_0", "object": "refund", "amount": 2000, "status": "succeeded"}"#;
-    let journal = warden::journal::RunFiles::new(&journals(), "refund_twice", &run).journal;
+    let journal = warden::base::layout::RunFiles::new(&journals(), "refund_twice", &run).journal;
     let resolve_with = |result: String| {
         let journal = journal.clone();
         world.start_command(move |env| {
@@ -730,7 +730,7 @@ fn run_status_answers_within_the_result_limit() {
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}),
     );
     let size = serde_json::to_vec(&status).unwrap().len();
-    assert!(size <= warden::answer::RESULT_BYTES_MAX + 1024, "{size} bytes");
+    assert!(size <= warden::call::answer::RESULT_BYTES_MAX + 1024, "{size} bytes");
 }
 
 #[test]
@@ -807,14 +807,14 @@ fn sql_parameters_that_do_not_parse_fail_the_action_instead_of_running_it_withou
     // The begin record is damaged so that its parameters are not JSON (its checksum is
     // rewritten: only what a reader cannot check is wrong).
     let run = check::open_runs(&world.disk, &journals()).pop().unwrap();
-    let path = warden::journal::RunFiles::new(&journals(), "sql_mark", &run).journal;
-    let parsed = warden::record::parse_file::<JournalRecord>(&world.disk.peek(&path).unwrap()).unwrap();
+    let path = warden::base::layout::RunFiles::new(&journals(), "sql_mark", &run).journal;
+    let parsed = warden::store::record::parse_file::<JournalRecord>(&world.disk.peek(&path).unwrap()).unwrap();
     let mut bytes = Vec::new();
     for mut record in parsed.records {
         if let JournalRecord::Begin { action, .. } = &mut record {
             action["body"] = json!("not json");
         }
-        bytes.extend(warden::record::encode(&record));
+        bytes.extend(warden::store::record::encode(&record));
     }
     world.disk.corrupt(&path, bytes);
     let second = world.start("manifest.json");

@@ -3,8 +3,8 @@
 
 use serde_json::{json, Value};
 use warden::env::Point;
-use warden::ledger::Event;
-use warden::record;
+use warden::store::ledger::Event;
+use warden::store::record;
 use warden_sim::check;
 use warden_sim::executor::Stop;
 use warden_sim::world::{CrashAt, Instance, World};
@@ -219,7 +219,7 @@ fn a_hundred_concurrent_calls_against_eight_slots() {
                     "echo",
                     3600 * 1000,
                     warden_sim::clock::EPOCH_MS + world.clock.now(),
-                    warden::ledger::Counting::AllRuns
+                    warden::store::ledger::Counting::AllRuns
                 )
                 .0
                 <= 60
@@ -357,7 +357,8 @@ fn retention_deletes_only_what_it_may() {
     world.clock.advance(2 * 24 * 3600 * 1000 - 3600 * 1000);
     let again = world.start("manifest.json");
     assert_eq!(again.run(), Stop::Quiet);
-    let journal_of = |run: &str| world.disk.peek(&warden::journal::RunFiles::new(&journals(), "echo", run).journal);
+    let journal_of =
+        |run: &str| world.disk.peek(&warden::base::layout::RunFiles::new(&journals(), "echo", run).journal);
     assert!(journal_of(&old).is_none(), "an expired run's journal is deleted");
     assert!(journal_of(&newer).is_some(), "a run within keep is kept");
     let expired = ask(&again, &status_call(3, &old));

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 use warden::env::Point;
-use warden::ledger::RunPhase;
+use warden::store::ledger::RunPhase;
 use warden_sim::check;
 use warden_sim::executor::Stop;
 use warden_sim::world::{CrashAt, World};
@@ -117,7 +117,7 @@ fn step_2_inputs_then_crash_releases_the_run_and_removes_the_inputs() {
         assert!(seen.is_none());
         assert!(is_done_echo(&repeat), "seed {seed}: {repeat}");
         let crashed = assert_released_and_replaced(seed, &world);
-        let files = warden::journal::RunFiles::new(&journals(), "echo", &crashed);
+        let files = warden::base::layout::RunFiles::new(&journals(), "echo", &crashed);
         assert!(world.disk.peek(&files.inputs).is_none(), "seed {seed}: the released run's inputs are still kept");
         assert!(world.disk.peek(&files.journal).is_none(), "seed {seed}: the released run has a journal");
     }

@@ -10,9 +10,7 @@
 pub mod kinds;
 
 pub use kinds::{Kind, Method};
-pub mod model;
 pub mod narrow;
-pub mod perform;
 pub mod resolution;
 pub mod urls;
 
@@ -22,8 +20,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::base::money::Money;
 use crate::manifest::{CapabilityGrant, DbMode, Grant};
-use crate::money::Money;
 
 /// The most actions one run may take; a bound on every replay loop.
 pub const ACTIONS_PER_RUN_MAX: u64 = 1000;

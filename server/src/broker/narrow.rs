@@ -9,8 +9,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{urls, Action, Kind, Method, Usage};
+use crate::base::money::Money;
 use crate::manifest::CapabilityGrant;
-use crate::money::Money;
 use crate::program::capability::PAYMENT_INTENT_BYTES_MAX;
 
 /// The most `only` entries a narrowing holds.

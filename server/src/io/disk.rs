@@ -69,7 +69,7 @@ impl Disk for RealDisk {
             let mut file = options().create(true).write(true).truncate(true).open(&path)?;
             file.write_all(&bytes)?;
             file.sync_all()?;
-            File::open(crate::journal::folder_of(&path))?.sync_all()
+            File::open(crate::base::layout::folder_of(&path))?.sync_all()
         }))
     }
 

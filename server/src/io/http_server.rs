@@ -1,6 +1,6 @@
 //! The real HTTP listener: hyper's HTTP/1.1 server on the current-thread runtime. It bounds
 //! connections (in all and per peer, closing idle ones for new ones), header time, body size
-//! and the rate a body arrives, and hands each request whole to the handler (`crate::http`,
+//! and the rate a body arrives, and hands each request whole to the handler (`crate::protocol::http`,
 //! which knows MCP); nothing here knows MCP.
 
 use std::cell::{Cell, RefCell};

@@ -7,7 +7,7 @@ mod validate;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::money::Money;
+use crate::base::money::Money;
 
 pub use validate::{parse_duration_ms, DurationUnits};
 

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use super::raw::*;
 use super::*;
+use crate::base::money::{Money, MONEY_MINOR_MAX};
 use crate::broker::kinds::{self, GrantKey, Kind};
 use crate::broker::ACTIONS_PER_RUN_MAX;
-use crate::money::{Money, MONEY_MINOR_MAX};
 
 /// Which units a duration field takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,7 +139,7 @@ pub fn parse(path: &Path, text: &[u8]) -> Result<Manifest, ManifestError> {
             return Err(ManifestError { problems: problems.list, partial: None });
         }
     };
-    let base = crate::journal::folder_of(path);
+    let base = crate::base::layout::folder_of(path);
     let server = server_config(&raw.server, base, &mut problems);
     let model = raw.model.as_ref().map(|model| model_config(model, &mut problems));
     let mut tools = Vec::new();
@@ -558,7 +558,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
 }
 
 fn check_tool_name(name: &str, at: &str, problems: &mut Problems) {
-    if name == crate::journal::WAITING_DIR || name.starts_with("server.") || name.starts_with('.') {
+    if name == crate::base::layout::WAITING_DIR || name.starts_with("server.") || name.starts_with('.') {
         problems.add(
             at,
             format!(

@@ -47,11 +47,11 @@ pub fn capability_of(method: &str) -> Option<&'static str> {
 /// Checks one round's requests as a program gave them; the problem, in the program's terms.
 pub fn check_requests(requests: &Value) -> Result<(), String> {
     // What the journal's record can hold (its writer asserts it; `VALUE_DEPTH_MAX`).
-    let depth = crate::record::depth(requests);
-    if depth > crate::record::VALUE_DEPTH_MAX {
+    let depth = crate::base::json::depth(requests);
+    if depth > crate::store::record::VALUE_DEPTH_MAX {
         return Err(format!(
             "ask(): the requests nest {depth} levels deep; the limit is {}",
-            crate::record::VALUE_DEPTH_MAX
+            crate::store::record::VALUE_DEPTH_MAX
         ));
     }
     let Value::Object(requests) = requests else {

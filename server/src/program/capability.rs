@@ -18,9 +18,9 @@ use starlark::values::{
 };
 
 use super::starlark_money::StarlarkMoney;
+use crate::base::money::Money;
 use crate::broker::narrow::{Narrowing, NARROW_ONLY_MAX};
 use crate::broker::{Action, Broker, Kind, Method, HEADERS_BYTES_MAX, REQUEST_BODY_BYTES_MAX, TARGET_BYTES_MAX};
-use crate::money::Money;
 
 /// The longest payment intent id a refund takes.
 pub const PAYMENT_INTENT_BYTES_MAX: usize = 255;

@@ -215,7 +215,7 @@ impl Program {
         Ok(Program {
             path: path.to_path_buf(),
             entry: entry.to_string(),
-            hash: hex(&Sha256::digest(source.as_bytes())),
+            hash: crate::base::json::hex(&Sha256::digest(source.as_bytes())),
             description,
             inputs,
             capabilities,
@@ -364,10 +364,6 @@ fn first_paragraph(summary: &str, details: Option<&str>) -> String {
 fn find_def_line(source: &str, entry: &str) -> Option<usize> {
     let needle = format!("def {entry}(");
     source.lines().position(|line| line.trim_start().starts_with(&needle)).map(|i| i + 1)
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -243,11 +243,14 @@ fn result_json(value: StarlarkValue, returns: Option<&ArgType>) -> Outcome {
         Ok(json) => json,
         Err(e) => return internal(format!("the result's JSON could not be read back: {e}")),
     };
-    let deep = crate::record::depth(&json);
-    if deep > crate::record::VALUE_DEPTH_MAX {
+    let deep = crate::base::json::depth(&json);
+    if deep > crate::store::record::VALUE_DEPTH_MAX {
         return Outcome::Failed(Failure {
             kind: FailureKind::Validation,
-            message: format!("the result nests {deep} levels deep; the limit is {}", crate::record::VALUE_DEPTH_MAX),
+            message: format!(
+                "the result nests {deep} levels deep; the limit is {}",
+                crate::store::record::VALUE_DEPTH_MAX
+            ),
         });
     }
     let Some(returns) = returns else {

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::money::{self, Money};
+use crate::base::money::{self, Money};
 
 /// The deepest type nesting accepted in an annotation (`list[list[...]]`).
 pub const TYPE_DEPTH_MAX: usize = 8;

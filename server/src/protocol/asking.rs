@@ -12,8 +12,8 @@ use serde_json::{json, Map, Value};
 
 use super::jsonrpc::RequestId;
 use super::{Connection, PendingCall};
+use crate::base::sync::{select, Either, Signal};
 use crate::call::{CallControl, CallReply, Retry};
-use crate::sync::{select, Either, Signal};
 
 /// A response awaited from the client.
 #[derive(Default)]
@@ -51,7 +51,7 @@ impl Connection {
         call: &PendingCall,
         mut result: Value,
         control: &CallControl,
-        listener: Option<Rc<dyn crate::notice::Listener>>,
+        listener: Option<Rc<dyn crate::run::notice::Listener>>,
     ) -> CallReply {
         let tool = self.catalog.callable(&call.tool).expect("routing checked the tool exists");
         for _ in 0..crate::program::ask::ASK_ROUNDS_MAX {
@@ -60,7 +60,7 @@ impl Connection {
                 None => {
                     let text =
                         "the client did not answer the run's request for input; it waits until its round expires";
-                    return CallReply::Result(crate::answer::error_result(text.to_string()), None);
+                    return CallReply::Result(crate::call::answer::error_result(text.to_string()), None);
                 }
             };
             let retry = Retry { request_state: result["requestState"].clone(), input_responses: Some(answers) };
@@ -94,7 +94,7 @@ impl Connection {
             waiting.push((key.clone(), id, awaited, method));
         }
         let mut answers = Map::new();
-        let ends_at = self.env.clock.monotonic_ms().saturating_add(crate::input::INPUT_WAIT_MS);
+        let ends_at = self.env.clock.monotonic_ms().saturating_add(crate::run::input::INPUT_WAIT_MS);
         for (key, id, awaited, method) in waiting {
             let left = ends_at.saturating_sub(self.env.clock.monotonic_ms());
             let gone = Box::pin(select(self.client_gone.wait(), self.reading_ended.wait()));

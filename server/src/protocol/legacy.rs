@@ -40,12 +40,12 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             Err(error) => Err(error),
         },
         "logging/setLevel" => set_level(connection, &request),
-        "completion/complete" if crate::surface::completes(&connection.catalog) => completion(connection, &request),
+        "completion/complete" if crate::call::surface::completes(&connection.catalog) => completion(connection, &request),
         "resources/list" if has_resources(connection) => {
-            Ok(json!({"resources": crate::surface::resources(&connection.catalog)}))
+            Ok(json!({"resources": crate::call::surface::resources(&connection.catalog)}))
         }
         "resources/templates/list" if has_resources(connection) => {
-            Ok(json!({"resourceTemplates": crate::surface::templates(&connection.catalog)}))
+            Ok(json!({"resourceTemplates": crate::call::surface::templates(&connection.catalog)}))
         }
         "resources/read" if has_resources(connection) => {
             match read_call(connection, &request, RESOURCE_NOT_FOUND, finish) {
@@ -54,7 +54,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             }
         }
         "prompts/list" if !connection.catalog.prompts.is_empty() => {
-            Ok(json!({"prompts": crate::surface::prompts(&connection.catalog)}))
+            Ok(json!({"prompts": crate::call::surface::prompts(&connection.catalog)}))
         }
         "prompts/get" if !connection.catalog.prompts.is_empty() => match prompt_call(connection, &request, finish) {
             Ok(call) => return Routed::Call(call),
@@ -109,8 +109,8 @@ fn initialize(connection: &Connection, request: &Request) -> Result<Value, RpcEr
 /// `logging/setLevel`: from now on, calls' runs send log messages at this level and above.
 fn set_level(connection: &Connection, request: &Request) -> Result<Value, RpcError> {
     let level = request.params.as_ref().and_then(|p| p.get("level")).and_then(Value::as_str);
-    let Some(level) = level.and_then(crate::notice::log_level) else {
-        let message = format!("`level` must be one of {}", crate::notice::LOG_LEVELS.join(", "));
+    let Some(level) = level.and_then(crate::run::notice::log_level) else {
+        let message = format!("`level` must be one of {}", crate::run::notice::LOG_LEVELS.join(", "));
         return Err(RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message));
     };
     connection.legacy_log_level.set(Some(level));

@@ -14,10 +14,10 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 
 use super::Connection;
+use crate::base::sync::Notify;
 use crate::call::CallControl;
 use crate::env::LocalBoxFuture;
-use crate::notice::{Listener, Notice, LOG_LEVELS};
-use crate::sync::Notify;
+use crate::run::notice::{Listener, Notice, LOG_LEVELS};
 
 /// Notifications a call may have waiting to be written; later ones are dropped.
 pub const NOTICES_QUEUED_MAX: usize = 64;

@@ -8,10 +8,12 @@
 
 mod asking;
 pub mod framing;
+pub mod http;
 pub mod jsonrpc;
 mod legacy;
 mod listener;
 mod modern;
+pub mod oauth;
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -19,12 +21,12 @@ use std::rc::Rc;
 
 use serde_json::{Map, Value};
 
+use crate::base::sync::{select, Either, Signal, WaitGroup};
 use crate::call::{self, CallControl, CallReply, Slots};
 use crate::catalog::Catalog;
 use crate::env::{Env, LocalBoxFuture};
 use crate::manifest::RUN_STATUS_TOOL;
-use crate::runs::Runs;
-use crate::sync::{select, Either, Signal, WaitGroup};
+use crate::run::runs::Runs;
 use framing::{Frame, LineSplitter, READ_CHUNK_BYTES};
 use jsonrpc::{Incoming, Notification, Request, RequestId, RpcError};
 
@@ -78,7 +80,7 @@ pub struct Connection {
     slots: Rc<Slots>,
     outlet: Rc<dyn Outlet>,
     /// Who the requests are from (an HTTP exchange's authenticated principal; none over stdio).
-    principal: Option<crate::oauth::Principal>,
+    principal: Option<crate::protocol::oauth::Principal>,
     legacy_initialized: Cell<bool>,
     /// The level a 2025-11-25 client set with `logging/setLevel` (no log messages before).
     legacy_log_level: Cell<Option<usize>>,
@@ -120,7 +122,7 @@ pub(crate) struct StaticResults {
 impl StaticResults {
     fn new(catalog: &Catalog, secrets: &[String]) -> StaticResults {
         let mut tools = catalog.list();
-        tools.push(crate::status::describe());
+        tools.push(crate::call::status::describe());
         let info = server_info(catalog);
         let bytes = |result: Value| -> Rc<[u8]> {
             let result = crate::broker::scrub_value(&result, secrets);
@@ -151,7 +153,7 @@ impl Connection {
         shared: &Shared,
         outlet: Rc<dyn Outlet>,
         session: LegacySession,
-        principal: Option<crate::oauth::Principal>,
+        principal: Option<crate::protocol::oauth::Principal>,
     ) -> Rc<Connection> {
         Rc::new(Connection {
             env: runs.env.clone(),
@@ -290,7 +292,7 @@ impl Connection {
         if self.calls.borrow().len() >= call::calls_in_progress_max(self.catalog.manifest.server.max_concurrent_runs) {
             let text = "the server is busy: too many calls are in progress; nothing was run, try again later";
             let busy = match call.job {
-                CallJob::Tool => (call.finish)(self, &call.id, crate::answer::error_result(text.to_string())),
+                CallJob::Tool => (call.finish)(self, &call.id, crate::call::answer::error_result(text.to_string())),
                 _ => RpcError::new(Some(call.id), jsonrpc::INTERNAL_ERROR, text).to_value(),
             };
             self.send(busy).await;
@@ -327,13 +329,14 @@ impl Connection {
         self: &Rc<Self>,
         call: &PendingCall,
         control: &CallControl,
-        listener: Option<Rc<dyn crate::notice::Listener>>,
+        listener: Option<Rc<dyn crate::run::notice::Listener>>,
     ) -> (Option<Value>, Option<String>) {
         let failed =
             |message: String| RpcError::new(Some(call.id.clone()), jsonrpc::INVALID_PARAMS, message).to_value();
         match &call.job {
             CallJob::Tool if call.tool == RUN_STATUS_TOOL => {
-                let result = crate::status::run_status(&self.runs, &call.arguments, self.principal.as_ref()).await;
+                let result =
+                    crate::call::status::run_status(&self.runs, &call.arguments, self.principal.as_ref()).await;
                 (Some((call.finish)(self, &call.id, result)), None)
             }
             CallJob::Tool => {
@@ -355,7 +358,7 @@ impl Connection {
                 let tool = self.catalog.tool(&call.tool).expect("routing found the resource");
                 let spec = tool.resource.as_ref().expect("a resource's tool");
                 match self.run_tool(tool, call, control, listener).await {
-                    CallReply::Result(answer, run) => match crate::surface::contents(spec, uri, &answer) {
+                    CallReply::Result(answer, run) => match crate::call::surface::contents(spec, uri, &answer) {
                         Ok(contents) => (Some((call.finish)(self, &call.id, contents)), run),
                         Err(text) => (Some(failed(format!("reading {uri} failed: {text}"))), run),
                     },
@@ -377,7 +380,7 @@ impl Connection {
                         None,
                     );
                 };
-                let message = match crate::surface::get_prompt(&self.env, prompt, &call.arguments).await {
+                let message = match crate::call::surface::get_prompt(&self.env, prompt, &call.arguments).await {
                     Ok(result) => (call.finish)(self, &call.id, result),
                     Err(text) => failed(format!("prompt `{}`: {text}", call.tool)),
                 };
@@ -392,7 +395,7 @@ impl Connection {
         tool: &crate::catalog::Tool,
         call: &PendingCall,
         control: &CallControl,
-        listener: Option<Rc<dyn crate::notice::Listener>>,
+        listener: Option<Rc<dyn crate::run::notice::Listener>>,
     ) -> CallReply {
         let caller = call::Caller {
             principal: self.principal.as_ref(),
@@ -412,7 +415,7 @@ impl Connection {
                 let text = format!(
                     "run {run} waits for input its client must give with a 2026-07-28 retry; nothing more was run"
                 );
-                (call.finish)(self, &call.id, crate::answer::error_result(text))
+                (call.finish)(self, &call.id, crate::call::answer::error_result(text))
             }
         }
     }
@@ -468,7 +471,7 @@ fn capabilities(catalog: &Catalog) -> Value {
     if !catalog.prompts.is_empty() {
         capabilities["prompts"] = serde_json::json!({"listChanged": false});
     }
-    if crate::surface::completes(catalog) {
+    if crate::call::surface::completes(catalog) {
         capabilities["completions"] = serde_json::json!({});
     }
     capabilities
@@ -531,7 +534,7 @@ fn read_call(
     let Some(uri) = uri else {
         return Err(RpcError::new(Some(id), jsonrpc::INVALID_PARAMS, "resources/read needs a string `uri`"));
     };
-    let Some((tool, arguments)) = crate::surface::find(&connection.catalog, uri) else {
+    let Some((tool, arguments)) = crate::call::surface::find(&connection.catalog, uri) else {
         return Err(RpcError::new(Some(id), not_found, "Resource not found").with_data(serde_json::json!({"uri": uri})));
     };
     let job = CallJob::Read { uri: uri.to_string() };
@@ -551,7 +554,7 @@ fn read_call(
 /// `completion/complete`, in either era: -32602 for a reference to nothing.
 fn completion(connection: &Connection, request: &Request) -> Result<Value, RpcError> {
     let params = Value::Object(request.params.clone().unwrap_or_default());
-    crate::surface::complete(&connection.catalog, &params)
+    crate::call::surface::complete(&connection.catalog, &params)
         .map_err(|message| RpcError::new(Some(request.id.clone()), jsonrpc::INVALID_PARAMS, message))
 }
 

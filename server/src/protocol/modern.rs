@@ -13,7 +13,7 @@ use super::{
 };
 
 use crate::call::Retry;
-use crate::notice::LOG_LEVELS;
+use crate::run::notice::LOG_LEVELS;
 
 pub(super) fn route(connection: &Connection, request: Request) -> Routed {
     let id = request.id.clone();
@@ -29,7 +29,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
                 let log_level = request_meta(&request)
                     .and_then(|meta| meta.get(META_LOG_LEVEL))
                     .and_then(Value::as_str)
-                    .and_then(crate::notice::log_level);
+                    .and_then(crate::run::notice::log_level);
                 let input = match input_turn(&request) {
                     Ok(input) => input,
                     Err(error) => return Routed::Reply(error.to_value()),
@@ -47,11 +47,13 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             }
             Err(error) => Err(error),
         },
-        "resources/list" if has_resources(connection) => {
-            Ok(cacheable(json!({"resources": crate::surface::resources(&connection.catalog)}), LIST_TTL_MS, "public"))
-        }
+        "resources/list" if has_resources(connection) => Ok(cacheable(
+            json!({"resources": crate::call::surface::resources(&connection.catalog)}),
+            LIST_TTL_MS,
+            "public",
+        )),
         "resources/templates/list" if has_resources(connection) => Ok(cacheable(
-            json!({"resourceTemplates": crate::surface::templates(&connection.catalog)}),
+            json!({"resourceTemplates": crate::call::surface::templates(&connection.catalog)}),
             LIST_TTL_MS,
             "public",
         )),
@@ -63,9 +65,11 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
                 Err(error) => Err(error),
             }
         }
-        "completion/complete" if crate::surface::completes(&connection.catalog) => completion(connection, &request),
+        "completion/complete" if crate::call::surface::completes(&connection.catalog) => {
+            completion(connection, &request)
+        }
         "prompts/list" if !connection.catalog.prompts.is_empty() => {
-            Ok(cacheable(json!({"prompts": crate::surface::prompts(&connection.catalog)}), LIST_TTL_MS, "public"))
+            Ok(cacheable(json!({"prompts": crate::call::surface::prompts(&connection.catalog)}), LIST_TTL_MS, "public"))
         }
         "prompts/get" if !connection.catalog.prompts.is_empty() => match prompt_call(connection, &request, finish) {
             Ok(call) => return Routed::Call(call),
@@ -216,7 +220,7 @@ fn cacheable(mut result: Value, ttl_ms: u64, scope: &str) -> Value {
 fn finish_read(connection: &Connection, id: &RequestId, contents: Value) -> Value {
     let ttl_ms = contents["contents"][0]["uri"]
         .as_str()
-        .and_then(|uri| crate::surface::find(&connection.catalog, uri))
+        .and_then(|uri| crate::call::surface::find(&connection.catalog, uri))
         .and_then(|(tool, _)| tool.resource.as_ref()?.ttl_ms)
         .unwrap_or(0);
     finish(connection, id, cacheable(contents, ttl_ms, "private"))

@@ -1,0 +1,221 @@
+//! Admission of a call (seed 000 section 5, steps 3 to 5): the `once` lookup, a concurrency
+//! slot, the quota and the `reserve` event, all under one hold of the ledger's append lock,
+//! so two calls can never both find a key absent, or both fit under a quota, before either's
+//! reservation is durable.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use serde_json::{Map, Value};
+
+use crate::call::answer::{answer, error_result, stopped_result};
+use crate::call::{once_record, worst_case, CallControl, CallReply};
+use crate::catalog::Tool;
+use crate::protocol::oauth::Principal;
+use crate::run::runs::{InProgress, Runs};
+use crate::run::store::RunStore;
+use crate::store::ledger::{Counting, Event, LedgerError, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
+
+/// What admission decided.
+pub enum Admission<'a> {
+    /// Answered without a new run: an earlier run's answer, busy, over quota, cancelled, or
+    /// the reserve could not be recorded.
+    Answered(CallReply),
+    /// Reserved, durably: the run holds its slot and is marked in progress.
+    Reserved { run: String, slot: Slot, running: InProgress<'a> },
+}
+
+fn answered(text: String) -> Admission<'static> {
+    Admission::Answered(CallReply::Result(error_result(text), None))
+}
+
+/// The ledger failed: the server stops, and the call is answered that nothing was run.
+fn not_recorded(runs: &Runs, error: LedgerError) -> Admission<'static> {
+    // The error names the ledger's path: the operator's log has it (the server stops with
+    // it), the caller is told what happened.
+    runs.stop(&error.into());
+    answered("the server could not record the call durably and stops; nothing was run".to_string())
+}
+
+/// Admits one call of `tool` with its checked `inputs`, or answers it.
+pub async fn admit<'a>(
+    runs: &'a Runs,
+    slots: &Rc<Slots>,
+    tool: &Tool,
+    inputs: &Map<String, Value>,
+    control: &CallControl,
+    principal: Option<&Principal>,
+    input_kinds: &[String],
+) -> Admission<'a> {
+    let name = &tool.config.name;
+    let once = once_record(tool, inputs, principal);
+    let subject = principal.map(|principal| principal.subject.as_str());
+    let held = runs.ledger.lock().await;
+    let now = runs.ledger.stamp();
+    if let (Some(once), Some(config)) = (&once, &tool.config.once) {
+        // Copy the entry out: the state's borrow must end before any await, or a concurrent
+        // append would find the state borrowed.
+        let found = match runs.ledger.state().once_lookup(&once.key, config.keep_ms, now) {
+            OnceLookup::Found(earlier) => Some(earlier.clone()),
+            OnceLookup::None => None,
+        };
+        if let Some(earlier) = found {
+            drop(held);
+            // The earlier run's reserve may still wait for its fsync: answer once it is durable.
+            if let Err(error) = runs.ledger.flush().await {
+                return not_recorded(runs, error);
+            }
+            // Read the entry again: the earlier run may have moved on during the wait.
+            let earlier = runs.ledger.state().run(&earlier.run).cloned().unwrap_or(earlier);
+            let same_arguments = earlier.once.as_ref().is_some_and(|o| o.arguments == once.arguments);
+            if same_arguments {
+                if let Some(reply) =
+                    crate::call::retry::ask_again(runs, tool, &earlier, inputs, principal, input_kinds).await
+                {
+                    return Admission::Answered(reply);
+                }
+            }
+            let reply = repeated(runs, tool, &earlier, once).await;
+            return Admission::Answered(CallReply::Result(reply, Some(earlier.run)));
+        }
+    }
+    let Some(slot) = slots.take(tool, runs.catalog.manifest.server.max_concurrent_runs) else {
+        return answered(format!(
+            "the server is busy: `{name}` already has its maximum of runs in progress; nothing was run, try again later"
+        ));
+    };
+    let worst = worst_case(tool);
+    let worst_tokens = crate::call::worst_tokens(tool, runs.catalog.manifest.model.as_ref());
+    if let Some(quota) = &tool.config.quota {
+        let counting = if quota.per_principal { Counting::Principal(subject) } else { Counting::AllRuns };
+        let admitted = runs.ledger.state().quota_admits(
+            name,
+            quota.window_ms,
+            quota.calls,
+            quota.money.as_ref(),
+            &worst,
+            (quota.tokens, worst_tokens),
+            now,
+            counting,
+        );
+        if let Err(refusal) = admitted {
+            // The runs that fill the window may still wait for their fsync.
+            drop(held);
+            if let Err(error) = runs.ledger.flush().await {
+                return not_recorded(runs, error);
+            }
+            return answered(refusal.message);
+        }
+    }
+    // The last point where cancellation stops the call: nothing is reserved yet.
+    if control.is_cancelled() {
+        runs.env.log(&format!("tool {name}: call cancelled before its run started; nothing was reserved or run"));
+        return Admission::Answered(CallReply::Silent);
+    }
+    let run = runs.env.new_run_id();
+    let reserve = Event::Reserve {
+        run: run.clone(),
+        tool: name.clone(),
+        at_ms: now,
+        calls: 1,
+        money: worst.iter().map(MoneyRecord::from).collect(),
+        once,
+        principal: subject.map(str::to_string),
+        tokens: worst_tokens,
+    };
+    // In progress from the reserve on (marked first: the lock is released while the reserve
+    // waits for its fsync), so a repeated `once` call finds this run in progress.
+    let running = runs.running(&run);
+    if let Err(error) = RunStore::reserve(runs, held, reserve).await {
+        return not_recorded(runs, error);
+    }
+    Admission::Reserved { run, slot, running }
+}
+
+/// Concurrency slots: runs in progress, server-wide and per tool. Not a queue.
+#[derive(Default)]
+pub struct Slots {
+    server: Cell<u64>,
+    per_tool: RefCell<BTreeMap<String, u64>>,
+}
+
+pub struct Slot {
+    slots: Rc<Slots>,
+    tool: String,
+}
+
+impl Slots {
+    fn take(self: &Rc<Self>, tool: &Tool, server_max: u64) -> Option<Slot> {
+        self.take_named(&tool.config.name, tool.config.max_concurrent_runs, server_max)
+    }
+
+    /// A slot for `name` (a tool, or a prompt's execution, which counts against the server's
+    /// runs in progress like a run does).
+    pub fn take_named(self: &Rc<Self>, name: &str, name_max: u64, server_max: u64) -> Option<Slot> {
+        let mut per_tool = self.per_tool.borrow_mut();
+        let used = per_tool.entry(name.to_string()).or_insert(0);
+        if self.server.get() >= server_max || *used >= name_max {
+            return None;
+        }
+        *used += 1;
+        self.server.set(self.server.get() + 1);
+        Some(Slot { slots: Rc::clone(self), tool: name.to_string() })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut per_tool = self.slots.per_tool.borrow_mut();
+        let used = per_tool.get_mut(&self.tool).expect("a slot's tool is counted");
+        assert!(*used > 0 && self.slots.server.get() > 0, "slot count underflow");
+        *used -= 1;
+        self.slots.server.set(self.slots.server.get() - 1);
+    }
+}
+
+/// The answer to a call whose `once` key an earlier run holds (seed 000 section 5).
+async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecord) -> Value {
+    let run = &earlier.run;
+    let same_arguments = earlier.once.as_ref().is_some_and(|o| o.arguments == once.arguments);
+    if !same_arguments {
+        return error_result(format!(
+            "refused: run {run} already did this operation (the same {}) with different arguments; \
+             a repeated operation must repeat its arguments",
+            tool.config.once.as_ref().map(|o| o.by.join(", ")).unwrap_or_default()
+        ));
+    }
+    match &earlier.phase {
+        RunPhase::Open if runs.is_in_progress(run) => error_result(format!(
+            "already in progress as run {run}; follow it with warden_run_status instead of calling again"
+        )),
+        // Stopped only when its waiting record says so; else it was interrupted (its server is
+        // stopping on a failed write) and resumes at the next start.
+        RunPhase::Open => match runs.has_waiting_record(&tool.config.name, run).await {
+            Ok(true) => stopped_result(run),
+            Ok(false) => error_result(format!(
+                "run {run} was interrupted and resumes when the server starts again; follow it with \
+                 warden_run_status instead of calling again"
+            )),
+            Err(problem) => {
+                runs.env.log(&format!("looking for the waiting record of run {run}: {problem}"));
+                error_result(format!(
+                    "run {run} already holds this operation; its state cannot be read (see the server's log)"
+                ))
+            }
+        },
+        RunPhase::Settled { .. } => match runs.read_journal(&tool.config.name, run).await {
+            Ok(Some(journal)) if journal.end.is_some() => {
+                answer(run, journal.end.as_ref().expect("checked"), tool.program.returns_content())
+            }
+            Ok(_) => error_result(format!("run {run} already did this operation; its journal is no longer kept")),
+            Err(problem) => {
+                runs.env.log(&format!("reading the journal of run {run}: {problem}"));
+                error_result(format!(
+                    "run {run} already did this operation; its journal cannot be read (see the server's log)"
+                ))
+            }
+        },
+        RunPhase::Released { .. } => unreachable!("released runs hold no once key"),
+    }
+}

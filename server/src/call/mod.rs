@@ -1,0 +1,234 @@
+//! The `tools/call` pipeline (seed 000 section 5), shared by both protocol eras:
+//!
+//! 1. find the tool (the caller: an unknown name is a protocol error);
+//! 2. check the arguments by Warden's own rules (a refusal is a tool result);
+//! 3. find an earlier run by the `once` key;
+//! 4. take a concurrency slot (busy is answered at once, never queued);
+//! 5. reserve in the ledger (over quota is answered, nothing runs);
+//! 6. run with a new journal (`runs.rs` writes inputs and header; the run's state machine,
+//!    `machine.rs`, driven by `driver.rs`, does the rest);
+//! 7. settle, then answer from the run's end (`answer.rs`).
+//!
+//! Steps 3 to 5 are `admission.rs`: under the ledger's append lock, so two calls can never
+//! both find a key absent, or both fit under a quota, before either's reservation is durable.
+
+pub mod admission;
+pub mod answer;
+pub mod retry;
+pub mod status;
+pub mod surface;
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use serde_json::{json, Map, Value};
+
+use crate::base::json::{canonical_json, sha256_hex};
+use crate::base::money::Money;
+use crate::call::admission::Admission;
+pub use crate::call::admission::Slots;
+use crate::call::answer::{answer, error_result, stopped_result};
+use crate::catalog::Tool;
+use crate::env::Point;
+use crate::manifest::Grant;
+use crate::protocol::oauth::Principal;
+use crate::run::notice::Notice;
+use crate::run::runs::{self, Runs};
+use crate::run::store::RunStore;
+use crate::store::ledger::OnceRecord;
+
+/// Calls in progress beyond which a new call is answered busy at once (seed 000 section 5:
+/// four times `server.max_concurrent_runs`, plus 16).
+pub fn calls_in_progress_max(server_max_concurrent_runs: u64) -> usize {
+    4 * server_max_concurrent_runs as usize + 16
+}
+
+/// A call's cancellation state, shared with the protocol layer.
+#[derive(Default)]
+pub struct CallControl {
+    cancelled: Cell<bool>,
+}
+
+impl CallControl {
+    pub fn cancel(&self) {
+        self.cancelled.set(true);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.get()
+    }
+}
+
+/// What the protocol layer sends for a call.
+#[derive(Debug, PartialEq)]
+pub enum CallReply {
+    /// An era-neutral `CallToolResult` (content, structuredContent, isError), and the run
+    /// it answers for, if one was reserved.
+    Result(Value, Option<String>),
+    /// The run asks its client for input: `{"inputRequests", "requestState"}` (2026-07-28's
+    /// `input_required` result), and the run.
+    InputRequired(Value, String),
+    /// A retry whose `requestState` or `inputResponses` cannot be used: a protocol error
+    /// (-32602) saying why; nothing changed.
+    Invalid(String),
+    /// The call was cancelled: nothing more is sent for it.
+    Silent,
+}
+
+/// What the caller brings besides its arguments: who it is, the input kinds its client
+/// declared, and (a retry) the answers to a round its run asked.
+#[derive(Clone, Copy, Default)]
+pub struct Caller<'a> {
+    pub principal: Option<&'a Principal>,
+    pub input_kinds: &'a [String],
+    pub retry: Option<&'a Retry>,
+}
+
+/// A retry of a call whose run asked for input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retry {
+    pub request_state: Value,
+    pub input_responses: Option<Value>,
+}
+
+/// The `once` key and arguments hash of a call, from its normalised inputs.
+pub fn once_record(tool: &Tool, inputs: &Map<String, Value>, principal: Option<&Principal>) -> Option<OnceRecord> {
+    let once = tool.config.once.as_ref()?;
+    let named: Map<String, Value> =
+        once.by.iter().map(|name| (name.clone(), inputs.get(name).cloned().unwrap_or(Value::Null))).collect();
+    // A principal's own keys: the same arguments from another principal make another key.
+    let keyed = match (once.per_principal, principal) {
+        (true, Some(principal)) => json!([tool.config.name, named, {"principal": principal.subject}]),
+        _ => json!([tool.config.name, named]),
+    };
+    let key = sha256_hex(canonical_json(&keyed).as_bytes());
+    let arguments = sha256_hex(canonical_json(&Value::Object(inputs.clone())).as_bytes());
+    Some(OnceRecord { key, arguments })
+}
+
+/// The most a run of `tool` can spend, per currency: for each money-limited grant, `max`,
+/// or `each` times `uses` where there is no `max` (seed 000 section 6).
+pub fn worst_case(tool: &Tool) -> Vec<Money> {
+    let mut by_currency: BTreeMap<String, i64> = BTreeMap::new();
+    for grant in tool.config.grants.values() {
+        let Grant::Capability(grant) = grant else {
+            continue;
+        };
+        let limit = match (&grant.max, &grant.each, grant.uses) {
+            (Some(max), _, _) => Some(max.clone()),
+            (None, Some(each), Some(uses)) => {
+                Some(Money { minor: each.minor.saturating_mul(uses as i64), currency: each.currency.clone() })
+            }
+            _ => None,
+        };
+        if let Some(limit) = limit {
+            *by_currency.entry(limit.currency).or_insert(0) += limit.minor;
+        }
+    }
+    by_currency.into_iter().map(|(currency, minor)| Money { minor, currency }).collect()
+}
+
+/// The most model tokens a run of `tool` can be charged (`manifest::worst_tokens`).
+pub fn worst_tokens(tool: &Tool, model: Option<&crate::manifest::ModelConfig>) -> u64 {
+    crate::manifest::worst_tokens(&tool.config.grants, model)
+}
+
+/// Runs one call of a known tool to its reply.
+pub async fn call_tool(
+    runs: &Runs,
+    slots: &Rc<Slots>,
+    tool: &Tool,
+    arguments: &Map<String, Value>,
+    control: &CallControl,
+    listener: Option<Rc<dyn crate::run::notice::Listener>>,
+    caller: Caller<'_>,
+) -> CallReply {
+    let principal = caller.principal;
+    let name = &tool.config.name;
+    if let Some(principal) = principal {
+        let missing: Vec<&str> =
+            tool.config.scopes.iter().filter(|scope| !principal.scopes.contains(scope)).map(String::as_str).collect();
+        if !missing.is_empty() {
+            let text = format!(
+                "`{name}` needs the scope(s) {}, which the caller's token does not grant; nothing was run",
+                missing.join(" ")
+            );
+            return CallReply::Result(error_result(text), None);
+        }
+    }
+    // A secret in the arguments would be scrubbed from the journal while the program saw it:
+    // the run could never replay what it did. It is refused before anything runs.
+    let given = Value::Object(arguments.clone());
+    if crate::broker::scrub_value(&given, &runs.secrets) != given {
+        let text = "the arguments hold a value this server keeps secret (a credential it uses); nothing was run";
+        return CallReply::Result(error_result(text.to_string()), None);
+    }
+    let inputs = match tool.program.check_inputs(arguments) {
+        Ok(inputs) => inputs,
+        Err(invalid) => return CallReply::Result(crate::call::answer::invalid_arguments(&invalid), None),
+    };
+    if let Some(retry) = caller.retry {
+        return crate::call::retry::continue_run(runs, slots, tool, &inputs, control, listener, caller, retry).await;
+    }
+    let admitted = admission::admit(runs, slots, tool, &inputs, control, principal, caller.input_kinds).await;
+    let (run, _slot, running) = match admitted {
+        Admission::Answered(reply) => return reply,
+        Admission::Reserved { run, slot, running } => (run, slot, running),
+    };
+    runs.env.reached(Point::Reserved, &run);
+    let _listening = listener.map(|listener| runs.listeners.listen(&run, listener));
+    runs.listeners.tell(&run, Notice::Started).await;
+    let outcome = match RunStore::start(runs, tool, &run, &inputs).await {
+        Ok(()) => {
+            runs.log_run_at(name, &run, "started", Some(crate::run::notice::DEBUG)).await;
+            runs.execute_to_end(tool, &run, &inputs, crate::run::driver::Entry::Fresh, caller.input_kinds).await
+        }
+        Err(fatal) => Err(fatal),
+    };
+    drop(running);
+    reply_of(runs, tool, &run, &inputs, outcome, control, principal)
+}
+
+/// The reply a run's outcome gives its caller.
+pub(crate) fn reply_of(
+    runs: &Runs,
+    tool: &Tool,
+    run: &str,
+    inputs: &Map<String, Value>,
+    outcome: Result<runs::RunEnd, runs::Fatal>,
+    control: &CallControl,
+    principal: Option<&Principal>,
+) -> CallReply {
+    let reply = match outcome {
+        Ok(runs::RunEnd::Ended(end)) => answer(run, &end, tool.program.returns_content()),
+        Ok(runs::RunEnd::Stopped { .. }) => stopped_result(run),
+        Ok(runs::RunEnd::Asking { round, requests, expires_at_ms }) if !control.is_cancelled() => {
+            let claims = crate::run::input::Claims {
+                run: run.to_string(),
+                round,
+                tool: tool.config.name.clone(),
+                principal: principal.map(|p| p.subject.clone()),
+                expires_at_ms,
+                request: crate::run::input::request_digest(&tool.config.name, inputs),
+            };
+            let state = runs.inputs.seal(&claims);
+            let meta = json!({crate::call::answer::META_RUN: {"run": run, "status": "waiting_for_input"}});
+            let result = json!({"inputRequests": requests, "requestState": state, "_meta": meta});
+            return CallReply::InputRequired(result, run.into());
+        }
+        Ok(runs::RunEnd::Asking { .. }) => error_result(String::new()),
+        Err(fatal) => {
+            runs.stop(&fatal);
+            error_result(format!(
+                "run {run} could not be recorded durably and the server is stopping; it will be recovered at the next start"
+            ))
+        }
+    };
+    if control.is_cancelled() {
+        let name = &tool.config.name;
+        runs.env.log(&format!("tool {name} run {run}: the call was cancelled while running; its answer is not sent"));
+        return CallReply::Silent;
+    }
+    CallReply::Result(reply, Some(run.to_string()))
+}

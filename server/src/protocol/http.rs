@@ -1,0 +1,825 @@
+//! Warden as a remote server: MCP's Streamable HTTP on one endpoint, `/mcp`, in both eras,
+//! over the same call pipeline, journals, ledger and recovery as stdio (seed 004).
+//!
+//! Each POST carries one JSON-RPC message and is served by a `Connection` of its own whose
+//! messages are collected for the answer: the answer alone as `application/json`, or a
+//! call's notifications and then its answer as an SSE stream when the client accepts one.
+//! A 2026-07-28 request is self-contained, and its `Mcp-Method` and `Mcp-Name` headers must
+//! match its body. A 2025-11-25 client opens a session with `initialize` and names it in
+//! `Mcp-Session-Id` afterwards. A client that closes its connection before the answer
+//! cancels the request's calls (a run already begun goes on, as after a cancellation).
+//!
+//! Before anything else: the endpoint's path, the Host and Origin headers (on loopback, DNS
+//! rebinding protection), then the bearer token when one is configured. Listening beyond
+//! loopback without a token is refused at start.
+
+use core::net::SocketAddr;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::rc::{Rc, Weak};
+
+use serde_json::{json, Value};
+
+use crate::commands::open_server;
+use crate::env::{Env, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer};
+use crate::protocol::framing::{Frame, LINE_BYTES_MAX};
+use crate::protocol::jsonrpc::{self, Incoming, Notification};
+use crate::protocol::oauth::{OAuthConfig, Principal};
+use crate::protocol::{Connection, LegacySession, Outlet, Shared, META_PROTOCOL_VERSION};
+use crate::run::runs::Runs;
+
+/// The one MCP endpoint.
+pub const ENDPOINT: &str = "/mcp";
+/// Connections open at once; past it, the oldest connection that has sent no request is
+/// closed for the new one (or the new one, when every connection has sent one).
+pub const CONNECTIONS_MAX: usize = 256;
+/// Connections one peer address keeps open at once: one client cannot take every place.
+pub const CONNECTIONS_PER_PEER_MAX: usize = 64;
+/// Once its headers passed, a body must keep arriving: a wait longer than this for its next
+/// bytes ends the request (a slow client slows only itself).
+pub const BODY_CHUNK_WAIT_MS: u64 = 5_000;
+/// A client must send a request's headers within this time, and its body within
+/// `BODY_READ_MS` of them.
+pub const HEADER_READ_MS: u64 = 10_000;
+pub const BODY_READ_MS: u64 = 30_000;
+/// A request's line and headers together (an access token is at most 8 KiB of them).
+pub const HEAD_BYTES_MAX: usize = 64 * 1024;
+/// What bodies being read may take of memory, in maximal (4 MiB) bodies: bytes are counted
+/// as they arrive, so a client that withholds its body holds only what it sent, and a request
+/// that finds the budget spent is answered 503 at once rather than queued.
+pub const BODIES_READ_AT_ONCE: usize = 16;
+/// Sessions one principal keeps; a new one past this ends that principal's least recently used.
+pub const SESSIONS_PER_PRINCIPAL_MAX: usize = 64;
+/// 2025-11-25 sessions kept; a new one past this ends the least recently used.
+pub const SESSIONS_MAX: usize = 1_024;
+/// Messages one exchange keeps for its answer (a call's notifications, then its answer);
+/// past this the oldest notifications are dropped.
+pub const EXCHANGE_MESSAGES_MAX: usize = 256;
+/// The shortest bearer token accepted: a shorter one is guessable, and is scrubbed from
+/// outputs unreliably.
+pub const TOKEN_BYTES_MIN: usize = 16;
+
+/// How `warden serve-http` was asked to listen.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    pub listen: SocketAddr,
+    /// The environment variable holding the bearer token every request must carry.
+    pub bearer_token_env: Option<String>,
+    /// OAuth 2.1: requests carry access tokens (JWTs) of this issuer for this audience.
+    pub oauth: Option<OAuthOptions>,
+}
+
+/// Where access tokens come from and whom they are for.
+#[derive(Clone, Debug)]
+pub struct OAuthOptions {
+    pub issuer: String,
+    /// This server's resource URL (ending in /mcp): the tokens' audience.
+    pub audience: String,
+    /// The issuer's public keys (a JWKS file, or a URL fetched at start and hourly).
+    pub keys: crate::protocol::oauth::KeySource,
+}
+
+/// How requests are authenticated.
+enum Auth {
+    /// Loopback only: whoever can reach the port.
+    None,
+    /// One static token: one trusted client, no principal (as over stdio).
+    Bearer(String),
+    /// Access tokens: each request's principal is the token's subject.
+    #[allow(clippy::enum_variant_names)] // the protocol's own name, not "Auth" repeated
+    OAuth(Rc<OAuthConfig>),
+}
+
+/// Serves the manifest's tools over Streamable HTTP until listening fails or a durable
+/// write fails.
+pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -> Result<(), String> {
+    let auth = match (&options.oauth, &options.bearer_token_env) {
+        (Some(_), Some(_)) => return Err("--bearer-token-env and --oauth-*: choose one way to authenticate".into()),
+        (Some(oauth), None) => Auth::OAuth(OAuthConfig::load(env, &oauth.issuer, &oauth.audience, &oauth.keys).await?),
+        (None, _) => match bearer_token(env, &options)? {
+            Some(token) => Auth::Bearer(token),
+            None => Auth::None,
+        },
+    };
+    let secrets = match &auth {
+        Auth::Bearer(token) => vec![token.clone()],
+        _ => Vec::new(),
+    };
+    let opened = open_server(env, manifest_path, secrets).await?;
+    if !matches!(auth, Auth::OAuth(_)) {
+        let scoped: Vec<&str> = opened
+            .runs
+            .catalog
+            .tools
+            .iter()
+            .filter(|tool| !tool.config.scopes.is_empty())
+            .map(|tool| tool.config.name.as_str())
+            .collect();
+        if !scoped.is_empty() {
+            env.log(&format!(
+                "{} have scopes, which only OAuth principals are checked against: without --oauth-* whoever \
+                 reaches this server may call them",
+                scoped.join(", ")
+            ));
+        }
+    }
+    let front = Rc::new(Front {
+        env: env.clone(),
+        shared: Shared::new(&opened.runs),
+        runs: Rc::clone(&opened.runs),
+        loopback: options.listen.ip().is_loopback(),
+        auth,
+        sessions: RefCell::new(BTreeMap::new()),
+        uses: Cell::new(0),
+        sessions_ended: Cell::new(0),
+    });
+    let handler: crate::env::InboundHandler = Rc::new(Served(Rc::clone(&front)));
+    let limits = ListenLimits {
+        body_bytes_max: LINE_BYTES_MAX,
+        connections_max: CONNECTIONS_MAX,
+        connections_per_peer_max: CONNECTIONS_PER_PEER_MAX,
+        body_chunk_wait_ms: BODY_CHUNK_WAIT_MS,
+        header_read_ms: HEADER_READ_MS,
+        body_read_ms: BODY_READ_MS,
+        head_bytes_max: HEAD_BYTES_MAX,
+        bodies_read_at_once: BODIES_READ_AT_ONCE,
+    };
+    let log_env = env.clone();
+    let ready = Box::new(move |bound: SocketAddr| log_env.log(&format!("listening on http://{bound}{ENDPOINT}")));
+    let served = env.http.serve(options.listen, limits, handler, ready);
+    let stopped = Box::pin(front.runs.fatal.wait());
+    match crate::base::sync::select(served, stopped).await {
+        crate::base::sync::Either::Left(Ok(())) => {
+            crate::run::notify::deliver_before_exit(env, &opened.runs.notifications_owed).await;
+            Ok(())
+        }
+        crate::base::sync::Either::Left(Err(error)) => Err(format!("listening on {} failed: {error}", options.listen)),
+        crate::base::sync::Either::Right(()) => {
+            Err(opened.runs.fatal_message().unwrap_or_else(|| "a durable write failed".to_string()))
+        }
+    }
+}
+
+/// The token from its environment variable; none configured is allowed on loopback only.
+fn bearer_token(env: &Env, options: &HttpOptions) -> Result<Option<String>, String> {
+    let Some(name) = &options.bearer_token_env else {
+        if !options.listen.ip().is_loopback() {
+            return Err(format!(
+                "--listen {}: listening beyond loopback needs authentication (--bearer-token-env NAME, or --oauth-*)",
+                options.listen
+            ));
+        }
+        return Ok(None);
+    };
+    match env.process.var(name) {
+        None => Err(format!("--bearer-token-env: the environment variable {name} is not set")),
+        Some(token) if token.len() < TOKEN_BYTES_MIN => Err(format!(
+            "--bearer-token-env: the environment variable {name} holds {} bytes; a token must have at least {TOKEN_BYTES_MIN}",
+            token.len()
+        )),
+        Some(token) if token.len() > crate::protocol::oauth::TOKEN_BYTES_MAX => Err(format!(
+            "--bearer-token-env: the environment variable {name} holds {} bytes; a token has at most {}",
+            token.len(),
+            crate::protocol::oauth::TOKEN_BYTES_MAX
+        )),
+        Some(token) if !token.bytes().all(|b| b.is_ascii_graphic()) => {
+            Err(format!("--bearer-token-env: the environment variable {name} holds a space or a control character"))
+        }
+        Some(token) => Ok(Some(token)),
+    }
+}
+
+/// The HTTP front of one server.
+struct Front {
+    env: Env,
+    runs: Rc<Runs>,
+    shared: Rc<Shared>,
+    /// Listening on loopback: Host and Origin must name loopback.
+    loopback: bool,
+    auth: Auth,
+    sessions: RefCell<BTreeMap<String, Session>>,
+    /// Counts session uses, to find the least recently used.
+    uses: Cell<u64>,
+    /// Sessions ended to make room for new ones.
+    sessions_ended: Cell<u64>,
+}
+
+/// A 2025-11-25 session: its state, and the exchanges in progress (for a cancellation sent
+/// in another exchange).
+struct Session {
+    state: LegacySession,
+    /// The principal that opened it: no other may use it.
+    subject: Option<String>,
+    last_use: u64,
+    exchanges: Vec<Weak<Connection>>,
+}
+
+/// The listener's view of the front: a request is screened from its headers before its body
+/// is read, then answered.
+struct Served(Rc<Front>);
+
+impl crate::env::InboundService for Served {
+    fn screen(&self, head: &InboundRequest) -> Option<OutboundAnswer> {
+        self.0.screen(head).err()
+    }
+
+    fn answer(&self, request: InboundRequest) -> LocalBoxFuture<'static, OutboundAnswer> {
+        let front = Rc::clone(&self.0);
+        Box::pin(async move { front.answer(request).await })
+    }
+}
+
+impl Front {
+    /// Everything decided from the request line and headers: the Host and Origin, the
+    /// metadata document, the path, the credentials, the method. `Ok` carries the principal.
+    fn screen(&self, request: &InboundRequest) -> Result<Option<Principal>, OutboundAnswer> {
+        // The listener's buffer bounds a head arriving in pieces; one read can bring more.
+        let head: usize =
+            request.path.len() + request.headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum::<usize>();
+        if head > HEAD_BYTES_MAX {
+            return Err(plain(431, &format!("the request's headers are over {HEAD_BYTES_MAX} bytes")));
+        }
+        self.check_host_and_origin(request)?;
+        if let Some(metadata) = self.resource_metadata(request) {
+            return Err(metadata);
+        }
+        if request.path != ENDPOINT {
+            return Err(plain(404, &format!("not found: the MCP endpoint is {ENDPOINT}")));
+        }
+        let principal = self.authenticate(request)?;
+        if request.method != "POST" && request.method != "DELETE" {
+            let mut answer = plain(405, "this endpoint takes POST (and DELETE to end a session); it opens no stream");
+            answer.headers.push(("allow".into(), "POST, DELETE".into()));
+            return Err(answer);
+        }
+        Ok(principal)
+    }
+
+    async fn answer(self: Rc<Self>, request: InboundRequest) -> OutboundAnswer {
+        // Screened already; again for the principal (and a token that expired meanwhile).
+        let principal = match self.screen(&request) {
+            Ok(principal) => principal,
+            Err(refused) => return refused,
+        };
+        match request.method.as_str() {
+            "POST" => self.post(request, principal).await,
+            _ => self.end_session(&request, principal.as_ref()),
+        }
+    }
+
+    /// Repeated routing and authorising headers are refused before any is read (where two
+    /// readers pick different ones, a gateway could route or authorise another request than
+    /// the one checked here), then DNS rebinding protection: on loopback, a request must name a loopback host, and a
+    /// browser's Origin must be a loopback one. Beyond loopback, an Origin must match Host.
+    fn check_host_and_origin(&self, request: &InboundRequest) -> Result<(), OutboundAnswer> {
+        for name in SINGLE_HEADERS {
+            if request.headers.iter().filter(|(sent, _)| sent == name).count() > 1 {
+                return Err(plain(400, &format!("bad request: more than one {name} header; send it once")));
+            }
+        }
+        let host = request.header("host").unwrap_or("");
+        if self.loopback && !is_loopback_authority(host) {
+            return Err(plain(403, "forbidden: the Host header does not name this loopback server"));
+        }
+        if let Some(origin) = request.header("origin") {
+            let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+            let allowed = match authority {
+                Some(authority) if self.loopback => is_loopback_authority(authority),
+                Some(authority) => authority.eq_ignore_ascii_case(host),
+                None => false,
+            };
+            if !allowed {
+                return Err(plain(403, "forbidden: requests from this Origin are not accepted"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The request's principal: none without authentication or with the static token
+    /// (compared in constant time), the token's subject with OAuth. A refusal never repeats
+    /// what was sent.
+    fn authenticate(&self, request: &InboundRequest) -> Result<Option<Principal>, OutboundAnswer> {
+        let presented = request.header("authorization").and_then(|value| {
+            let (scheme, token) = value.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        });
+        match &self.auth {
+            Auth::None => Ok(None),
+            Auth::Bearer(token) => {
+                if presented.is_some_and(|presented| same_secret(presented.as_bytes(), token.as_bytes())) {
+                    return Ok(None);
+                }
+                let mut answer = plain(401, "unauthorized: a valid bearer token is required");
+                answer.headers.push(("www-authenticate".into(), "Bearer realm=\"warden\"".into()));
+                Err(answer)
+            }
+            Auth::OAuth(oauth) => {
+                let now_s = self.env.clock.now_ms() / 1000;
+                let verified = match presented {
+                    Some(token) => oauth.verify(token, now_s).map(Some),
+                    None => Err("an access token is required".to_string()),
+                };
+                verified.map_err(|why| {
+                    let mut challenge = format!("Bearer resource_metadata=\"{}\"", oauth.metadata_url());
+                    if presented.is_some() {
+                        challenge.push_str(", error=\"invalid_token\"");
+                    }
+                    let mut answer = plain(401, &format!("unauthorized: {why}"));
+                    answer.headers.push(("www-authenticate".into(), challenge));
+                    answer
+                })
+            }
+        }
+    }
+
+    /// RFC 9728's protected resource metadata, public, when OAuth is configured.
+    fn resource_metadata(&self, request: &InboundRequest) -> Option<OutboundAnswer> {
+        let Auth::OAuth(oauth) = &self.auth else { return None };
+        let path = request.path.as_str();
+        let wanted = path == "/.well-known/oauth-protected-resource"
+            || path == format!("/.well-known/oauth-protected-resource{ENDPOINT}")
+            || path == format!("/.well-known/oauth-protected-resource{}", oauth.audience_path());
+        (wanted && request.method == "GET").then(|| json_answer(200, &oauth.metadata()))
+    }
+
+    async fn post(self: Rc<Self>, request: InboundRequest, principal: Option<Principal>) -> OutboundAnswer {
+        let media_type = request.header("content-type").and_then(|t| t.split(';').next()).unwrap_or("").trim();
+        if !media_type.eq_ignore_ascii_case("application/json") {
+            return plain(415, "unsupported media type: the body must be application/json");
+        }
+        let accept = request.header("accept").unwrap_or("*/*");
+        let reply = match (accepts(accept, "application/json"), accepts(accept, "text/event-stream")) {
+            (true, true) => Reply::Either,
+            (true, false) => Reply::Json,
+            (false, true) => Reply::Stream,
+            (false, false) => {
+                return plain(406, "not acceptable: the client must accept application/json or text/event-stream")
+            }
+        };
+        // The stdio classifier: the same limits (depth) and the same errors.
+        match jsonrpc::classify(&Frame::Line(request.body.clone())) {
+            Incoming::Invalid(error) => json_answer(400, &error.to_value()),
+            // A response: this server sends no requests, so there is nothing to match it to.
+            Incoming::Response { .. } => accepted(),
+            Incoming::Notification(notification) => {
+                self.notification(&request, notification, principal.as_ref());
+                accepted()
+            }
+            Incoming::Request(call) => {
+                let message: Value = serde_json::from_slice(&request.body).expect("classified as a request");
+                self.request(&request, &message, &call.method, call.id, reply, principal).await
+            }
+        }
+    }
+
+    /// A notification: a cancellation reaches the session's exchanges in progress; others
+    /// are taken and dropped, never answered.
+    fn notification(&self, request: &InboundRequest, notification: Notification, principal: Option<&Principal>) {
+        if notification.method != "notifications/cancelled" {
+            return;
+        }
+        let Some(session_id) = request.header("mcp-session-id") else { return };
+        let sessions = self.sessions.borrow();
+        let Some(session) = sessions.get(session_id) else { return };
+        if session.subject.as_deref() != principal.map(|p| p.subject.as_str()) {
+            return;
+        }
+        for exchange in session.exchanges.iter().filter_map(Weak::upgrade) {
+            exchange.handle_notification(Notification {
+                method: notification.method.clone(),
+                params: notification.params.clone(),
+            });
+        }
+    }
+
+    async fn request(
+        self: Rc<Self>,
+        request: &InboundRequest,
+        message: &Value,
+        method: &str,
+        id: Value,
+        reply: Reply,
+        principal: Option<Principal>,
+    ) -> OutboundAnswer {
+        if let Some(refused) = self.insufficient_scope(message, method, principal.as_ref()) {
+            return refused;
+        }
+        let subject = principal.as_ref().map(|p| p.subject.clone());
+        let modern = message
+            .pointer("/params/_meta")
+            .and_then(Value::as_object)
+            .is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION));
+        let session_header = request.header("mcp-session-id");
+        // Errors of a request outside a session carry HTTP statuses (2026-07-28 over HTTP); in
+        // a 2025-11-25 session a 404 would mean the session is gone, so they stay 200 there.
+        let stateless = modern || session_header.is_none();
+        let (session_id, state) = if modern {
+            if let Err(mismatch) = headers_match(request, message, method) {
+                let error = jsonrpc::RpcError::new(Some(id), jsonrpc::HEADER_MISMATCH, mismatch);
+                return json_answer(400, &error.to_value());
+            }
+            (None, LegacySession::default())
+        } else if method == "initialize" {
+            (Some(self.env.new_run_id()), LegacySession::default())
+        } else {
+            match session_header {
+                // Served outside any session: the connection refuses it (-32602: send
+                // initialize first, or use the per-request envelope), with its id.
+                None => (None, LegacySession::default()),
+                Some(session_id) => match self.touch_session(session_id, subject.as_deref()) {
+                    Some(state) => (Some(session_id.to_string()), state),
+                    None => {
+                        return plain(404, "session not found: it ended or was never opened; send initialize again")
+                    }
+                },
+            }
+        };
+        let state_before = state;
+        let outlet = Rc::new(Collected::default());
+        let connection = Connection::with_outlet(Rc::clone(&self.runs), &self.shared, outlet.clone(), state, principal);
+        if let Some(session_id) = &session_id {
+            if let Some(session) = self.sessions.borrow_mut().get_mut(session_id) {
+                session.exchanges.retain(|exchange| exchange.strong_count() > 0);
+                session.exchanges.push(Rc::downgrade(&connection));
+            }
+        }
+        let body = serde_json::to_vec(message).expect("JSON values serialise");
+        // A client that closes its connection first drops this future: its calls are
+        // cancelled (what a run has begun goes on, as after notifications/cancelled).
+        let mut on_close = CancelOnDrop { connection: Rc::clone(&connection), armed: true };
+        connection.handle_message(body).await;
+        on_close.armed = false;
+        let state = connection.legacy_session();
+        let mut extra_headers = Vec::new();
+        if let Some(session_id) = session_id {
+            if method == "initialize" {
+                if state.initialized {
+                    self.open_session(&session_id, state, subject);
+                    extra_headers.push(("mcp-session-id".to_string(), session_id));
+                }
+            } else if state != state_before {
+                // Only an exchange that changed the session (`logging/setLevel`) writes it
+                // back: a long call ending later must not undo a change made meanwhile.
+                if let Some(session) = self.sessions.borrow_mut().get_mut(&session_id) {
+                    session.state = state;
+                }
+            }
+        }
+        let mut answer = outlet.answer(reply);
+        if stateless && answer.status == 200 {
+            answer.status = outlet.error_status().unwrap_or(200);
+        }
+        answer.headers.extend(extra_headers);
+        answer
+    }
+
+    /// A call or a read whose tool or resource needs scopes the principal's token lacks: 403
+    /// with the scopes wanted, so the client can ask its authorization server for them
+    /// (step-up). The call pipeline refuses it too, for any transport.
+    fn insufficient_scope(
+        &self,
+        message: &Value,
+        method: &str,
+        principal: Option<&Principal>,
+    ) -> Option<OutboundAnswer> {
+        let principal = principal?;
+        let catalog = &self.runs.catalog;
+        let tool = match method {
+            "tools/call" => catalog.callable(message.pointer("/params/name")?.as_str()?),
+            "resources/read" => {
+                crate::call::surface::find(catalog, message.pointer("/params/uri")?.as_str()?).map(|(tool, _)| tool)
+            }
+            _ => None,
+        }?;
+        let missing: Vec<&str> =
+            tool.config.scopes.iter().filter(|scope| !principal.scopes.contains(scope)).map(String::as_str).collect();
+        if missing.is_empty() {
+            return None;
+        }
+        let wanted = tool.config.scopes.join(" ");
+        let mut answer = plain(403, &format!("forbidden: the token lacks the scope(s) {}", missing.join(" ")));
+        answer
+            .headers
+            .push(("www-authenticate".into(), format!("Bearer error=\"insufficient_scope\", scope=\"{wanted}\"")));
+        Some(answer)
+    }
+
+    /// The session's state, marked as just used; `None` for an unknown session, or one
+    /// another principal opened (it is not theirs to use, nor to learn exists).
+    fn touch_session(&self, session_id: &str, subject: Option<&str>) -> Option<LegacySession> {
+        let use_number = self.uses.get() + 1;
+        self.uses.set(use_number);
+        let mut sessions = self.sessions.borrow_mut();
+        let session = sessions.get_mut(session_id).filter(|session| session.subject.as_deref() == subject)?;
+        session.last_use = use_number;
+        Some(session.state)
+    }
+
+    /// Keeps a new session, ending the least recently used one past `SESSIONS_MAX`.
+    fn open_session(&self, session_id: &str, state: LegacySession, subject: Option<String>) {
+        let use_number = self.uses.get() + 1;
+        self.uses.set(use_number);
+        let mut sessions = self.sessions.borrow_mut();
+        // A principal that opens too many ends its own oldest first; past the server's
+        // limit, the least recently used of all ends.
+        let own = sessions.values().filter(|s| s.subject == subject).count();
+        let from_whom = (own >= SESSIONS_PER_PRINCIPAL_MAX).then_some(&subject);
+        if own >= SESSIONS_PER_PRINCIPAL_MAX || sessions.len() >= SESSIONS_MAX {
+            let oldest = sessions
+                .iter()
+                .filter(|(_, s)| from_whom.is_none_or(|subject| &s.subject == subject))
+                .min_by_key(|(_, s)| s.last_use)
+                .map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                sessions.remove(&oldest);
+                let ended = self.sessions_ended.get() + 1;
+                self.sessions_ended.set(ended);
+                // Logged at the first and then every hundredth: a flood of sessions must not
+                // flood the log.
+                if ended % 100 == 1 {
+                    self.env.log(&format!(
+                        "HTTP sessions at their limit ({SESSIONS_PER_PRINCIPAL_MAX} a principal, {SESSIONS_MAX} in all): \
+                         {ended} ended so far, the least recently used first"
+                    ));
+                }
+            }
+        }
+        sessions
+            .insert(session_id.to_string(), Session { state, subject, last_use: use_number, exchanges: Vec::new() });
+    }
+
+    fn end_session(&self, request: &InboundRequest, principal: Option<&Principal>) -> OutboundAnswer {
+        let Some(session_id) = request.header("mcp-session-id") else {
+            return plain(400, "bad request: DELETE ends a session named by Mcp-Session-Id");
+        };
+        let mut sessions = self.sessions.borrow_mut();
+        let theirs =
+            sessions.get(session_id).is_some_and(|s| s.subject.as_deref() == principal.map(|p| p.subject.as_str()));
+        if !theirs {
+            return plain(404, "session not found");
+        }
+        sessions.remove(session_id);
+        OutboundAnswer { status: 204, headers: vec![], body: vec![] }
+    }
+}
+
+/// Cancels an exchange's calls when its future is dropped before the answer.
+struct CancelOnDrop {
+    connection: Rc<Connection>,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.connection.cancel_all();
+        }
+    }
+}
+
+/// A 2026-07-28 request's headers against its body (SEP-2243): `Mcp-Method` always; for a
+/// call, a prompt or a read, `Mcp-Name` (the tool's or prompt's name, or the URI); and
+/// `MCP-Protocol-Version`, when sent, the envelope's version.
+fn headers_match(request: &InboundRequest, message: &Value, method: &str) -> Result<(), String> {
+    let version = message.pointer("/params/_meta").and_then(|meta| meta.get(META_PROTOCOL_VERSION));
+    if let Some(header) = request.header("mcp-protocol-version") {
+        if version.and_then(Value::as_str) != Some(header) {
+            return Err("the MCP-Protocol-Version header does not match the body's protocol version".into());
+        }
+    }
+    match request.header("mcp-method") {
+        Some(header) if header == method => {}
+        Some(_) => return Err("the Mcp-Method header does not match the body's method".into()),
+        None => return Err("a 2026-07-28 request over HTTP needs the Mcp-Method header".into()),
+    }
+    let named = match method {
+        "tools/call" | "prompts/get" => message.pointer("/params/name"),
+        "resources/read" => message.pointer("/params/uri"),
+        _ => return Ok(()),
+    };
+    let Some(named) = named.and_then(Value::as_str) else { return Ok(()) };
+    match request.header("mcp-name") {
+        Some(header) if header == named => Ok(()),
+        Some(_) => Err("the Mcp-Name header does not match the body's name".into()),
+        None => Err(format!("a 2026-07-28 {method} over HTTP needs the Mcp-Name header")),
+    }
+}
+
+/// Headers a request may carry once: what routes it, authorises it or names its session.
+const SINGLE_HEADERS: [&str; 7] =
+    ["host", "origin", "authorization", "mcp-method", "mcp-name", "mcp-protocol-version", "mcp-session-id"];
+
+/// `localhost`, `127.0.0.1` (any 127/8 address), `[::1]`, each alone or with `:port`, and
+/// nothing else (no userinfo, no trailing text).
+fn is_loopback_authority(authority: &str) -> bool {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((inside, after)) => (format!("[{inside}]"), after),
+            None => return false,
+        },
+        None => match authority.find(':') {
+            Some(at) => (authority[..at].to_string(), &authority[at..]),
+            None => (authority.to_string(), ""),
+        },
+    };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|digits| (1..=5).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()));
+    let host = host.to_ascii_lowercase();
+    port_ok
+        && (host == "localhost"
+            || host == "[::1]"
+            || host.parse::<core::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback()))
+}
+
+/// Equal secrets, compared without an early exit on the first differing byte.
+fn same_secret(presented: &[u8], expected: &[u8]) -> bool {
+    let mut difference = (presented.len() != expected.len()) as u8;
+    for (index, byte) in expected.iter().enumerate() {
+        difference |= byte ^ presented.get(index).copied().unwrap_or(0);
+    }
+    difference == 0
+}
+
+/// One exchange's messages, in order, bounded.
+#[derive(Default)]
+struct Collected {
+    lines: RefCell<VecDeque<Vec<u8>>>,
+}
+
+impl Outlet for Collected {
+    fn write_line(&self, mut line: Vec<u8>) -> LocalBoxFuture<'static, std::io::Result<()>> {
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        let mut lines = self.lines.borrow_mut();
+        if lines.len() >= EXCHANGE_MESSAGES_MAX {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+impl Collected {
+    /// The HTTP status an error answer takes outside a session: 404 for a method not found,
+    /// 400 for a request refused as malformed or unsupported, 500 for an internal error.
+    fn error_status(&self) -> Option<u16> {
+        let lines = self.lines.borrow();
+        let answer: Value = serde_json::from_slice(lines.iter().rev().find(|line| is_response(line))?).ok()?;
+        let code = answer.pointer("/error/code")?.as_i64()?;
+        Some(match code {
+            jsonrpc::METHOD_NOT_FOUND => 404,
+            jsonrpc::INTERNAL_ERROR => 500,
+            _ => 400,
+        })
+    }
+
+    /// The exchange's answer. As JSON: the response alone (a client that takes no stream
+    /// misses the notifications). As an SSE stream: every message, the response last. With
+    /// no response (the request was cancelled): the notifications on a stream, or 202.
+    fn answer(&self, reply: Reply) -> OutboundAnswer {
+        let lines = self.lines.borrow();
+        let response = lines.iter().rev().find(|line| is_response(line));
+        let stream = match reply {
+            Reply::Stream => !lines.is_empty(),
+            Reply::Either => lines.len() > 1 || (response.is_none() && !lines.is_empty()),
+            Reply::Json => false,
+        };
+        match response {
+            _ if stream => {
+                let mut body = Vec::new();
+                for line in lines.iter() {
+                    body.extend_from_slice(b"event: message\ndata: ");
+                    body.extend_from_slice(line);
+                    body.extend_from_slice(b"\n\n");
+                }
+                OutboundAnswer {
+                    status: 200,
+                    headers: vec![
+                        ("content-type".into(), "text/event-stream".into()),
+                        ("cache-control".into(), "no-store".into()),
+                    ],
+                    body,
+                }
+            }
+            Some(response) => json_bytes(200, response.clone()),
+            None => accepted(),
+        }
+    }
+}
+
+/// How the client takes answers (its Accept header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reply {
+    Json,
+    Stream,
+    /// JSON for a lone response, a stream when there is more.
+    Either,
+}
+
+/// Whether an Accept header takes `wanted` (a `q=0` range refuses it).
+fn accepts(accept: &str, wanted: &str) -> bool {
+    let family = wanted.split('/').next().unwrap_or("");
+    accept.split(',').any(|range| {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let refused = parts.any(|p| p.trim().strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>() == Ok(0.0)));
+        !refused && (media == wanted || media == "*/*" || media == format!("{family}/*"))
+    })
+}
+
+/// A JSON-RPC response line (an answer with an id), not a notification.
+fn is_response(line: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(line)
+        .is_ok_and(|m| m.get("method").is_none() && (m.get("result").is_some() || m.get("error").is_some()))
+}
+
+fn accepted() -> OutboundAnswer {
+    OutboundAnswer { status: 202, headers: vec![], body: vec![] }
+}
+
+fn plain(status: u16, text: &str) -> OutboundAnswer {
+    json_answer(status, &json!({"error": text}))
+}
+
+fn json_answer(status: u16, value: &Value) -> OutboundAnswer {
+    json_bytes(status, serde_json::to_vec(value).expect("JSON values serialise"))
+}
+
+fn json_bytes(status: u16, body: Vec<u8>) -> OutboundAnswer {
+    OutboundAnswer { status, headers: vec![("content-type".into(), "application/json".into())], body }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_authorities_are_told_from_others() {
+        for good in ["localhost", "localhost:8080", "127.0.0.1", "127.0.0.1:1", "[::1]", "[::1]:80", "LOCALHOST:9"] {
+            assert!(is_loopback_authority(good), "{good}");
+        }
+        for bad in [
+            "",
+            "evil.example",
+            "evil.example:80",
+            "localhost.evil.example",
+            "10.0.0.1:80",
+            "[::2]:80",
+            "127.0.0.1.evil",
+            "localhost:evil.com",
+            "[::1]evil.com",
+            "localhost:80@evil.com",
+            "[::1",
+            "127.0.0.1:80.evil.com",
+            "localhost:123456",
+        ] {
+            assert!(!is_loopback_authority(bad), "{bad}");
+        }
+    }
+
+    /// The answer is the response, never a notification; a cancelled request (no response)
+    /// gets its notifications on a stream, or 202.
+    #[test]
+    fn an_exchange_answers_with_its_response_alone() {
+        let collected = |lines: &[&str]| {
+            let outlet = Collected::default();
+            for line in lines {
+                // The line is collected when the call is made; the future only reports it.
+                drop(outlet.write_line(line.as_bytes().to_vec()));
+            }
+            outlet
+        };
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+        let response = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+        let both = collected(&[note, response]);
+        assert_eq!(both.answer(Reply::Json).body, response.as_bytes());
+        assert_eq!(both.answer(Reply::Either).status, 200);
+        assert!(String::from_utf8(both.answer(Reply::Either).body).unwrap().starts_with("event: message"));
+        let cancelled = collected(&[note]);
+        assert_eq!(cancelled.answer(Reply::Json).status, 202);
+        assert!(cancelled.answer(Reply::Json).body.is_empty());
+        assert!(String::from_utf8(cancelled.answer(Reply::Either).body).unwrap().contains("notifications/message"));
+        assert_eq!(collected(&[response]).answer(Reply::Either).body, response.as_bytes());
+        assert_eq!(collected(&[]).answer(Reply::Stream).status, 202);
+    }
+
+    #[test]
+    fn accept_headers_are_read_with_their_weights() {
+        assert!(accepts("application/json, text/event-stream", "text/event-stream"));
+        assert!(accepts("*/*", "application/json") && accepts("application/*", "application/json"));
+        assert!(!accepts("application/json;q=0, text/event-stream", "application/json"));
+        assert!(!accepts("text/html", "application/json"));
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"0123456789abcdef", b"0123456789abcdef"));
+        assert!(!same_secret(b"0123456789abcde", b"0123456789abcdef"));
+        assert!(!same_secret(b"0123456789abcdefX", b"0123456789abcdef"));
+        assert!(!same_secret(b"", b"0123456789abcdef"));
+    }
+}

@@ -1,0 +1,458 @@
+//! The driver of a run's state machine (`machine.rs`): it carries out each command through
+//! `Env` and the run store, in order, and feeds the machine the event the last one produced.
+//! Fresh calls and runs resumed at start alike go through `Runs::execute_to_end`: resuming
+//! is the normal path with a longer journal.
+
+use serde_json::{json, Map, Value};
+
+use crate::broker::{scrub, usage_json, AskedRound, Broker, Completed, ACTIONS_PER_RUN_MAX};
+use crate::catalog::Tool;
+use crate::env::Point;
+use crate::manifest::{CapabilityGrant, Grant};
+use crate::program::job::{Executed, Job, Stopped};
+use crate::program::{FailureKind, Outcome};
+use crate::run::machine::{self, Command, Event, Next, State};
+use crate::run::notice::Notice;
+use crate::run::perform;
+use crate::run::runs::{Fatal, RunEnd, Runs, Waiting};
+use crate::run::store::RunStore;
+use crate::store::journal::{EndRecord, Journal, JournalRecord, RunOutcome};
+
+/// Transitions one run may take in one process: at most four per action (begin and
+/// perform, done and execute, and a look-up or resend after a restart), two per input round,
+/// plus its end.
+const TRANSITIONS_MAX: u64 = 4 * (ACTIONS_PER_RUN_MAX + 2) + 2 * crate::program::ask::ASK_ROUNDS_MAX as u64;
+
+/// What a run's commands need that does not change while it runs.
+struct Context<'a> {
+    tool: &'a Tool,
+    run: &'a str,
+    inputs: &'a Map<String, Value>,
+    secrets: Vec<String>,
+    /// (parameter, kind) of each capability grant.
+    capabilities: Vec<(String, crate::broker::Kind)>,
+    /// For the deadline: what the wall clock says had elapsed before this process took the
+    /// run up (only for a run resumed after a restart: the wall clock is all that survives
+    /// one; zero for a fresh run), and
+    /// the monotonic clock when it did. A wall-clock step cannot expire a run in progress.
+    elapsed_before_ms: u64,
+    started_monotonic_ms: u64,
+    /// The input kinds (`elicitation`, `sampling`, `roots`) the client the run answers now
+    /// declared; none for a run no client waits on (resumed at start).
+    client_kinds: &'a [String],
+}
+
+/// How a run is taken up by this call of `execute_to_end`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Entry {
+    /// A fresh call's run: its header was just written.
+    Fresh,
+    /// Found unfinished at start.
+    Resumed,
+    /// The client's answers to the round the run awaits (the keys sent, checked).
+    Answered(Value),
+    /// Nobody answered the round the run awaits in time.
+    Expired,
+    /// The round the run awaits can never be answered (why): it ends so.
+    Abandoned(String),
+}
+
+impl Runs {
+    /// Steps 4 to 6: drives the run's state machine from its journal to its end (settled)
+    /// or to a stop in doubt (waiting for an operator).
+    /// `client_kinds`: the input kinds the client waiting on the run declared.
+    pub async fn execute_to_end(
+        &self,
+        tool: &Tool,
+        run: &str,
+        inputs: &Map<String, Value>,
+        entry: Entry,
+        client_kinds: &[String],
+    ) -> Result<RunEnd, Fatal> {
+        let _running = self.running(run);
+        let journal = self.journal_of(tool, run).await?;
+        let mut state = State::from_journal(&journal).map_err(|e| Fatal(format!("run {run}: {e}")))?;
+        let context = Context {
+            tool,
+            run,
+            inputs,
+            secrets: self.secrets_of(tool),
+            capabilities: tool
+                .config
+                .grants
+                .iter()
+                .filter_map(|(param, grant)| match grant {
+                    Grant::Capability(grant) => Some((param.clone(), grant.cap)),
+                    Grant::Secret { .. } => None,
+                })
+                .collect(),
+            // Only a run taken up again was begun before: for a fresh one, a wall-clock step
+            // since its header (another run's await in between) is not time that passed. Time
+            // spent waiting for the client's input does not count.
+            elapsed_before_ms: match entry {
+                Entry::Fresh => 0,
+                _ => {
+                    let now = self.env.clock.now_ms();
+                    now.saturating_sub(journal.header_at_ms).saturating_sub(journal.waited_ms(now))
+                }
+            },
+            started_monotonic_ms: self.env.clock.monotonic_ms(),
+            client_kinds,
+        };
+        let at_ms = self.env.clock.now_ms();
+        let mut event = match entry {
+            Entry::Fresh => Event::Start,
+            Entry::Resumed => Event::Resume { at_ms },
+            Entry::Answered(answers) => Event::Answered { answers, at_ms },
+            Entry::Expired => {
+                let wait = crate::store::ledger::duration_text(crate::run::input::INPUT_WAIT_MS);
+                let why = format!("the client did not answer the run's request for input within {wait}");
+                Event::Expired(self.expired_end(tool, run, &journal, at_ms, why)?)
+            }
+            Entry::Abandoned(why) => Event::Expired(self.expired_end(tool, run, &journal, at_ms, why)?),
+        };
+        for _ in 0..TRANSITIONS_MAX {
+            let (next, commands) =
+                machine::step(state, event).map_err(|invalid| Fatal(format!("run {run}: {invalid} (a bug)")))?;
+            state = next;
+            let mut produced = None;
+            for command in commands {
+                if let Some(yielded) = self.carry_out(&context, command).await? {
+                    assert!(produced.is_none(), "run {run}: one transition's commands yielded two events");
+                    produced = Some(yielded);
+                }
+            }
+            event = match (&state, produced) {
+                (State::Ended(end), None) => return Ok(RunEnd::Ended(end.clone())),
+                (State::Waiting { op }, None) => return Ok(RunEnd::Stopped { op: *op }),
+                (State::Awaiting { round, .. }, None) => return self.awaiting(tool, run, *round).await,
+                (_, Some(yielded)) => yielded,
+                (state, None) => {
+                    return Err(Fatal(format!("run {run}: state {} is waiting for no event (a bug)", state.name())))
+                }
+            };
+        }
+        Err(Fatal(format!("run {run} did not end within {TRANSITIONS_MAX} transitions (a bug)")))
+    }
+
+    /// A run that waits for its client's input: registered, so the client's retry or the
+    /// expiry takes it up; the requests sent, for the answer.
+    async fn awaiting(&self, tool: &Tool, run: &str, round: u64) -> Result<RunEnd, Fatal> {
+        let journal = self.journal_of(tool, run).await?;
+        let asked = journal.rounds.get(round as usize).expect("an awaited round is in the journal");
+        let expires_at_ms = asked.asked_at_ms.saturating_add(crate::run::input::INPUT_WAIT_MS);
+        let requests: Map<String, Value> =
+            (asked.sent.iter()).filter_map(|key| Some((key.clone(), asked.requests.get(key)?.clone()))).collect();
+        let principal = self.ledger.state().run(run).and_then(|entry| entry.principal.clone());
+        self.inputs.register(&self.env, run, (&tool.config.name, principal), round, expires_at_ms);
+        Ok(RunEnd::Asking { round, requests: Value::Object(requests), expires_at_ms })
+    }
+
+    /// The end of a run whose round will not be answered (`why`).
+    fn expired_end(
+        &self,
+        tool: &Tool,
+        run: &str,
+        journal: &Journal,
+        at_ms: u64,
+        why: String,
+    ) -> Result<EndRecord, Fatal> {
+        let usage = Broker::new(run, &tool.config.grants, completed_actions(journal, run)?).journaled_usage();
+        let end = EndRecord {
+            outcome: RunOutcome::Failed(FailureKind::Deadline),
+            result: None,
+            message: Some(why),
+            usage: usage_json(&usage),
+            at_ms,
+        };
+        Ok(self.fitted_end(end))
+    }
+
+    async fn journal_of(&self, tool: &Tool, run: &str) -> Result<Journal, Fatal> {
+        RunStore::journal(self, tool, run).await
+    }
+
+    /// Carries out one command; returns the event it yields, if it yields one.
+    async fn carry_out(&self, cx: &Context<'_>, command: Command) -> Result<Option<Event>, Fatal> {
+        let (name, run) = (&cx.tool.config.name, cx.run);
+        match command {
+            Command::Execute => self.execute_once(cx).await.map(Some),
+            Command::Journal(record) => {
+                self.journal(cx, &record).await?;
+                Ok(None)
+            }
+            Command::Perform { action, resend } => {
+                let grant = grant_of(cx, action.grant.as_str())?;
+                let net = &cx.tool.config.net;
+                let model = self.catalog.manifest.model.as_ref();
+                // A send again after crashes: how many sends they interrupted (each may have
+                // reached the service, which a model call's charge must count).
+                let resend = match resend {
+                    true => self.sends_interrupted(name, run).await?.max(1),
+                    false => 0,
+                };
+                let performed = perform::perform(&self.env, grant, net, model, run, &action, &cx.secrets, resend).await;
+                let performed = match performed {
+                    crate::broker::Performed::Done(result) => {
+                        crate::broker::Performed::Done(self.fitted_result(action.op, result))
+                    }
+                    in_doubt => in_doubt,
+                };
+                Ok(Some(Event::Performed(performed)))
+            }
+            Command::LookUp(action) => {
+                let grant = grant_of(cx, action.grant.as_str())?;
+                let net = &cx.tool.config.net;
+                Ok(Some(match perform::sql_write_happened(&self.env, grant, net, run, action.op).await {
+                    Ok(committed) => Event::LookedUp { committed },
+                    Err(problem) => Event::LookUpFailed(crate::broker::scrub(&problem, &cx.secrets)),
+                }))
+            }
+            Command::Wait { op, action, reason, halted } => {
+                let waiting = Waiting { op, action: action.as_ref(), reason: &reason, halted };
+                RunStore::wait(self, cx.tool, run, waiting).await?;
+                Ok(None)
+            }
+            Command::Notify => {
+                let manifest = &self.catalog.manifest;
+                let folder = crate::base::layout::folder_of(&manifest.path).to_path_buf();
+                let waiting = self.files(name, run).waiting;
+                let owed = self.notifications_owed.enter();
+                crate::run::notify::spawn(&self.env, &manifest.server, &folder, run, &waiting, owed);
+                Ok(None)
+            }
+            Command::Settle(end) => {
+                RunStore::settle(self, cx.tool, run, &end).await?;
+                Ok(Some(Event::Settled))
+            }
+            Command::Log(line) => {
+                self.log_run(name, run, &line).await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Appends one journal record durably, with the probe point and log line it carries.
+    /// How many sends of the run's action in doubt crashes interrupted (its journal's
+    /// `Resumed` records since the action began).
+    async fn sends_interrupted(&self, tool: &str, run: &str) -> Result<u64, Fatal> {
+        let journal = self.executing_journal(tool, run).await.map_err(|e| Fatal(format!("run {run}: {e}")))?;
+        Ok(journal.map_or(0, |journal| u64::from(journal.sends_interrupted)))
+    }
+
+    async fn journal(&self, cx: &Context<'_>, record: &JournalRecord) -> Result<(), Fatal> {
+        let (name, run) = (&cx.tool.config.name, cx.run);
+        match record {
+            JournalRecord::Print { text, .. } => {
+                self.log_run_at(name, run, &format!("print: {text}"), Some(crate::run::notice::INFO)).await
+            }
+            JournalRecord::End(end) if end.outcome == RunOutcome::Failed(FailureKind::Internal) => {
+                let message = end.message.as_deref().unwrap_or("");
+                self.log_run(name, run, &format!("internal error: {message}")).await
+            }
+            _ => {}
+        }
+        RunStore::append(self, cx.tool, run, record).await?;
+        match record {
+            JournalRecord::Begin { .. } => self.env.reached(Point::ActionBegun, run),
+            JournalRecord::Resumed { .. } => self.env.reached(Point::Resumed, run),
+            JournalRecord::End(_) => self.env.reached(Point::RunRecorded, run),
+            _ => {}
+        }
+        // The caller hears of an action once its record is durable.
+        let notice = match record {
+            JournalRecord::Begin { op, action } => Some(Notice::ActionBegun { op: *op, what: action_summary(action) }),
+            JournalRecord::Done { op, .. } => Some(Notice::ActionDone { op: *op }),
+            _ => None,
+        };
+        if let Some(notice) = notice {
+            self.listeners.tell(run, notice).await;
+        }
+        Ok(())
+    }
+
+    /// One execution of the program against the journal so far, in the sandbox. Only ever
+    /// from Ready: no action is in doubt, so the deadline may refuse the next new one.
+    async fn execute_once(&self, cx: &Context<'_>) -> Result<Event, Fatal> {
+        let (tool, run) = (cx.tool, cx.run);
+        let journal = self.journal_of(tool, run).await?;
+        assert!(journal.begun_op().is_none(), "run {run}: executed with an action in doubt");
+        let mut broker = Broker::new(run, &tool.config.grants, completed_actions(&journal, run)?);
+        broker.asked = (journal.rounds.iter())
+            .map(|round| AskedRound {
+                requests: round.requests.clone(),
+                answers: round.answered.as_ref().map(|(answers, _)| answers.clone()),
+            })
+            .collect();
+        if let Some(deadline) = tool.config.deadline_ms {
+            broker.deadline_passed = self.deadline_passed(cx);
+            broker.deadline_text = crate::store::ledger::duration_text(deadline);
+        }
+        let job = Job {
+            path: tool.program.path.clone(),
+            source: tool.program.source.to_string(),
+            entry: tool.program.entry.clone(),
+            grant_names: tool.config.grants.keys().cloned().collect(),
+            capabilities: cx.capabilities.clone(),
+            inputs: cx.inputs.clone(),
+            max_steps: tool.config.max_steps,
+            time_ms: tool.config.execution_ms,
+            broker: broker.seed(),
+            load_only: false,
+            compiled: Some(tool.program.clone()),
+        };
+        let executed = self.env.sandbox.execute(job).await;
+        let at_ms = self.env.clock.now_ms();
+        let Executed { execution, usage } = match executed {
+            Ok(executed) => executed,
+            // Not the program's doing: the server stops, and the run resumes at the next start.
+            Err(stopped @ Stopped::Unavailable(_)) => return Err(Fatal(format!("run {run}: {stopped}"))),
+            Err(stopped) => {
+                // A stopped execution reported nothing: it ends the run as `budget`, with the
+                // usage the journal shows.
+                let usage = Broker::new(run, &tool.config.grants, completed_actions(&journal, run)?).journaled_usage();
+                let end = EndRecord {
+                    outcome: RunOutcome::Failed(FailureKind::Budget),
+                    result: None,
+                    message: Some(stopped.to_string()),
+                    usage: usage_json(&usage),
+                    at_ms,
+                };
+                return Ok(Event::Executed { prints: vec![], next: Next::End(self.fitted_end(end)) });
+            }
+        };
+        if !execution.progress.is_empty() {
+            self.listeners.tell(run, Notice::Progress(execution.progress.clone())).await;
+        }
+        let prints = (execution.prints.iter().enumerate().skip(journal.prints as usize))
+            .map(|(index, text)| (index as u64, scrub(text, &cx.secrets)))
+            .collect();
+        let next = match execution.outcome {
+            // The execution may have computed past the deadline before asking: the deadline
+            // is checked again when the action would begin.
+            Outcome::Suspended(action) if self.deadline_passed(cx) => {
+                let deadline = crate::store::ledger::duration_text(tool.config.deadline_ms.unwrap_or_default());
+                let message = crate::broker::deadline_refusal(&deadline, action.op);
+                let failure = crate::program::Failure { kind: FailureKind::Deadline, message };
+                let mut end = end_record(&Outcome::Failed(failure), at_ms);
+                end.usage = usage_json(&usage);
+                Next::End(self.fitted_end(end))
+            }
+            Outcome::Suspended(action) => Next::Act(action),
+            Outcome::Asking(requests) => self.next_round(cx, &journal, requests, at_ms, &usage),
+            outcome => {
+                let mut end = end_record(&outcome, at_ms);
+                end.usage = usage_json(&usage);
+                Next::End(self.fitted_end(end))
+            }
+        };
+        Ok(Event::Executed { prints, next })
+    }
+}
+
+impl Runs {
+    /// Every secret a run of `tool` can attach: its grants', and the model's API key when it
+    /// has a `model` grant.
+    fn secrets_of(&self, tool: &Tool) -> Vec<String> {
+        let mut secrets = perform::secret_values(&self.env, &tool.config.grants);
+        let calls_model = tool
+            .config
+            .grants
+            .values()
+            .any(|g| matches!(g, Grant::Capability(g) if g.cap == crate::broker::Kind::Model));
+        if let (true, Some(model)) = (calls_model, &self.catalog.manifest.model) {
+            secrets.extend(self.env.process.var(&model.api_key_env).filter(|key| !key.is_empty()));
+        }
+        secrets
+    }
+
+    /// What a program's `ask` leads to: the round, with the keys whose kinds the client
+    /// declared (none: answered with nothing at once), or the run's end when too many runs
+    /// already wait for input.
+    fn next_round(
+        &self,
+        cx: &Context<'_>,
+        journal: &Journal,
+        requests: Value,
+        at_ms: u64,
+        usage: &std::collections::BTreeMap<String, crate::broker::Usage>,
+    ) -> Next {
+        let sent: Vec<String> = (requests.as_object().into_iter().flatten())
+            .filter(|(_, request)| {
+                let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
+                crate::program::ask::capability_of(method).is_some_and(|kind| cx.client_kinds.iter().any(|k| k == kind))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        let principal = self.ledger.state().run(cx.run).and_then(|entry| entry.principal.clone());
+        if !sent.is_empty() && self.inputs.is_full(&cx.tool.config.name, principal.as_deref()) {
+            let message = format!(
+                "too many runs wait for their clients' input (at most {} on the server, {} of one tool for one \
+                 caller); this run cannot ask for more",
+                crate::run::input::AWAITING_RUNS_MAX,
+                crate::run::input::AWAITING_RUNS_PER_CALLER_MAX
+            );
+            let failure = crate::program::Failure { kind: FailureKind::Capability, message };
+            let mut end = end_record(&Outcome::Failed(failure), at_ms);
+            end.usage = usage_json(usage);
+            return Next::End(self.fitted_end(end));
+        }
+        Next::Ask { round: journal.rounds.len() as u64, requests, sent, at_ms }
+    }
+
+    /// Whether the run's deadline has passed: the monotonic clock since this process took the
+    /// run up, plus what had elapsed before.
+    fn deadline_passed(&self, cx: &Context<'_>) -> bool {
+        let Some(deadline) = cx.tool.config.deadline_ms else { return false };
+        let running = self.env.clock.monotonic_ms().saturating_sub(cx.started_monotonic_ms);
+        cx.elapsed_before_ms.saturating_add(running) > deadline
+    }
+}
+
+fn grant_of<'a>(cx: &Context<'a>, name: &str) -> Result<&'a CapabilityGrant, Fatal> {
+    match cx.tool.config.grants.get(name) {
+        Some(Grant::Capability(grant)) => Ok(grant),
+        _ => Err(Fatal(format!("run {}: an action names `{name}`, which is not a capability grant", cx.run))),
+    }
+}
+
+/// The journal's completed actions, each read back strictly: an action that does not parse
+/// is damage, never skipped (skipping would shift every later action's number).
+fn completed_actions(journal: &Journal, run: &str) -> Result<Vec<Completed>, Fatal> {
+    journal
+        .completed()
+        .into_iter()
+        .enumerate()
+        .map(|(op, (action, result, happened))| match serde_json::from_value(action) {
+            Ok(action) => Ok(Completed { action, result, happened }),
+            Err(e) => Err(Fatal(format!("run {run}: the begin record of action {op} does not parse: {e}"))),
+        })
+        .collect()
+}
+
+fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
+    match outcome {
+        Outcome::Suspended(_) | Outcome::Asking(_) => unreachable!("a suspended execution has no end"),
+        Outcome::Done(result) => EndRecord {
+            outcome: RunOutcome::Done,
+            result: Some(result.clone()),
+            message: None,
+            usage: json!({}),
+            at_ms,
+        },
+        Outcome::Failed(failure) => EndRecord {
+            outcome: RunOutcome::Failed(failure.kind),
+            result: None,
+            message: Some(failure.message.clone()),
+            usage: json!({}),
+            at_ms,
+        },
+    }
+}
+
+/// An action as a caller's progress names it: its method and kind (never its URL, headers
+/// or body, which may carry what the caller should not see).
+fn action_summary(action: &Value) -> String {
+    let field = |name: &str| action[name].as_str().unwrap_or("?").to_string();
+    format!("{} {}", field("method"), field("kind"))
+}

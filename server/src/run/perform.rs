@@ -1,0 +1,290 @@
+//! Performing one journaled action through the seam (`Env::net`, `Env::db`), with secrets
+//! attached at send time and scrubbed from whatever comes back.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::broker::{scrub, scrub_then_cut, scrub_value, urls, Action, Kind, Method, Performed};
+use crate::env::{Database, DbRequest, Env, HttpRequest, HttpResponse, PostgresTarget};
+use crate::manifest::{CapabilityGrant, Grant, NetConfig};
+
+/// The secret value a grant attaches, by environment variable name. Missing variables are
+/// refused at start; one gone since fails the action loudly, and nothing is sent without it.
+fn secret(env: &Env, name: &str) -> Result<String, String> {
+    match env.process.var(name) {
+        Some(value) if !value.is_empty() => Ok(value),
+        _ => Err(format!("the secret variable `{name}` is not set in the server's environment; nothing was sent")),
+    }
+}
+
+/// Every secret value a tool's grants can attach (for scrubbing): a connection URL's
+/// password also on its own, as written in the URL and decoded, since an error may quote it.
+pub fn secret_values(env: &Env, grants: &BTreeMap<String, Grant>) -> Vec<String> {
+    let values: Vec<String> =
+        crate::catalog::secret_variables(grants).iter().filter_map(|name| secret(env, name).ok()).collect();
+    let passwords = values.iter().filter_map(|value| url::Url::parse(value).ok()).filter_map(|url| {
+        let written = url.password()?.to_string();
+        let decoded = percent_decoded(&written);
+        Some([written, decoded])
+    });
+    let passwords: Vec<String> = passwords.flatten().collect();
+    values.into_iter().chain(passwords).collect()
+}
+
+fn percent_decoded(text: &str) -> String {
+    form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, value)| value.into_owned())
+        .unwrap_or_default()
+}
+
+fn need<'a>(grant: &'a CapabilityGrant, name: &str) -> Option<&'a CapabilityGrant> {
+    match grant.needs.get(name) {
+        Some(Grant::Capability(need)) => Some(need),
+        _ => None,
+    }
+}
+
+fn need_secret(grant: &CapabilityGrant, name: &str) -> Option<String> {
+    match grant.needs.get(name) {
+        Some(Grant::Secret { env }) => Some(env.clone()),
+        _ => None,
+    }
+}
+
+/// The HTTP request an action sends, secrets attached, and whether resending it is safe.
+fn http_request(
+    env: &Env,
+    grant: &CapabilityGrant,
+    net: &NetConfig,
+    action: &Action,
+) -> Result<(HttpRequest, bool), String> {
+    let mut headers: Vec<(String, String)> = action.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let (method, url, body, safe) = if grant.cap == Kind::StripeRefund {
+        let key = need_secret(grant, "key").ok_or("the grant has no `needs.key`")?;
+        headers.push(("authorization".into(), format!("Bearer {}", secret(env, &key)?)));
+        if action.method == Method::Get {
+            let get = need(grant, "get").ok_or("the grant has no `needs.get`")?;
+            let url = urls::allowed(&get.only, &action.target)?;
+            ("GET".to_string(), url, String::new(), true)
+        } else {
+            let post = need(grant, "post").ok_or("the grant has no `needs.post`")?;
+            let url = post.only.first().cloned().ok_or("`needs.post.only` is empty")?;
+            let money = action.money().ok_or("a refund without an amount")?;
+            let body: String = form_urlencoded::Serializer::new(String::new())
+                .append_pair("payment_intent", &action.body)
+                .append_pair("amount", &money.minor.to_string())
+                .finish();
+            headers.push(("content-type".into(), "application/x-www-form-urlencoded".into()));
+            if let Some(key) = &action.idempotency_key {
+                headers.push(("idempotency-key".into(), key.clone()));
+            }
+            let safe = action.idempotency_key.is_some();
+            ("POST".to_string(), url, body, safe)
+        }
+    } else {
+        let url = urls::allowed(&grant.only, &action.target)?;
+        for (name, (prefix, variable)) in &grant.headers {
+            headers.push((name.to_ascii_lowercase(), format!("{prefix}{}", secret(env, variable)?)));
+        }
+        if let Some(key) = &action.idempotency_key {
+            headers.push(("idempotency-key".into(), key.clone()));
+        }
+        let safe = action.method == Method::Get || action.idempotency_key.is_some();
+        (action.method.name().to_string(), url, action.body.clone(), safe)
+    };
+    let request = HttpRequest {
+        method,
+        url,
+        headers,
+        body: body.into_bytes(),
+        connect_timeout_ms: net.connect_timeout_ms.unwrap_or(0),
+        timeout_ms: net.timeout_ms.unwrap_or(0),
+        body_bytes_max: net.response_bytes_max,
+    };
+    Ok((request, safe))
+}
+
+/// Performs `action` once. `resend`: it was begun before a crash and may have happened.
+#[allow(clippy::too_many_arguments)]
+pub async fn perform(
+    env: &Env,
+    grant: &CapabilityGrant,
+    net: &NetConfig,
+    model: Option<&crate::manifest::ModelConfig>,
+    run: &str,
+    action: &Action,
+    secrets: &[String],
+    sends_interrupted: u64,
+) -> Performed {
+    let resend = sends_interrupted > 0;
+    if grant.cap.is_database() {
+        return perform_sql(env, grant, net, run, action, secrets).await;
+    }
+    if grant.cap == Kind::Model {
+        return match model {
+            Some(model) => super::model::perform_model(env, model, action, secrets, sends_interrupted).await,
+            None => Performed::Done(json!({"error": "the manifest has no `model` section; nothing was sent"})),
+        };
+    }
+    // A write begun before a crash may have happened already: a failure before it is sent
+    // again proves nothing about the first attempt, so it stays in doubt.
+    let in_doubt_if_resent = resend && !action.is_read();
+    let not_sent = |problem: String| match in_doubt_if_resent {
+        true => Performed::InDoubt(format!(
+            "it was begun before a crash, and sending it again failed: {}",
+            scrub(&problem, secrets)
+        )),
+        false => Performed::Done(json!({"error": scrub(&problem, secrets), "may_have_been_sent": false})),
+    };
+    if action.method == Method::Refund {
+        if let Err(problem) = check_intent_currency(env, grant, net, action).await {
+            return not_sent(problem);
+        }
+    }
+    let (request, safe) = match http_request(env, grant, net, action) {
+        Ok(built) => built,
+        Err(problem) => return not_sent(problem),
+    };
+    match env.net.request(request).await {
+        Ok(response) => Performed::Done(response_result(&response, net, secrets)),
+        Err(error) if error.may_have_been_sent && !safe => Performed::InDoubt(scrub(&error.message, secrets)),
+        Err(error) if !error.may_have_been_sent && in_doubt_if_resent => not_sent(error.message),
+        Err(error) => Performed::Done(
+            json!({"error": scrub(&error.message, secrets), "may_have_been_sent": error.may_have_been_sent}),
+        ),
+    }
+}
+
+/// What a program sees of a response, with every secret scrubbed from every string a
+/// reader could decode (the raw text, the parsed JSON, and JSON held inside strings).
+fn response_result(response: &HttpResponse, net: &NetConfig, secrets: &[String]) -> Value {
+    let headers: serde_json::Map<String, Value> =
+        response.headers.iter().map(|(k, v)| (k.to_ascii_lowercase(), json!(v))).collect();
+    let header_bytes: usize = response.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if header_bytes > crate::broker::RESPONSE_HEADERS_BYTES_MAX {
+        let error = format!(
+            "the response headers are over the limit of {} bytes; the response was not kept",
+            crate::broker::RESPONSE_HEADERS_BYTES_MAX
+        );
+        return scrub_value(&json!({"status": response.status, "error": error}), secrets);
+    }
+    if response.body.len() > net.response_bytes_max {
+        let error = format!(
+            "the response body is over the limit of {} bytes (net.response_bytes_max); it was not kept",
+            net.response_bytes_max
+        );
+        return scrub_value(&json!({"status": response.status, "headers": headers, "error": error}), secrets);
+    }
+    let body = String::from_utf8_lossy(&response.body).into_owned();
+    // A body nested deeper than a record may hold is kept as text only.
+    let parsed = serde_json::from_str::<Value>(&body)
+        .ok()
+        .filter(|parsed| crate::base::json::depth(parsed) <= crate::store::record::VALUE_DEPTH_MAX)
+        .unwrap_or(Value::Null);
+    scrub_value(&json!({"status": response.status, "headers": headers, "body": body, "json": parsed}), secrets)
+}
+
+/// A refund moves money in its payment intent's currency, which the request does not name:
+/// read the intent first (through the grant's `needs.get`) and refuse a currency other than
+/// the one `each` and `max` were checked in.
+async fn check_intent_currency(
+    env: &Env,
+    grant: &CapabilityGrant,
+    net: &NetConfig,
+    action: &Action,
+) -> Result<(), String> {
+    let money = action.money().ok_or("a refund without an amount")?;
+    let get = need(grant, "get").ok_or("the grant has no `needs.get`")?;
+    let intent = &action.body;
+    let url = get
+        .only
+        .iter()
+        .map(|pattern| pattern.replacen('*', intent, 1))
+        .find(|url| urls::allowed(&get.only, url).is_ok())
+        .ok_or_else(|| format!("no URL of `needs.get.only` reads payment intent `{intent}`"))?;
+    let read = Action { method: Method::Get, target: url, amount: None, idempotency_key: None, ..action.clone() };
+    let (request, _) = http_request(env, grant, net, &read)?;
+    let unreadable = |why: String| {
+        format!("could not read payment intent `{intent}` to check its currency: {why}; nothing was refunded")
+    };
+    let response = env.net.request(request).await.map_err(|e| unreadable(e.message))?;
+    if response.body.len() > net.response_bytes_max || !(200..300).contains(&response.status) {
+        return Err(unreadable(format!("the service answered {}", response.status)));
+    }
+    let parsed: Value = serde_json::from_slice(&response.body).map_err(|e| unreadable(format!("not JSON: {e}")))?;
+    let currency = parsed.get("currency").and_then(Value::as_str).ok_or_else(|| unreadable("no `currency`".into()))?;
+    if !currency.eq_ignore_ascii_case(&money.currency) {
+        return Err(format!(
+            "payment intent `{intent}` is in {}, but the refund of {money} was checked in {}; refused, nothing was refunded",
+            currency.to_ascii_uppercase(),
+            money.currency
+        ));
+    }
+    Ok(())
+}
+
+async fn perform_sql(
+    env: &Env,
+    grant: &CapabilityGrant,
+    net: &NetConfig,
+    run: &str,
+    action: &Action,
+    secrets: &[String],
+) -> Performed {
+    let write = action.method == Method::Execute;
+    let params: Vec<Value> = match serde_json::from_str(&action.body) {
+        Ok(params) => params,
+        Err(e) => return Performed::Done(json!({"error": format!("the statement's parameters do not parse: {e}")})),
+    };
+    let database = match database(env, grant, net) {
+        Ok(database) => database,
+        Err(problem) => return Performed::Done(json!({"error": problem})),
+    };
+    let request = DbRequest {
+        database,
+        write,
+        sql: action.target.clone(),
+        params,
+        action: write.then(|| (run.to_string(), action.op)),
+        rows_bytes_max: crate::broker::SQL_ROWS_BYTES_MAX,
+    };
+    match env.db.execute(request).await {
+        Ok(reply) => Performed::Done(json!({"rows": reply.rows, "changes": reply.changes})),
+        // A read changes nothing, whatever became of its COMMIT.
+        Err(failure) if failure.may_have_committed && write => {
+            Performed::InDoubt(scrub_then_cut(&failure.message, secrets, crate::broker::ERROR_TEXT_CHARS_MAX))
+        }
+        Err(failure) => Performed::Done(
+            json!({"error": scrub_then_cut(&failure.message, secrets, crate::broker::ERROR_TEXT_CHARS_MAX)}),
+        ),
+    }
+}
+
+/// The database a `db.*` grant reaches: its file, or its server with the tool's `net`
+/// timeouts (required for a tool with a network grant, so present here).
+fn database(env: &Env, grant: &CapabilityGrant, net: &NetConfig) -> Result<Database, String> {
+    match grant.cap {
+        Kind::Postgres => {
+            let variable = grant.url_env.as_deref().ok_or("the grant has no `url`")?;
+            Ok(Database::Postgres(PostgresTarget {
+                url: secret(env, variable)?,
+                connect_timeout_ms: net.connect_timeout_ms.unwrap_or(0),
+                statement_timeout_ms: net.timeout_ms.unwrap_or(0),
+            }))
+        }
+        _ => Ok(Database::Sqlite(grant.path.clone().unwrap_or_default())),
+    }
+}
+
+/// After a crash between a `db.*` write's begin and done: did it commit?
+pub async fn sql_write_happened(
+    env: &Env,
+    grant: &CapabilityGrant,
+    net: &NetConfig,
+    run: &str,
+    op: u64,
+) -> Result<bool, String> {
+    env.db.action_recorded(&database(env, grant, net)?, run, op).await
+}

@@ -1,0 +1,403 @@
+//! Recovery at start (seed 000 section 7): before answering anything, the server goes
+//! through the ledger and the journal directory together. Each run falls in one cell of a
+//! decision table over (ledger phase, inputs file, journal state, waiting record); each cell
+//! names its action, and a cell that can only come from a bug or from damage stops the server.
+
+use std::collections::BTreeMap;
+
+use crate::base::layout::WAITING_DIR;
+use crate::run::runs::{binding, Fatal, Runs};
+use crate::run::store::RunStore;
+use crate::store::journal::Journal;
+use crate::store::ledger::RunPhase;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LedgerPhase {
+    Absent,
+    Open,
+    Settled,
+    Released,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalState {
+    Absent,
+    /// The file exists but holds no intact record: the header's write was torn.
+    Headless,
+    /// A header and maybe records, no end.
+    Started,
+    Ended,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Nothing,
+    /// Crash after step 1 or 2: the run never started. Remove the inputs file, release.
+    Release,
+    /// Crash during steps 3 to 5: resume (re-execute against the journal).
+    Resume,
+    /// Crash between the journal's end and step 6: settle from the end record.
+    SettleFromEnd,
+    /// Crash after step 6 before its clean-up: remove the inputs file and waiting record.
+    CleanUp,
+    /// Nothing can explain this state: stop the server, naming it.
+    Refuse(&'static str),
+}
+
+/// The decision table. `inputs` and `waiting` say whether those files exist.
+pub fn decide(phase: LedgerPhase, inputs: bool, journal: JournalState, waiting: bool) -> Action {
+    use Action::*;
+    use JournalState as J;
+    use LedgerPhase as L;
+    match (phase, inputs, journal, waiting) {
+        (L::Absent, _, J::Absent, false) if !inputs => Nothing,
+        (L::Absent, _, _, _) => Refuse("files of a run with no reservation in the ledger"),
+
+        (L::Open, false, J::Absent | J::Headless, false) => Release,
+        (L::Open, true, J::Absent | J::Headless, false) => {
+            // Step 2 was durable; step 3 (the header) was not, or was torn: the run had not
+            // begun, so it is released like step 1 (its inputs file is removed first).
+            Release
+        }
+        (L::Open, true, J::Started, _) => Resume,
+        (L::Open, _, J::Ended, _) => SettleFromEnd,
+        (L::Open, false, J::Started, _) => Refuse("an unfinished run whose kept arguments are gone"),
+        (L::Open, _, J::Absent | J::Headless, true) => Refuse("a waiting record for a run that never started"),
+
+        (L::Settled, false, J::Ended | J::Absent, false) => Nothing,
+        (L::Settled, _, J::Ended | J::Absent, _) => CleanUp,
+        (L::Settled, _, J::Started | J::Headless, _) => Refuse("a settled run whose journal has no end"),
+
+        (L::Released, false, J::Absent, false) => Nothing,
+        (L::Released, _, J::Absent, _) => CleanUp,
+        (L::Released, _, _, _) => Refuse("a journal for a run the ledger released as never started"),
+    }
+}
+
+/// What recovery did, for the log and for tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub released: Vec<String>,
+    pub resumed: Vec<String>,
+    pub settled_from_end: Vec<String>,
+    pub cleaned: Vec<String>,
+}
+
+struct Found {
+    tool: String,
+    inputs: bool,
+    journal: bool,
+    waiting: bool,
+}
+
+/// Lists the run files under the journals directory: run id -> where its files are.
+async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
+    let env = &runs.env;
+    let root = &runs.journals;
+    let io = |what: &str, e: std::io::Error| Fatal(format!("{}: {what}: {e}", root.display()));
+    let mut found: BTreeMap<String, Found> = BTreeMap::new();
+    if !env.disk.exists(root).await.map_err(|e| io("cannot see the journals directory", e))? {
+        return Ok(found);
+    }
+    for tool in env.disk.list(root).await.map_err(|e| io("cannot list", e))? {
+        let tool_dir = root.join(&tool);
+        if tool == WAITING_DIR || tool.starts_with("server.") {
+            continue;
+        }
+        let Some(shards) = listed(env.disk.list(&tool_dir).await, &tool_dir)? else {
+            continue;
+        };
+        for shard in shards {
+            let shard_dir = tool_dir.join(&shard);
+            let Some(files) = listed(env.disk.list(&shard_dir).await, &shard_dir)? else {
+                continue;
+            };
+            for file in files {
+                let Some((run, kind)) = file.split_once('.') else {
+                    continue;
+                };
+                // A run's log is not a record: no cell of the table looks at it.
+                if !matches!(kind, "inputs.json" | "journal") || !is_run_id(run) {
+                    continue;
+                }
+                let entry = found.entry(run.to_string()).or_insert(Found {
+                    tool: tool.clone(),
+                    inputs: false,
+                    journal: false,
+                    waiting: false,
+                });
+                match kind {
+                    "inputs.json" => entry.inputs = true,
+                    _ => entry.journal = true,
+                }
+            }
+        }
+    }
+    let waiting_dir = root.join(WAITING_DIR);
+    if env.disk.exists(&waiting_dir).await.map_err(|e| io("cannot see the waiting directory", e))? {
+        for file in env.disk.list(&waiting_dir).await.map_err(|e| io("cannot list waiting", e))? {
+            if let Some(run) = file.strip_suffix(".json").filter(|run| is_run_id(run)) {
+                let tool = runs.ledger.state().run(run).map(|e| e.tool.clone()).unwrap_or_default();
+                found
+                    .entry(run.to_string())
+                    .or_insert(Found { tool, inputs: false, journal: false, waiting: false })
+                    .waiting = true;
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// A directory's names; `None` for a name that is not a directory (or is gone). Any other
+/// error stops recovery: a run's files it could not see would be taken as absent.
+fn listed(listing: std::io::Result<Vec<String>>, dir: &std::path::Path) -> Result<Option<Vec<String>>, Fatal> {
+    match listing {
+        Ok(names) => Ok(Some(names)),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => Ok(None),
+        Err(e) => Err(Fatal(format!("{}: cannot list: {e}", dir.display()))),
+    }
+}
+
+/// Applies the decision table to every run, resuming interrupted runs one after another.
+pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
+    let found = scan(runs).await?;
+    // Only a run with files on disk or open in the ledger can need anything: a settled or
+    // released run whose files are gone is in its final cell (Nothing) already.
+    let mut all: Vec<String> = found.keys().cloned().collect();
+    all.extend(runs.ledger.state().runs.values().filter(|entry| entry.is_open()).map(|entry| entry.run.clone()));
+    all.sort_unstable();
+    all.dedup();
+    let mut report = Report::default();
+    let mut refusals = Vec::new();
+    let mut to_resume = Vec::new();
+    for run in all {
+        let examined = match examine(runs, &run, found.get(&run)).await? {
+            Ok(examined) => examined,
+            Err(problem) => {
+                refusals.push(problem);
+                continue;
+            }
+        };
+        let Examined { tool, journal, cell: (phase, inputs, journal_state, waiting) } = examined;
+        match decide(phase, inputs, journal_state, waiting) {
+            Action::Nothing => {}
+            Action::Refuse(why) => refusals.push(format!("run {run} of tool `{tool}`: {why}")),
+            Action::Release => {
+                RunStore::release(runs, &tool, &run).await?;
+                report.released.push(run);
+            }
+            Action::CleanUp => {
+                let paths = runs.files(&tool, &run);
+                runs.remove_if_present(&paths.inputs).await?;
+                runs.remove_if_present(&paths.waiting).await?;
+                report.cleaned.push(run);
+            }
+            Action::SettleFromEnd | Action::Resume => {
+                let journal = journal.expect("a journal exists in these cells");
+                match resumable(runs, &run, &tool, &journal) {
+                    Ok(()) => to_resume.push((run, tool, journal, None)),
+                    // A run waiting for its client's input has no action in doubt: when its
+                    // program or config changed, it ends instead of stopping the start.
+                    Err(problem) if journal.awaiting_round().is_some() && runs.catalog.tool(&tool).is_some() => {
+                        to_resume.push((run, tool, journal, Some(problem)))
+                    }
+                    Err(problem) => refusals.push(problem),
+                }
+            }
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(Fatal(format!(
+            "refusing to start; these runs need an operator (let unfinished runs end before changing tools or \
+             upgrading, seed 000 section 7):\n{}",
+            refusals.join("\n")
+        )));
+    }
+    for (run, tool, journal, changed) in to_resume {
+        if let Some(problem) = changed {
+            end_waiting(runs, &run, &tool, &problem).await?;
+            report.settled_from_end.push(run);
+            continue;
+        }
+        let ended = resume(runs, &run, &tool, &journal).await?;
+        if ended {
+            report.settled_from_end.push(run);
+        } else {
+            report.resumed.push(run);
+        }
+    }
+    Ok(report)
+}
+
+/// One run as recovery finds it: its tool, its journal, and its cell of the table.
+struct Examined {
+    tool: String,
+    journal: Option<Journal>,
+    cell: (LedgerPhase, bool, JournalState, bool),
+}
+
+/// Reads what the ledger and the disk say of `run`. An I/O error stops recovery (the outer
+/// `Err`); a damaged journal is a refusal naming it (the inner `Err`).
+async fn examine(runs: &Runs, run: &str, files: Option<&Found>) -> Result<Result<Examined, String>, Fatal> {
+    let (tool, phase) = match runs.ledger.state().run(run) {
+        Some(entry) => (entry.tool.clone(), phase_of(&entry.phase)),
+        None => (files.map(|f| f.tool.clone()).unwrap_or_default(), LedgerPhase::Absent),
+    };
+    if matches!(phase, LedgerPhase::Settled | LedgerPhase::Released) {
+        return Ok(Ok(finished(tool, phase, files)));
+    }
+    // A run the ledger knows is checked at its own paths, not only through the scan. An I/O
+    // error is not "absent": reading it so could release an open run and delete its journal.
+    let known = phase != LedgerPhase::Absent && is_run_id(run);
+    let exists = |path: std::path::PathBuf| async move {
+        runs.env.disk.exists(&path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))
+    };
+    let paths = known.then(|| runs.files(&tool, run));
+    let (journal_exists, inputs, waiting) = match paths {
+        Some(paths) => (exists(paths.journal).await?, exists(paths.inputs).await?, exists(paths.waiting).await?),
+        None => (files.is_some_and(|f| f.journal), files.is_some_and(|f| f.inputs), files.is_some_and(|f| f.waiting)),
+    };
+    let journal = match journal_exists {
+        true => match runs.read_journal(&tool, run).await {
+            Ok(journal) => journal,
+            Err(problem) => return Ok(Err(problem)),
+        },
+        false => None,
+    };
+    let journal_state = match &journal {
+        None => JournalState::Absent,
+        Some(j) if j.header.is_none() => JournalState::Headless,
+        Some(j) if j.end.is_some() => JournalState::Ended,
+        Some(_) => JournalState::Started,
+    };
+    Ok(Ok(Examined { tool, journal, cell: (phase, inputs, journal_state, waiting) }))
+}
+
+fn phase_of(phase: &RunPhase) -> LedgerPhase {
+    match phase {
+        RunPhase::Open => LedgerPhase::Open,
+        RunPhase::Settled { .. } => LedgerPhase::Settled,
+        RunPhase::Released { .. } => LedgerPhase::Released,
+    }
+}
+
+/// A settled or released run, from the scan alone: start-up reads no journal of a finished
+/// run, so it does not grow with history. The ledger settles a run only once its journal's
+/// end is durable, so a settled run's journal has ended by construction (the simulator checks
+/// that every settled run's journal ends as the ledger says); a released run's journal must
+/// not exist, which the scan tells. What is left to do is cleaning up files left over, and
+/// the scan lists every file (a listing that fails stops recovery, never reads as absent).
+fn finished(tool: String, phase: LedgerPhase, files: Option<&Found>) -> Examined {
+    let (journal, inputs, waiting) = files.map_or((false, false, false), |f| (f.journal, f.inputs, f.waiting));
+    let journal_state = match (journal, phase) {
+        (false, _) => JournalState::Absent,
+        (true, LedgerPhase::Settled) => JournalState::Ended,
+        // A journal the ledger says never started: refused by the table, whatever it holds.
+        (true, _) => JournalState::Started,
+    };
+    Examined { tool, journal: None, cell: (phase, inputs, journal_state, waiting) }
+}
+
+/// Whether an unfinished run can resume under the current manifest and binary.
+/// A run whose journal has ended runs no program again (only its settle is left), so a
+/// changed program, config or version does not stop it.
+fn resumable(runs: &Runs, run: &str, tool: &str, journal: &Journal) -> Result<(), String> {
+    let current = runs
+        .catalog
+        .tool(tool)
+        .ok_or_else(|| format!("run {run} is unfinished but its tool `{tool}` is no longer in the manifest"))?;
+    if journal.end.is_some() {
+        return Ok(());
+    }
+    match binding_problem(journal, current) {
+        Some(problem) => Err(format!("run {run} of tool `{tool}` cannot resume: {problem}")),
+        None => Ok(()),
+    }
+}
+
+/// Ends a run that waits for its client's input and cannot resume (`problem`): its end says
+/// why, its program does not run.
+async fn end_waiting(runs: &Runs, run: &str, tool_name: &str, problem: &str) -> Result<(), Fatal> {
+    let tool = runs.catalog.tool(tool_name).expect("checked before");
+    let inputs = runs.read_inputs(tool_name, run).await.map_err(Fatal)?.unwrap_or_default();
+    let why = format!("it waited for its client's input and cannot resume: {problem}");
+    runs.log_run(tool_name, run, &format!("ends: {why}")).await;
+    runs.execute_to_end(tool, run, &inputs, crate::run::driver::Entry::Abandoned(why), &[]).await.map(|_| ())
+}
+
+/// Resumes one run through its state machine; returns whether its journal had ended.
+async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal) -> Result<bool, Fatal> {
+    let tool = runs.catalog.tool(tool_name).expect("checked by resumable");
+    if journal.torn_tail_bytes > 0 {
+        runs.drop_torn_tail(&runs.files(tool_name, run).journal, journal.intact_len).await?;
+    }
+    let ended = journal.end.is_some();
+    let inputs = match runs.read_inputs(tool_name, run).await.map_err(Fatal)? {
+        Some(inputs) => inputs,
+        None if ended => Default::default(),
+        None => return Err(Fatal(format!("run {run}: its kept arguments vanished during recovery"))),
+    };
+    let line = if ended { "settling from its journal's end after a restart" } else { "resuming after a restart" };
+    runs.log_run(tool_name, run, line).await;
+    // No client waits on a resumed run: a round it reaches asks every kind, and waits (a
+    // `once` repeat reaches it; else it expires) rather than going on with no answers.
+    let every_kind: Vec<String> = crate::program::ask::INPUT_KINDS.iter().map(|k| k.to_string()).collect();
+    runs.execute_to_end(tool, run, &inputs, crate::run::driver::Entry::Resumed, &every_kind).await?;
+    Ok(ended)
+}
+
+/// Run ids are 32 lowercase hexadecimal characters; any other name is not a run's file.
+fn is_run_id(text: &str) -> bool {
+    text.len() == 32 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn binding_problem(journal: &Journal, tool: &crate::catalog::Tool) -> Option<String> {
+    let (_, recorded, _) = journal.header.as_ref()?;
+    let current = binding(tool);
+    if recorded.program != current.program {
+        Some(format!("its program changed since it started ({})", tool.program.path.display()))
+    } else if recorded.config != current.config {
+        Some("the tool's configuration in the manifest changed since it started".to_string())
+    } else if recorded.version != current.version {
+        Some(format!("it was started by Warden {}, this is {}", recorded.version, current.version))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Action::*;
+    use JournalState as J;
+    use LedgerPhase as L;
+
+    /// Every cell of the table, so a change to it is a visible change to this list.
+    #[test]
+    fn the_decision_table() {
+        let cells = [
+            ((L::Open, false, J::Absent, false), Release),
+            ((L::Open, true, J::Absent, false), Release),
+            ((L::Open, true, J::Headless, false), Release),
+            ((L::Open, true, J::Started, false), Resume),
+            ((L::Open, true, J::Started, true), Resume),
+            ((L::Open, true, J::Ended, false), SettleFromEnd),
+            ((L::Open, false, J::Ended, false), SettleFromEnd),
+            ((L::Open, false, J::Started, false), Refuse("an unfinished run whose kept arguments are gone")),
+            ((L::Settled, false, J::Ended, false), Nothing),
+            ((L::Settled, false, J::Absent, false), Nothing),
+            ((L::Settled, true, J::Ended, false), CleanUp),
+            ((L::Settled, false, J::Ended, true), CleanUp),
+            ((L::Released, false, J::Absent, false), Nothing),
+            ((L::Released, true, J::Absent, false), CleanUp),
+        ];
+        for ((phase, inputs, journal, waiting), expected) in cells {
+            assert_eq!(decide(phase, inputs, journal, waiting), expected, "{phase:?} {inputs} {journal:?} {waiting}");
+        }
+        assert!(matches!(decide(L::Absent, false, J::Started, false), Refuse(_)));
+        assert!(matches!(decide(L::Absent, true, J::Absent, false), Refuse(_)));
+        assert!(matches!(decide(L::Released, false, J::Ended, false), Refuse(_)));
+        assert!(matches!(decide(L::Settled, false, J::Started, false), Refuse(_)));
+        assert_eq!(decide(L::Absent, false, J::Absent, false), Nothing);
+    }
+}

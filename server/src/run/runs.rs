@@ -1,0 +1,546 @@
+//! Durable runs: the steps of seed 000 section 7, each made durable before the next begins.
+//!
+//! | step | durable record                  |
+//! |------|---------------------------------|
+//! | 1    | `reserve` in the ledger          |
+//! | 2    | `<run>.inputs.json`              |
+//! | 3    | the journal's header             |
+//! | 4    | the journal's records (prints, actions, end) |
+//! | 5    | `waiting/<run>.json` (a stopped run) |
+//! | 6    | `settle` in the ledger; then the inputs file is removed |
+//! | 7    | the answer (nothing to record)   |
+//!
+//! Steps 1 and 6 are the ledger's (`ledger.rs`). This module owns the run's files and
+//! writes them (steps 2 to 6, behind `store::RunStore`); what happens when is the state
+//! machine's (`machine.rs`), carried out by `driver.rs`.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use crate::base::json::sha256_hex;
+use serde_json::{json, Map, Value};
+
+use crate::base::layout::RunFiles;
+use crate::base::sync::Signal;
+use crate::broker::{scrub, scrub_value, Action};
+use crate::catalog::{Catalog, Tool};
+use crate::env::{Env, Point};
+use crate::program::FailureKind;
+use crate::run::perform;
+use crate::store::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord};
+use crate::store::ledger::{Event, Ledger, LedgerError, MoneyRecord};
+use crate::store::record::{self, RECORD_LINE_BYTES_MAX};
+
+/// Everything durable the server owns while it holds `server.lock`.
+pub struct Runs {
+    pub env: Env,
+    pub catalog: Rc<Catalog>,
+    pub journals: PathBuf,
+    pub ledger: Ledger,
+    /// Runs executing in this process now.
+    in_progress: RefCell<BTreeSet<String>>,
+    /// Held from a directory's existence check to its parent's fsync: a directory another
+    /// run has created but not yet made durable is never taken for a durable one.
+    dirs: crate::base::sync::Mutex,
+    /// Directories this process has made durable: later runs in them skip the check (the
+    /// server never removes a directory).
+    durable_dirs: RefCell<BTreeSet<PathBuf>>,
+    /// The journals of runs executing in this process, as read once from disk and then grown
+    /// by each record once its append is durable: the driver reads a run's journal before
+    /// every execution without going to disk. Dropped when the run stops executing.
+    journals_executing: RefCell<BTreeMap<String, Journal>>,
+    /// Runs this process started that have written no waiting record: settling one need not
+    /// look for a record (a waiting record is written only by the process running the run).
+    never_waited: RefCell<BTreeSet<String>>,
+    /// Set when a durable write failed: the server stops serving.
+    pub fatal: Signal,
+    /// Notify commands not yet delivered: an exiting server waits for them (`notify.rs`).
+    pub notifications_owed: crate::base::sync::WaitGroup,
+    fatal_message: RefCell<Option<String>>,
+    /// Every secret value any grant can attach: scrubbed at every output boundary.
+    pub secrets: Vec<String>,
+    /// The callers listening to runs in progress (progress and log messages).
+    pub listeners: crate::run::notice::Listeners,
+    /// The runs waiting for their clients' input, and the key of their `requestState`s.
+    pub inputs: crate::run::input::Inputs,
+}
+
+/// A durable step failed: the server cannot go on safely.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fatal(pub String);
+
+impl From<LedgerError> for Fatal {
+    fn from(error: LedgerError) -> Fatal {
+        Fatal(error.to_string())
+    }
+}
+
+/// The binding of a tool's current code: what a journal written now will carry.
+pub fn binding(tool: &Tool) -> Binding {
+    Binding {
+        program: tool.program.hash.clone(),
+        config: sha256_hex(tool.config.config_json.as_bytes()),
+        version: crate::VERSION.to_string(),
+    }
+}
+
+impl Runs {
+    pub fn new(env: Env, catalog: Rc<Catalog>, ledger: Ledger) -> Runs {
+        let journals = catalog.manifest.server.journals.clone();
+        let mut secrets: Vec<String> =
+            catalog.tools.iter().flat_map(|tool| perform::secret_values(&env, &tool.config.grants)).collect();
+        if let Some(model) = &catalog.manifest.model {
+            secrets.extend(env.process.var(&model.api_key_env).filter(|key| !key.is_empty()));
+        }
+        Runs {
+            secrets,
+            env,
+            catalog,
+            journals,
+            ledger,
+            in_progress: RefCell::new(BTreeSet::new()),
+            dirs: crate::base::sync::Mutex::new(),
+            durable_dirs: RefCell::new(BTreeSet::new()),
+            journals_executing: RefCell::new(BTreeMap::new()),
+            never_waited: RefCell::new(BTreeSet::new()),
+            fatal: Signal::new(),
+            notifications_owed: crate::base::sync::WaitGroup::new(),
+            fatal_message: RefCell::new(None),
+            listeners: Default::default(),
+            inputs: Default::default(),
+        }
+    }
+
+    /// Creates `dir` under the journals durably, one run at a time (`dirs`), once per process.
+    async fn create_dirs(&self, dir: &Path) -> std::io::Result<()> {
+        if self.durable_dirs.borrow().contains(dir) {
+            return Ok(());
+        }
+        let _held = self.dirs.lock().await;
+        if !self.durable_dirs.borrow().contains(dir) {
+            crate::store::files::create_dirs_durably(&self.env, &self.journals, dir).await?;
+            self.durable_dirs.borrow_mut().insert(dir.to_path_buf());
+        }
+        Ok(())
+    }
+
+    pub fn files(&self, tool: &str, run: &str) -> RunFiles {
+        RunFiles::new(&self.journals, tool, run)
+    }
+
+    pub fn is_in_progress(&self, run: &str) -> bool {
+        self.in_progress.borrow().contains(run)
+    }
+
+    /// Records a fatal failure once; the connection stops reading when it sees it.
+    pub fn stop(&self, fatal: &Fatal) {
+        if self.fatal_message.borrow().is_none() {
+            self.env.log(&format!("stopping: {}", fatal.0));
+            *self.fatal_message.borrow_mut() = Some(fatal.0.clone());
+        }
+        self.fatal.set();
+    }
+
+    pub fn fatal_message(&self) -> Option<String> {
+        self.fatal_message.borrow().clone()
+    }
+
+    /// A journal record as it is written: scrubbed of secrets in every form a reader decodes.
+    fn encoded(&self, record: &JournalRecord) -> Vec<u8> {
+        let value = serde_json::to_value(record).expect("records serialise");
+        record::encode(&scrub_value(&value, &self.secrets))
+    }
+
+    /// Appends one record durably. The caller made it fit (`fitted_done`, `fitted_end`; the
+    /// other records are bounded where their contents enter): a writer never writes a line
+    /// its reader refuses, or recovery could never read the journal again.
+    pub(crate) async fn append_record(&self, path: &Path, record: &JournalRecord, run: &str) -> Result<(), Fatal> {
+        let value = scrub_value(&serde_json::to_value(record).expect("records serialise"), &self.secrets);
+        assert!(
+            crate::base::json::depth(&value) <= 2 * record::VALUE_DEPTH_MAX - 8,
+            "run {run}: a journal record nested too deep"
+        );
+        let line = record::encode(&value);
+        assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
+        crate::store::files::append_line_durably(&self.env, path, line.clone())
+            .await
+            .map_err(|e| Fatal(format!("journaling a record of run {run} failed: {e}")))?;
+        self.remember_record(run, &line);
+        Ok(())
+    }
+
+    /// Grows the journal kept in memory for an executing run by a record now durable, as
+    /// read back (scrubbed). A record the reader would refuse drops the copy: the next read
+    /// goes to disk and reports it.
+    fn remember_record(&self, run: &str, line: &[u8]) {
+        let mut executing = self.journals_executing.borrow_mut();
+        let Some(journal) = executing.get_mut(run) else { return };
+        let line_without_newline = line.strip_suffix(b"\n").unwrap_or(line);
+        let applied = record::decode::<JournalRecord>(line_without_newline)
+            .map_err(|problem| (0, problem))
+            .and_then(|record| journal.apply(record));
+        match applied {
+            Ok(()) => journal.intact_len += line.len(),
+            Err(_) => {
+                executing.remove(run);
+            }
+        }
+    }
+
+    /// A run's journal for its driver: from memory while it executes here, else from disk
+    /// (and kept in memory from then on, while it executes).
+    pub(crate) async fn executing_journal(&self, tool: &str, run: &str) -> Result<Option<Journal>, String> {
+        if let Some(journal) = self.journals_executing.borrow().get(run) {
+            return Ok(Some(journal.clone()));
+        }
+        let journal = self.read_journal(tool, run).await?;
+        if let Some(journal) = &journal {
+            if self.is_in_progress(run) {
+                self.journals_executing.borrow_mut().insert(run.to_string(), journal.clone());
+            }
+        }
+        Ok(journal)
+    }
+
+    /// An action's result, fitting its done record in a journal line: a result too large to
+    /// keep is replaced by an error saying so (the action happened; its answer is not kept).
+    pub(crate) fn fitted_result(&self, op: u64, result: Value) -> Value {
+        if crate::base::json::depth(&result) > record::VALUE_DEPTH_MAX {
+            let error = format!(
+                "the result of action {op} nests deeper than {} levels; the action happened but its result was \
+                 not kept",
+                record::VALUE_DEPTH_MAX
+            );
+            return json!({"status": result.get("status"), "error": error});
+        }
+        let size = self.encoded(&JournalRecord::Done { op, result: result.clone() }).len();
+        if size <= RECORD_LINE_BYTES_MAX {
+            return result;
+        }
+        let error = format!(
+            "the result of action {op} is {size} bytes as a journal record, over the limit of \
+             {RECORD_LINE_BYTES_MAX}; the action happened but its result was not kept"
+        );
+        json!({"status": result.get("status"), "error": error})
+    }
+
+    /// A run's end record, fitting a journal line: a result or message too large to keep
+    /// ends the run as `budget`, saying so.
+    pub(crate) fn fitted_end(&self, end: EndRecord) -> EndRecord {
+        let size = self.encoded(&JournalRecord::End(end.clone())).len();
+        let shallow =
+            end.result.as_ref().is_none_or(|result| crate::base::json::depth(result) <= record::VALUE_DEPTH_MAX);
+        if size <= RECORD_LINE_BYTES_MAX && shallow {
+            return end;
+        }
+        let what = if end.result.is_some() { "result" } else { "failure message" };
+        let why = match shallow {
+            true => format!("is {size} bytes as a journal record, over the limit of {RECORD_LINE_BYTES_MAX}"),
+            false => format!("nests deeper than {} levels", record::VALUE_DEPTH_MAX),
+        };
+        EndRecord {
+            outcome: journal::RunOutcome::Failed(FailureKind::Budget),
+            result: None,
+            message: Some(format!("the run's {what} {why}; it was not kept")),
+            usage: end.usage,
+            at_ms: end.at_ms,
+        }
+    }
+
+    /// Appends one line to the run's log (best effort: the log is for people, and the
+    /// journal is the record). The caller does not hear it: lines for the operator name
+    /// server paths, commands and service errors (see `log_run_at`).
+    pub async fn log_run(&self, tool: &str, run: &str, line: &str) {
+        self.log_run_at(tool, run, line, None).await;
+    }
+
+    /// `log_run`, and a caller listening at `level` (of `notice::LOG_LEVELS`) hears the line
+    /// too: a program's prints (`info`), its run's start and end (`debug`).
+    pub async fn log_run_at(&self, tool: &str, run: &str, line: &str, level: Option<usize>) {
+        let line = &scrub(line, &self.secrets);
+        if let Some(level) = level {
+            self.listeners.tell(run, crate::run::notice::Notice::Log { level, text: line.clone() }).await;
+        }
+        self.env.log(&format!("tool {tool} run {run}: {line}"));
+        let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
+        let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");
+        bytes.push(b'\n');
+        if let Err(error) = self.env.disk.append(&self.files(tool, run).log, bytes).await {
+            self.env.log(&format!("tool {tool} run {run}: writing the run's log failed: {error}"));
+        }
+    }
+
+    /// Step 2 and 3: the kept arguments, then the journal's header, each durable.
+    pub async fn start_files(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
+        let files = self.files(&tool.config.name, run);
+        let io = |what: &str, e: std::io::Error| Fatal(format!("{what} of run {run} failed: {e}"));
+        self.create_dirs(&files.dir).await.map_err(|e| io("creating the directory", e))?;
+        self.never_waited.borrow_mut().insert(run.to_string());
+        let kept = record::encode(&InputsRecord { run: run.to_string(), inputs: inputs.clone() });
+        crate::store::files::write_new_durably(&self.env, &files.inputs, kept)
+            .await
+            .map_err(|e| io("keeping the arguments", e))?;
+        self.env.reached(Point::InputsKept, run);
+        self.write_header(tool, run, inputs).await?;
+        self.env.reached(Point::JournalCreated, run);
+        Ok(())
+    }
+
+    async fn write_header(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
+        let files = self.files(&tool.config.name, run);
+        let header = JournalRecord::Header {
+            run: run.to_string(),
+            tool: tool.config.name.clone(),
+            binding: binding(tool),
+            inputs: sha256_hex(&serde_json::to_vec(inputs).expect("JSON values serialise")),
+            at_ms: self.env.clock.now_ms(),
+            // The ledger's reserve is the authority on whom the run is for; the header says it too.
+            principal: self.ledger.state().run(run).and_then(|entry| entry.principal.clone()),
+        };
+        crate::store::files::write_new_durably(&self.env, &files.journal, record::encode(&header))
+            .await
+            .map_err(|e| Fatal(format!("creating the journal of run {run} failed: {e}")))
+    }
+
+    /// Reads a run's journal, if it exists.
+    pub async fn read_journal(&self, tool: &str, run: &str) -> Result<Option<Journal>, String> {
+        let path = self.files(tool, run).journal;
+        match crate::store::files::read_if_present(&self.env, &path)
+            .await
+            .map_err(|e| format!("{}: {e}", path.display()))?
+        {
+            Some(bytes) => Journal::parse(&path, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub async fn read_inputs(&self, tool: &str, run: &str) -> Result<Option<Map<String, Value>>, String> {
+        let path = self.files(tool, run).inputs;
+        let Some(bytes) = crate::store::files::read_if_present(&self.env, &path)
+            .await
+            .map_err(|e| format!("{}: {e}", path.display()))?
+        else {
+            return Ok(None);
+        };
+        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        let kept: InputsRecord = record::decode(line).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Some(kept.inputs))
+    }
+
+    /// Marks `run` as executing in this process until the guard drops.
+    pub fn running(&self, run: &str) -> InProgress<'_> {
+        self.in_progress.borrow_mut().insert(run.to_string());
+        InProgress { runs: self, run: run.to_string() }
+    }
+
+    /// Step 5: the waiting record, durable; the run keeps its whole reservation.
+    pub(crate) async fn write_waiting(&self, tool: &Tool, run: &str, waiting: Waiting<'_>) -> Result<(), Fatal> {
+        let Waiting { op, action, reason, halted } = waiting;
+        self.never_waited.borrow_mut().remove(run);
+        let name = &tool.config.name;
+        let files = self.files(name, run);
+        let command = match halted {
+            true => format!("warden resolve --journal {} --resume", files.journal.display()),
+            false => format!(
+                "warden resolve --journal {} --op {op} (--happened '{}' | --did-not-happen)",
+                files.journal.display(),
+                action.map_or_else(|| "<result json>".to_string(), crate::broker::resolution::example)
+            ),
+        };
+        // A record for the same stop is kept as first written; one for another stop (a
+        // later action, or a halt) is replaced.
+        let same = self.waiting_record(&files.waiting).await?.is_some_and(|w| w.op == op && w.halted == halted);
+        if !same {
+            let record = WaitingRecord {
+                run: run.to_string(),
+                tool: name.clone(),
+                op,
+                action: serde_json::to_value(action).expect("actions serialise"),
+                reason: reason.to_string(),
+                journal: files.journal.display().to_string(),
+                resolve: command.clone(),
+                at_ms: self.env.clock.now_ms(),
+                halted,
+            };
+            let waiting_dir = self.journals.join(crate::base::layout::WAITING_DIR);
+            self.create_dirs(&waiting_dir)
+                .await
+                .map_err(|e| Fatal(format!("creating {} failed: {e}", waiting_dir.display())))?;
+            let record = scrub_value(&serde_json::to_value(&record).expect("records serialise"), &self.secrets);
+            crate::store::files::replace_durably(&self.env, &files.waiting, record::encode(&record))
+                .await
+                .map_err(|e| Fatal(format!("writing the waiting record of run {run} failed: {e}")))?;
+        }
+        self.env.reached(Point::WaitingRecorded, run);
+        self.log_run(name, run, &format!("stopped, waiting for an operator: {reason}; resolve with: {command}")).await;
+        Ok(())
+    }
+
+    /// Whether a run has a waiting record (it stopped for an operator).
+    pub async fn has_waiting_record(&self, tool: &str, run: &str) -> Result<bool, String> {
+        self.env.disk.exists(&self.files(tool, run).waiting).await.map_err(|e| e.to_string())
+    }
+
+    /// A run's waiting record, if it has one.
+    async fn waiting_record(&self, path: &Path) -> Result<Option<WaitingRecord>, Fatal> {
+        let io = |e: std::io::Error| Fatal(format!("{}: {e}", path.display()));
+        if !self.env.disk.exists(path).await.map_err(io)? {
+            return Ok(None);
+        }
+        read_waiting(&self.env, path).await.map(Some).map_err(Fatal)
+    }
+
+    /// Step 6: the settle event, then the kept arguments and any waiting record go.
+    pub async fn settle(&self, tool: &Tool, run: &str, end: &EndRecord) -> Result<(), Fatal> {
+        {
+            let held = self.ledger.lock().await;
+            let open = self.ledger.state().run(run).is_some_and(|entry| entry.is_open());
+            if open {
+                let at_ms = self.ledger.stamp();
+                let charged = charged_of(&end.usage);
+                let tokens = tokens_of(&end.usage);
+                let outcome = end.outcome;
+                let event = Event::Settle { run: run.to_string(), at_ms, charged, outcome, tokens };
+                self.ledger.append(held, event).await?;
+                self.env.reached(Point::Settled, run);
+            } else {
+                // Settled already, perhaps by an event still waiting for its fsync.
+                drop(held);
+                self.ledger.flush().await?;
+            }
+        }
+        // The kept arguments are not waited on: a removal a crash undoes is redone by
+        // recovery (the CleanUp cell), and retention fsyncs their directory before compaction
+        // can drop the run. A waiting record's removal is waited on: nothing else fsyncs the
+        // waiting directory, and one that came back after the run left the ledger would be
+        // "files of a run with no reservation", refused at every start.
+        self.remove_leftover(&self.files(&tool.config.name, run).inputs).await?;
+        if !self.never_waited.borrow_mut().remove(run) {
+            self.remove_if_present(&self.files(&tool.config.name, run).waiting).await?;
+        }
+        let settled = format!("settled ({})", end.outcome);
+        self.log_run_at(&tool.config.name, run, &settled, Some(crate::run::notice::DEBUG)).await;
+        Ok(())
+    }
+
+    /// Removes a file that may exist, durably (its directory is fsynced).
+    pub async fn remove_if_present(&self, path: &Path) -> Result<(), Fatal> {
+        let removed = crate::store::files::remove_if_present(&self.env, path).await;
+        if removed.map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))? {
+            let dir = path.parent().expect("files live in directories");
+            self.env.disk.fsync_dir(dir).await.map_err(|e| Fatal(format!("fsync of {} failed: {e}", dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Removes a file that may exist, without fsyncing its directory: for files whose
+    /// return after a crash recovery handles (see `settle`).
+    pub async fn remove_leftover(&self, path: &Path) -> Result<(), Fatal> {
+        crate::store::files::remove_if_present(&self.env, path)
+            .await
+            .map(|_| ())
+            .map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))
+    }
+
+    /// Rewrites a journal without its torn tail: temporary file, fsync, rename, fsync dir.
+    pub async fn drop_torn_tail(&self, path: &Path, intact_len: usize) -> Result<(), Fatal> {
+        let io = |e: std::io::Error| Fatal(format!("repairing {} failed: {e}", path.display()));
+        let bytes = self.env.disk.read(path).await.map_err(io)?;
+        crate::store::files::replace_durably(&self.env, path, bytes[..intact_len].to_vec()).await.map_err(io)
+    }
+
+    /// Writes the header of a journal whose header was torn away by a crash (step 3 again).
+    pub async fn rewrite_header(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
+        self.write_header(tool, run, inputs).await
+    }
+}
+
+/// How a run's execution ended for now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    Ended(EndRecord),
+    /// Stopped in doubt at action `op`, waiting for an operator (not settled).
+    Stopped {
+        op: u64,
+    },
+    /// Waiting for its client's answers to round `round` (these requests, by key) until
+    /// `expires_at_ms` (not settled).
+    Asking {
+        round: u64,
+        requests: Value,
+        expires_at_ms: u64,
+    },
+}
+
+/// The waiting record of a run stopped in doubt (`waiting/<run>.json`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WaitingRecord {
+    pub run: String,
+    pub tool: String,
+    pub op: u64,
+    pub action: Value,
+    pub reason: String,
+    pub journal: String,
+    pub resolve: String,
+    pub at_ms: u64,
+    /// Waiting for `warden resolve --resume` (the run was halted), not for an action's verdict.
+    #[serde(default)]
+    pub halted: bool,
+}
+
+/// Reads a run's waiting record.
+pub async fn read_waiting(env: &Env, path: &Path) -> Result<WaitingRecord, String> {
+    let bytes = env.disk.read(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+    record::decode(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// What a waiting record says: the action in doubt (or the next one, for a halted run).
+pub struct Waiting<'a> {
+    pub op: u64,
+    pub action: Option<&'a Action>,
+    pub reason: &'a str,
+    pub halted: bool,
+}
+
+/// Model output tokens a run used, summed from its usage.
+fn tokens_of(usage: &Value) -> u64 {
+    (usage.as_object().into_iter().flat_map(|o| o.values()))
+        .filter_map(|grant| grant.get("output_tokens").and_then(Value::as_u64))
+        .fold(0, u64::saturating_add)
+}
+
+/// Money actually charged, summed per currency from a run's usage.
+fn charged_of(usage: &Value) -> Vec<MoneyRecord> {
+    let mut by_currency: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for grant in usage.as_object().into_iter().flat_map(|o| o.values()) {
+        for charge in grant.get("charged").and_then(Value::as_array).into_iter().flatten() {
+            let money = charge
+                .get("amount")
+                .and_then(Value::as_str)
+                .zip(charge.get("currency").and_then(Value::as_str))
+                .and_then(|(a, c)| crate::base::money::Money::parse(a, c).ok());
+            if let Some(money) = money {
+                *by_currency.entry(money.currency).or_insert(0) += money.minor;
+            }
+        }
+    }
+    by_currency
+        .into_iter()
+        .map(|(currency, minor)| MoneyRecord::from(&crate::base::money::Money { minor, currency }))
+        .collect()
+}
+
+/// A run executing in this process (see `Runs::running`).
+pub struct InProgress<'a> {
+    runs: &'a Runs,
+    run: String,
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.runs.in_progress.borrow_mut().remove(&self.run);
+        self.runs.journals_executing.borrow_mut().remove(&self.run);
+    }
+}

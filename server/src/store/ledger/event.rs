@@ -1,0 +1,85 @@
+//! The ledger's events as its lines hold them (`reserve`, `settle`, `release`) and the records
+//! inside them: pure data, folded by `state.rs` and written by `mod.rs`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::base::money::Money;
+
+/// Money as written in records: exact decimal text and currency.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoneyRecord {
+    pub amount: String,
+    pub currency: String,
+}
+
+impl From<&Money> for MoneyRecord {
+    fn from(money: &Money) -> MoneyRecord {
+        MoneyRecord { amount: money.amount_text(), currency: money.currency.clone() }
+    }
+}
+
+impl MoneyRecord {
+    pub fn to_money(&self) -> Result<Money, String> {
+        Money::parse(&self.amount, &self.currency)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OnceRecord {
+    /// SHA-256 (hex) of the tool name and the `once.by` arguments, canonical JSON.
+    pub key: String,
+    /// SHA-256 (hex) of all normalised arguments: a repeated key with other arguments differs.
+    pub arguments: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Event {
+    Reserve {
+        run: String,
+        tool: String,
+        at_ms: u64,
+        calls: u64,
+        /// Worst-case spend held until settled, one entry per currency.
+        money: Vec<MoneyRecord>,
+        once: Option<OnceRecord>,
+        /// Who the run is for (an authenticated remote principal); absent over stdio.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principal: Option<String>,
+        /// Worst-case model tokens held until settled (its model grants' `max_tokens` x `uses`).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        tokens: u64,
+    },
+    Settle {
+        run: String,
+        at_ms: u64,
+        /// What the outside world actually charged, per currency.
+        charged: Vec<MoneyRecord>,
+        outcome: crate::store::journal::RunOutcome,
+        /// Model tokens the run used.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        tokens: u64,
+    },
+    Release {
+        run: String,
+        at_ms: u64,
+    },
+}
+
+impl Event {
+    pub fn run(&self) -> &str {
+        match self {
+            Event::Reserve { run, .. } | Event::Settle { run, .. } | Event::Release { run, .. } => run,
+        }
+    }
+
+    pub fn at_ms(&self) -> u64 {
+        match self {
+            Event::Reserve { at_ms, .. } | Event::Settle { at_ms, .. } | Event::Release { at_ms, .. } => *at_ms,
+        }
+    }
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}

@@ -1,0 +1,312 @@
+//! The ledger, `<journals>/server.ledger`: the authority on which runs exist and what they
+//! hold (seed 000 section 6). One checksummed event a line: `reserve`, `settle`, `release`.
+//!
+//! `State` is the pure fold of the events (rebuilt at start, and after each append). The
+//! `Ledger` writes events: each is appended and fsynced before anything depends on it. A
+//! failed write or fsync poisons the ledger: nothing more is written (as fjall and
+//! PostgreSQL do), and the server stops.
+//!
+//! Group commit: an event is written and applied to the state under the append lock, so the
+//! next decision sees it; the lock is then released and the caller waits until an fsync
+//! covers its event. While one fsync is in flight, other calls write their events; the next
+//! fsync makes all of them durable at once, and each caller goes on when its own is. A
+//! decision read from the state (a `once` key found, a quota refusal, a status, files to
+//! delete) waits with `flush` until everything it read is durable. A crash in the middle of
+//! a batch leaves whole lines and at most one torn tail, which the next start drops.
+
+mod event;
+mod state;
+
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
+
+use crate::base::sync::{MutexGuard, Notify};
+use crate::env::Env;
+use crate::store::record;
+
+pub use event::{Event, MoneyRecord, OnceRecord};
+pub use state::{duration_text, Counting, OnceLookup, QuotaRefusal, RunEntry, RunPhase, State};
+
+pub const LEDGER_FILE: &str = "server.ledger";
+pub const LEDGER_TEMP_FILE: &str = "server.ledger.tmp";
+
+/// Why the ledger cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerError {
+    /// A bad line that is not the torn tail, or events that break the one-reserve rule.
+    Damaged { file: PathBuf, line: usize, problem: String },
+    /// A write or fsync failed: the ledger is poisoned and the server must stop.
+    Io { file: PathBuf, problem: String },
+    /// The ledger was poisoned by an earlier failure.
+    Poisoned,
+}
+
+impl std::fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LedgerError::Damaged { file, line, problem } => {
+                write!(f, "{}:{line}: the ledger is damaged: {problem}", file.display())
+            }
+            LedgerError::Io { file, problem } => {
+                write!(f, "{}: {problem}; the ledger accepts no more writes", file.display())
+            }
+            LedgerError::Poisoned => write!(f, "the ledger accepts no more writes after an earlier write failed"),
+        }
+    }
+}
+
+/// Parses ledger bytes into state. A torn last line is dropped; any other damage is an error.
+pub fn parse(file: &Path, bytes: &[u8]) -> Result<(State, record::Records<Event>), LedgerError> {
+    let parsed = record::parse_file::<Event>(bytes).map_err(|damage| LedgerError::Damaged {
+        file: file.to_path_buf(),
+        line: damage.line,
+        problem: damage.problem,
+    })?;
+    let mut state = State::default();
+    for (index, event) in parsed.records.iter().enumerate() {
+        state.apply(event).map_err(|problem| LedgerError::Damaged {
+            file: file.to_path_buf(),
+            line: index + 1,
+            problem,
+        })?;
+    }
+    Ok((state, parsed))
+}
+
+/// Marks an fsync in flight; ends the mark even if the leading task is dropped mid-fsync,
+/// so its waiters take over instead of waiting forever.
+struct Leading<'a> {
+    ledger: &'a Ledger,
+}
+
+impl<'a> Leading<'a> {
+    fn new(ledger: &'a Ledger) -> Leading<'a> {
+        assert!(!ledger.syncing.replace(true), "one ledger fsync at a time");
+        Leading { ledger }
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        self.ledger.syncing.set(false);
+        self.ledger.committed.notify_all();
+    }
+}
+
+/// The ledger file and its state, owned by the one server holding `server.lock`.
+pub struct Ledger {
+    env: Env,
+    dir: PathBuf,
+    file: PathBuf,
+    state: RefCell<State>,
+    poisoned: Cell<bool>,
+    /// Serialises decisions and writes: each event is in the state before the next is decided.
+    lock: crate::base::sync::Mutex,
+    /// Events written to the file so far, and how many of them an fsync has made durable.
+    written: Cell<u64>,
+    durable: Cell<u64>,
+    /// The file was created by a write not yet covered by a directory fsync.
+    dir_unsynced: Cell<bool>,
+    /// The file is known to exist (nothing removes it), so an append need not look.
+    file_exists: Cell<bool>,
+    /// An fsync is in flight (its caller leads the next commit).
+    syncing: Cell<bool>,
+    /// Woken when an fsync ends, made events durable or failed.
+    committed: Notify,
+}
+
+impl Ledger {
+    /// Reads the ledger at start and rewrites it compacted (dropping a torn tail), so appends
+    /// always follow an intact line.
+    pub async fn open(env: &Env, dir: &Path) -> Result<Ledger, LedgerError> {
+        let file = dir.join(LEDGER_FILE);
+        let io = |problem: String| LedgerError::Io { file: file.clone(), problem };
+        let exists = env.disk.exists(&file).await.map_err(|e| io(format!("cannot see the ledger: {e}")))?;
+        let bytes = if exists {
+            env.disk.read(&file).await.map_err(|e| io(format!("cannot read the ledger: {e}")))?
+        } else {
+            Vec::new()
+        };
+        let (state, parsed) = parse(&file, &bytes)?;
+        if parsed.torn_tail_bytes > 0 {
+            // Rewrite the intact prefix before anything is appended: an event written after
+            // the fragment would share its line and read back as damage.
+            let temp = dir.join(LEDGER_TEMP_FILE);
+            let intact = bytes[..parsed.intact_len].to_vec();
+            let repaired = async {
+                env.disk.write(&temp, intact).await?;
+                env.disk.fsync(&temp).await?;
+                env.disk.rename(&temp, &file).await?;
+                env.disk.fsync_dir(dir).await
+            }
+            .await;
+            repaired.map_err(|e| io(format!("removing the torn last line failed: {e}")))?;
+            env.log(&format!(
+                "{}: discarded a torn last line ({} bytes) left by a crash during a write",
+                file.display(),
+                parsed.torn_tail_bytes
+            ));
+        }
+        Ok(Ledger {
+            env: env.clone(),
+            dir: dir.to_path_buf(),
+            file,
+            state: RefCell::new(state),
+            poisoned: Cell::new(false),
+            lock: crate::base::sync::Mutex::new(),
+            written: Cell::new(0),
+            durable: Cell::new(0),
+            dir_unsynced: Cell::new(false),
+            file_exists: Cell::new(exists),
+            syncing: Cell::new(false),
+            committed: Notify::default(),
+        })
+    }
+
+    pub fn state(&self) -> std::cell::Ref<'_, State> {
+        self.state.borrow()
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The time to stamp the next event with: never before the last event (a clock set back
+    /// cannot shorten a window or reorder events).
+    pub fn stamp(&self) -> u64 {
+        let now = self.env.clock.now_ms();
+        let last = self.state.borrow().last_at_ms;
+        if now < last {
+            self.env.log(&format!(
+                "the clock ({now} ms) is behind the ledger ({last} ms); stamping events with the ledger's time"
+            ));
+        }
+        now.max(last)
+    }
+
+    /// Takes the append lock: what is decided under it (a quota, a `once` key) cannot be
+    /// raced by another call until its event is in the state (and the caller's answer waits
+    /// for it to be durable).
+    pub async fn lock(&self) -> crate::base::sync::MutexGuard<'_> {
+        self.lock.lock().await
+    }
+
+    /// Appends one event durably: writes it and applies it to the state under the lock the
+    /// caller holds, releases the lock, and returns once an fsync (shared with the events
+    /// others write meanwhile) has made it durable.
+    pub async fn append(&self, held: MutexGuard<'_>, event: Event) -> Result<(), LedgerError> {
+        if self.poisoned.get() {
+            return Err(LedgerError::Poisoned);
+        }
+        // A second reserve, settle or release for a run is a bug: refuse to commit it.
+        if let Err(problem) = self.state.borrow().check(&event) {
+            panic!("refusing to write a ledger event that breaks the one-reserve rule: {problem}");
+        }
+        let is_new = !self.file_exists.get() && !self.env.disk.exists(&self.file).await.unwrap_or(false);
+        if let Err(e) = self.env.disk.append(&self.file, record::encode(&event)).await {
+            self.poisoned.set(true);
+            self.committed.notify_all();
+            return Err(LedgerError::Io { file: self.file.clone(), problem: format!("appending failed: {e}") });
+        }
+        if is_new {
+            self.dir_unsynced.set(true);
+        }
+        self.file_exists.set(true);
+        self.state.borrow_mut().apply(&event).expect("checked before writing");
+        let seq = self.written.get() + 1;
+        self.written.set(seq);
+        drop(held);
+        self.durable_up_to(seq).await
+    }
+
+    /// Returns once every event written so far is durable: a decision read from the state
+    /// may depend on events other calls wrote and still wait for.
+    pub async fn flush(&self) -> Result<(), LedgerError> {
+        self.durable_up_to(self.written.get()).await
+    }
+
+    /// Waits until event `seq` is durable, leading an fsync when none is in flight.
+    async fn durable_up_to(&self, seq: u64) -> Result<(), LedgerError> {
+        loop {
+            if self.durable.get() >= seq {
+                return Ok(());
+            }
+            if self.poisoned.get() {
+                return Err(LedgerError::Poisoned);
+            }
+            if self.syncing.get() {
+                self.committed.changed().await;
+                continue;
+            }
+            self.commit().await?;
+        }
+    }
+
+    /// One fsync covering every event written so far (and the directory, for a new file).
+    async fn commit(&self) -> Result<(), LedgerError> {
+        let leading = Leading::new(self);
+        let target = self.written.get();
+        // Cleared only once the directory is durable: a leader dropped mid-fsync leaves it set.
+        let new_file = self.dir_unsynced.get();
+        let synced = async {
+            self.env.disk.fsync(&self.file).await.map_err(|e| format!("fsync failed: {e}"))?;
+            if new_file {
+                self.env.disk.fsync_dir(&self.dir).await.map_err(|e| format!("fsync of the directory failed: {e}"))?;
+                self.dir_unsynced.set(false);
+            }
+            Ok::<(), String>(())
+        }
+        .await;
+        drop(leading);
+        match synced {
+            Ok(()) => {
+                self.durable.set(self.durable.get().max(target));
+                self.committed.notify_all();
+                Ok(())
+            }
+            Err(problem) => {
+                self.poisoned.set(true);
+                self.committed.notify_all();
+                Err(LedgerError::Io { file: self.file.clone(), problem })
+            }
+        }
+    }
+
+    /// Rewrites the ledger keeping only the runs `keep` selects: temporary file, fsync,
+    /// rename over the old ledger, fsync of the directory. A crash leaves one or the other.
+    /// When every run is kept, nothing is rewritten (a start does not pay for history).
+    pub async fn compact(&self, keep: impl Fn(&RunEntry) -> bool) -> Result<usize, LedgerError> {
+        let held = self.lock().await;
+        // The rename must not overtake an fsync of the old file in flight.
+        self.flush().await?;
+        if self.state.borrow().runs.values().all(&keep) {
+            return Ok(0);
+        }
+        let (events, dropped) = self.state.borrow().compacted_events(&keep);
+        let temp = self.dir.join(LEDGER_TEMP_FILE);
+        let bytes: Vec<u8> = events.iter().flat_map(record::encode).collect();
+        let written = async {
+            self.env.disk.write(&temp, bytes).await.map_err(|e| format!("writing {} failed: {e}", temp.display()))?;
+            self.env.disk.fsync(&temp).await.map_err(|e| format!("fsync of {} failed: {e}", temp.display()))?;
+            self.env
+                .disk
+                .rename(&temp, &self.file)
+                .await
+                .map_err(|e| format!("renaming the compacted ledger failed: {e}"))?;
+            self.env.disk.fsync_dir(&self.dir).await.map_err(|e| format!("fsync of the directory failed: {e}"))
+        }
+        .await;
+        drop(held);
+        if let Err(problem) = written {
+            self.poisoned.set(true);
+            return Err(LedgerError::Io { file: self.file.clone(), problem });
+        }
+        let mut state = State::default();
+        for event in &events {
+            state.apply(event).expect("compaction keeps whole runs");
+        }
+        state.last_at_ms = state.last_at_ms.max(self.state.borrow().last_at_ms);
+        *self.state.borrow_mut() = state;
+        Ok(dropped)
+    }
+}
