@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::catalog::{read_manifest, Catalog};
 use crate::env::{DiskLock, Env};
+use crate::protocol::http::HttpOptions;
 use crate::protocol::Connection;
 use crate::run::runs::{Fatal, Runs};
 use crate::run::{recovery, retention};
@@ -34,6 +35,14 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// Serves the manifest's tools over Streamable HTTP until listening fails or a durable write
+/// fails.
+pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -> Result<(), String> {
+    let auth = crate::protocol::http::authentication(env, &options).await?;
+    let opened = open_server(env, manifest_path, auth.secrets()).await?;
+    crate::protocol::http::serve(env, &opened.runs, auth, &options).await
 }
 
 /// A server ready to answer, whatever its transport: the manifest loaded and checked,
@@ -309,8 +318,8 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
         Some(text) => {
             let value =
                 serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?;
-            if crate::base::json::depth(&value) > crate::store::record::VALUE_DEPTH_MAX {
-                return Err(format!("--happened: nested deeper than {} levels", crate::store::record::VALUE_DEPTH_MAX));
+            if crate::base::json::depth(&value) > crate::limits::VALUE_DEPTH_MAX {
+                return Err(format!("--happened: nested deeper than {} levels", crate::limits::VALUE_DEPTH_MAX));
             }
             Some(crate::broker::resolution::checked(&action, value)?)
         }

@@ -150,9 +150,7 @@ fn main() -> ExitCode {
                 _ => None,
             };
             let options = warden::protocol::http::HttpOptions { listen, bearer_token_env, oauth };
-            report(
-                warden::io::run(warden::protocol::http::serve_http(&env, &manifest, options)).map(|()| String::new()),
-            )
+            report(warden::io::run(warden::commands::serve_http(&env, &manifest, options)).map(|()| String::new()))
         }
         Command::Check { manifest } => {
             let env = warden::io::command_env();

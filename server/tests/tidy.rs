@@ -324,3 +324,97 @@ fn the_reach_scan_finds_what_it_must() {
     assert_eq!(does_io("fn f() { x.awaiting_round() }"), None);
     assert_eq!(does_io("fn f() { x.await }"), Some("awaits"));
 }
+
+/// The rooms of `server/src`, in dependency order (as `lib.rs` declares them): a room may use
+/// the rooms before it, never one after, so no cycle runs between rooms. `io` implements the
+/// seam and may use what the seam's types name; `commands` wires the rooms together.
+const ROOMS: &[(&str, &str)] = &[
+    ("base", "imports nothing from the crate"),
+    ("limits", "imports nothing from the crate"),
+    ("manifest", "the operator's configuration, read and range-checked"),
+    ("broker", "does no I/O: grants checked, narrowed, replayed, scrubbed"),
+    ("program", "Starlark programs: load, check inputs, execute against the broker"),
+    ("env", "the seam: every clock, disk, socket, process and random byte"),
+    ("io", "the seam's production side"),
+    ("store", "knows nothing of calls, runs or protocols"),
+    ("catalog", "what is loaded at start"),
+    ("run", "a run from its header to its settle"),
+    ("call", "what a client asks for, in either era"),
+    ("protocol", "the only room that knows JSON-RPC and HTTP"),
+    ("commands", "the binary's commands, wiring the rooms"),
+];
+
+/// Rooms with no code of their own's invariant beyond their order: `base` and `limits` may
+/// import nothing from the crate at all.
+const LEAF_ROOMS: &[&str] = &["base", "limits"];
+
+/// The rooms `code` names through `crate::`.
+fn rooms_named(code: &str) -> Vec<&'static str> {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices("crate::")
+        .filter_map(|(at, _)| {
+            let name: String = code[at + "crate::".len()..].chars().take_while(|&c| word(c)).collect();
+            ROOMS.iter().map(|(room, _)| *room).find(|room| *room == name)
+        })
+        .collect()
+}
+
+fn code_outside_tests(text: &str) -> String {
+    let before_tests = text.split("#[cfg(test)]").next().unwrap_or("");
+    before_tests.lines().map(|line| line.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn rooms_import_only_the_rooms_before_them() {
+    let root = common::repo_root();
+    let src = root.join("server/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut report = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).unwrap();
+        let first = relative.components().next().unwrap().as_os_str().to_string_lossy();
+        let own = first.trim_end_matches(".rs");
+        let Some(rank) = ROOMS.iter().position(|(room, _)| *room == own) else {
+            assert!(["lib", "main"].contains(&own), "{}: in no room; add it to ROOMS", relative.display());
+            continue;
+        };
+        let code = code_outside_tests(&std::fs::read_to_string(file).unwrap());
+        for named in rooms_named(&code) {
+            let named_rank = ROOMS.iter().position(|(room, _)| *room == named).unwrap();
+            if named != own && (named_rank > rank || LEAF_ROOMS.contains(&own)) {
+                report.push(format!("{} (room `{own}`: {}) uses `crate::{named}`", relative.display(), ROOMS[rank].1));
+            }
+        }
+    }
+    report.sort();
+    report.dedup();
+    assert!(report.is_empty(), "imports that break the rooms' order:\n{}", report.join("\n"));
+}
+
+#[test]
+fn the_top_level_is_the_rooms() {
+    let src = common::repo_root().join("server/src");
+    let mut entries: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    entries.sort();
+    let mut expected: Vec<String> = ROOMS
+        .iter()
+        .map(|(room, _)| if src.join(room).is_dir() { room.to_string() } else { format!("{room}.rs") })
+        .chain(["lib.rs".to_string(), "main.rs".to_string()])
+        .collect();
+    expected.sort();
+    assert_eq!(entries, expected, "server/src holds the rooms, lib.rs and main.rs: a new module goes into a room");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let declared: Vec<&str> = lib.lines().filter_map(|line| line.strip_prefix("pub mod ")?.strip_suffix(';')).collect();
+    let order: Vec<&str> = ROOMS.iter().map(|(room, _)| *room).collect();
+    assert_eq!(declared, order, "lib.rs declares the rooms in their dependency order");
+}
+
+#[test]
+fn the_room_scan_finds_what_it_must() {
+    let code = code_outside_tests("use crate::run::machine; // crate::call\nfn f() { crate::base::json::hex(b\"\"); }\n#[cfg(test)]\nuse crate::protocol;\n");
+    assert_eq!(rooms_named(&code), vec!["run", "base"]);
+}

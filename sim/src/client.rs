@@ -274,7 +274,7 @@ impl Client {
         // Busy, or stopped by a failed write (the run resumes; its round may still be open).
         let busy = text.contains("retry with the same requestState") || text.contains("could not be recorded durably");
         let served = message.get("result").is_some() && !asked_again && !busy;
-        let waited_out = now.saturating_sub(retried.asked_at) > warden::run::input::INPUT_WAIT_MS;
+        let waited_out = now.saturating_sub(retried.asked_at) > warden::limits::INPUT_WAIT_MS;
         let excused = retried.connection != self.connections || refusal.contains("expired") || busy || waited_out;
         match (retried.tampered, served) {
             (true, _) => report.inputs.altered_refused += (!served && !asked_again) as u64,

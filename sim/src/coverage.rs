@@ -3,7 +3,7 @@
 //! kind begun and not done, a run waiting for an operator, a ledger compaction). `explore`
 //! reports the windows hit and lists the required ones never hit; CI fails on those.
 
-use warden::broker::kinds::{Kind, Method};
+use warden::manifest::kinds::{Kind, Method};
 use warden::store::ledger::LEDGER_TEMP_FILE;
 
 use crate::operator::waiting_records;

@@ -306,7 +306,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
                 "params": {"name": warden::manifest::RUN_STATUS_TOOL, "arguments": {"run": run}}}));
         }
         if oversized {
-            let mut line = vec![b' '; warden::protocol::framing::LINE_BYTES_MAX + 1];
+            let mut line = vec![b' '; warden::limits::LINE_BYTES_MAX + 1];
             line[0] = b'{';
             line.push(b'\n');
             instance.send_raw(&line);
@@ -431,7 +431,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         if check::open_runs(&world.disk, &World::path("journals")).is_empty() {
             break;
         }
-        world.clock.advance(warden::run::input::INPUT_WAIT_MS + 1_000);
+        world.clock.advance(warden::limits::INPUT_WAIT_MS + 1_000);
         instance = settle_down(&world, instance, &mut client, &mut report);
     }
     report.violations.append(&mut world.oracle.violations.borrow_mut());

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
-use warden::broker::kinds::Method;
 use warden::broker::Action;
+use warden::manifest::kinds::Method;
 use warden::manifest::Manifest;
 use warden::store::journal::OpState;
 use warden::store::ledger::{RunPhase, State};

@@ -212,7 +212,7 @@ impl World {
                     }),
                 };
                 executor.spawn(Box::pin(async move {
-                    let outcome = warden::protocol::http::serve_http(&env, &manifest, options).await;
+                    let outcome = warden::commands::serve_http(&env, &manifest, options).await;
                     *slot.borrow_mut() = Some(outcome);
                 }));
                 executor.spawn(Box::pin(bridge.run()));

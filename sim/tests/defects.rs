@@ -730,7 +730,7 @@ fn run_status_answers_within_the_result_limit() {
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}),
     );
     let size = serde_json::to_vec(&status).unwrap().len();
-    assert!(size <= warden::call::answer::RESULT_BYTES_MAX + 1024, "{size} bytes");
+    assert!(size <= warden::limits::RESULT_BYTES_MAX + 1024, "{size} bytes");
 }
 
 #[test]

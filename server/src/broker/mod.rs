@@ -7,9 +7,9 @@
 //! failure), or suspends the program with the request to perform. The runtime (`runs.rs`)
 //! performs a suspended request durably outside Starlark, then executes the program again.
 
-pub mod kinds;
+use crate::limits::ACTIONS_PER_RUN_MAX;
 
-pub use kinds::{Kind, Method};
+pub use crate::manifest::kinds::{self, Kind, Method};
 pub mod narrow;
 pub mod resolution;
 pub mod urls;
@@ -23,8 +23,6 @@ use serde_json::{json, Value};
 use crate::base::money::Money;
 use crate::manifest::{CapabilityGrant, DbMode, Grant};
 
-/// The most actions one run may take; a bound on every replay loop.
-pub const ACTIONS_PER_RUN_MAX: u64 = 1000;
 /// The largest request body a program may send.
 pub const REQUEST_BODY_BYTES_MAX: usize = 1024 * 1024;
 /// What journals and logs hold in place of a secret's value.
@@ -161,7 +159,7 @@ pub struct Broker {
     pub mismatch: RefCell<Option<String>>,
     pub run: String,
     /// What the program reported with `progress(...)` in this execution.
-    pub progress: RefCell<Vec<crate::program::progress::ProgressReport>>,
+    pub progress: RefCell<Vec<ProgressReport>>,
     /// The journal's input rounds (`ask`), in order; the last may be unanswered.
     pub asked: Vec<AskedRound>,
     pub(crate) next_round: RefCell<usize>,
@@ -495,14 +493,6 @@ impl std::fmt::Display for Stop {
 
 impl std::error::Error for Stop {}
 
-/// The worst case of one grant, for annotations and reservations: whether it only reads.
-pub fn grant_reads_only(grant: &CapabilityGrant) -> bool {
-    match grant.cap {
-        Kind::Sqlite | Kind::Postgres => grant.mode == Some(DbMode::Read),
-        kind => kinds::spec(kind).read_only,
-    }
-}
-
 /// Replaces every secret value in `text` (the broker scrubs what services send back, so a
 /// service echoing a header cannot put a secret into a journal).
 pub fn scrub(text: &str, secrets: &[String]) -> String {
@@ -611,6 +601,14 @@ fn scrub_string(text: &str, secrets: &[String], depth: usize) -> String {
         }
         Err(_) => scrubbed,
     }
+}
+
+/// What `progress(...)` reported during one execution, in order: a notice for the caller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgressReport {
+    pub done: i64,
+    pub total: Option<i64>,
+    pub message: Option<String>,
 }
 
 #[cfg(test)]

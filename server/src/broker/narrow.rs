@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{urls, Action, Kind, Method, Usage};
 use crate::base::money::Money;
+use crate::limits::PAYMENT_INTENT_BYTES_MAX;
 use crate::manifest::CapabilityGrant;
-use crate::program::capability::PAYMENT_INTENT_BYTES_MAX;
 
 /// The most `only` entries a narrowing holds.
 pub const NARROW_ONLY_MAX: usize = 64;

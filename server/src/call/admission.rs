@@ -10,9 +10,9 @@ use std::rc::Rc;
 use serde_json::{Map, Value};
 
 use crate::call::answer::{answer, error_result, stopped_result};
+use crate::call::Principal;
 use crate::call::{once_record, worst_case, CallControl, CallReply};
 use crate::catalog::Tool;
-use crate::protocol::oauth::Principal;
 use crate::run::runs::{InProgress, Runs};
 use crate::run::store::RunStore;
 use crate::store::ledger::{Counting, Event, LedgerError, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};

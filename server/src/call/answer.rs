@@ -2,6 +2,7 @@
 //! the same every time it is asked, so a repeated `once` call gets exactly what the first
 //! call got.
 
+use crate::limits::RESULT_BYTES_MAX;
 use serde_json::{json, Value};
 
 use crate::program::FailureKind;
@@ -82,9 +83,6 @@ pub fn invalid_arguments(invalid: &crate::program::InvalidInputs) -> Value {
     result["_meta"] = json!({META_INVALID_ARGUMENTS: invalid.meta()});
     result
 }
-
-/// The largest tool result sent, as JSON (seed 000 section 3).
-pub const RESULT_BYTES_MAX: usize = 1024 * 1024;
 
 /// A result over `RESULT_BYTES_MAX` is not sent; it stays in the journal.
 pub fn bounded(result: Value, run: &str) -> Value {

@@ -32,7 +32,6 @@ use crate::call::answer::{answer, error_result, stopped_result};
 use crate::catalog::Tool;
 use crate::env::Point;
 use crate::manifest::Grant;
-use crate::protocol::oauth::Principal;
 use crate::run::notice::Notice;
 use crate::run::runs::{self, Runs};
 use crate::run::store::RunStore;
@@ -231,4 +230,10 @@ pub(crate) fn reply_of(
         return CallReply::Silent;
     }
     CallReply::Result(reply, Some(run.to_string()))
+}
+/// Who a call runs for: the token's subject, and the scopes it was granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    pub subject: String,
+    pub scopes: Vec<String>,
 }

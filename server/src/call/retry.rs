@@ -10,9 +10,10 @@ use serde_json::{json, Map, Value};
 use crate::call::admission::Slots;
 use crate::call::{reply_of, CallControl, CallReply, Caller, Retry};
 use crate::catalog::Tool;
+use crate::limits::INPUT_RESPONSES_BYTES_MAX;
 use crate::program::ask::check_answer;
 use crate::run::driver::Entry;
-use crate::run::input::{request_digest, Claims, INPUT_RESPONSES_BYTES_MAX};
+use crate::run::input::{request_digest, Claims};
 use crate::run::runs::Runs;
 use crate::store::journal::Round;
 
@@ -146,8 +147,8 @@ fn answers_of(runs: &Runs, round: &Round, responses: Option<&Value>) -> Result<O
     if bytes > INPUT_RESPONSES_BYTES_MAX {
         return Err(format!("the answers take {bytes} bytes; the limit is {INPUT_RESPONSES_BYTES_MAX}"));
     }
-    if crate::base::json::depth(&answers) > crate::store::record::VALUE_DEPTH_MAX {
-        return Err(format!("the answers nest deeper than {} levels", crate::store::record::VALUE_DEPTH_MAX));
+    if crate::base::json::depth(&answers) > crate::limits::VALUE_DEPTH_MAX {
+        return Err(format!("the answers nest deeper than {} levels", crate::limits::VALUE_DEPTH_MAX));
     }
     // A secret would be scrubbed from the journal while the program saw it: no replay could
     // give the program what it was given.
@@ -172,7 +173,7 @@ pub async fn ask_again(
     tool: &Tool,
     entry: &crate::store::ledger::RunEntry,
     inputs: &Map<String, Value>,
-    principal: Option<&crate::protocol::oauth::Principal>,
+    principal: Option<&crate::call::Principal>,
     input_kinds: &[String],
 ) -> Option<CallReply> {
     let awaited = runs.inputs.awaited(&entry.run)?;

@@ -36,7 +36,7 @@ pub fn describe() -> Value {
 pub async fn run_status(
     runs: &Runs,
     arguments: &serde_json::Map<String, Value>,
-    principal: Option<&crate::protocol::oauth::Principal>,
+    principal: Option<&crate::call::Principal>,
 ) -> Value {
     let run = match arguments.get("run") {
         Some(Value::String(run)) if arguments.len() == 1 && is_run_id(run) => run.clone(),

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::catalog::{Catalog, Prompt, ResourceSpec, Tool};
+use crate::catalog::{prompt_arguments, prompt_description, Catalog, Prompt, ResourceSpec, Tool};
 use crate::env::Env;
 use crate::program::job::{Executed, Job};
 use crate::program::types::ArgType;
@@ -64,20 +64,6 @@ pub fn prompts(catalog: &Catalog) -> Vec<Value> {
             item
         })
         .collect()
-}
-
-/// A prompt's arguments as `prompts/list` gives them: its parameters, all strings.
-pub fn prompt_arguments(prompt: &Prompt) -> Value {
-    let arguments = prompt.program.inputs.iter().map(|input| {
-        let required = input.default.is_none();
-        json!({"name": input.name, "description": input.description, "required": required})
-    });
-    Value::Array(arguments.collect())
-}
-
-/// A prompt's description: the manifest's, else its program's docstring.
-pub fn prompt_description(prompt: &Prompt) -> &str {
-    prompt.config.description.as_deref().unwrap_or(&prompt.program.description)
 }
 
 /// The resource `uri` names, and its read's arguments: each template variable's text
@@ -259,10 +245,10 @@ pub async fn get_prompt(env: &Env, prompt: &Prompt, arguments: &Map<String, Valu
     let result = json!({"description": prompt_description(prompt), "messages": messages});
     // As large as a tool's result may be, measured as sent (escapes included).
     let size = serde_json::to_vec(&result).map_or(usize::MAX, |bytes| bytes.len());
-    if size > crate::call::answer::RESULT_BYTES_MAX {
+    if size > crate::limits::RESULT_BYTES_MAX {
         return Err(format!(
             "the prompt's messages are {size} bytes; the limit is {}",
-            crate::call::answer::RESULT_BYTES_MAX
+            crate::limits::RESULT_BYTES_MAX
         ));
     }
     Ok(result)

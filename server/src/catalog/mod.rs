@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use crate::broker::kinds;
 use crate::env::Env;
+use crate::manifest::kinds;
 use crate::manifest::{CapabilityGrant, Grant, Manifest, PromptConfig, ResourceConfig, ToolConfig};
 use crate::program::job::Job;
 use crate::program::types::ArgType;
@@ -202,7 +202,7 @@ impl Tool {
                 Grant::Secret { .. } => None,
             })
             .collect();
-        let read_only = grants.iter().all(|grant| crate::broker::grant_reads_only(grant));
+        let read_only = grants.iter().all(|grant| crate::manifest::kinds::grant_reads_only(grant));
         let open_world = grants.iter().any(|grant| kinds::spec(grant.cap).network);
         let mut hints = json!({"readOnlyHint": read_only, "openWorldHint": open_world});
         if !read_only {
@@ -354,4 +354,17 @@ async fn load_source(
         return Err(format!("{}: loading the program was stopped: {stopped}", path.display()));
     }
     Program::load(path, &source, entry, grant_names)
+}
+/// A prompt's arguments as `prompts/list` gives them: its parameters, all strings.
+pub fn prompt_arguments(prompt: &Prompt) -> Value {
+    let arguments = prompt.program.inputs.iter().map(|input| {
+        let required = input.default.is_none();
+        json!({"name": input.name, "description": input.description, "required": required})
+    });
+    Value::Array(arguments.collect())
+}
+
+/// A prompt's description: the manifest's, else its program's docstring.
+pub fn prompt_description(prompt: &Prompt) -> &str {
+    prompt.config.description.as_deref().unwrap_or(&prompt.program.description)
 }

@@ -67,8 +67,8 @@ fn entries(catalog: &Catalog) -> Vec<(&'static str, String, ToolDigest)> {
         ));
     }
     for prompt in &catalog.prompts {
-        let description = crate::call::surface::prompt_description(prompt);
-        let arguments = crate::call::surface::prompt_arguments(prompt);
+        let description = crate::catalog::prompt_description(prompt);
+        let arguments = crate::catalog::prompt_arguments(prompt);
         // Its messages come from its program: a rewritten program is a change (of its output).
         let program = Value::String(prompt.program.hash.clone());
         let presentation = serde_json::json!({"title": prompt.config.title});

@@ -1,6 +1,7 @@
 //! The operator's manifest: read once at start, every problem reported with its path
 //! (`tools[2].quota.window: ...`) before anything is served.
 
+pub mod kinds;
 mod raw;
 mod validate;
 
@@ -66,8 +67,8 @@ pub fn worst_tokens(grants: &BTreeMap<String, Grant>, model: Option<&ModelConfig
     let per_call = attempts.saturating_mul(MODEL_SENDS_MAX);
     (grants.values())
         .filter_map(|grant| match grant {
-            Grant::Capability(g) if g.cap == crate::broker::Kind::Model => {
-                let uses = g.uses.unwrap_or(crate::broker::ACTIONS_PER_RUN_MAX);
+            Grant::Capability(g) if g.cap == crate::manifest::kinds::Kind::Model => {
+                let uses = g.uses.unwrap_or(crate::limits::ACTIONS_PER_RUN_MAX);
                 Some(g.max_tokens.unwrap_or(0).saturating_mul(uses).saturating_mul(per_call))
             }
             _ => None,
@@ -186,7 +187,7 @@ pub enum Grant {
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CapabilityGrant {
-    pub cap: crate::broker::kinds::Kind,
+    pub cap: crate::manifest::kinds::Kind,
     pub only: Vec<String>,
     pub each: Option<Money>,
     pub max: Option<Money>,

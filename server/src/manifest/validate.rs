@@ -7,8 +7,8 @@ use std::path::Path;
 use super::raw::*;
 use super::*;
 use crate::base::money::{Money, MONEY_MINOR_MAX};
-use crate::broker::kinds::{self, GrantKey, Kind};
-use crate::broker::ACTIONS_PER_RUN_MAX;
+use crate::limits::ACTIONS_PER_RUN_MAX;
+use crate::manifest::kinds::{self, GrantKey, Kind};
 
 /// Which units a duration field takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,7 +216,7 @@ fn resource_configs(
         let config = tool_config(&tool, &at, base, server, problems);
         for (name, grant) in &config.grants {
             let Grant::Capability(grant) = grant else { continue };
-            if !crate::broker::grant_reads_only(grant) {
+            if !crate::manifest::kinds::grant_reads_only(grant) {
                 problems.add(
                     &format!("{at}.grants.{name}"),
                     format!("`{}` can write; a resource is read-only, so its grants may only read", grant.cap.name()),

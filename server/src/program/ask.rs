@@ -48,10 +48,10 @@ pub fn capability_of(method: &str) -> Option<&'static str> {
 pub fn check_requests(requests: &Value) -> Result<(), String> {
     // What the journal's record can hold (its writer asserts it; `VALUE_DEPTH_MAX`).
     let depth = crate::base::json::depth(requests);
-    if depth > crate::store::record::VALUE_DEPTH_MAX {
+    if depth > crate::limits::VALUE_DEPTH_MAX {
         return Err(format!(
             "ask(): the requests nest {depth} levels deep; the limit is {}",
-            crate::store::record::VALUE_DEPTH_MAX
+            crate::limits::VALUE_DEPTH_MAX
         ));
     }
     let Value::Object(requests) = requests else {

@@ -2,6 +2,7 @@
 //! ask the broker (in `Evaluator::extra`) to act. A method either returns the journaled
 //! result of its action, or stops the program (suspended to perform it, or refused).
 
+use crate::limits::PAYMENT_INTENT_BYTES_MAX;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -21,9 +22,6 @@ use super::starlark_money::StarlarkMoney;
 use crate::base::money::Money;
 use crate::broker::narrow::{Narrowing, NARROW_ONLY_MAX};
 use crate::broker::{Action, Broker, Kind, Method, HEADERS_BYTES_MAX, REQUEST_BODY_BYTES_MAX, TARGET_BYTES_MAX};
-
-/// The longest payment intent id a refund takes.
-pub const PAYMENT_INTENT_BYTES_MAX: usize = 255;
 
 #[derive(Debug, Clone, ProvidesStaticType, NoSerialize, Allocative, StarlarkPagable)]
 pub struct Capability {

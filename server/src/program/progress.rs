@@ -3,7 +3,6 @@
 //! with its prints, and sent by the driver as `notifications/progress`; nothing is journaled
 //! (a resumed run has no client to tell).
 
-use serde::{Deserialize, Serialize};
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
@@ -15,13 +14,6 @@ use crate::broker::Broker;
 pub const PROGRESS_REPORTS_MAX: usize = 100;
 /// The longest message kept.
 pub const PROGRESS_MESSAGE_CHARS_MAX: usize = 512;
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProgressReport {
-    pub done: i64,
-    pub total: Option<i64>,
-    pub message: Option<String>,
-}
 
 #[starlark_module]
 pub fn progress_globals(builder: &mut GlobalsBuilder) {
@@ -38,7 +30,7 @@ pub fn progress_globals(builder: &mut GlobalsBuilder) {
             let mut reports = broker.progress.borrow_mut();
             if reports.len() < PROGRESS_REPORTS_MAX {
                 let message = message.map(|m| m.chars().take(PROGRESS_MESSAGE_CHARS_MAX).collect());
-                reports.push(ProgressReport { done: done.into(), total: total.map(i64::from), message });
+                reports.push(crate::broker::ProgressReport { done: done.into(), total: total.map(i64::from), message });
             }
         }
         Ok(NoneType)

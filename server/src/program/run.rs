@@ -105,7 +105,7 @@ pub struct Execution {
     pub ticks: u64,
     /// What the program reported with `progress(...)`, in order.
     #[serde(default)]
-    pub progress: Vec<crate::program::progress::ProgressReport>,
+    pub progress: Vec<crate::broker::ProgressReport>,
 }
 
 #[derive(Default)]
@@ -244,13 +244,10 @@ fn result_json(value: StarlarkValue, returns: Option<&ArgType>) -> Outcome {
         Err(e) => return internal(format!("the result's JSON could not be read back: {e}")),
     };
     let deep = crate::base::json::depth(&json);
-    if deep > crate::store::record::VALUE_DEPTH_MAX {
+    if deep > crate::limits::VALUE_DEPTH_MAX {
         return Outcome::Failed(Failure {
             kind: FailureKind::Validation,
-            message: format!(
-                "the result nests {deep} levels deep; the limit is {}",
-                crate::store::record::VALUE_DEPTH_MAX
-            ),
+            message: format!("the result nests {deep} levels deep; the limit is {}", crate::limits::VALUE_DEPTH_MAX),
         });
     }
     let Some(returns) = returns else {

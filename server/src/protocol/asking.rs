@@ -94,7 +94,7 @@ impl Connection {
             waiting.push((key.clone(), id, awaited, method));
         }
         let mut answers = Map::new();
-        let ends_at = self.env.clock.monotonic_ms().saturating_add(crate::run::input::INPUT_WAIT_MS);
+        let ends_at = self.env.clock.monotonic_ms().saturating_add(crate::limits::INPUT_WAIT_MS);
         for (key, id, awaited, method) in waiting {
             let left = ends_at.saturating_sub(self.env.clock.monotonic_ms());
             let gone = Box::pin(select(self.client_gone.wait(), self.reading_ended.wait()));

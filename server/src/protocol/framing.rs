@@ -5,10 +5,7 @@
 //! discards until the next newline and reports the line as too long, so a hostile client
 //! cannot make the server buffer without limit, and the next line is read normally.
 
-/// The longest line accepted, newline excluded (seed 000 section 3).
-pub const LINE_BYTES_MAX: usize = 4 * 1024 * 1024;
-/// The deepest nesting of arrays and objects accepted (seed 000 section 3).
-pub const DEPTH_MAX: usize = 64;
+use crate::limits::LINE_BYTES_MAX;
 /// The largest chunk read from the stream at once.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -169,11 +166,11 @@ mod tests {
 
     #[test]
     fn depth_scan_ignores_brackets_in_strings() {
-        let deep = "[".repeat(DEPTH_MAX + 1);
-        assert!(depth_exceeds(deep.as_bytes(), DEPTH_MAX));
-        let at_limit = format!("{}{}", "[".repeat(DEPTH_MAX), "]".repeat(DEPTH_MAX));
-        assert!(!depth_exceeds(at_limit.as_bytes(), DEPTH_MAX));
+        let deep = "[".repeat(crate::limits::DEPTH_MAX + 1);
+        assert!(depth_exceeds(deep.as_bytes(), crate::limits::DEPTH_MAX));
+        let at_limit = format!("{}{}", "[".repeat(crate::limits::DEPTH_MAX), "]".repeat(crate::limits::DEPTH_MAX));
+        assert!(!depth_exceeds(at_limit.as_bytes(), crate::limits::DEPTH_MAX));
         let quoted = format!("{{\"k\":\"{}\\\"{}\"}}", "[".repeat(100), "{".repeat(100));
-        assert!(!depth_exceeds(quoted.as_bytes(), DEPTH_MAX));
+        assert!(!depth_exceeds(quoted.as_bytes(), crate::limits::DEPTH_MAX));
     }
 }

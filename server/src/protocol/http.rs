@@ -16,16 +16,16 @@
 use core::net::SocketAddr;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
-use std::path::Path;
 use std::rc::{Rc, Weak};
 
 use serde_json::{json, Value};
 
-use crate::commands::open_server;
+use crate::call::Principal;
 use crate::env::{Env, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer};
-use crate::protocol::framing::{Frame, LINE_BYTES_MAX};
+use crate::limits::LINE_BYTES_MAX;
+use crate::protocol::framing::Frame;
 use crate::protocol::jsonrpc::{self, Incoming, Notification};
-use crate::protocol::oauth::{OAuthConfig, Principal};
+use crate::protocol::oauth::OAuthConfig;
 use crate::protocol::{Connection, LegacySession, Outlet, Shared, META_PROTOCOL_VERSION};
 use crate::run::runs::Runs;
 
@@ -81,7 +81,7 @@ pub struct OAuthOptions {
 }
 
 /// How requests are authenticated.
-enum Auth {
+pub enum Auth {
     /// Loopback only: whoever can reach the port.
     None,
     /// One static token: one trusted client, no principal (as over stdio).
@@ -91,25 +91,34 @@ enum Auth {
     OAuth(Rc<OAuthConfig>),
 }
 
-/// Serves the manifest's tools over Streamable HTTP until listening fails or a durable
-/// write fails.
-pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -> Result<(), String> {
-    let auth = match (&options.oauth, &options.bearer_token_env) {
+/// How `options` asks requests to be authenticated: the OAuth issuer's keys are fetched, the
+/// bearer token read from its variable.
+pub async fn authentication(env: &Env, options: &HttpOptions) -> Result<Auth, String> {
+    Ok(match (&options.oauth, &options.bearer_token_env) {
         (Some(_), Some(_)) => return Err("--bearer-token-env and --oauth-*: choose one way to authenticate".into()),
         (Some(oauth), None) => Auth::OAuth(OAuthConfig::load(env, &oauth.issuer, &oauth.audience, &oauth.keys).await?),
-        (None, _) => match bearer_token(env, &options)? {
+        (None, _) => match bearer_token(env, options)? {
             Some(token) => Auth::Bearer(token),
             None => Auth::None,
         },
-    };
-    let secrets = match &auth {
-        Auth::Bearer(token) => vec![token.clone()],
-        _ => Vec::new(),
-    };
-    let opened = open_server(env, manifest_path, secrets).await?;
+    })
+}
+
+impl Auth {
+    /// What the server must scrub from every output: a static token.
+    pub fn secrets(&self) -> Vec<String> {
+        match self {
+            Auth::Bearer(token) => vec![token.clone()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Serves an opened server's tools over Streamable HTTP until listening fails or a durable
+/// write fails.
+pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions) -> Result<(), String> {
     if !matches!(auth, Auth::OAuth(_)) {
-        let scoped: Vec<&str> = opened
-            .runs
+        let scoped: Vec<&str> = runs
             .catalog
             .tools
             .iter()
@@ -126,8 +135,8 @@ pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -
     }
     let front = Rc::new(Front {
         env: env.clone(),
-        shared: Shared::new(&opened.runs),
-        runs: Rc::clone(&opened.runs),
+        shared: Shared::new(runs),
+        runs: Rc::clone(runs),
         loopback: options.listen.ip().is_loopback(),
         auth,
         sessions: RefCell::new(BTreeMap::new()),
@@ -151,12 +160,12 @@ pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -
     let stopped = Box::pin(front.runs.fatal.wait());
     match crate::base::sync::select(served, stopped).await {
         crate::base::sync::Either::Left(Ok(())) => {
-            crate::run::notify::deliver_before_exit(env, &opened.runs.notifications_owed).await;
+            crate::run::notify::deliver_before_exit(env, &runs.notifications_owed).await;
             Ok(())
         }
         crate::base::sync::Either::Left(Err(error)) => Err(format!("listening on {} failed: {error}", options.listen)),
         crate::base::sync::Either::Right(()) => {
-            Err(opened.runs.fatal_message().unwrap_or_else(|| "a durable write failed".to_string()))
+            Err(runs.fatal_message().unwrap_or_else(|| "a durable write failed".to_string()))
         }
     }
 }

@@ -6,7 +6,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::framing::{depth_exceeds, Frame, DEPTH_MAX, LINE_BYTES_MAX};
+use super::framing::{depth_exceeds, Frame};
+use crate::limits::{DEPTH_MAX, LINE_BYTES_MAX};
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;

@@ -80,7 +80,7 @@ pub struct Connection {
     slots: Rc<Slots>,
     outlet: Rc<dyn Outlet>,
     /// Who the requests are from (an HTTP exchange's authenticated principal; none over stdio).
-    principal: Option<crate::protocol::oauth::Principal>,
+    principal: Option<crate::call::Principal>,
     legacy_initialized: Cell<bool>,
     /// The level a 2025-11-25 client set with `logging/setLevel` (no log messages before).
     legacy_log_level: Cell<Option<usize>>,
@@ -153,7 +153,7 @@ impl Connection {
         shared: &Shared,
         outlet: Rc<dyn Outlet>,
         session: LegacySession,
-        principal: Option<crate::protocol::oauth::Principal>,
+        principal: Option<crate::call::Principal>,
     ) -> Rc<Connection> {
         Rc::new(Connection {
             env: runs.env.clone(),

@@ -12,6 +12,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
+use crate::call::Principal;
 use crate::env::Env;
 
 /// The longest access token read (a JWT of ordinary claims is well under 2 KiB).
@@ -34,13 +35,6 @@ pub enum KeySource {
     File(std::path::PathBuf),
     /// Fetched at start and every `JWKS_REFRESH_MS`; https, or http on loopback.
     Url(String),
-}
-
-/// Who a call runs for: the token's subject, and the scopes it was granted.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Principal {
-    pub subject: String,
-    pub scopes: Vec<String>,
 }
 
 /// How access tokens are checked.

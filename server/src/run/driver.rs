@@ -5,9 +5,10 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::broker::{scrub, usage_json, AskedRound, Broker, Completed, ACTIONS_PER_RUN_MAX};
+use crate::broker::{scrub, usage_json, AskedRound, Broker, Completed};
 use crate::catalog::Tool;
 use crate::env::Point;
+use crate::limits::ACTIONS_PER_RUN_MAX;
 use crate::manifest::{CapabilityGrant, Grant};
 use crate::program::job::{Executed, Job, Stopped};
 use crate::program::{FailureKind, Outcome};
@@ -105,7 +106,7 @@ impl Runs {
             Entry::Resumed => Event::Resume { at_ms },
             Entry::Answered(answers) => Event::Answered { answers, at_ms },
             Entry::Expired => {
-                let wait = crate::store::ledger::duration_text(crate::run::input::INPUT_WAIT_MS);
+                let wait = crate::store::ledger::duration_text(crate::limits::INPUT_WAIT_MS);
                 let why = format!("the client did not answer the run's request for input within {wait}");
                 Event::Expired(self.expired_end(tool, run, &journal, at_ms, why)?)
             }
@@ -140,7 +141,7 @@ impl Runs {
     async fn awaiting(&self, tool: &Tool, run: &str, round: u64) -> Result<RunEnd, Fatal> {
         let journal = self.journal_of(tool, run).await?;
         let asked = journal.rounds.get(round as usize).expect("an awaited round is in the journal");
-        let expires_at_ms = asked.asked_at_ms.saturating_add(crate::run::input::INPUT_WAIT_MS);
+        let expires_at_ms = asked.asked_at_ms.saturating_add(crate::limits::INPUT_WAIT_MS);
         let requests: Map<String, Value> =
             (asked.sent.iter()).filter_map(|key| Some((key.clone(), asked.requests.get(key)?.clone()))).collect();
         let principal = self.ledger.state().run(run).and_then(|entry| entry.principal.clone());
@@ -389,8 +390,8 @@ impl Runs {
             let message = format!(
                 "too many runs wait for their clients' input (at most {} on the server, {} of one tool for one \
                  caller); this run cannot ask for more",
-                crate::run::input::AWAITING_RUNS_MAX,
-                crate::run::input::AWAITING_RUNS_PER_CALLER_MAX
+                crate::limits::AWAITING_RUNS_MAX,
+                crate::limits::AWAITING_RUNS_PER_CALLER_MAX
             );
             let failure = crate::program::Failure { kind: FailureKind::Capability, message };
             let mut end = end_record(&Outcome::Failed(failure), at_ms);

@@ -10,6 +10,7 @@
 //! after a restart the journal says the round was answered. A tampered, expired, replayed or
 //! foreign state is refused with -32602 and changes nothing.
 
+use crate::limits::{AWAITING_RUNS_MAX, AWAITING_RUNS_PER_CALLER_MAX, INPUT_WAIT_MS, REQUEST_STATE_BYTES_MAX};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,17 +25,6 @@ use serde_json::{json, Map, Value};
 use crate::env::Env;
 use crate::run::runs::Runs;
 
-/// How long a run waits for its client's answers to one round before it ends (`deadline`).
-pub const INPUT_WAIT_MS: u64 = 10 * 60 * 1000;
-/// The most runs waiting for input at once; a run that would be one more ends instead.
-pub const AWAITING_RUNS_MAX: usize = 1024;
-/// The most runs of one tool waiting for one caller's input (a principal's, or every
-/// unauthenticated caller's): one caller cannot fill the server's.
-pub const AWAITING_RUNS_PER_CALLER_MAX: usize = 64;
-/// The longest `requestState` read.
-pub const REQUEST_STATE_BYTES_MAX: usize = 2048;
-/// The most bytes of `inputResponses` read, as JSON.
-pub const INPUT_RESPONSES_BYTES_MAX: usize = 256 * 1024;
 /// The key's file under the journals.
 pub const KEY_FILE: &str = "request-state.key";
 const KEY_BYTES: usize = 32;

@@ -8,8 +8,8 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use crate::broker::ProgressReport;
 use crate::env::LocalBoxFuture;
-use crate::program::progress::ProgressReport;
 
 /// The log levels of MCP (RFC 5424), least severe first.
 pub const LOG_LEVELS: &[&str] = &["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];

@@ -181,7 +181,7 @@ fn response_result(response: &HttpResponse, net: &NetConfig, secrets: &[String])
     // A body nested deeper than a record may hold is kept as text only.
     let parsed = serde_json::from_str::<Value>(&body)
         .ok()
-        .filter(|parsed| crate::base::json::depth(parsed) <= crate::store::record::VALUE_DEPTH_MAX)
+        .filter(|parsed| crate::base::json::depth(parsed) <= crate::limits::VALUE_DEPTH_MAX)
         .unwrap_or(Value::Null);
     scrub_value(&json!({"status": response.status, "headers": headers, "body": body, "json": parsed}), secrets)
 }

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::base::json::sha256_hex;
+use crate::base::json::{depth, sha256_hex};
 use serde_json::{json, Map, Value};
 
 use crate::base::layout::RunFiles;
@@ -27,11 +27,12 @@ use crate::base::sync::Signal;
 use crate::broker::{scrub, scrub_value, Action};
 use crate::catalog::{Catalog, Tool};
 use crate::env::{Env, Point};
+use crate::limits::{RECORD_LINE_BYTES_MAX, VALUE_DEPTH_MAX};
 use crate::program::FailureKind;
 use crate::run::perform;
 use crate::store::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord};
 use crate::store::ledger::{Event, Ledger, LedgerError, MoneyRecord};
-use crate::store::record::{self, RECORD_LINE_BYTES_MAX};
+use crate::store::record::{self};
 
 /// Everything durable the server owns while it holds `server.lock`.
 pub struct Runs {
@@ -159,7 +160,7 @@ impl Runs {
     pub(crate) async fn append_record(&self, path: &Path, record: &JournalRecord, run: &str) -> Result<(), Fatal> {
         let value = scrub_value(&serde_json::to_value(record).expect("records serialise"), &self.secrets);
         assert!(
-            crate::base::json::depth(&value) <= 2 * record::VALUE_DEPTH_MAX - 8,
+            crate::base::json::depth(&value) <= 2 * crate::limits::VALUE_DEPTH_MAX - 8,
             "run {run}: a journal record nested too deep"
         );
         let line = record::encode(&value);
@@ -207,11 +208,11 @@ impl Runs {
     /// An action's result, fitting its done record in a journal line: a result too large to
     /// keep is replaced by an error saying so (the action happened; its answer is not kept).
     pub(crate) fn fitted_result(&self, op: u64, result: Value) -> Value {
-        if crate::base::json::depth(&result) > record::VALUE_DEPTH_MAX {
+        if crate::base::json::depth(&result) > crate::limits::VALUE_DEPTH_MAX {
             let error = format!(
                 "the result of action {op} nests deeper than {} levels; the action happened but its result was \
                  not kept",
-                record::VALUE_DEPTH_MAX
+                crate::limits::VALUE_DEPTH_MAX
             );
             return json!({"status": result.get("status"), "error": error});
         }
@@ -230,15 +231,14 @@ impl Runs {
     /// ends the run as `budget`, saying so.
     pub(crate) fn fitted_end(&self, end: EndRecord) -> EndRecord {
         let size = self.encoded(&JournalRecord::End(end.clone())).len();
-        let shallow =
-            end.result.as_ref().is_none_or(|result| crate::base::json::depth(result) <= record::VALUE_DEPTH_MAX);
+        let shallow = end.result.as_ref().is_none_or(|result| depth(result) <= VALUE_DEPTH_MAX);
         if size <= RECORD_LINE_BYTES_MAX && shallow {
             return end;
         }
         let what = if end.result.is_some() { "result" } else { "failure message" };
         let why = match shallow {
             true => format!("is {size} bytes as a journal record, over the limit of {RECORD_LINE_BYTES_MAX}"),
-            false => format!("nests deeper than {} levels", record::VALUE_DEPTH_MAX),
+            false => format!("nests deeper than {} levels", crate::limits::VALUE_DEPTH_MAX),
         };
         EndRecord {
             outcome: journal::RunOutcome::Failed(FailureKind::Budget),

@@ -5,6 +5,7 @@
 //! last line without its newline: a crash mid-append, discarded) from **damage** (any
 //! complete line that fails its sum or does not parse: refused, naming the file and line).
 
+use crate::limits::RECORD_LINE_BYTES_MAX;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -12,14 +13,6 @@ use sha2::{Digest, Sha256};
 const PREFIX: &[u8] = b"{\"sum\":\"";
 const MIDDLE: &[u8] = b"\",\"rec\":";
 const SUM_HEX_CHARS: usize = 16;
-/// The longest record line accepted when reading (a journal's end record holds a result of
-/// up to 1 MiB, escaped).
-pub const RECORD_LINE_BYTES_MAX: usize = 8 * 1024 * 1024;
-
-/// The deepest JSON value a record carries (a result, a response's parsed body). The reader
-/// parses a line with serde's limit of 128 nested levels; records wrap a value a few levels
-/// deep, so values are held to half of it where they enter.
-pub const VALUE_DEPTH_MAX: usize = 64;
 
 fn sum(bytes: &[u8]) -> [u8; SUM_HEX_CHARS] {
     const HEX: &[u8; 16] = b"0123456789abcdef";

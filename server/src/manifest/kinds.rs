@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::manifest::{CapabilityGrant, DbMode};
+
 /// A capability kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Kind {
@@ -260,4 +262,11 @@ pub fn spec(kind: Kind) -> &'static KindSpec {
 
 pub fn names() -> String {
     KINDS.iter().map(|spec| spec.kind.name()).collect::<Vec<_>>().join(", ")
+}
+/// The worst case of one grant, for annotations and reservations: whether it only reads.
+pub fn grant_reads_only(grant: &CapabilityGrant) -> bool {
+    match grant.cap {
+        Kind::Sqlite | Kind::Postgres => grant.mode == Some(DbMode::Read),
+        kind => spec(kind).read_only,
+    }
 }
