@@ -10,21 +10,7 @@ use warden::store::journal::Journal;
 use warden::store::ledger::{self, RunPhase, State, LEDGER_FILE};
 
 use crate::disk::SimDisk;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    pub invariant: u8,
-    pub message: String,
-}
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.invariant {
-            0 => write!(f, "a broken assertion: {}", self.message),
-            n => write!(f, "invariant {n}: {}", self.message),
-        }
-    }
-}
+use crate::report::Violation;
 
 fn violation(invariant: u8, message: String) -> Violation {
     Violation { invariant, message }
@@ -134,32 +120,6 @@ fn once_expires_at(entry: &warden::store::ledger::RunEntry, keep_ms: u64) -> Opt
         RunPhase::Released { at_ms } => Some(*at_ms),
         RunPhase::Open => None,
     }
-}
-
-/// A journal line's record tag (`begin`, `done`, `end`...), read at its fixed place in the
-/// checksummed line (`{"sum":"<16 hex>","rec":{"record":"<tag>"`) without parsing the line:
-/// an end record may hold a result of a megabyte.
-pub fn record_tag(line: &[u8]) -> Option<&str> {
-    const HEAD: usize = "{\"sum\":\"".len() + 16;
-    let rest = line.get(HEAD..)?.strip_prefix(b"\",\"rec\":{\"record\":\"")?;
-    let end = rest.iter().position(|&b| b == b'"')?;
-    std::str::from_utf8(&rest[..end]).ok()
-}
-
-/// The lines of `bytes` from the last to the first, each with its newline (the last may
-/// have none), found with `memrchr`: a journal's last line may be a megabyte long.
-pub fn lines_from_end(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut end = bytes.len();
-    std::iter::from_fn(move || {
-        if end == 0 {
-            return None;
-        }
-        let body_end = if bytes[end - 1] == b'\n' { end - 1 } else { end };
-        let start = memchr::memrchr(b'\n', &bytes[..body_end]).map_or(0, |n| n + 1);
-        let line = &bytes[start..end];
-        end = start;
-        Some(line)
-    })
 }
 
 /// Runs still open in the ledger.

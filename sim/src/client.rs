@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 
 use warden_faults::WorldFile;
 
-use crate::check::Violation;
+use crate::report::Violation;
 use crate::generate::call_arguments;
-use crate::sweep::Report;
+use crate::report::Report;
 use crate::world::Instance;
 
 #[derive(Default)]

@@ -4,6 +4,7 @@
 //! endpoint, a ticket desk in SQLite and one in PostgreSQL, a model); the manifest decides which tools reach them and under what
 //! limits. The checker takes every limit from the manifest this produces (`truth.rs`).
 
+use crate::names::MODEL_KEY_ENV;
 use std::collections::BTreeMap;
 
 use rand_chacha::ChaCha8Rng;
@@ -14,9 +15,6 @@ use warden_faults::{Template, ToolShape, Transport, WorldFile};
 
 /// The most tools a generated world serves.
 pub const TOOLS_MAX: u64 = 6;
-/// The header secret notes and reflect tools attach: the checker searches every output for
-/// it, escaped too. Its `/`, `<`, `>` and `&` are what PHP and Go escape in JSON.
-pub const NOTES_TOKEN: &str = "nt/Xq7Zk<9Wv>&Jm/3RpT";
 
 struct Draw(ChaCha8Rng);
 
@@ -100,7 +98,7 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         let mut tool = tool_config(&name, &program, template, server_runs, &mut draw);
         if postgres {
             let mode = tool["grants"]["db"]["mode"].clone();
-            let url = json!({"env": crate::services::PG_URL_ENV});
+            let url = json!({"env": crate::names::PG_URL_ENV});
             tool["grants"]["db"] = json!({"cap": "db.postgres", "url": url, "mode": mode});
             // Its connect and statement timeouts (required: it reaches the network).
             tool.insert("net".into(), json!({"timeout_ms": 1000, "connect_timeout_ms": 1000}));
@@ -203,9 +201,6 @@ fn token_quota_runs(seed: u64, index: u64) -> Option<u64> {
 
 /// The tokens a generated model grant allows a call.
 pub const MODEL_MAX_TOKENS: u64 = 256;
-/// The model's API key variable and value (a secret the checker searches every output for).
-pub const MODEL_KEY_ENV: &str = "MODEL_API_KEY";
-pub const MODEL_KEY: &str = "sk-ant-SIMMODELKEY-5d0c";
 
 /// One run's worst case under a token quota (one call): `max_tokens` for each attempt of the
 /// first send and of the one after a crash.
@@ -221,7 +216,7 @@ fn model_retries(seed: u64) -> u64 {
 fn model_section(seed: u64) -> Value {
     let retries = model_retries(seed);
     json!({"provider": "anthropic", "model": "sim-model", "api_key": {"env": MODEL_KEY_ENV},
-           "timeout_ms": 1000, "retries": retries, "base_url": crate::services::MODEL_HOST})
+           "timeout_ms": 1000, "retries": retries, "base_url": crate::names::MODEL_HOST})
 }
 
 /// A notes program that has the model word each note first (what the model says goes into

@@ -175,7 +175,7 @@ impl Bridge {
         ];
         let modern = message.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion").is_some();
         let token = match &self.principals {
-            None => crate::fixture::HTTP_TOKEN,
+            None => crate::names::HTTP_TOKEN,
             Some(principals) => {
                 let (principal, token) = principal_for(message, modern);
                 if let Some(id) = message.get("id").and_then(Value::as_i64) {
@@ -234,7 +234,7 @@ impl Bridge {
 /// 2026-07-28 call as the first principal for an even id, the second for an odd one, so a
 /// resent call is the same principal's again.
 fn principal_for(message: &Value, modern: bool) -> (&'static str, &'static str) {
-    let [first, second] = crate::fixture::PRINCIPALS;
+    let [first, second] = crate::names::PRINCIPALS;
     match message.get("id").and_then(Value::as_i64) {
         Some(id) if modern && id % 2 == 1 => second,
         _ => first,

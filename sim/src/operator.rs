@@ -6,8 +6,9 @@
 use warden::base::layout::WAITING_DIR;
 use warden::run::runs::WaitingRecord;
 
-use crate::check::{self, Violation};
-use crate::sweep::Report;
+use crate::check;
+use crate::report::Violation;
+use crate::report::Report;
 use crate::truth;
 use crate::world::World;
 

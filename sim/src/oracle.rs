@@ -18,14 +18,14 @@ use warden::base::layout::WAITING_DIR;
 use warden::env::HttpRequest;
 use warden::store::ledger::LEDGER_FILE;
 
-use crate::check::Violation;
+use crate::report::Violation;
 use crate::disk::SimDisk;
 
 /// A journal's latest begin line and its end offset, unless the journal has ended.
 fn latest_begin_of_unended(bytes: &[u8]) -> Option<(usize, Vec<u8>)> {
     let mut end = bytes.len();
-    for line in crate::check::lines_from_end(bytes) {
-        match crate::check::record_tag(line) {
+    for line in crate::oracle::lines_from_end(bytes) {
+        match crate::oracle::record_tag(line) {
             Some("end") => return None,
             Some("begin") => return Some((end, line.to_vec())),
             _ => end -= line.len(),
@@ -36,8 +36,8 @@ fn latest_begin_of_unended(bytes: &[u8]) -> Option<(usize, Vec<u8>)> {
 
 /// The latest action record (begin or done) of a journal whose run has not ended.
 fn latest_action_record_of_unended(bytes: &[u8]) -> Option<Vec<u8>> {
-    for line in crate::check::lines_from_end(bytes) {
-        match crate::check::record_tag(line) {
+    for line in crate::oracle::lines_from_end(bytes) {
+        match crate::oracle::record_tag(line) {
             Some("end") => return None,
             Some("begin" | "done") => return Some(line.to_vec()),
             _ => {}
@@ -104,7 +104,7 @@ impl Oracle {
 
     /// Before a write request reaches a service: some journal holds its begin record, durably.
     pub fn before_request(&self, request: &HttpRequest) {
-        if request.url.starts_with(crate::services::MODEL_HOST) {
+        if request.url.starts_with(crate::names::MODEL_HOST) {
             return self.before_model_request();
         }
         if request.method == "GET" || request.method == "HEAD" {
@@ -186,8 +186,8 @@ impl Oracle {
         };
         let found = self.disk.with_bytes(&path, |bytes| {
             let mut end = bytes.len();
-            for line in crate::check::lines_from_end(bytes) {
-                if crate::check::record_tag(line) == Some("begin") {
+            for line in crate::oracle::lines_from_end(bytes) {
+                if crate::oracle::record_tag(line) == Some("begin") {
                     let record = serde_json::from_slice::<Value>(line).ok();
                     if record.is_some_and(|r| r["rec"]["op"] == op) && line.ends_with(b"\n") {
                         return Some(end);
@@ -312,4 +312,30 @@ impl Oracle {
             self.waiting_durable(run, "the notify command");
         }
     }
+}
+
+/// A journal line's record tag (`begin`, `done`, `end`...), read at its fixed place in the
+/// checksummed line (`{"sum":"<16 hex>","rec":{"record":"<tag>"`) without parsing the line:
+/// an end record may hold a result of a megabyte.
+pub fn record_tag(line: &[u8]) -> Option<&str> {
+    const HEAD: usize = "{\"sum\":\"".len() + 16;
+    let rest = line.get(HEAD..)?.strip_prefix(b"\",\"rec\":{\"record\":\"")?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    std::str::from_utf8(&rest[..end]).ok()
+}
+
+/// The lines of `bytes` from the last to the first, each with its newline (the last may
+/// have none), found with `memrchr`: a journal's last line may be a megabyte long.
+pub fn lines_from_end(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut end = bytes.len();
+    std::iter::from_fn(move || {
+        if end == 0 {
+            return None;
+        }
+        let body_end = if bytes[end - 1] == b'\n' { end - 1 } else { end };
+        let start = memchr::memrchr(b'\n', &bytes[..body_end]).map_or(0, |n| n + 1);
+        let line = &bytes[start..end];
+        end = start;
+        Some(line)
+    })
 }

@@ -8,7 +8,7 @@ use warden::env::Point;
 use warden_faults::{CrashPoint, Fault, NetworkFault, Planned, Scenario};
 
 use crate::services::NetFault;
-use crate::sweep::Report;
+use crate::report::Report;
 use crate::world::{CrashAt, World};
 
 /// The most calls a generated workload holds.

@@ -10,6 +10,7 @@
 //! answer lost (committed, in doubt), a crash after COMMIT, and a statement slower than its
 //! `statement_timeout` (cancelled by the server, rolled back).
 
+use crate::names::{PAYMENTS_HOST, NOTES_HOST, ECHO_HOST, MODEL_HOST};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::io;
@@ -22,25 +23,6 @@ use warden::env::{
     Database, Db, DbFailure, DbReply, DbRequest, HttpRequest, HttpResponse, LocalBoxFuture, Net, NetError, Process,
     ProcessOutcome, ProcessRequest,
 };
-
-pub const PAYMENTS_HOST: &str = "https://payments.sim";
-pub const NOTES_HOST: &str = "https://notes.sim";
-/// A misbehaving service: reflects the request's Authorization header back in a JSON body,
-/// escaped as PHP (`/echo/php`: `\/`) or Go (`/echo/go`: `\u00XX` for `<`, `>`, `&`) would,
-/// or answers `/big/<bytes>` with a body of that size, `/deep/<n>` with arrays nested n deep,
-/// `/headers/<bytes>` with a header of that size.
-pub const ECHO_HOST: &str = "https://echo.sim";
-/// The simulated model provider (Anthropic's messages API). Every fifth request is answered
-/// 429 and every seventh 500, so retries and give-ups happen without a fault planned.
-pub const MODEL_HOST: &str = "https://model.sim";
-
-/// The simulated PostgreSQL server's desk: its connection URL (a secret, with a password the
-/// checker searches every output for), the variable holding it, and its key among the
-/// in-memory databases.
-pub const PG_URL_ENV: &str = "DESK_PG_URL";
-pub const PG_PASSWORD: &str = "pgSIMPWx7f3a:q";
-pub const PG_URL: &str = "postgres://warden:pgSIMPWx7f3a%3Aq@pg.sim/desk";
-pub const PG_DESK: &str = "postgres://pg.sim/desk";
 
 /// Where the simulated services keep `database`: a SQLite file by its path, a PostgreSQL
 /// server by its URL without the credentials.
@@ -237,7 +219,7 @@ impl Services {
     fn model(&self, request: &HttpRequest) -> HttpResponse {
         let asked = self.effects_of("model") + 1;
         self.effects.borrow_mut().push(Effect { kind: "model".into(), key: None, detail: String::new(), minor: 0 });
-        if Services::header(request, "x-api-key") != Some(crate::generate::MODEL_KEY) {
+        if Services::header(request, "x-api-key") != Some(crate::names::MODEL_KEY) {
             return response(401, json!({"error": {"message": "invalid x-api-key"}}));
         }
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);

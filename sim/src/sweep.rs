@@ -12,7 +12,8 @@ use serde_json::json;
 use warden::store::ledger::RunPhase;
 use warden_faults::{Fault, Scenario};
 
-use crate::check::{self, Violation};
+use crate::check;
+use crate::report::{Report, Violation};
 use crate::client::{generated_call, workload_call, Client};
 use crate::executor::Stop;
 use crate::fired::Pending;
@@ -24,56 +25,6 @@ use crate::{coverage, truth};
 
 /// Restarts one run may take before the checker calls it a livelock.
 pub const RESTARTS_MAX: u32 = 200;
-
-/// What one simulation did and found.
-#[derive(Debug, Default, Clone)]
-pub struct Report {
-    pub seed: u64,
-    pub calls: u32,
-    pub answered: u32,
-    /// Crashes by the step they followed (index 1 to 7), and at disk operations (index 0).
-    pub crashes: [u64; 8],
-    /// Faults armed, by kind.
-    pub faults: BTreeMap<&'static str, u64>,
-    /// Faults that fired, by kind (`fired.rs`).
-    pub fired: BTreeMap<&'static str, u64>,
-    /// (plan position, kind) of planned faults that never fired.
-    pub never_fired: Vec<(usize, &'static str)>,
-    pub violations: Vec<Violation>,
-    pub trace_hash: String,
-    pub sim_ms: u64,
-    pub restarts: u32,
-    /// (simulated ms, lane, label) for the timeline.
-    pub events: Vec<(u64, String, String)>,
-    /// Every server log line, all instances, with its simulated ms (`--verbose`, the timeline).
-    pub log: Vec<(u64, String)>,
-    /// Crashes by window (`coverage.rs`): where each landed x what was in flight.
-    pub windows: BTreeMap<String, u64>,
-    /// Faults by kind x what was in flight when each was armed (`coverage.rs`).
-    pub fault_states: BTreeMap<String, u64>,
-    /// The tool of each call sent, in order (shrinking pins them before dropping tools).
-    pub sent_tools: Vec<String>,
-    /// The world was served over Streamable HTTP (`serve-http`), not stdio; with OAuth
-    /// principals.
-    pub over_http: bool,
-    pub with_principals: bool,
-    /// Input requests: calls answered `input_required`, retries served, retries refused
-    /// (altered states among them).
-    pub inputs: Inputs,
-    /// Requests the simulated model provider received.
-    pub model_requests: u64,
-    /// Statements the simulated PostgreSQL server received.
-    pub postgres_statements: u64,
-}
-
-/// What the client model's input rounds came to.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Inputs {
-    pub asked: u64,
-    pub served: u64,
-    pub refused: u64,
-    pub altered_refused: u64,
-}
 
 /// Counts the crash against the step it followed, and its window (before the disk's crash
 /// semantics apply, so what was in flight is still there to see).

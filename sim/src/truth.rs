@@ -21,7 +21,8 @@ use warden::store::ledger::{RunPhase, State};
 
 use crate::limits::{amount, ToolLimits};
 
-use crate::check::{self, Violation};
+use crate::check;
+use crate::report::Violation;
 use crate::world::World;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,7 +129,7 @@ pub fn effects(world: &World) -> BTreeMap<String, u32> {
         };
         *seen.entry(signature).or_insert(0) += 1;
     }
-    for desk in [World::path("desk.db"), std::path::PathBuf::from(crate::services::PG_DESK)] {
+    for desk in [World::path("desk.db"), std::path::PathBuf::from(crate::names::PG_DESK)] {
         world.services.sql(&desk, crate::services::ACTIONS_TABLE);
         for row in world.services.sql(&desk, "SELECT run, action FROM warden_actions") {
             let run = row.get("run").and_then(Value::as_str).unwrap_or_default();

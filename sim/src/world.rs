@@ -2,6 +2,7 @@
 //! instances started on them. A crash drops an instance's every task and applies the disk's
 //! crash semantics; the next instance recovers through the normal start-up path.
 
+use crate::names::ROOT;
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -23,9 +24,6 @@ use crate::stdio::{Pipe, SimStdio};
 pub const HORIZON_MS: u64 = 60_000;
 /// Polls one `run` may take before it is called a livelock.
 pub const STEPS_MAX: u64 = 5_000_000;
-
-/// Where the simulator puts the operator's files.
-pub const ROOT: &str = "/srv/warden";
 
 /// Crash when `point` is reached for the `nth` time (1-based), counting across instances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,10 +202,10 @@ impl World {
                 let env = self.env(&executor, &pipe, http);
                 let options = warden::protocol::http::HttpOptions {
                     listen: crate::http::ADDRESS.parse().expect("an address"),
-                    bearer_token_env: (!oauth).then(|| crate::fixture::HTTP_TOKEN_ENV.to_string()),
+                    bearer_token_env: (!oauth).then(|| crate::names::HTTP_TOKEN_ENV.to_string()),
                     oauth: oauth.then(|| warden::protocol::http::OAuthOptions {
-                        issuer: crate::fixture::OAUTH_ISSUER.to_string(),
-                        audience: crate::fixture::OAUTH_AUDIENCE.to_string(),
+                        issuer: crate::names::OAUTH_ISSUER.to_string(),
+                        audience: crate::names::OAUTH_AUDIENCE.to_string(),
                         keys: warden::protocol::oauth::KeySource::File(World::path("jwks.json")),
                     }),
                 };

@@ -11,7 +11,8 @@ use std::process::Command;
 
 use warden_faults::Canary;
 use warden_sim::plan::plan_for_seed;
-use warden_sim::sweep::{simulate, Report};
+use warden_sim::report::Report;
+use warden_sim::sweep::simulate;
 
 fn chromium() -> PathBuf {
     let path = std::env::var_os("WARDEN_CHROMIUM").map(PathBuf::from).unwrap_or_else(|| "/usr/bin/chromium".into());
