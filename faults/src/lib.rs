@@ -188,7 +188,7 @@ pub struct Scenario {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
     /// The world simulated: a generated one written out whole, so the file replays without
-    /// the generator; when absent, the fixed world (`sim/src/fixture.rs`).
+    /// the generator; when absent, the fixed world (`sim/src/workload/fixture.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldFile>,
     pub expect: Expect,

@@ -40,7 +40,7 @@ const FORBIDDEN: &[(&str, &str)] = &[
 /// Single tokens a file may use, and why.
 const ALLOWED: &[(&str, &str, &str)] = &[
     (
-        "sim/src/services.rs",
+        "sim/src/env/services.rs",
         "rusqlite",
         "the simulated world's SQLite is in memory and deterministic: it is the service side of Env::db",
     ),
@@ -139,20 +139,20 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("server/src/run/machine.rs", "step", "the transition table: one arm per (state, event) cell"),
     ("sim/src/sweep.rs", "simulate_unguarded", "to split"),
     ("server/src/manifest/validate.rs", "capability_grant", "to split"),
-    ("sim/src/truth.rs", "limits_kept", "to split"),
+    ("sim/src/checks/truth.rs", "limits_kept", "to split"),
     ("sim/src/timeline.rs", "html", "to split"),
     ("server/src/program/mod.rs", "load", "to split"),
-    ("sim/src/generate.rs", "program_text", "to split"),
+    ("sim/src/workload/generate.rs", "program_text", "to split"),
     ("server/src/call/admission.rs", "admit", "to split"),
     ("server/src/store/journal.rs", "apply", "to split"),
     ("server/src/main.rs", "main", "to split"),
-    ("sim/src/generate.rs", "draw_world", "to split"),
+    ("sim/src/workload/generate.rs", "draw_world", "to split"),
     ("sim/src/sweep.rs", "final_checks", "to split"),
     ("server/src/protocol/http.rs", "request", "to split"),
-    ("sim/src/client.rs", "read", "to split"),
+    ("sim/src/workload/client.rs", "read", "to split"),
     ("server/src/run/driver.rs", "execute_once", "to split"),
     ("server/src/run/driver.rs", "execute_to_end", "to split"),
-    ("sim/src/generate.rs", "tool_config", "to split"),
+    ("sim/src/workload/generate.rs", "tool_config", "to split"),
 ];
 
 /// Every function with a body in `text` (outside its unit tests) longer than the limit, as
@@ -344,17 +344,30 @@ const ROOMS: &[(&str, &str)] = &[
     ("commands", "the binary's commands, wiring the rooms"),
 ];
 
-/// Rooms with no code of their own's invariant beyond their order: `base` and `limits` may
-/// import nothing from the crate at all.
+/// Leaf rooms may import nothing from the crate at all.
 const LEAF_ROOMS: &[&str] = &["base", "limits"];
 
-/// The rooms `code` names through `crate::`.
-fn rooms_named(code: &str) -> Vec<&'static str> {
+/// The simulator's rooms, in dependency order (as its `lib.rs` declares them).
+const SIM_ROOMS: &[(&str, &str)] = &[
+    ("names", "the world's fixed names: imports nothing from the crate"),
+    ("report", "what a simulation found"),
+    ("env", "the simulated Env and the world behind it"),
+    ("checks", "the invariants over the simulated disk and the services' records"),
+    ("workload", "generated worlds, the client and the operator"),
+    ("plan", "fault plans, faults fired, crash windows"),
+    ("sweep", "one seeded simulation"),
+    ("fuzzing", "the fuzz targets' properties"),
+    ("shrink", "a failing scenario made small"),
+    ("timeline", "the HTML timeline"),
+];
+
+/// The rooms of `rooms` that `code` names through `crate::`.
+fn rooms_named(code: &str, rooms: &[(&'static str, &str)]) -> Vec<&'static str> {
     let word = |c: char| c.is_alphanumeric() || c == '_';
     code.match_indices("crate::")
         .filter_map(|(at, _)| {
             let name: String = code[at + "crate::".len()..].chars().take_while(|&c| word(c)).collect();
-            ROOMS.iter().map(|(room, _)| *room).find(|room| *room == name)
+            rooms.iter().map(|(room, _)| *room).find(|room| *room == name)
         })
         .collect()
 }
@@ -364,57 +377,72 @@ fn code_outside_tests(text: &str) -> String {
     before_tests.lines().map(|line| line.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
 }
 
-#[test]
-fn rooms_import_only_the_rooms_before_them() {
-    let root = common::repo_root();
-    let src = root.join("server/src");
+/// Every import in `src` that names a later room (or, from a leaf room, any room).
+fn room_violations(src: &Path, rooms: &[(&'static str, &str)], leaves: &[&str]) -> Vec<String> {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     let mut report = Vec::new();
     for file in &files {
-        let relative = file.strip_prefix(&src).unwrap();
+        let relative = file.strip_prefix(src).unwrap();
         let first = relative.components().next().unwrap().as_os_str().to_string_lossy();
         let own = first.trim_end_matches(".rs");
-        let Some(rank) = ROOMS.iter().position(|(room, _)| *room == own) else {
-            assert!(["lib", "main"].contains(&own), "{}: in no room; add it to ROOMS", relative.display());
+        let Some(rank) = rooms.iter().position(|(room, _)| *room == own) else {
+            assert!(["lib", "main"].contains(&own), "{}: in no room; add it to the rooms", relative.display());
             continue;
         };
         let code = code_outside_tests(&std::fs::read_to_string(file).unwrap());
-        for named in rooms_named(&code) {
-            let named_rank = ROOMS.iter().position(|(room, _)| *room == named).unwrap();
-            if named != own && (named_rank > rank || LEAF_ROOMS.contains(&own)) {
-                report.push(format!("{} (room `{own}`: {}) uses `crate::{named}`", relative.display(), ROOMS[rank].1));
+        for named in rooms_named(&code, rooms) {
+            let named_rank = rooms.iter().position(|(room, _)| *room == named).unwrap();
+            if named != own && (named_rank > rank || leaves.contains(&own)) {
+                report.push(format!("{} (room `{own}`: {}) uses `crate::{named}`", relative.display(), rooms[rank].1));
             }
         }
     }
+    report
+}
+
+#[test]
+fn rooms_import_only_the_rooms_before_them() {
+    let root = common::repo_root();
+    let mut report = room_violations(&root.join("server/src"), ROOMS, LEAF_ROOMS);
+    report.extend(room_violations(&root.join("sim/src"), SIM_ROOMS, &["names"]));
     report.sort();
     report.dedup();
     assert!(report.is_empty(), "imports that break the rooms' order:\n{}", report.join("\n"));
 }
 
-#[test]
-fn the_top_level_is_the_rooms() {
-    let src = common::repo_root().join("server/src");
-    let mut entries: Vec<String> = std::fs::read_dir(&src)
+/// A crate's top level holds its rooms, `lib.rs` and `main.rs`, and `lib.rs` declares the
+/// rooms in their order.
+fn assert_top_level_is_rooms(src: &Path, rooms: &[(&str, &str)]) {
+    let mut entries: Vec<String> = std::fs::read_dir(src)
         .unwrap()
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     entries.sort();
-    let mut expected: Vec<String> = ROOMS
+    let mut expected: Vec<String> = rooms
         .iter()
         .map(|(room, _)| if src.join(room).is_dir() { room.to_string() } else { format!("{room}.rs") })
         .chain(["lib.rs".to_string(), "main.rs".to_string()])
         .collect();
     expected.sort();
-    assert_eq!(entries, expected, "server/src holds the rooms, lib.rs and main.rs: a new module goes into a room");
+    assert_eq!(entries, expected, "{}: the rooms, lib.rs and main.rs; a new module goes into a room", src.display());
     let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
     let declared: Vec<&str> = lib.lines().filter_map(|line| line.strip_prefix("pub mod ")?.strip_suffix(';')).collect();
-    let order: Vec<&str> = ROOMS.iter().map(|(room, _)| *room).collect();
-    assert_eq!(declared, order, "lib.rs declares the rooms in their dependency order");
+    let order: Vec<&str> = rooms.iter().map(|(room, _)| *room).collect();
+    assert_eq!(declared, order, "{}: lib.rs declares the rooms in their dependency order", src.display());
+}
+
+#[test]
+fn the_top_level_is_the_rooms() {
+    let root = common::repo_root();
+    assert_top_level_is_rooms(&root.join("server/src"), ROOMS);
+    assert_top_level_is_rooms(&root.join("sim/src"), SIM_ROOMS);
 }
 
 #[test]
 fn the_room_scan_finds_what_it_must() {
-    let code = code_outside_tests("use crate::run::machine; // crate::call\nfn f() { crate::base::json::hex(b\"\"); }\n#[cfg(test)]\nuse crate::protocol;\n");
-    assert_eq!(rooms_named(&code), vec!["run", "base"]);
+    let code = code_outside_tests(
+        "use crate::run::machine; // crate::call\nfn f() { crate::base::json::hex(b\"\"); }\n#[cfg(test)]\nuse crate::protocol;\n",
+    );
+    assert_eq!(rooms_named(&code, ROOMS), vec!["run", "base"]);
 }

@@ -15,8 +15,8 @@ use warden::store::ledger::{self, Event, MoneyRecord, OnceRecord};
 use warden::store::record;
 use warden_faults::{CrashPoint, Fault, NetworkFault, Planned, Scenario};
 
-use crate::executor::Stop;
-use crate::world::World;
+use crate::env::executor::Stop;
+use crate::env::world::World;
 
 /// Every fuzz target's name (its folder under `fuzz/corpus/`) and property, for the tests
 /// that replay or time the committed inputs.

@@ -2,28 +2,20 @@
 //! simulated `Env` — executor, clock, disk, stdio — with faults injected and invariants
 //! checked. See `docs/ARCHITECTURE.md`, "The simulator".
 
-pub mod check;
-pub mod client;
-pub mod clock;
-pub mod coverage;
-pub mod disk;
-pub mod executor;
-pub mod fired;
-pub mod fixture;
-pub mod fuzzing;
-pub mod generate;
-pub mod http;
-pub mod limits;
+// The world's fixed names and what a simulation reports: every room uses them.
 pub mod names;
-pub mod operator;
-pub mod oracle;
-pub mod plan;
 pub mod report;
-pub mod sandbox;
-pub mod services;
-pub mod shrink;
-pub mod stdio;
+// The simulated Env and the world behind it: executor, clock, disk, stdio, services.
+pub mod env;
+// The invariants, checked over the simulated disk and the services' records.
+pub mod checks;
+// What the world is asked to do: generated worlds, the client and the operator.
+pub mod workload;
+// Fault plans, which faults fired, and the crash windows covered.
+pub mod plan;
+// One seeded simulation.
 pub mod sweep;
+// What is built on one simulation: fuzz properties, shrinking, the timeline.
+pub mod fuzzing;
+pub mod shrink;
 pub mod timeline;
-pub mod truth;
-pub mod world;

@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use warden::env::Point;
 use warden_faults::{Canary, Expect, Scenario};
-use warden_sim::coverage;
+use warden_sim::plan::coverage;
 use warden_sim::plan::plan_for_seed;
 use warden_sim::report::Report;
 use warden_sim::shrink::{shrink, without_unfired_faults};
@@ -64,7 +64,7 @@ enum Command {
         /// Also write the report as JSON (for CI).
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Fail when a required crash window (`sim/src/coverage.rs`) goes unhit.
+        /// Fail when a required crash window (`sim/src/plan/coverage.rs`) goes unhit.
         #[arg(long)]
         require_coverage: bool,
     },

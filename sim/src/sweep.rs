@@ -5,23 +5,24 @@
 
 use std::collections::BTreeMap;
 
-use crate::limits::ToolLimits;
+use crate::checks::limits::ToolLimits;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::json;
 use warden::store::ledger::RunPhase;
 use warden_faults::{Fault, Scenario};
 
-use crate::check;
-use crate::report::{Report, Violation};
-use crate::client::{generated_call, workload_call, Client};
-use crate::executor::Stop;
-use crate::fired::Pending;
-use crate::fixture::{install, SECRETS};
-use crate::operator::{operator, resolve_beside_live_server, waiting_records};
+use crate::checks::check;
+use crate::checks::truth;
+use crate::env::executor::Stop;
+use crate::env::world::{Instance, World};
 use crate::plan::arm;
-use crate::world::{Instance, World};
-use crate::{coverage, truth};
+use crate::plan::coverage;
+use crate::plan::fired::Pending;
+use crate::report::{Report, Violation};
+use crate::workload::client::{generated_call, workload_call, Client};
+use crate::workload::fixture::{install, SECRETS};
+use crate::workload::operator::{operator, resolve_beside_live_server, waiting_records};
 
 /// Restarts one run may take before the checker calls it a livelock.
 pub const RESTARTS_MAX: u32 = 200;
@@ -180,7 +181,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         return report;
     }
     // The checker's limits, read by the simulator itself (`limits.rs`).
-    let limits = crate::limits::of_world(&world);
+    let limits = crate::checks::limits::of_world(&world);
     let once_keep_ms = |tool: &str| limits.get(tool).and_then(|t| t.once_keep_ms).unwrap_or(u64::MAX);
     let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x00c1_1e47);
     let mut client = Client { next_id: 1, ..Client::default() };
@@ -209,7 +210,9 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     let resource_template = scenario.world.as_ref().and_then(|file| {
         let manifest: serde_json::Value = serde_json::from_str(&file.manifest).ok()?;
         let template = manifest["resources"][0]["uri"].as_str()?.to_string();
-        [crate::generate::RESOURCE_TICKETS, crate::generate::RESOURCE_INTENTS].into_iter().find(|t| *t == template)
+        [crate::workload::generate::RESOURCE_TICKETS, crate::workload::generate::RESOURCE_INTENTS]
+            .into_iter()
+            .find(|t| *t == template)
     });
     client.hot_tool = (generated && draws.next_u64() % 2 == 0).then(|| draws.next_u64() as usize);
     for index in 0..scenario.calls {
@@ -273,10 +276,10 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         if serves_prompt && reads.next_u64() % 100 < 10 {
             let ticket = format!("{}", reads.next_u64() % 30);
             instance.send(&json!({"jsonrpc": "2.0", "id": format!("prompt-{index}"), "method": "prompts/get",
-                "params": {"name": crate::generate::PROMPT_NAME, "arguments": {"ticket": ticket}}}));
+                "params": {"name": crate::workload::generate::PROMPT_NAME, "arguments": {"ticket": ticket}}}));
         }
         if let Some(template) = resource_template.filter(|_| reads.next_u64() % 100 < 15) {
-            let uri = crate::generate::resource_uri(template, &mut reads);
+            let uri = crate::workload::generate::resource_uri(template, &mut reads);
             instance.send(&json!({"jsonrpc": "2.0", "id": format!("read-{index}"), "method": "resources/read",
                 "params": {"uri": uri, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientCapabilities": {}}}}));
@@ -406,7 +409,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
 /// it cannot write: the writes waiting at once stay within what calls in progress allow.
 fn writes_bounded(world: &World, report: &mut Report) {
     let peak = world.slow_reader.waiting_peak.take();
-    let max = crate::limits::writes_waiting_max(world);
+    let max = crate::checks::limits::writes_waiting_max(world);
     if peak > max {
         let message = format!(
             "{peak} writes waited at once on a client reading slowly, over {max} (one per call in progress, one more): \

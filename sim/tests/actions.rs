@@ -8,10 +8,10 @@ mod common;
 use common::{ask, call, journals, text, usd};
 use serde_json::{json, Value};
 use warden::env::Point;
-use warden_sim::check;
-use warden_sim::executor::Stop;
-use warden_sim::services::NetFault;
-use warden_sim::world::{CrashAt, Instance, World};
+use warden_sim::checks::check;
+use warden_sim::env::executor::Stop;
+use warden_sim::env::services::NetFault;
+use warden_sim::env::world::{CrashAt, Instance, World};
 
 const STRIPE_KEY: &str = "sk_test_SECRETVALUE_4242";
 const NOTES_TOKEN: &str = "tok_NOTESECRET_9999";

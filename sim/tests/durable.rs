@@ -5,9 +5,9 @@ use serde_json::{json, Value};
 use warden::env::Point;
 use warden::store::ledger::Event;
 use warden::store::record;
-use warden_sim::check;
-use warden_sim::executor::Stop;
-use warden_sim::world::{CrashAt, Instance, World};
+use warden_sim::checks::check;
+use warden_sim::env::executor::Stop;
+use warden_sim::env::world::{CrashAt, Instance, World};
 
 const PROGRAM: &str = r#"
 def main(text: str, fail_it: bool = False) -> dict:
@@ -218,7 +218,7 @@ fn a_hundred_concurrent_calls_against_eight_slots() {
                 .quota_use(
                     "echo",
                     3600 * 1000,
-                    warden_sim::clock::EPOCH_MS + world.clock.now(),
+                    warden_sim::env::clock::EPOCH_MS + world.clock.now(),
                     warden::store::ledger::Counting::AllRuns
                 )
                 .0

@@ -3,9 +3,9 @@
 //! that deletes the call would) and makes one call.
 
 use serde_json::{json, Value};
-use warden_sim::fixture::install;
-use warden_sim::oracle::INVARIANT;
-use warden_sim::world::World;
+use warden_sim::env::oracle::INVARIANT;
+use warden_sim::env::world::World;
+use warden_sim::workload::fixture::install;
 
 mod common;
 use common::usd;
@@ -72,7 +72,7 @@ fn a_lost_waiting_record_fsync_is_found_by_the_answer_and_by_notify() {
     let world = World::new(7);
     install(&world, None, None);
     world.disk.faults.borrow_mut().lose_fsyncs_of = Some("/waiting/".into());
-    world.services.fault_next("notes.sim", warden_sim::services::NetFault::LoseResponse);
+    world.services.fault_next("notes.sim", warden_sim::env::services::NetFault::LoseResponse);
     let instance = world.start("manifest.json");
     instance.send(&call(1, "note", json!({"text": "a"})));
     instance.run();

@@ -6,9 +6,9 @@
 use serde_json::{json, Value};
 use warden::env::Point;
 use warden::store::ledger::RunPhase;
-use warden_sim::check;
-use warden_sim::executor::Stop;
-use warden_sim::world::{CrashAt, World};
+use warden_sim::checks::check;
+use warden_sim::env::executor::Stop;
+use warden_sim::env::world::{CrashAt, World};
 
 const SEEDS: u64 = 25;
 

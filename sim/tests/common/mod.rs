@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
-use warden_sim::executor::Stop;
-use warden_sim::world::{Instance, World};
+use warden_sim::env::executor::Stop;
+use warden_sim::env::world::{Instance, World};
 
 pub fn call(id: i64, tool: &str, arguments: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {

@@ -2,14 +2,17 @@
 //! at its own rate, drawn from a table) or from a scenario file, and arming a planned fault
 //! in the world before the call it precedes.
 
+pub mod coverage;
+pub mod fired;
+
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use warden::env::Point;
 use warden_faults::{CrashPoint, Fault, NetworkFault, Planned, Scenario};
 
-use crate::services::NetFault;
+use crate::env::services::NetFault;
+use crate::env::world::{CrashAt, World};
 use crate::report::Report;
-use crate::world::{CrashAt, World};
 
 /// The most calls a generated workload holds.
 pub const CALLS_MAX: u32 = 40;
@@ -110,7 +113,7 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
     let mut scenario = Scenario::passing(format!("seed {seed}"), seed, calls, faults);
     // The fixed world stays one world among many.
     if seed % FIXED_WORLD_EVERY != 0 {
-        scenario.world = Some(crate::generate::world_for_seed(seed));
+        scenario.world = Some(crate::workload::generate::world_for_seed(seed));
     }
     scenario
 }
@@ -147,7 +150,7 @@ pub fn net_fault(kind: NetworkFault) -> NetFault {
 pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
     *report.faults.entry(fault.kind()).or_insert(0) += 1;
     report.events.push((world.clock.now(), "faults".into(), format!("{}: {fault:?}", fault.kind())));
-    let state = crate::coverage::window(fault.kind(), crate::coverage::in_flight(world));
+    let state = crate::plan::coverage::window(fault.kind(), crate::plan::coverage::in_flight(world));
     *report.fault_states.entry(state).or_insert(0) += 1;
     match fault {
         Fault::CrashAtPoint { point } => {

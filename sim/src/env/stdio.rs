@@ -14,7 +14,7 @@ use std::task::{Poll, Waker};
 
 use warden::env::{Clock, LocalBoxFuture, Stdio};
 
-use crate::clock::{SimClock, SimClockHandle};
+use crate::env::clock::{SimClock, SimClockHandle};
 
 /// Lines the pipe holds before a write waits for the client to read.
 pub const PIPE_LINES: usize = 2;
@@ -133,11 +133,11 @@ pub struct SimStdio {
     pub pipe: Rc<Pipe>,
     pub crashed: Rc<Cell<bool>>,
     /// Checks that what each answer depends on is durable when it is written.
-    pub oracle: Rc<crate::oracle::Oracle>,
+    pub oracle: Rc<crate::env::oracle::Oracle>,
     /// Stamps log lines with simulated time.
-    pub clock: Rc<crate::clock::SimClock>,
+    pub clock: Rc<crate::env::clock::SimClock>,
     /// Starts the slow client's task.
-    pub spawn: crate::executor::SimSpawn,
+    pub spawn: crate::env::executor::SimSpawn,
 }
 
 impl Stdio for SimStdio {

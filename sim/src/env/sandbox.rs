@@ -10,7 +10,7 @@ use std::rc::Rc;
 use warden::env::{blocking_on, LocalBoxFuture, Sandbox, Spawn};
 use warden::program::job::{self, Executed, Job, Stopped};
 
-use crate::clock::SimClock;
+use crate::env::clock::SimClock;
 
 /// Faults of the simulated sandbox, shared by every instance of a world.
 #[derive(Default)]

@@ -19,11 +19,11 @@ use warden::manifest::Manifest;
 use warden::store::journal::OpState;
 use warden::store::ledger::{RunPhase, State};
 
-use crate::limits::{amount, ToolLimits};
+use crate::checks::limits::{amount, ToolLimits};
 
-use crate::check;
+use crate::checks::check;
+use crate::env::world::World;
 use crate::report::Violation;
-use crate::world::World;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -130,7 +130,7 @@ pub fn effects(world: &World) -> BTreeMap<String, u32> {
         *seen.entry(signature).or_insert(0) += 1;
     }
     for desk in [World::path("desk.db"), std::path::PathBuf::from(crate::names::PG_DESK)] {
-        world.services.sql(&desk, crate::services::ACTIONS_TABLE);
+        world.services.sql(&desk, crate::env::services::ACTIONS_TABLE);
         for row in world.services.sql(&desk, "SELECT run, action FROM warden_actions") {
             let run = row.get("run").and_then(Value::as_str).unwrap_or_default();
             let action = row.get("action").and_then(Value::as_i64).unwrap_or(-1);

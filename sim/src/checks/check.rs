@@ -9,7 +9,7 @@ use warden::base::layout::RunFiles;
 use warden::store::journal::Journal;
 use warden::store::ledger::{self, RunPhase, State, LEDGER_FILE};
 
-use crate::disk::SimDisk;
+use crate::env::disk::SimDisk;
 use crate::report::Violation;
 
 fn violation(invariant: u8, message: String) -> Violation {

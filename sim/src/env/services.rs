@@ -10,7 +10,7 @@
 //! answer lost (committed, in doubt), a crash after COMMIT, and a statement slower than its
 //! `statement_timeout` (cancelled by the server, rolled back).
 
-use crate::names::{PAYMENTS_HOST, NOTES_HOST, ECHO_HOST, MODEL_HOST};
+use crate::names::{ECHO_HOST, MODEL_HOST, NOTES_HOST, PAYMENTS_HOST};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::io;
@@ -76,7 +76,7 @@ pub struct Services {
     /// The notify command hangs this many times (until its timeout) before it succeeds.
     pub notify_hangs: Cell<u32>,
     /// Virtual time, for a hanging command's timeout.
-    pub clock: RefCell<Option<Rc<crate::clock::SimClock>>>,
+    pub clock: RefCell<Option<Rc<crate::env::clock::SimClock>>>,
     pub variables: RefCell<BTreeMap<String, String>>,
     databases: RefCell<BTreeMap<PathBuf, rusqlite::Connection>>,
     /// Statements the PostgreSQL server received.
@@ -86,7 +86,7 @@ pub struct Services {
     /// Step the wall clock by this much (ms) when the next request reaches a service.
     pub step_wall_on_next_request: Cell<i64>,
     /// Checks that what each action depends on is durable when it reaches a service.
-    pub oracle: RefCell<Option<Rc<crate::oracle::Oracle>>>,
+    pub oracle: RefCell<Option<Rc<crate::env::oracle::Oracle>>>,
     /// Output tokens the model provider billed: every request it received, at what its
     /// answer's usage says, or the request's `max_tokens` when it answered none.
     pub model_billed: Cell<u64>,
@@ -307,7 +307,7 @@ impl Services {
             return Box::pin(std::future::ready(outcome));
         };
         let sleep =
-            warden::env::Clock::sleep(&crate::clock::SimClockHandle(clock), if timed_out { timeout } else { ms });
+            warden::env::Clock::sleep(&crate::env::clock::SimClockHandle(clock), if timed_out { timeout } else { ms });
         Box::pin(async move {
             sleep.await;
             outcome
@@ -520,7 +520,7 @@ impl Services {
         let Some(clock) = self.clock.borrow().as_ref().map(Rc::clone) else {
             return Box::pin(std::future::ready(outcome));
         };
-        let sleep = warden::env::Clock::sleep(&crate::clock::SimClockHandle(clock), ms);
+        let sleep = warden::env::Clock::sleep(&crate::env::clock::SimClockHandle(clock), ms);
         Box::pin(async move {
             sleep.await;
             outcome
@@ -545,7 +545,7 @@ impl Process for SimProcess {
             // The command never exits; the server's timeout kills it.
             if let Some(clock) = self.0.clock.borrow().as_ref() {
                 let sleep =
-                    warden::env::Clock::sleep(&crate::clock::SimClockHandle(Rc::clone(clock)), request.timeout_ms);
+                    warden::env::Clock::sleep(&crate::env::clock::SimClockHandle(Rc::clone(clock)), request.timeout_ms);
                 return Box::pin(async move {
                     sleep.await;
                     Ok(ProcessOutcome { exit_code: None })

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::RngCore;
 use warden::env::{LocalBoxFuture, Spawn};
 
-use crate::clock::SimClock;
+use crate::env::clock::SimClock;
 
 /// The most tasks one instance may hold: a bound, so a runaway spawner is a failure.
 pub const TASKS_MAX: usize = 100_000;

@@ -58,7 +58,8 @@ const ATTEMPTS: u64 = 32;
 pub fn world_for_seed(seed: u64) -> WorldFile {
     let mut world = draw_world(seed, 0);
     for attempt in 1..ATTEMPTS {
-        let accepted = Manifest::parse(&crate::world::World::path("manifest.json"), world.manifest.as_bytes()).is_ok();
+        let accepted =
+            Manifest::parse(&crate::env::world::World::path("manifest.json"), world.manifest.as_bytes()).is_ok();
         if accepted {
             break;
         }

@@ -6,8 +6,8 @@
 use warden::manifest::kinds::{Kind, Method};
 use warden::store::ledger::LEDGER_TEMP_FILE;
 
-use crate::operator::waiting_records;
-use crate::world::World;
+use crate::env::world::World;
+use crate::workload::operator::waiting_records;
 
 /// What was in flight when a crash landed, most telling first.
 pub fn in_flight(world: &World) -> &'static str {
@@ -24,8 +24,8 @@ pub fn in_flight(world: &World) -> &'static str {
     let journal_files = world.disk.files().into_iter().filter(|p| p.extension().is_some_and(|e| e == "journal"));
     for path in journal_files {
         let begun = world.disk.with_bytes(&path, |bytes| {
-            for line in crate::oracle::lines_from_end(bytes) {
-                match crate::oracle::record_tag(line) {
+            for line in crate::env::oracle::lines_from_end(bytes) {
+                match crate::env::oracle::record_tag(line) {
                     Some("resumed" | "retried") => continue,
                     Some("begin") => {
                         let line = serde_json::from_slice::<serde_json::Value>(line).ok()?;

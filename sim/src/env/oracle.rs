@@ -18,14 +18,14 @@ use warden::base::layout::WAITING_DIR;
 use warden::env::HttpRequest;
 use warden::store::ledger::LEDGER_FILE;
 
+use crate::env::disk::SimDisk;
 use crate::report::Violation;
-use crate::disk::SimDisk;
 
 /// A journal's latest begin line and its end offset, unless the journal has ended.
 fn latest_begin_of_unended(bytes: &[u8]) -> Option<(usize, Vec<u8>)> {
     let mut end = bytes.len();
-    for line in crate::oracle::lines_from_end(bytes) {
-        match crate::oracle::record_tag(line) {
+    for line in crate::env::oracle::lines_from_end(bytes) {
+        match crate::env::oracle::record_tag(line) {
             Some("end") => return None,
             Some("begin") => return Some((end, line.to_vec())),
             _ => end -= line.len(),
@@ -36,8 +36,8 @@ fn latest_begin_of_unended(bytes: &[u8]) -> Option<(usize, Vec<u8>)> {
 
 /// The latest action record (begin or done) of a journal whose run has not ended.
 fn latest_action_record_of_unended(bytes: &[u8]) -> Option<Vec<u8>> {
-    for line in crate::oracle::lines_from_end(bytes) {
-        match crate::oracle::record_tag(line) {
+    for line in crate::env::oracle::lines_from_end(bytes) {
+        match crate::env::oracle::record_tag(line) {
             Some("end") => return None,
             Some("begin" | "done") => return Some(line.to_vec()),
             _ => {}
@@ -186,8 +186,8 @@ impl Oracle {
         };
         let found = self.disk.with_bytes(&path, |bytes| {
             let mut end = bytes.len();
-            for line in crate::oracle::lines_from_end(bytes) {
-                if crate::oracle::record_tag(line) == Some("begin") {
+            for line in crate::env::oracle::lines_from_end(bytes) {
+                if crate::env::oracle::record_tag(line) == Some("begin") {
                     let record = serde_json::from_slice::<Value>(line).ok();
                     if record.is_some_and(|r| r["rec"]["op"] == op) && line.ends_with(b"\n") {
                         return Some(end);

@@ -81,16 +81,16 @@ const SERVER_CONCURRENT_RUNS_DEFAULT: u64 = 8;
 /// The most writes a server may leave waiting on a client that does not read: one per call
 /// in progress (each answers once; seed 000 section 5 bounds them at four times
 /// `server.max_concurrent_runs` plus 16) and one for the request being handled.
-pub fn writes_waiting_max(world: &crate::world::World) -> usize {
-    let text = world.disk.peek(&crate::world::World::path("manifest.json")).unwrap_or_default();
+pub fn writes_waiting_max(world: &crate::env::world::World) -> usize {
+    let text = world.disk.peek(&crate::env::world::World::path("manifest.json")).unwrap_or_default();
     let manifest = serde_json::from_slice::<Value>(&text).unwrap_or_default();
     let runs = manifest["server"]["max_concurrent_runs"].as_u64().unwrap_or(SERVER_CONCURRENT_RUNS_DEFAULT);
     (4 * runs + 16 + 1) as usize
 }
 
 /// Each tool's limits in the world's manifest, by name.
-pub fn of_world(world: &crate::world::World) -> BTreeMap<String, ToolLimits> {
-    let text = world.disk.peek(&crate::world::World::path("manifest.json")).unwrap_or_default();
+pub fn of_world(world: &crate::env::world::World) -> BTreeMap<String, ToolLimits> {
+    let text = world.disk.peek(&crate::env::world::World::path("manifest.json")).unwrap_or_default();
     read(&String::from_utf8_lossy(&text))
 }
 

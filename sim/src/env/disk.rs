@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::RngCore;
 use warden::env::{Clock, Disk, DiskLock, LocalBoxFuture};
 
-use crate::clock::{SimClock, SimClockHandle};
+use crate::env::clock::{SimClock, SimClockHandle};
 
 #[derive(Clone, Debug, Default)]
 struct Inode {

@@ -6,11 +6,11 @@
 use warden::base::layout::WAITING_DIR;
 use warden::run::runs::WaitingRecord;
 
-use crate::check;
-use crate::report::Violation;
+use crate::checks::check;
+use crate::checks::truth;
+use crate::env::world::World;
 use crate::report::Report;
-use crate::truth;
-use crate::world::World;
+use crate::report::Violation;
 
 /// The waiting records on disk.
 pub fn waiting_records(world: &World) -> Vec<std::path::PathBuf> {

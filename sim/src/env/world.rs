@@ -13,12 +13,12 @@ use serde_json::Value;
 use warden::env::{Env, LocalBoxFuture, Point, Probe, Rng};
 use warden_faults::Transport;
 
-use crate::clock::{SimClock, SimClockHandle};
-use crate::disk::{SimDisk, SimDiskHandle};
-use crate::executor::{Executor, Stop};
-use crate::oracle::Oracle;
-use crate::services::{Services, SimDb, SimNet, SimProcess};
-use crate::stdio::{Pipe, SimStdio};
+use crate::env::clock::{SimClock, SimClockHandle};
+use crate::env::disk::{SimDisk, SimDiskHandle};
+use crate::env::executor::{Executor, Stop};
+use crate::env::oracle::Oracle;
+use crate::env::services::{Services, SimDb, SimNet, SimProcess};
+use crate::env::stdio::{Pipe, SimStdio};
 
 /// Virtual time an instance may run ahead while quiet (timers due within it fire).
 pub const HORIZON_MS: u64 = 60_000;
@@ -78,11 +78,11 @@ pub struct World {
     pub instances: Cell<u32>,
     pub services: Rc<Services>,
     /// Faults of program executions (how long they take; no worker at all).
-    pub sandbox: Rc<crate::sandbox::SandboxFaults>,
+    pub sandbox: Rc<crate::env::sandbox::SandboxFaults>,
     /// The durability oracle, shared by the services and the protocol stream.
     pub oracle: Rc<Oracle>,
     /// A client that reads the server's lines slowly (a fault).
-    pub slow_reader: Rc<crate::stdio::SlowReader>,
+    pub slow_reader: Rc<crate::env::stdio::SlowReader>,
     /// How the client reaches each server instance.
     pub transport: Cell<Transport>,
     /// In an OAuth world, the principal each call (by id) was sent as.
@@ -116,7 +116,7 @@ impl World {
             probes: Rc::new(Probes::default()),
             instances: Cell::new(0),
             services,
-            sandbox: Rc::new(crate::sandbox::SandboxFaults::default()),
+            sandbox: Rc::new(crate::env::sandbox::SandboxFaults::default()),
             oracle,
             slow_reader: Rc::default(),
             transport: Cell::new(Transport::Stdio),
@@ -155,7 +155,7 @@ impl World {
             db: Rc::new(SimDb(Rc::clone(&self.services))),
             rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),
             spawn: Rc::new(executor.spawner()),
-            sandbox: Rc::new(crate::sandbox::SimSandbox {
+            sandbox: Rc::new(crate::env::sandbox::SimSandbox {
                 spawn: Rc::new(executor.spawner()),
                 clock: Rc::clone(&self.clock),
                 faults: Rc::clone(&self.sandbox),
@@ -186,12 +186,12 @@ impl World {
             }
             Transport::Http | Transport::HttpOauth => {
                 let oauth = self.transport.get() == Transport::HttpOauth;
-                let http = Rc::new(crate::http::SimHttp {
+                let http = Rc::new(crate::env::http::SimHttp {
                     handler: Rc::default(),
                     listening: warden::base::sync::Signal::new(),
                     done: warden::base::sync::Signal::new(),
                 });
-                let bridge = crate::http::Bridge::new(
+                let bridge = crate::env::http::Bridge::new(
                     Rc::clone(&pipe),
                     Rc::clone(&self.crashed),
                     self.stdio(&executor, &pipe),
@@ -201,7 +201,7 @@ impl World {
                 );
                 let env = self.env(&executor, &pipe, http);
                 let options = warden::protocol::http::HttpOptions {
-                    listen: crate::http::ADDRESS.parse().expect("an address"),
+                    listen: crate::env::http::ADDRESS.parse().expect("an address"),
                     bearer_token_env: (!oauth).then(|| crate::names::HTTP_TOKEN_ENV.to_string()),
                     oauth: oauth.then(|| warden::protocol::http::OAuthOptions {
                         issuer: crate::names::OAUTH_ISSUER.to_string(),

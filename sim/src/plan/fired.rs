@@ -6,8 +6,8 @@
 
 use warden_faults::Fault;
 
-use crate::services::NetFault;
-use crate::world::World;
+use crate::env::services::NetFault;
+use crate::env::world::World;
 
 /// What firing would change, as the world stood when the fault was armed.
 #[derive(Debug)]

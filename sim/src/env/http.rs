@@ -16,7 +16,7 @@ use warden::base::sync::{select, Either, Signal, WaitGroup};
 use warden::env::{HttpServe, InboundHandler, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer, Spawn};
 use warden::protocol::framing::{Frame, LineSplitter, READ_CHUNK_BYTES};
 
-use crate::stdio::{Pipe, SimStdio};
+use crate::env::stdio::{Pipe, SimStdio};
 
 /// Where the simulated server listens (nothing listens on it: requests arrive by the bridge).
 pub const ADDRESS: &str = "127.0.0.1:8931";
@@ -57,7 +57,7 @@ pub struct Bridge {
     pub handler: Rc<RefCell<Option<InboundHandler>>>,
     pub listening: Signal,
     pub done: Signal,
-    pub spawn: crate::executor::SimSpawn,
+    pub spawn: crate::env::executor::SimSpawn,
     /// The 2025-11-25 session `initialize` opened.
     session: RefCell<Option<String>>,
     /// Exchanges in progress by request id (JSON text): set to close the connection.
@@ -73,7 +73,7 @@ impl Bridge {
         crashed: Rc<Cell<bool>>,
         stdio: SimStdio,
         http: &SimHttp,
-        spawn: crate::executor::SimSpawn,
+        spawn: crate::env::executor::SimSpawn,
         principals: Option<Rc<RefCell<BTreeMap<i64, &'static str>>>>,
     ) -> Rc<Bridge> {
         Rc::new(Bridge {

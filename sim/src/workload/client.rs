@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 
 use warden_faults::WorldFile;
 
-use crate::report::Violation;
-use crate::generate::call_arguments;
+use crate::env::world::Instance;
 use crate::report::Report;
-use crate::world::Instance;
+use crate::report::Violation;
+use crate::workload::generate::call_arguments;
 
 #[derive(Default)]
 pub struct Client {
@@ -350,7 +350,7 @@ impl Client {
             let mut retry = call.clone();
             retry["params"]["requestState"] = result["requestState"].clone();
             if let Some(answer) = answer {
-                retry["params"]["inputResponses"] = json!({crate::generate::ASK_KEY: answer});
+                retry["params"]["inputResponses"] = json!({crate::workload::generate::ASK_KEY: answer});
             }
             if rng.next_u64() % 4 == 0 {
                 // A client that alters a state (another run, the next round), seal kept.
