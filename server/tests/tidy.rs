@@ -446,3 +446,60 @@ fn the_room_scan_finds_what_it_must() {
     );
     assert_eq!(rooms_named(&code, ROOMS), vec!["run", "base"]);
 }
+
+/// Entry lines of the codemap's tree (`## Codemap`'s first fenced block): an entry is indented
+/// two spaces per level (less than `DESCRIPTION_COLUMN`), a description continues further in.
+/// Returns each entry's path from the repository root.
+fn codemap_paths(architecture: &str) -> Vec<String> {
+    const DESCRIPTION_COLUMN: usize = 20;
+    let section = architecture.split("## Codemap").nth(1).expect("ARCHITECTURE.md has a Codemap section");
+    let block = section.split("```").nth(1).expect("the codemap is a fenced block");
+    let mut parents: Vec<String> = Vec::new();
+    let mut paths = Vec::new();
+    for line in block.lines().skip(1).filter(|line| !line.trim().is_empty()) {
+        let indent = line.len() - line.trim_start().len();
+        if indent >= DESCRIPTION_COLUMN {
+            continue;
+        }
+        let level = indent / 2;
+        let name = line.split_whitespace().next().unwrap();
+        parents.truncate(level);
+        let path = format!("{}{name}", parents.concat());
+        if name.ends_with('/') {
+            parents.push(name.to_string());
+        }
+        paths.push(path);
+    }
+    paths
+}
+
+#[test]
+fn the_codemap_names_every_module_and_only_what_exists() {
+    let root = common::repo_root();
+    let architecture = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let named = codemap_paths(&architecture);
+    let missing: Vec<&String> = named.iter().filter(|path| !root.join(path.as_str()).exists()).collect();
+    assert!(missing.is_empty(), "docs/ARCHITECTURE.md's codemap names paths that do not exist: {missing:?}");
+    let mut unnamed = Vec::new();
+    for crate_dir in ["server/src", "sim/src"] {
+        let mut files = Vec::new();
+        rust_files(&root.join(crate_dir), &mut files);
+        for file in files {
+            let relative = file.strip_prefix(&root).unwrap().display().to_string();
+            if !named.contains(&relative) {
+                unnamed.push(relative);
+            }
+        }
+    }
+    unnamed.sort();
+    assert!(unnamed.is_empty(), "modules docs/ARCHITECTURE.md's codemap does not name: {unnamed:?}");
+}
+
+#[test]
+fn the_codemap_parse_follows_the_indentation() {
+    let text = "## Codemap\n\n```\nCargo.toml        x\nserver/           y\n  src/\n    a.rs            z\n                    more\n    b/\n      c.rs\nsim/\n```\n";
+    assert_eq!(
+        codemap_paths(text),
+        ["Cargo.toml", "server/", "server/src/", "server/src/a.rs", "server/src/b/", "server/src/b/c.rs", "sim/"]
+    );
+}
