@@ -10,7 +10,8 @@ use crate::catalog::{read_manifest, Catalog};
 use crate::env::{DiskLock, Env};
 use crate::protocol::http::HttpOptions;
 use crate::protocol::Connection;
-use crate::run::runs::{Fatal, Runs};
+use crate::run::runs::Runs;
+use crate::run::store::Fatal;
 use crate::run::{recovery, retention};
 use crate::store::ledger::Ledger;
 

@@ -33,7 +33,7 @@ use crate::catalog::Tool;
 use crate::env::Point;
 use crate::manifest::Grant;
 use crate::run::notice::Notice;
-use crate::run::runs::{self, Runs};
+use crate::run::runs::Runs;
 use crate::run::store::RunStore;
 use crate::store::ledger::OnceRecord;
 
@@ -195,14 +195,14 @@ pub(crate) fn reply_of(
     tool: &Tool,
     run: &str,
     inputs: &Map<String, Value>,
-    outcome: Result<runs::RunEnd, runs::Fatal>,
+    outcome: Result<crate::run::store::RunEnd, crate::run::store::Fatal>,
     control: &CallControl,
     principal: Option<&Principal>,
 ) -> CallReply {
     let reply = match outcome {
-        Ok(runs::RunEnd::Ended(end)) => answer(run, &end, tool.program.returns_content()),
-        Ok(runs::RunEnd::Stopped { .. }) => stopped_result(run),
-        Ok(runs::RunEnd::Asking { round, requests, expires_at_ms }) if !control.is_cancelled() => {
+        Ok(crate::run::store::RunEnd::Ended(end)) => answer(run, &end, tool.program.returns_content()),
+        Ok(crate::run::store::RunEnd::Stopped { .. }) => stopped_result(run),
+        Ok(crate::run::store::RunEnd::Asking { round, requests, expires_at_ms }) if !control.is_cancelled() => {
             let claims = crate::run::input::Claims {
                 run: run.to_string(),
                 round,
@@ -216,7 +216,7 @@ pub(crate) fn reply_of(
             let result = json!({"inputRequests": requests, "requestState": state, "_meta": meta});
             return CallReply::InputRequired(result, run.into());
         }
-        Ok(runs::RunEnd::Asking { .. }) => error_result(String::new()),
+        Ok(crate::run::store::RunEnd::Asking { .. }) => error_result(String::new()),
         Err(fatal) => {
             runs.stop(&fatal);
             error_result(format!(

@@ -6,17 +6,20 @@
 use serde_json::{json, Map, Value};
 
 use crate::broker::{scrub, usage_json, AskedRound, Broker, Completed};
-use crate::catalog::Tool;
-use crate::env::Point;
+use crate::catalog::{Catalog, Tool};
+use crate::env::{Env, Point};
 use crate::limits::ACTIONS_PER_RUN_MAX;
 use crate::manifest::{CapabilityGrant, Grant};
 use crate::program::job::{Executed, Job, Stopped};
 use crate::program::{FailureKind, Outcome};
+use crate::run::input::Inputs;
 use crate::run::machine::{self, Command, Event, Next, State};
+use crate::run::notice::Listeners;
 use crate::run::notice::Notice;
 use crate::run::perform;
-use crate::run::runs::{Fatal, RunEnd, Runs, Waiting};
+use crate::run::runs::Runs;
 use crate::run::store::RunStore;
+use crate::run::store::{Fatal, RunEnd, Waiting};
 use crate::store::journal::{EndRecord, Journal, JournalRecord, RunOutcome};
 
 /// Transitions one run may take in one process: at most four per action (begin and
@@ -58,7 +61,38 @@ pub enum Entry {
     Abandoned(String),
 }
 
+/// Drives runs through their state machine over a store: every durable record goes through
+/// `S`, every effect through `Env`. Nothing here knows where the store keeps its records.
+pub struct Driver<'a, S: RunStore> {
+    pub store: &'a S,
+    pub env: &'a Env,
+    pub catalog: &'a Catalog,
+    pub listeners: &'a Listeners,
+    pub inputs: &'a Inputs,
+}
+
 impl Runs {
+    /// Steps 4 to 6 of a run of this server's file store (`Driver::execute_to_end`).
+    pub async fn execute_to_end(
+        &self,
+        tool: &Tool,
+        run: &str,
+        inputs: &Map<String, Value>,
+        entry: Entry,
+        client_kinds: &[String],
+    ) -> Result<RunEnd, Fatal> {
+        let driver = Driver {
+            store: self,
+            env: &self.env,
+            catalog: &self.catalog,
+            listeners: &self.listeners,
+            inputs: &self.inputs,
+        };
+        driver.execute_to_end(tool, run, inputs, entry, client_kinds).await
+    }
+}
+
+impl<S: RunStore> Driver<'_, S> {
     /// Steps 4 to 6: drives the run's state machine from its journal to its end (settled)
     /// or to a stop in doubt (waiting for an operator).
     /// `client_kinds`: the input kinds the client waiting on the run declared.
@@ -70,7 +104,7 @@ impl Runs {
         entry: Entry,
         client_kinds: &[String],
     ) -> Result<RunEnd, Fatal> {
-        let _running = self.running(run);
+        let _running = self.store.running(run);
         let journal = self.journal_of(tool, run).await?;
         let mut state = State::from_journal(&journal).map_err(|e| Fatal(format!("run {run}: {e}")))?;
         let context = Context {
@@ -144,8 +178,8 @@ impl Runs {
         let expires_at_ms = asked.asked_at_ms.saturating_add(crate::limits::INPUT_WAIT_MS);
         let requests: Map<String, Value> =
             (asked.sent.iter()).filter_map(|key| Some((key.clone(), asked.requests.get(key)?.clone()))).collect();
-        let principal = self.ledger.state().run(run).and_then(|entry| entry.principal.clone());
-        self.inputs.register(&self.env, run, (&tool.config.name, principal), round, expires_at_ms);
+        let principal = self.store.principal(run);
+        self.inputs.register(self.env, run, (&tool.config.name, principal), round, expires_at_ms);
         Ok(RunEnd::Asking { round, requests: Value::Object(requests), expires_at_ms })
     }
 
@@ -166,11 +200,11 @@ impl Runs {
             usage: usage_json(&usage),
             at_ms,
         };
-        Ok(self.fitted_end(end))
+        Ok(self.store.fitted_end(end))
     }
 
     async fn journal_of(&self, tool: &Tool, run: &str) -> Result<Journal, Fatal> {
-        RunStore::journal(self, tool, run).await
+        self.store.journal(tool, run).await
     }
 
     /// Carries out one command; returns the event it yields, if it yields one.
@@ -189,13 +223,13 @@ impl Runs {
                 // A send again after crashes: how many sends they interrupted (each may have
                 // reached the service, which a model call's charge must count).
                 let resend = match resend {
-                    true => self.sends_interrupted(name, run).await?.max(1),
+                    true => self.sends_interrupted(cx.tool, run).await?.max(1),
                     false => 0,
                 };
-                let performed = perform::perform(&self.env, grant, net, model, run, &action, &cx.secrets, resend).await;
+                let performed = perform::perform(self.env, grant, net, model, run, &action, &cx.secrets, resend).await;
                 let performed = match performed {
                     crate::broker::Performed::Done(result) => {
-                        crate::broker::Performed::Done(self.fitted_result(action.op, result))
+                        crate::broker::Performed::Done(self.store.fitted_result(action.op, result))
                     }
                     in_doubt => in_doubt,
                 };
@@ -204,30 +238,26 @@ impl Runs {
             Command::LookUp(action) => {
                 let grant = grant_of(cx, action.grant.as_str())?;
                 let net = &cx.tool.config.net;
-                Ok(Some(match perform::sql_write_happened(&self.env, grant, net, run, action.op).await {
+                Ok(Some(match perform::sql_write_happened(self.env, grant, net, run, action.op).await {
                     Ok(committed) => Event::LookedUp { committed },
                     Err(problem) => Event::LookUpFailed(crate::broker::scrub(&problem, &cx.secrets)),
                 }))
             }
             Command::Wait { op, action, reason, halted } => {
                 let waiting = Waiting { op, action: action.as_ref(), reason: &reason, halted };
-                RunStore::wait(self, cx.tool, run, waiting).await?;
+                self.store.wait(cx.tool, run, waiting).await?;
                 Ok(None)
             }
             Command::Notify => {
-                let manifest = &self.catalog.manifest;
-                let folder = crate::base::layout::folder_of(&manifest.path).to_path_buf();
-                let waiting = self.files(name, run).waiting;
-                let owed = self.notifications_owed.enter();
-                crate::run::notify::spawn(&self.env, &manifest.server, &folder, run, &waiting, owed);
+                self.store.notify(cx.tool, run);
                 Ok(None)
             }
             Command::Settle(end) => {
-                RunStore::settle(self, cx.tool, run, &end).await?;
+                self.store.settle(cx.tool, run, &end).await?;
                 Ok(Some(Event::Settled))
             }
             Command::Log(line) => {
-                self.log_run(name, run, &line).await;
+                self.store.log(name, run, &line).await;
                 Ok(None)
             }
         }
@@ -236,24 +266,25 @@ impl Runs {
     /// Appends one journal record durably, with the probe point and log line it carries.
     /// How many sends of the run's action in doubt crashes interrupted (its journal's
     /// `Resumed` records since the action began).
-    async fn sends_interrupted(&self, tool: &str, run: &str) -> Result<u64, Fatal> {
-        let journal = self.executing_journal(tool, run).await.map_err(|e| Fatal(format!("run {run}: {e}")))?;
-        Ok(journal.map_or(0, |journal| u64::from(journal.sends_interrupted)))
+    async fn sends_interrupted(&self, tool: &Tool, run: &str) -> Result<u64, Fatal> {
+        Ok(u64::from(self.journal_of(tool, run).await?.sends_interrupted))
     }
 
     async fn journal(&self, cx: &Context<'_>, record: &JournalRecord) -> Result<(), Fatal> {
         let (name, run) = (&cx.tool.config.name, cx.run);
         match record {
             JournalRecord::Print { text, .. } => {
-                self.log_run_at(name, run, &format!("print: {text}"), Some(crate::run::notice::INFO)).await
+                let text = self.store.log(name, run, &format!("print: {text}")).await;
+                let level = crate::run::notice::INFO;
+                self.listeners.tell(run, Notice::Log { level, text }).await;
             }
             JournalRecord::End(end) if end.outcome == RunOutcome::Failed(FailureKind::Internal) => {
                 let message = end.message.as_deref().unwrap_or("");
-                self.log_run(name, run, &format!("internal error: {message}")).await
+                self.store.log(name, run, &format!("internal error: {message}")).await;
             }
             _ => {}
         }
-        RunStore::append(self, cx.tool, run, record).await?;
+        self.store.append(cx.tool, run, record).await?;
         match record {
             JournalRecord::Begin { .. } => self.env.reached(Point::ActionBegun, run),
             JournalRecord::Resumed { .. } => self.env.reached(Point::Resumed, run),
@@ -319,7 +350,7 @@ impl Runs {
                     usage: usage_json(&usage),
                     at_ms,
                 };
-                return Ok(Event::Executed { prints: vec![], next: Next::End(self.fitted_end(end)) });
+                return Ok(Event::Executed { prints: vec![], next: Next::End(self.store.fitted_end(end)) });
             }
         };
         if !execution.progress.is_empty() {
@@ -337,25 +368,25 @@ impl Runs {
                 let failure = crate::program::Failure { kind: FailureKind::Deadline, message };
                 let mut end = end_record(&Outcome::Failed(failure), at_ms);
                 end.usage = usage_json(&usage);
-                Next::End(self.fitted_end(end))
+                Next::End(self.store.fitted_end(end))
             }
             Outcome::Suspended(action) => Next::Act(action),
             Outcome::Asking(requests) => self.next_round(cx, &journal, requests, at_ms, &usage),
             outcome => {
                 let mut end = end_record(&outcome, at_ms);
                 end.usage = usage_json(&usage);
-                Next::End(self.fitted_end(end))
+                Next::End(self.store.fitted_end(end))
             }
         };
         Ok(Event::Executed { prints, next })
     }
 }
 
-impl Runs {
+impl<S: RunStore> Driver<'_, S> {
     /// Every secret a run of `tool` can attach: its grants', and the model's API key when it
     /// has a `model` grant.
     fn secrets_of(&self, tool: &Tool) -> Vec<String> {
-        let mut secrets = perform::secret_values(&self.env, &tool.config.grants);
+        let mut secrets = perform::secret_values(self.env, &tool.config.grants);
         let calls_model = tool
             .config
             .grants
@@ -385,7 +416,7 @@ impl Runs {
             })
             .map(|(key, _)| key.clone())
             .collect();
-        let principal = self.ledger.state().run(cx.run).and_then(|entry| entry.principal.clone());
+        let principal = self.store.principal(cx.run);
         if !sent.is_empty() && self.inputs.is_full(&cx.tool.config.name, principal.as_deref()) {
             let message = format!(
                 "too many runs wait for their clients' input (at most {} on the server, {} of one tool for one \
@@ -396,7 +427,7 @@ impl Runs {
             let failure = crate::program::Failure { kind: FailureKind::Capability, message };
             let mut end = end_record(&Outcome::Failed(failure), at_ms);
             end.usage = usage_json(usage);
-            return Next::End(self.fitted_end(end));
+            return Next::End(self.store.fitted_end(end));
         }
         Next::Ask { round: journal.rounds.len() as u64, requests, sent, at_ms }
     }

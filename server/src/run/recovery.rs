@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use crate::base::layout::WAITING_DIR;
-use crate::run::runs::{binding, Fatal, Runs};
+use crate::run::runs::{binding, Runs};
+use crate::run::store::Fatal;
 use crate::run::store::RunStore;
 use crate::store::journal::Journal;
 use crate::store::ledger::RunPhase;

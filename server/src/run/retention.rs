@@ -4,7 +4,8 @@
 //! compacted to the runs that still matter.
 
 use crate::manifest::Keep;
-use crate::run::runs::{Fatal, Runs};
+use crate::run::runs::Runs;
+use crate::run::store::Fatal;
 use crate::store::ledger::{RunEntry, RunPhase};
 
 /// How often the sweep runs while the server is up.

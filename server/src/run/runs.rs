@@ -24,14 +24,15 @@ use serde_json::{json, Map, Value};
 
 use crate::base::layout::RunFiles;
 use crate::base::sync::Signal;
-use crate::broker::{scrub, scrub_value, Action};
+use crate::broker::{scrub, scrub_value};
 use crate::catalog::{Catalog, Tool};
 use crate::env::{Env, Point};
 use crate::limits::{RECORD_LINE_BYTES_MAX, VALUE_DEPTH_MAX};
 use crate::program::FailureKind;
 use crate::run::perform;
+use crate::run::store::{Fatal, Waiting};
 use crate::store::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord};
-use crate::store::ledger::{Event, Ledger, LedgerError, MoneyRecord};
+use crate::store::ledger::{Event, Ledger, MoneyRecord};
 use crate::store::record::{self};
 
 /// Everything durable the server owns while it holds `server.lock`.
@@ -66,16 +67,6 @@ pub struct Runs {
     pub listeners: crate::run::notice::Listeners,
     /// The runs waiting for their clients' input, and the key of their `requestState`s.
     pub inputs: crate::run::input::Inputs,
-}
-
-/// A durable step failed: the server cannot go on safely.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fatal(pub String);
-
-impl From<LedgerError> for Fatal {
-    fn from(error: LedgerError) -> Fatal {
-        Fatal(error.to_string())
-    }
 }
 
 /// The binding of a tool's current code: what a journal written now will carry.
@@ -259,10 +250,16 @@ impl Runs {
     /// `log_run`, and a caller listening at `level` (of `notice::LOG_LEVELS`) hears the line
     /// too: a program's prints (`info`), its run's start and end (`debug`).
     pub async fn log_run_at(&self, tool: &str, run: &str, line: &str, level: Option<usize>) {
-        let line = &scrub(line, &self.secrets);
+        let line = self.keep_log_line(tool, run, line).await;
         if let Some(level) = level {
-            self.listeners.tell(run, crate::run::notice::Notice::Log { level, text: line.clone() }).await;
+            self.listeners.tell(run, crate::run::notice::Notice::Log { level, text: line }).await;
         }
+    }
+
+    /// Writes one line of the run's log, scrubbed, to the server's log and the run's file;
+    /// returns the line as written.
+    pub(crate) async fn keep_log_line(&self, tool: &str, run: &str, line: &str) -> String {
+        let line = scrub(line, &self.secrets);
         self.env.log(&format!("tool {tool} run {run}: {line}"));
         let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
         let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");
@@ -270,6 +267,7 @@ impl Runs {
         if let Err(error) = self.env.disk.append(&self.files(tool, run).log, bytes).await {
             self.env.log(&format!("tool {tool} run {run}: writing the run's log failed: {error}"));
         }
+        line
     }
 
     /// Step 2 and 3: the kept arguments, then the journal's header, each durable.
@@ -457,23 +455,6 @@ impl Runs {
     }
 }
 
-/// How a run's execution ended for now.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RunEnd {
-    Ended(EndRecord),
-    /// Stopped in doubt at action `op`, waiting for an operator (not settled).
-    Stopped {
-        op: u64,
-    },
-    /// Waiting for its client's answers to round `round` (these requests, by key) until
-    /// `expires_at_ms` (not settled).
-    Asking {
-        round: u64,
-        requests: Value,
-        expires_at_ms: u64,
-    },
-}
-
 /// The waiting record of a run stopped in doubt (`waiting/<run>.json`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WaitingRecord {
@@ -494,14 +475,6 @@ pub struct WaitingRecord {
 pub async fn read_waiting(env: &Env, path: &Path) -> Result<WaitingRecord, String> {
     let bytes = env.disk.read(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
     record::decode(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// What a waiting record says: the action in doubt (or the next one, for a halted run).
-pub struct Waiting<'a> {
-    pub op: u64,
-    pub action: Option<&'a Action>,
-    pub reason: &'a str,
-    pub halted: bool,
 }
 
 /// Model output tokens a run used, summed from its usage.

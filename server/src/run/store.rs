@@ -6,11 +6,47 @@
 use serde_json::{Map, Value};
 
 use crate::base::sync::MutexGuard;
+use crate::broker::Action;
 use crate::catalog::Tool;
 use crate::env::LocalBoxFuture;
-use crate::run::runs::{Fatal, Runs, Waiting};
+use crate::run::runs::{InProgress, Runs};
 use crate::store::journal::{EndRecord, Journal, JournalRecord};
 use crate::store::ledger::{Event, LedgerError};
+
+/// A durable step failed: the server cannot go on safely.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fatal(pub String);
+
+impl From<LedgerError> for Fatal {
+    fn from(error: LedgerError) -> Fatal {
+        Fatal(error.to_string())
+    }
+}
+
+/// How a run's execution ended for now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    Ended(EndRecord),
+    /// Stopped in doubt at action `op`, waiting for an operator (not settled).
+    Stopped {
+        op: u64,
+    },
+    /// Waiting for its client's answers to round `round` (these requests, by key) until
+    /// `expires_at_ms` (not settled).
+    Asking {
+        round: u64,
+        requests: Value,
+        expires_at_ms: u64,
+    },
+}
+
+/// What a waiting record says: the action in doubt (or the next one, for a halted run).
+pub struct Waiting<'a> {
+    pub op: u64,
+    pub action: Option<&'a Action>,
+    pub reason: &'a str,
+    pub halted: bool,
+}
 
 pub trait RunStore {
     /// Step 1: the `reserve` event, durable, written under the ledger's lock (the caller
@@ -39,6 +75,23 @@ pub trait RunStore {
     fn wait<'a>(&'a self, tool: &'a Tool, run: &'a str, waiting: Waiting<'a>) -> LocalBoxFuture<'a, Result<(), Fatal>>;
     /// Step 6: the settle event, then the run's kept arguments and waiting record go.
     fn settle<'a>(&'a self, tool: &'a Tool, run: &'a str, end: &'a EndRecord) -> LocalBoxFuture<'a, Result<(), Fatal>>;
+
+    /// Held while a driver executes the run: no other driver takes it up meanwhile, and
+    /// what the store keeps for an executing run (its journal in memory) goes when it drops.
+    type Running<'a>
+    where
+        Self: 'a;
+    fn running<'a>(&'a self, run: &str) -> Self::Running<'a>;
+    /// The principal whose call made the run, if any.
+    fn principal(&self, run: &str) -> Option<String>;
+    /// Keeps one line of the run's log, scrubbed; returns the line as kept.
+    fn log<'a>(&'a self, tool: &'a str, run: &'a str, line: &'a str) -> LocalBoxFuture<'a, String>;
+    /// Tells the operator that the run waits for a person (in the background, retried).
+    fn notify(&self, tool: &Tool, run: &str);
+    /// An action's result as a journal record can hold it.
+    fn fitted_result(&self, op: u64, result: Value) -> Value;
+    /// A run's end as a journal record can hold it.
+    fn fitted_end(&self, end: EndRecord) -> EndRecord;
 }
 
 impl RunStore for Runs {
@@ -92,5 +145,35 @@ impl RunStore for Runs {
 
     fn settle<'a>(&'a self, tool: &'a Tool, run: &'a str, end: &'a EndRecord) -> LocalBoxFuture<'a, Result<(), Fatal>> {
         Box::pin(Runs::settle(self, tool, run, end))
+    }
+
+    type Running<'a> = InProgress<'a>;
+
+    fn running<'a>(&'a self, run: &str) -> InProgress<'a> {
+        Runs::running(self, run)
+    }
+
+    fn principal(&self, run: &str) -> Option<String> {
+        self.ledger.state().run(run).and_then(|entry| entry.principal.clone())
+    }
+
+    fn log<'a>(&'a self, tool: &'a str, run: &'a str, line: &'a str) -> LocalBoxFuture<'a, String> {
+        Box::pin(self.keep_log_line(tool, run, line))
+    }
+
+    fn notify(&self, tool: &Tool, run: &str) {
+        let manifest = &self.catalog.manifest;
+        let folder = crate::base::layout::folder_of(&manifest.path).to_path_buf();
+        let waiting = self.files(&tool.config.name, run).waiting;
+        let owed = self.notifications_owed.enter();
+        crate::run::notify::spawn(&self.env, &manifest.server, &folder, run, &waiting, owed);
+    }
+
+    fn fitted_result(&self, op: u64, result: Value) -> Value {
+        Runs::fitted_result(self, op, result)
+    }
+
+    fn fitted_end(&self, end: EndRecord) -> EndRecord {
+        Runs::fitted_end(self, end)
     }
 }
