@@ -37,7 +37,8 @@ pub trait Clock {
 ///
 /// Semantics the simulator models exactly: written data is durable only after `fsync` of
 /// the file; a newly created or renamed entry survives a crash only after `fsync_dir` of
-/// its parent directory; at a crash, unsynced writes are lost or torn at any byte.
+/// its parent directory; at a crash, unsynced writes are lost or torn at any byte. The
+/// suite `sim/tests/disk_contract.rs` runs one set of checks on both disks.
 pub trait Disk {
     fn read(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Vec<u8>>>;
     /// Appends `bytes`, creating the file when absent.

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::RngCore;
@@ -52,7 +53,20 @@ struct State {
     durable_names: BTreeMap<PathBuf, usize>,
     dirs: BTreeSet<PathBuf>,
     durable_dirs: BTreeSet<PathBuf>,
-    locks: BTreeSet<PathBuf>,
+    locks: LockTable,
+}
+
+/// The locks held, by path, each with the number of the taking that holds it. Shared with
+/// the guards (`LockHolder`, which `DiskLock` requires to be `Send`): a guard dropped frees
+/// its own lock, as closing a file frees its flock, and never one taken again after a crash
+/// or an instance's end freed it.
+#[derive(Default)]
+struct LockTable(Arc<Mutex<(u64, BTreeMap<PathBuf, u64>)>>);
+
+impl LockTable {
+    fn table(&self) -> std::sync::MutexGuard<'_, (u64, BTreeMap<PathBuf, u64>)> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 pub struct SimDisk {
@@ -236,16 +250,16 @@ impl SimDisk {
 
     /// Frees every lock (an instance ended).
     pub fn release_locks(&self) {
-        self.state.borrow_mut().locks.clear();
+        self.state.borrow().locks.table().1.clear();
     }
 
     pub fn held_locks(&self) -> BTreeSet<PathBuf> {
-        self.state.borrow().locks.clone()
+        self.state.borrow().locks.table().1.keys().cloned().collect()
     }
 
     /// Frees the locks taken since `before` (an operator command ended).
     pub fn release_locks_since(&self, before: &BTreeSet<PathBuf>) {
-        self.state.borrow_mut().locks.retain(|path| before.contains(path));
+        self.state.borrow().locks.table().1.retain(|path, _| before.contains(path));
     }
 
     /// Applies crash semantics: unsynced data is lost or torn, namespaces revert to their
@@ -272,7 +286,7 @@ impl SimDisk {
         let dirs = state.dirs.clone();
         state.names.retain(|path, _| path.parent().is_some_and(|p| dirs.contains(p)));
         state.durable_names = state.names.clone();
-        state.locks.clear();
+        state.locks.table().1.clear();
         self.crashed.set(false);
     }
 
@@ -546,20 +560,40 @@ impl Disk for SimDiskHandle {
             return pending_forever();
         }
         let mut state = self.0.state.borrow_mut();
-        if state.locks.contains(path) {
-            return self.0.complete(Ok(None));
-        }
-        state.locks.insert(path.to_path_buf());
+        let taking = {
+            let mut table = state.locks.table();
+            if table.1.contains_key(path) {
+                return self.0.complete(Ok(None));
+            }
+            table.0 += 1;
+            let taking = table.0;
+            table.1.insert(path.to_path_buf(), taking);
+            taking
+        };
+        let holder = LockHolder { table: Arc::clone(&state.locks.0), path: path.to_path_buf(), taking };
         // The lock file itself is a zero-length file, as flock leaves it.
         if !state.names.contains_key(path) && path.parent().is_some_and(|p| state.dirs.contains(p)) {
             state.inodes.push(Inode::default());
             let inode = state.inodes.len() - 1;
             state.names.insert(path.to_path_buf(), inode);
         }
-        self.0.complete(Ok(Some(DiskLock::new(Box::new(LockHolder(path.to_path_buf()))))))
+        self.0.complete(Ok(Some(DiskLock::new(Box::new(holder)))))
     }
 }
 
-/// Releasing a simulated lock happens at the crash (all locks drop) or when the instance's
-/// env is dropped; the holder itself carries only the path, since `DiskLock` must be `Send`.
-struct LockHolder(#[allow(dead_code)] PathBuf);
+/// A simulated lock, freed when dropped (unless a crash or the instance's end freed it
+/// first, and another taking holds the path now).
+struct LockHolder {
+    table: Arc<Mutex<(u64, BTreeMap<PathBuf, u64>)>>,
+    path: PathBuf,
+    taking: u64,
+}
+
+impl Drop for LockHolder {
+    fn drop(&mut self) {
+        let mut table = self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if table.1.get(&self.path) == Some(&self.taking) {
+            table.1.remove(&self.path);
+        }
+    }
+}
