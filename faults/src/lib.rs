@@ -85,11 +85,10 @@ pub enum Fault {
     /// The client goes away right after sending the call (its stdin closes, writes to it
     /// fail), then connects to a new server and sends again what `once` lets it.
     ClientGone,
-    /// With the server stopped, a durable byte of `file` ("ledger", or "journal": an
-    /// unfinished run's) rots: the byte at `at` modulo the length before the last newline
-    /// flips. At the next start, recovery must report the damage naming the file and line,
-    /// and the seed ends there (damage waits for a person).
-    RotByte { file: String, at: u64 },
+    /// With the server stopped, a durable byte of `file` rots: the byte at `at` modulo the
+    /// length before the last newline flips. At the next start, recovery must report the
+    /// damage naming the file and line, and the seed ends there (damage waits for a person).
+    RotByte { file: DamagedFile, at: u64 },
     /// The next read of the ledger returns one byte flipped (at `at` modulo the length before
     /// the last newline); the disk stays intact. The start that reads it must refuse, naming
     /// the ledger; the next start goes on.
@@ -98,6 +97,20 @@ pub enum Fault {
     /// line before it. Once durable, the next start must refuse naming the line; the seed
     /// ends there.
     MisdirectLedgerAppend { at: u64 },
+}
+
+/// The file a `rot_byte` fault damages. An unknown name in a scenario file is a parse error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DamagedFile {
+    /// The ledger (`ledger.jsonl`).
+    Ledger,
+    /// The journal of an unfinished run (the seed's draw picks which).
+    Journal,
+}
+
+impl DamagedFile {
+    pub const ALL: [DamagedFile; 2] = [DamagedFile::Ledger, DamagedFile::Journal];
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -290,5 +303,14 @@ mod tests {
         // A crash point the server does not have is refused, not armed as nothing.
         let unknown = serde_json::from_str::<Scenario>(&text.replace("\"settled\"", "\"setled\""));
         assert!(unknown.unwrap_err().to_string().contains("unknown variant `setled`"));
+    }
+
+    #[test]
+    fn a_damaged_file_is_named_by_the_vocabulary() {
+        let rot: Fault = serde_json::from_str(r#"{"fault": "rot_byte", "file": "journal", "at": 5}"#).unwrap();
+        assert_eq!(rot, Fault::RotByte { file: DamagedFile::Journal, at: 5 });
+        // A file the simulator cannot damage is refused, not a fault that damages nothing.
+        let unknown = serde_json::from_str::<Fault>(r#"{"fault": "rot_byte", "file": "ledgr", "at": 5}"#);
+        assert!(unknown.unwrap_err().to_string().contains("unknown variant `ledgr`"));
     }
 }

@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::json;
 use warden::store::ledger::RunPhase;
-use warden_faults::{Fault, Scenario};
+use warden_faults::{DamagedFile, Fault, Scenario};
 
 use crate::checks::check;
 use crate::checks::truth;
@@ -228,7 +228,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
                 *report.fault_states.entry(state).or_insert(0) += 1;
                 // Damage ends the seed: what happened before it is checked first.
                 ground_truth(&world, &limits, &mut report);
-                let Some(damage) = rot(&world, instance, file, *at) else {
+                let Some(damage) = rot(&world, instance, *file, *at) else {
                     pending.never.push((position, planned.fault.kind()));
                     instance = world.start("manifest.json");
                     client.connect(&instance);
@@ -431,13 +431,13 @@ fn leaks(text: &str, secret: &str) -> bool {
 /// Stops the server (a crash: unsynced bytes go), then flips one durable byte of the ledger
 /// or of an unfinished run's journal, before its last newline (a flipped final newline reads
 /// as a torn tail and cannot be told from one). Returns the file and the line damaged.
-fn rot(world: &World, instance: Instance, file: &str, at: u64) -> Option<(std::path::PathBuf, usize)> {
+fn rot(world: &World, instance: Instance, file: DamagedFile, at: u64) -> Option<(std::path::PathBuf, usize)> {
     world.crash(instance);
     disarm_disk_faults(world);
     let journals = World::path("journals");
     let path = match file {
-        "ledger" => journals.join(warden::store::ledger::LEDGER_FILE),
-        _ => {
+        DamagedFile::Ledger => journals.join(warden::store::ledger::LEDGER_FILE),
+        DamagedFile::Journal => {
             let state = check::ledger_state(&world.disk, &journals).ok()?;
             let open: Vec<_> = state.runs.values().filter(|e| e.is_open()).collect();
             let entry = open.get((at % open.len().max(1) as u64) as usize)?;

@@ -8,7 +8,7 @@ pub mod fired;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use warden::env::Point;
-use warden_faults::{CrashPoint, Fault, NetworkFault, Planned, Scenario};
+use warden_faults::{CrashPoint, DamagedFile, Fault, NetworkFault, Planned, Scenario};
 
 use crate::env::services::NetFault;
 use crate::env::world::{CrashAt, World};
@@ -52,10 +52,7 @@ const FAULT_KINDS: &[FaultKind] = &[
         rarity: 1,
     },
     // Damage ends a seed: keep it rare.
-    FaultKind {
-        draw: |r| Fault::RotByte { file: ["ledger", "journal"][pick(r, 2) as usize].into(), at: r.next_u64() },
-        rarity: 8,
-    },
+    FaultKind { draw: |r| Fault::RotByte { file: DamagedFile::ALL[pick(r, 2) as usize], at: r.next_u64() }, rarity: 8 },
     FaultKind { draw: |r| Fault::FlipLedgerRead { at: r.next_u64() }, rarity: 2 },
     FaultKind { draw: |r| Fault::MisdirectLedgerAppend { at: r.next_u64() }, rarity: 8 },
     FaultKind { draw: |r| Fault::StepClock { ms: pick(r, 7_200_000) as i64 - 3_600_000 }, rarity: 1 },
