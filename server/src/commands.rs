@@ -11,7 +11,6 @@ use crate::env::{DiskLock, Env};
 use crate::protocol::http::HttpOptions;
 use crate::protocol::Connection;
 use crate::run::runs::Runs;
-use crate::run::store::Fatal;
 use crate::run::{recovery, retention};
 use crate::store::ledger::Ledger;
 
@@ -73,7 +72,7 @@ pub async fn open_server(
     runs.secrets.extend(transport_secrets);
     runs.inputs.set_key(crate::run::input::load_key(env, &journals).await?);
     let runs = Rc::new(runs);
-    let report = recovery::recover(&runs).await.map_err(|Fatal(message)| message)?;
+    let report = recovery::recover(&runs).await.map_err(|fatal| fatal.to_string())?;
     if report != recovery::Report::default() {
         env.log(&format!(
             "recovery: released {} run(s) that never started, resumed {}, settled {} from their journals, cleaned up {}",
@@ -83,7 +82,7 @@ pub async fn open_server(
             report.cleaned.len()
         ));
     }
-    retention::sweep(&runs).await.map_err(|Fatal(message)| message)?;
+    retention::sweep(&runs).await.map_err(|fatal| fatal.to_string())?;
     warn_about_duplicates(env, &catalog);
     env.log(&format!(
         "serving {} tool(s), {} resource(s) and {} prompt(s) from {} as `{}`{}",

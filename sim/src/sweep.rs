@@ -23,6 +23,8 @@ use crate::report::{Report, Violation};
 use crate::workload::client::{generated_call, workload_call, Client};
 use crate::workload::fixture::{install, SECRETS};
 use crate::workload::operator::{operator, resolve_beside_live_server, waiting_records};
+use warden::run::store::FatalCause;
+use warden::store::ledger::QuotaLimit;
 
 /// Restarts one run may take before the checker calls it a livelock.
 pub const RESTARTS_MAX: u32 = 200;
@@ -84,6 +86,7 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
         let flips = world.disk.injected.borrow().get("flipped read").copied().unwrap_or(0);
         let before = CrashesBefore { disk: disk_crashes(world), poison: world.sandbox.poison_crashes.get() };
         let stop = instance.run();
+        stopped_on_a_bug(&instance, report);
         flipped_read_refused(world, &instance, flips, report);
         if world.disk.misdirected.borrow().is_some() {
             // The caller sees whether the damage lasts; a restart now would meet it.
@@ -115,6 +118,38 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
     }
     report.violations.push(Violation { invariant: 10, message: format!("no progress after {RESTARTS_MAX} restarts") });
     instance
+}
+
+/// A server may stop because its disk failed or programs cannot run; never because its own
+/// code broke an invariant (`FatalCause::Bug`).
+fn stopped_on_a_bug(instance: &Instance, report: &mut Report) {
+    if let Some(Err(message)) = instance.exited() {
+        if FatalCause::of_exit(&message) == Some(FatalCause::Bug) {
+            report
+                .violations
+                .push(Violation { invariant: 0, message: format!("the server stopped on a bug: {message}") });
+        }
+    }
+}
+
+/// 4: a call refused by a quota names, as a type, a limit its tool's quota has: a refusal
+/// naming another (or none the tool has) means admission counted against the wrong limit.
+fn refusals_name_a_limit_of_the_tool(limits: &BTreeMap<String, ToolLimits>, client: &Client, report: &mut Report) {
+    for (id, answer) in &client.answers {
+        let Some(named) = answer["_meta"][warden::call::answer::META_REFUSED].as_str() else { continue };
+        let quota = client.tools.get(id).and_then(|tool| limits.get(tool)).and_then(|t| t.quota.as_ref());
+        let has = |limit: QuotaLimit| match limit {
+            QuotaLimit::Calls => quota.is_some_and(|q| q.calls.is_some()),
+            QuotaLimit::Money => quota.is_some_and(|q| q.money.is_some()),
+            QuotaLimit::Tokens => quota.is_some_and(|q| q.tokens.is_some()),
+        };
+        let limit = [QuotaLimit::Calls, QuotaLimit::Money, QuotaLimit::Tokens].into_iter().find(|l| l.name() == named);
+        if !limit.is_some_and(has) {
+            let tool = client.tools.get(id).map_or("?", String::as_str);
+            let message = format!("call {id} of `{tool}` was refused on `{named}`, a limit its quota does not have");
+            report.violations.push(Violation { invariant: 4, message });
+        }
+    }
 }
 
 /// A byte flipped in a read of the ledger (during this instance's run) must have stopped the
@@ -499,6 +534,7 @@ fn ground_truth(world: &World, limits: &BTreeMap<String, ToolLimits>, report: &m
 
 fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &Client, report: &mut Report) {
     ground_truth(world, limits, report);
+    refusals_name_a_limit_of_the_tool(limits, client, report);
     let journals = World::path("journals");
     let mut push = |invariant: u8, message: String| report.violations.push(Violation { invariant, message });
     if !client.unanswered.is_empty() {

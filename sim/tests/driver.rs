@@ -74,7 +74,7 @@ struct MemoryStore {
 impl MemoryStore {
     fn keep(&self, record: &JournalRecord) -> Result<(), Fatal> {
         match self.records_left.get() {
-            Some(0) => return Err(Fatal("the memory store crashed".into())),
+            Some(0) => return Err(Fatal::storage("the memory store crashed".into())),
             Some(left) => self.records_left.set(Some(left - 1)),
             None => {}
         }
@@ -114,7 +114,7 @@ impl RunStore for MemoryStore {
     }
 
     fn journal<'a>(&'a self, _tool: &'a Tool, _run: &'a str) -> LocalBoxFuture<'a, Result<Journal, Fatal>> {
-        Box::pin(async { Journal::parse(Path::new("memory"), &self.lines.borrow()).map_err(Fatal) })
+        Box::pin(async { Journal::parse(Path::new("memory"), &self.lines.borrow()).map_err(Fatal::storage) })
     }
 
     fn append<'a>(
@@ -202,7 +202,7 @@ fn drive(world: &World, store: &Rc<MemoryStore>, tool: &str, arguments: Value) -
                     listeners: &listeners,
                     inputs: &waiting_inputs,
                 };
-                store.start(tool, "ab0001", &inputs).await.map_err(|Fatal(why)| why)?;
+                store.start(tool, "ab0001", &inputs).await.map_err(|fatal| fatal.to_string())?;
                 let mut entry = Entry::Fresh;
                 for _ in 0..4 {
                     let outcome = driver.execute_to_end(tool, "ab0001", &inputs, entry, &[]).await;

@@ -105,7 +105,9 @@ pub async fn admit<'a>(
             if let Err(error) = runs.ledger.flush().await {
                 return not_recorded(runs, error);
             }
-            return answered(refusal.message);
+            let mut result = error_result(refusal.message);
+            result["_meta"] = serde_json::json!({crate::call::answer::META_REFUSED: refusal.limit.name()});
+            return Admission::Answered(CallReply::Result(result, None));
         }
     }
     // The last point where cancellation stops the call: nothing is reserved yet.

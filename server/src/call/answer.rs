@@ -76,6 +76,9 @@ pub const META_INVALID_ARGUMENTS: &str = "dev.warden/invalid-arguments";
 /// The `_meta` key under which an answer from a run names the run, and its outcome (or,
 /// stopped, its status).
 pub const META_RUN: &str = "dev.warden/run";
+/// The `_meta` key naming the limit a refused call met (`quota.calls`, `quota.money`,
+/// `quota.tokens`): a client, and the simulator, can tell refusals apart without reading text.
+pub const META_REFUSED: &str = "dev.warden/refused";
 
 /// A call refused on its arguments: every problem as text, and again with paths in `_meta`.
 pub fn invalid_arguments(invalid: &crate::program::InvalidInputs) -> Value {

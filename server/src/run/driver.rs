@@ -106,7 +106,7 @@ impl<S: RunStore> Driver<'_, S> {
     ) -> Result<RunEnd, Fatal> {
         let _running = self.store.running(run);
         let journal = self.journal_of(tool, run).await?;
-        let mut state = State::from_journal(&journal).map_err(|e| Fatal(format!("run {run}: {e}")))?;
+        let mut state = State::from_journal(&journal).map_err(|e| Fatal::storage(format!("run {run}: {e}")))?;
         let context = Context {
             tool,
             run,
@@ -148,7 +148,7 @@ impl<S: RunStore> Driver<'_, S> {
         };
         for _ in 0..TRANSITIONS_MAX {
             let (next, commands) =
-                machine::step(state, event).map_err(|invalid| Fatal(format!("run {run}: {invalid} (a bug)")))?;
+                machine::step(state, event).map_err(|invalid| Fatal::bug(format!("run {run}: {invalid}")))?;
             state = next;
             let mut produced = None;
             for command in commands {
@@ -163,11 +163,11 @@ impl<S: RunStore> Driver<'_, S> {
                 (State::Awaiting { round, .. }, None) => return self.awaiting(tool, run, *round).await,
                 (_, Some(yielded)) => yielded,
                 (state, None) => {
-                    return Err(Fatal(format!("run {run}: state {} is waiting for no event (a bug)", state.name())))
+                    return Err(Fatal::bug(format!("run {run}: state {} is waiting for no event", state.name())))
                 }
             };
         }
-        Err(Fatal(format!("run {run} did not end within {TRANSITIONS_MAX} transitions (a bug)")))
+        Err(Fatal::bug(format!("run {run} did not end within {TRANSITIONS_MAX} transitions")))
     }
 
     /// A run that waits for its client's input: registered, so the client's retry or the
@@ -338,7 +338,7 @@ impl<S: RunStore> Driver<'_, S> {
         let Executed { execution, usage } = match executed {
             Ok(executed) => executed,
             // Not the program's doing: the server stops, and the run resumes at the next start.
-            Err(stopped @ Stopped::Unavailable(_)) => return Err(Fatal(format!("run {run}: {stopped}"))),
+            Err(stopped @ Stopped::Unavailable(_)) => return Err(Fatal::unavailable(format!("run {run}: {stopped}"))),
             Err(stopped) => {
                 // A stopped execution reported nothing: it ends the run as `budget`, with the
                 // usage the journal shows.
@@ -444,7 +444,7 @@ impl<S: RunStore> Driver<'_, S> {
 fn grant_of<'a>(cx: &Context<'a>, name: &str) -> Result<&'a CapabilityGrant, Fatal> {
     match cx.tool.config.grants.get(name) {
         Some(Grant::Capability(grant)) => Ok(grant),
-        _ => Err(Fatal(format!("run {}: an action names `{name}`, which is not a capability grant", cx.run))),
+        _ => Err(Fatal::bug(format!("run {}: an action names `{name}`, which is not a capability grant", cx.run))),
     }
 }
 
@@ -457,7 +457,7 @@ fn completed_actions(journal: &Journal, run: &str) -> Result<Vec<Completed>, Fat
         .enumerate()
         .map(|(op, (action, result, happened))| match serde_json::from_value(action) {
             Ok(action) => Ok(Completed { action, result, happened }),
-            Err(e) => Err(Fatal(format!("run {run}: the begin record of action {op} does not parse: {e}"))),
+            Err(e) => Err(Fatal::storage(format!("run {run}: the begin record of action {op} does not parse: {e}"))),
         })
         .collect()
 }

@@ -227,7 +227,8 @@ pub fn spawn_expiry(runs: &Rc<Runs>) {
 
 async fn expire(runs: &Runs, run: &str, awaited: &Awaited) -> Result<(), crate::run::store::Fatal> {
     let Some(tool) = runs.catalog.tool(&awaited.tool) else { return Ok(()) };
-    let inputs = runs.read_inputs(&awaited.tool, run).await.map_err(crate::run::store::Fatal)?.unwrap_or_default();
+    let inputs =
+        runs.read_inputs(&awaited.tool, run).await.map_err(crate::run::store::Fatal::storage)?.unwrap_or_default();
     runs.log_run(&awaited.tool, run, "its client did not answer its request for input in time; it ends").await;
     runs.execute_to_end(tool, run, &inputs, crate::run::driver::Entry::Expired, &[]).await.map(|_| ())
 }

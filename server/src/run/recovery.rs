@@ -95,7 +95,7 @@ struct Found {
 async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
     let env = &runs.env;
     let root = &runs.journals;
-    let io = |what: &str, e: std::io::Error| Fatal(format!("{}: {what}: {e}", root.display()));
+    let io = |what: &str, e: std::io::Error| Fatal::storage(format!("{}: {what}: {e}", root.display()));
     let mut found: BTreeMap<String, Found> = BTreeMap::new();
     if !env.disk.exists(root).await.map_err(|e| io("cannot see the journals directory", e))? {
         return Ok(found);
@@ -155,7 +155,7 @@ fn listed(listing: std::io::Result<Vec<String>>, dir: &std::path::Path) -> Resul
     match listing {
         Ok(names) => Ok(Some(names)),
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => Ok(None),
-        Err(e) => Err(Fatal(format!("{}: cannot list: {e}", dir.display()))),
+        Err(e) => Err(Fatal::storage(format!("{}: cannot list: {e}", dir.display()))),
     }
 }
 
@@ -208,7 +208,7 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
         }
     }
     if !refusals.is_empty() {
-        return Err(Fatal(format!(
+        return Err(Fatal::storage(format!(
             "refusing to start; these runs need an operator (let unfinished runs end before changing tools or \
              upgrading, seed 000 section 7):\n{}",
             refusals.join("\n")
@@ -251,7 +251,7 @@ async fn examine(runs: &Runs, run: &str, files: Option<&Found>) -> Result<Result
     // error is not "absent": reading it so could release an open run and delete its journal.
     let known = phase != LedgerPhase::Absent && is_run_id(run);
     let exists = |path: std::path::PathBuf| async move {
-        runs.env.disk.exists(&path).await.map_err(|e| Fatal(format!("{}: {e}", path.display())))
+        runs.env.disk.exists(&path).await.map_err(|e| Fatal::storage(format!("{}: {e}", path.display())))
     };
     let paths = known.then(|| runs.files(&tool, run));
     let (journal_exists, inputs, waiting) = match paths {
@@ -320,7 +320,7 @@ fn resumable(runs: &Runs, run: &str, tool: &str, journal: &Journal) -> Result<()
 /// why, its program does not run.
 async fn end_waiting(runs: &Runs, run: &str, tool_name: &str, problem: &str) -> Result<(), Fatal> {
     let tool = runs.catalog.tool(tool_name).expect("checked before");
-    let inputs = runs.read_inputs(tool_name, run).await.map_err(Fatal)?.unwrap_or_default();
+    let inputs = runs.read_inputs(tool_name, run).await.map_err(Fatal::storage)?.unwrap_or_default();
     let why = format!("it waited for its client's input and cannot resume: {problem}");
     runs.log_run(tool_name, run, &format!("ends: {why}")).await;
     runs.execute_to_end(tool, run, &inputs, crate::run::driver::Entry::Abandoned(why), &[]).await.map(|_| ())
@@ -333,10 +333,10 @@ async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal) -> R
         runs.drop_torn_tail(&runs.files(tool_name, run).journal, journal.intact_len).await?;
     }
     let ended = journal.end.is_some();
-    let inputs = match runs.read_inputs(tool_name, run).await.map_err(Fatal)? {
+    let inputs = match runs.read_inputs(tool_name, run).await.map_err(Fatal::storage)? {
         Some(inputs) => inputs,
         None if ended => Default::default(),
-        None => return Err(Fatal(format!("run {run}: its kept arguments vanished during recovery"))),
+        None => return Err(Fatal::storage(format!("run {run}: its kept arguments vanished during recovery"))),
     };
     let line = if ended { "settling from its journal's end after a restart" } else { "resuming after a restart" };
     runs.log_run(tool_name, run, line).await;

@@ -129,8 +129,8 @@ impl Runs {
     /// Records a fatal failure once; the connection stops reading when it sees it.
     pub fn stop(&self, fatal: &Fatal) {
         if self.fatal_message.borrow().is_none() {
-            self.env.log(&format!("stopping: {}", fatal.0));
-            *self.fatal_message.borrow_mut() = Some(fatal.0.clone());
+            self.env.log(&format!("stopping: {fatal}"));
+            *self.fatal_message.borrow_mut() = Some(fatal.to_string());
         }
         self.fatal.set();
     }
@@ -158,7 +158,7 @@ impl Runs {
         assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
         crate::store::files::append_line_durably(&self.env, path, line.clone())
             .await
-            .map_err(|e| Fatal(format!("journaling a record of run {run} failed: {e}")))?;
+            .map_err(|e| Fatal::storage(format!("journaling a record of run {run} failed: {e}")))?;
         self.remember_record(run, &line);
         Ok(())
     }
@@ -273,7 +273,7 @@ impl Runs {
     /// Step 2 and 3: the kept arguments, then the journal's header, each durable.
     pub async fn start_files(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
         let files = self.files(&tool.config.name, run);
-        let io = |what: &str, e: std::io::Error| Fatal(format!("{what} of run {run} failed: {e}"));
+        let io = |what: &str, e: std::io::Error| Fatal::storage(format!("{what} of run {run} failed: {e}"));
         self.create_dirs(&files.dir).await.map_err(|e| io("creating the directory", e))?;
         self.never_waited.borrow_mut().insert(run.to_string());
         let kept = record::encode(&InputsRecord { run: run.to_string(), inputs: inputs.clone() });
@@ -299,7 +299,7 @@ impl Runs {
         };
         crate::store::files::write_new_durably(&self.env, &files.journal, record::encode(&header))
             .await
-            .map_err(|e| Fatal(format!("creating the journal of run {run} failed: {e}")))
+            .map_err(|e| Fatal::storage(format!("creating the journal of run {run} failed: {e}")))
     }
 
     /// Reads a run's journal, if it exists.
@@ -365,11 +365,11 @@ impl Runs {
             let waiting_dir = self.journals.join(crate::base::layout::WAITING_DIR);
             self.create_dirs(&waiting_dir)
                 .await
-                .map_err(|e| Fatal(format!("creating {} failed: {e}", waiting_dir.display())))?;
+                .map_err(|e| Fatal::storage(format!("creating {} failed: {e}", waiting_dir.display())))?;
             let record = scrub_value(&serde_json::to_value(&record).expect("records serialise"), &self.secrets);
             crate::store::files::replace_durably(&self.env, &files.waiting, record::encode(&record))
                 .await
-                .map_err(|e| Fatal(format!("writing the waiting record of run {run} failed: {e}")))?;
+                .map_err(|e| Fatal::storage(format!("writing the waiting record of run {run} failed: {e}")))?;
         }
         self.env.reached(Point::WaitingRecorded, run);
         self.log_run(name, run, &format!("stopped, waiting for an operator: {reason}; resolve with: {command}")).await;
@@ -383,15 +383,20 @@ impl Runs {
 
     /// A run's waiting record, if it has one.
     async fn waiting_record(&self, path: &Path) -> Result<Option<WaitingRecord>, Fatal> {
-        let io = |e: std::io::Error| Fatal(format!("{}: {e}", path.display()));
+        let io = |e: std::io::Error| Fatal::storage(format!("{}: {e}", path.display()));
         if !self.env.disk.exists(path).await.map_err(io)? {
             return Ok(None);
         }
-        read_waiting(&self.env, path).await.map(Some).map_err(Fatal)
+        read_waiting(&self.env, path).await.map(Some).map_err(Fatal::storage)
     }
 
     /// Step 6: the settle event, then the kept arguments and any waiting record go.
     pub async fn settle(&self, tool: &Tool, run: &str, end: &EndRecord) -> Result<(), Fatal> {
+        // Settled only after the end is durable: a settle the journal does not explain would
+        // be a run that charged without an outcome. (Checked where the journal is in memory.)
+        if let Some(journal) = self.journals_executing.borrow().get(run) {
+            assert!(journal.end.is_some(), "settling run {run}, whose end is not journaled");
+        }
         {
             let held = self.ledger.lock().await;
             let open = self.ledger.state().run(run).is_some_and(|entry| entry.is_open());
@@ -426,9 +431,13 @@ impl Runs {
     /// Removes a file that may exist, durably (its directory is fsynced).
     pub async fn remove_if_present(&self, path: &Path) -> Result<(), Fatal> {
         let removed = crate::store::files::remove_if_present(&self.env, path).await;
-        if removed.map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))? {
+        if removed.map_err(|e| Fatal::storage(format!("removing {} failed: {e}", path.display())))? {
             let dir = path.parent().expect("files live in directories");
-            self.env.disk.fsync_dir(dir).await.map_err(|e| Fatal(format!("fsync of {} failed: {e}", dir.display())))?;
+            self.env
+                .disk
+                .fsync_dir(dir)
+                .await
+                .map_err(|e| Fatal::storage(format!("fsync of {} failed: {e}", dir.display())))?;
         }
         Ok(())
     }
@@ -439,12 +448,12 @@ impl Runs {
         crate::store::files::remove_if_present(&self.env, path)
             .await
             .map(|_| ())
-            .map_err(|e| Fatal(format!("removing {} failed: {e}", path.display())))
+            .map_err(|e| Fatal::storage(format!("removing {} failed: {e}", path.display())))
     }
 
     /// Rewrites a journal without its torn tail: temporary file, fsync, rename, fsync dir.
     pub async fn drop_torn_tail(&self, path: &Path, intact_len: usize) -> Result<(), Fatal> {
-        let io = |e: std::io::Error| Fatal(format!("repairing {} failed: {e}", path.display()));
+        let io = |e: std::io::Error| Fatal::storage(format!("repairing {} failed: {e}", path.display()));
         let bytes = self.env.disk.read(path).await.map_err(io)?;
         crate::store::files::replace_durably(&self.env, path, bytes[..intact_len].to_vec()).await.map_err(io)
     }

@@ -13,13 +13,68 @@ use crate::run::runs::{InProgress, Runs};
 use crate::store::journal::{EndRecord, Journal, JournalRecord};
 use crate::store::ledger::{Event, LedgerError};
 
-/// A durable step failed: the server cannot go on safely.
+/// A run cannot go on, and the server stops: why, and what happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fatal(pub String);
+pub struct Fatal {
+    pub cause: FatalCause,
+    pub message: String,
+}
+
+/// Why the server stops. The simulator tells them apart from an exit's message
+/// (`FatalCause::of_exit`): a stop that is a bug is a violation, the others are what a
+/// failing disk or a missing worker must cause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FatalCause {
+    /// A durable write or read failed, or a record does not read back: going on could lose
+    /// or repeat what the record holds.
+    Storage,
+    /// Program executions cannot run now (no sandbox worker): the run resumes at the next start.
+    Unavailable,
+    /// The code broke one of its own invariants.
+    Bug,
+}
+
+impl FatalCause {
+    const ALL: [FatalCause; 3] = [FatalCause::Storage, FatalCause::Unavailable, FatalCause::Bug];
+
+    /// How an exit's message ends for this cause.
+    fn mark(self) -> &'static str {
+        match self {
+            FatalCause::Storage => " (the journals could not be written or read safely)",
+            FatalCause::Unavailable => " (programs cannot run now; the run resumes at the next start)",
+            FatalCause::Bug => " (a bug)",
+        }
+    }
+
+    /// The cause a server's exit message names, if it stopped for one.
+    pub fn of_exit(message: &str) -> Option<FatalCause> {
+        FatalCause::ALL.into_iter().find(|cause| message.ends_with(cause.mark()))
+    }
+}
+
+impl Fatal {
+    pub fn storage(message: String) -> Fatal {
+        Fatal { cause: FatalCause::Storage, message }
+    }
+
+    pub fn unavailable(message: String) -> Fatal {
+        Fatal { cause: FatalCause::Unavailable, message }
+    }
+
+    pub fn bug(message: String) -> Fatal {
+        Fatal { cause: FatalCause::Bug, message }
+    }
+}
+
+impl std::fmt::Display for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.message, self.cause.mark())
+    }
+}
 
 impl From<LedgerError> for Fatal {
     fn from(error: LedgerError) -> Fatal {
-        Fatal(error.to_string())
+        Fatal::storage(error.to_string())
     }
 }
 
@@ -97,6 +152,9 @@ pub trait RunStore {
 impl RunStore for Runs {
     fn reserve<'a>(&'a self, held: MutexGuard<'a>, event: Event) -> LocalBoxFuture<'a, Result<(), LedgerError>> {
         assert!(matches!(event, Event::Reserve { .. }), "reserve appends reserve events only");
+        // Marked first: a repeated `once` call must find the run in progress while its
+        // reserve waits for the fsync, or it would take the run up a second time.
+        assert!(self.is_in_progress(event.run()), "a reserve for run {}, not marked in progress", event.run());
         Box::pin(self.ledger.append(held, event))
     }
 
@@ -125,8 +183,8 @@ impl RunStore for Runs {
         Box::pin(async move {
             self.executing_journal(&tool.config.name, run)
                 .await
-                .map_err(Fatal)?
-                .ok_or_else(|| Fatal(format!("the journal of run {run} is missing")))
+                .map_err(Fatal::storage)?
+                .ok_or_else(|| Fatal::storage(format!("the journal of run {run} is missing")))
         })
     }
 
@@ -175,5 +233,19 @@ impl RunStore for Runs {
 
     fn fitted_end(&self, end: EndRecord) -> EndRecord {
         Runs::fitted_end(self, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exit_message_names_its_cause() {
+        for cause in FatalCause::ALL {
+            let fatal = Fatal { cause, message: "run ab12: something".into() };
+            assert_eq!(FatalCause::of_exit(&fatal.to_string()), Some(cause), "{fatal}");
+        }
+        assert_eq!(FatalCause::of_exit("stdin closed"), None);
     }
 }

@@ -25,7 +25,7 @@ use crate::env::Env;
 use crate::store::record;
 
 pub use event::{Event, MoneyRecord, OnceRecord};
-pub use state::{duration_text, Counting, OnceLookup, QuotaRefusal, RunEntry, RunPhase, State};
+pub use state::{duration_text, Counting, OnceLookup, QuotaLimit, QuotaRefusal, RunEntry, RunPhase, State};
 
 pub const LEDGER_FILE: &str = "server.ledger";
 pub const LEDGER_TEMP_FILE: &str = "server.ledger.tmp";
@@ -213,6 +213,7 @@ impl Ledger {
         }
         self.file_exists.set(true);
         self.state.borrow_mut().apply(&event).expect("checked before writing");
+        assert!(self.state.borrow().holds(&event), "the ledger state does not hold the event just appended: {event:?}");
         let seq = self.written.get() + 1;
         self.written.set(seq);
         drop(held);

@@ -95,13 +95,45 @@ pub enum OnceLookup<'a> {
     Found(&'a RunEntry),
 }
 
-/// A call the quota refuses, with what it names.
+/// A call the quota refuses: which of its limits, and the message that names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuotaRefusal {
+    pub limit: QuotaLimit,
     pub message: String,
 }
 
+/// The limit of a quota a call would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaLimit {
+    Calls,
+    Money,
+    Tokens,
+}
+
+impl QuotaLimit {
+    /// The name a refused call's `_meta` gives it (`dev.warden/refused`).
+    pub fn name(self) -> &'static str {
+        match self {
+            QuotaLimit::Calls => "quota.calls",
+            QuotaLimit::Money => "quota.money",
+            QuotaLimit::Tokens => "quota.tokens",
+        }
+    }
+}
+
 impl State {
+    /// Whether the state holds `event`'s run in the phase the event leaves it in: what an
+    /// append asserts after applying it, so a state that drifted from its file stops the
+    /// server before a decision is read from it.
+    pub fn holds(&self, event: &Event) -> bool {
+        let phase = self.run(event.run()).map(|entry| &entry.phase);
+        match event {
+            Event::Reserve { .. } => matches!(phase, Some(RunPhase::Open)),
+            Event::Settle { at_ms, .. } => matches!(phase, Some(RunPhase::Settled { at_ms: at, .. }) if at == at_ms),
+            Event::Release { at_ms, .. } => matches!(phase, Some(RunPhase::Released { at_ms: at }) if at == at_ms),
+        }
+    }
+
     /// Checks that `event` may follow the events so far, without applying it.
     pub fn check(&self, event: &Event) -> Result<(), String> {
         match event {
@@ -259,6 +291,7 @@ impl State {
         if let Some(max) = calls_max {
             if calls + 1 > max {
                 return Err(QuotaRefusal {
+                    limit: QuotaLimit::Calls,
                     message: format!(
                         "over the quota of `{tool}`: {max} calls per {} are used; nothing was run; {when}",
                         duration_text(window_ms)
@@ -277,6 +310,7 @@ impl State {
                 let used_text = Money { minor: used, currency: max.currency.clone() };
                 let asked_text = Money { minor: asked, currency: max.currency.clone() };
                 return Err(QuotaRefusal {
+                    limit: QuotaLimit::Money,
                     message: format!(
                         "over the quota of `{tool}`: {max} per {} allowed, {used_text} held or spent, this call may spend \
                          {asked_text}; nothing was run; {when}",
@@ -291,6 +325,7 @@ impl State {
                 || (tokens_asked == 0 && tokens_used >= max);
             if over {
                 return Err(QuotaRefusal {
+                    limit: QuotaLimit::Tokens,
                     message: format!(
                         "over the quota of `{tool}`: {max} model tokens per {} allowed, {tokens_used} held or used, this \
                          call may use {tokens_asked}; nothing was run; {when}",
@@ -385,6 +420,21 @@ mod tests {
     }
 
     #[test]
+    fn the_state_holds_each_event_in_the_phase_it_leaves_its_run() {
+        let mut state = State::default();
+        let reserved = reserve("a", 1, &[]);
+        assert!(!state.holds(&reserved));
+        state.apply(&reserved).unwrap();
+        assert!(state.holds(&reserved));
+        let outcome = crate::store::journal::RunOutcome::Done;
+        let settle = Event::Settle { run: "a".into(), at_ms: 5, charged: vec![], outcome, tokens: 0 };
+        assert!(!state.holds(&settle));
+        state.apply(&settle).unwrap();
+        assert!(state.holds(&settle) && !state.holds(&reserved));
+        assert!(!state.holds(&Event::Release { run: "a".into(), at_ms: 5 }));
+    }
+
+    #[test]
     fn one_reserve_and_at_most_one_settle_or_release() {
         let mut state = State::default();
         state.apply(&reserve("a", 1, &[])).unwrap();
@@ -426,9 +476,11 @@ mod tests {
         let refused = state
             .quota_admits("t", 10_000, Some(3), Some(&max), &[usd("40.01")], (None, 0), 3000, Counting::AllRuns)
             .unwrap_err();
+        assert_eq!(refused.limit, QuotaLimit::Money);
         assert!(refused.message.contains("100.00 USD"), "{}", refused.message);
         let refused =
             state.quota_admits("t", 10_000, Some(2), None, &[], (None, 0), 3000, Counting::AllRuns).unwrap_err();
+        assert_eq!(refused.limit, QuotaLimit::Calls);
         assert!(refused.message.contains("2 calls per 10s"), "{}", refused.message);
         assert!(refused.message.contains("in 9s"), "{}", refused.message);
         // After the settled run leaves the window, only the open run counts.
@@ -447,6 +499,7 @@ mod tests {
         };
         assert!(admits(&state, 200).is_ok());
         let refused = admits(&state, 201).unwrap_err();
+        assert_eq!(refused.limit, QuotaLimit::Tokens);
         assert!(refused.message.contains("500 model tokens per 10s allowed, 300 held or used"), "{}", refused.message);
         let outcome = crate::store::journal::RunOutcome::Done;
         state.apply(&Event::Settle { run: "a".into(), at_ms: 1500, charged: vec![], outcome, tokens: 40 }).unwrap();
