@@ -503,3 +503,31 @@ fn the_codemap_parse_follows_the_indentation() {
         ["Cargo.toml", "server/", "server/src/", "server/src/a.rs", "server/src/b/", "server/src/b/c.rs", "sim/"]
     );
 }
+
+/// Every planted bug in `mutants/` still applies to the code it plants into: a move or an
+/// edit that breaks one is found here, at the commit, not by the planted-bug run in CI.
+#[test]
+fn every_planted_bug_still_applies() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+    let mut patches: Vec<PathBuf> = std::fs::read_dir(root.join("mutants"))
+        .expect("mutants/")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "patch"))
+        .collect();
+    patches.sort();
+    assert!(patches.len() > 40, "the planted bugs are found ({})", patches.len());
+    let stale: Vec<String> = patches
+        .iter()
+        .filter(|patch| {
+            let checked = std::process::Command::new("git")
+                .current_dir(root)
+                .args(["apply", "--check"])
+                .arg(patch)
+                .output()
+                .expect("git runs");
+            !checked.status.success()
+        })
+        .map(|patch| patch.display().to_string())
+        .collect();
+    assert!(stale.is_empty(), "planted bugs that no longer apply (regenerate them): {stale:?}");
+}
