@@ -24,30 +24,7 @@ enum Command {
     },
     /// Serve the manifest's tools over Streamable HTTP on `/mcp` (MCP 2025-11-25 sessions and
     /// 2026-07-28 requests).
-    ServeHttp {
-        /// The manifest (JSON).
-        manifest: PathBuf,
-        /// The address to listen on, such as 127.0.0.1:8080 (port 0 picks a free one; the
-        /// address bound is logged). Beyond loopback, a bearer token is required.
-        #[arg(long)]
-        listen: core::net::SocketAddr,
-        /// The environment variable holding the bearer token every request must carry
-        /// (`Authorization: Bearer <token>`, at least 16 bytes).
-        #[arg(long, conflicts_with_all = ["oauth_issuer", "oauth_audience", "oauth_jwks_file", "oauth_jwks_url"])]
-        bearer_token_env: Option<String>,
-        /// OAuth 2.1: the authorization server whose access tokens (JWTs) are accepted.
-        #[arg(long, requires = "oauth_audience")]
-        oauth_issuer: Option<String>,
-        /// OAuth 2.1: this server's resource URL, ending in /mcp (the tokens' audience).
-        #[arg(long, requires = "oauth_issuer")]
-        oauth_audience: Option<String>,
-        /// OAuth 2.1: the issuer's public keys, a JWKS file.
-        #[arg(long, requires = "oauth_issuer", conflicts_with = "oauth_jwks_url")]
-        oauth_jwks_file: Option<PathBuf>,
-        /// OAuth 2.1: the issuer's public keys, fetched from this URL at start and hourly.
-        #[arg(long, requires = "oauth_issuer")]
-        oauth_jwks_url: Option<String>,
-    },
+    ServeHttp(ServeHttpArgs),
     /// Check a manifest and its programs without serving anything.
     Check { manifest: PathBuf },
     /// Print the tools' schemas as `tools/list` gives them.
@@ -84,6 +61,33 @@ enum Command {
     },
 }
 
+/// `warden serve-http`'s arguments.
+#[derive(clap::Args)]
+struct ServeHttpArgs {
+    /// The manifest (JSON).
+    manifest: PathBuf,
+    /// The address to listen on, such as 127.0.0.1:8080 (port 0 picks a free one; the
+    /// address bound is logged). Beyond loopback, a bearer token is required.
+    #[arg(long)]
+    listen: core::net::SocketAddr,
+    /// The environment variable holding the bearer token every request must carry
+    /// (`Authorization: Bearer <token>`, at least 16 bytes).
+    #[arg(long, conflicts_with_all = ["oauth_issuer", "oauth_audience", "oauth_jwks_file", "oauth_jwks_url"])]
+    bearer_token_env: Option<String>,
+    /// OAuth 2.1: the authorization server whose access tokens (JWTs) are accepted.
+    #[arg(long, requires = "oauth_audience")]
+    oauth_issuer: Option<String>,
+    /// OAuth 2.1: this server's resource URL, ending in /mcp (the tokens' audience).
+    #[arg(long, requires = "oauth_issuer")]
+    oauth_audience: Option<String>,
+    /// OAuth 2.1: the issuer's public keys, a JWKS file.
+    #[arg(long, requires = "oauth_issuer", conflicts_with = "oauth_jwks_url")]
+    oauth_jwks_file: Option<PathBuf>,
+    /// OAuth 2.1: the issuer's public keys, fetched from this URL at start and hourly.
+    #[arg(long, requires = "oauth_issuer")]
+    oauth_jwks_url: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum Hidden {
     /// A worker: runs one program execution from stdin, its reply to stdout (the server
@@ -109,49 +113,8 @@ fn main() -> ExitCode {
             eprintln!("warden: usage: warden mcp <manifest.json> | warden mcp status <manifest.json>");
             ExitCode::from(2)
         }
-        Command::Mcp { manifest: Some(manifest), .. } => {
-            // Before anything else (the manifest included) can write to stdout.
-            let stdio = match warden::io::protect_stdio() {
-                Ok(stdio) => stdio,
-                Err(error) => {
-                    eprintln!("warden: cannot protect the protocol stream: {error}");
-                    return ExitCode::from(2);
-                }
-            };
-            if std::env::var_os(SELF_TEST_STDOUT).is_some() {
-                write_to_stdout_as_a_stray_library_would();
-            }
-            let env = warden::io::real_env(stdio);
-            report(warden::io::run(warden::commands::serve_mcp(&env, &manifest)).map(|()| String::new()))
-        }
-        Command::ServeHttp {
-            manifest,
-            listen,
-            bearer_token_env,
-            oauth_issuer,
-            oauth_audience,
-            oauth_jwks_file,
-            oauth_jwks_url,
-        } => {
-            let env = warden::io::command_env();
-            let keys = match (oauth_jwks_file, oauth_jwks_url) {
-                (Some(file), _) => Some(warden::protocol::oauth::KeySource::File(file)),
-                (None, Some(url)) => Some(warden::protocol::oauth::KeySource::Url(url)),
-                (None, None) => None,
-            };
-            let oauth = match (oauth_issuer, oauth_audience, keys) {
-                (Some(issuer), Some(audience), Some(keys)) => {
-                    Some(warden::protocol::http::OAuthOptions { issuer, audience, keys })
-                }
-                (Some(_), _, None) => {
-                    eprintln!("warden: --oauth-issuer needs --oauth-jwks-file or --oauth-jwks-url");
-                    return ExitCode::from(2);
-                }
-                _ => None,
-            };
-            let options = warden::protocol::http::HttpOptions { listen, bearer_token_env, oauth };
-            report(warden::io::run(warden::commands::serve_http(&env, &manifest, options)).map(|()| String::new()))
-        }
+        Command::Mcp { manifest: Some(manifest), .. } => serve_stdio(&manifest),
+        Command::ServeHttp(args) => serve_http(args),
         Command::Check { manifest } => {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::check(&env, &manifest)))
@@ -182,6 +145,54 @@ fn main() -> ExitCode {
             report(warden::io::run(warden::commands::schema(&env, &manifest, tool.as_deref())))
         }
     }
+}
+
+/// `warden mcp MANIFEST`: the protocol on stdio, protected from stray writes first.
+fn serve_stdio(manifest: &std::path::Path) -> ExitCode {
+    // Before anything else (the manifest included) can write to stdout.
+    let stdio = match warden::io::protect_stdio() {
+        Ok(stdio) => stdio,
+        Err(error) => {
+            eprintln!("warden: cannot protect the protocol stream: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if std::env::var_os(SELF_TEST_STDOUT).is_some() {
+        write_to_stdout_as_a_stray_library_would();
+    }
+    let env = warden::io::real_env(stdio);
+    report(warden::io::run(warden::commands::serve_mcp(&env, manifest)).map(|()| String::new()))
+}
+
+/// `warden serve-http`: the options checked beyond what clap knows, then the server.
+fn serve_http(args: ServeHttpArgs) -> ExitCode {
+    let ServeHttpArgs {
+        manifest,
+        listen,
+        bearer_token_env,
+        oauth_issuer,
+        oauth_audience,
+        oauth_jwks_file,
+        oauth_jwks_url,
+    } = args;
+    let env = warden::io::command_env();
+    let keys = match (oauth_jwks_file, oauth_jwks_url) {
+        (Some(file), _) => Some(warden::protocol::oauth::KeySource::File(file)),
+        (None, Some(url)) => Some(warden::protocol::oauth::KeySource::Url(url)),
+        (None, None) => None,
+    };
+    let oauth = match (oauth_issuer, oauth_audience, keys) {
+        (Some(issuer), Some(audience), Some(keys)) => {
+            Some(warden::protocol::http::OAuthOptions { issuer, audience, keys })
+        }
+        (Some(_), _, None) => {
+            eprintln!("warden: --oauth-issuer needs --oauth-jwks-file or --oauth-jwks-url");
+            return ExitCode::from(2);
+        }
+        _ => None,
+    };
+    let options = warden::protocol::http::HttpOptions { listen, bearer_token_env, oauth };
+    report(warden::io::run(warden::commands::serve_http(&env, &manifest, options)).map(|()| String::new()))
 }
 
 /// Set by the stream-protection test: the process writes to its standard output the way a

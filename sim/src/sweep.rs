@@ -3,13 +3,13 @@
 //! resolves waiting runs from the services' truth, and the checker of DESIGN.md section 7's
 //! invariants against that truth. Everything is a function of the seed and the plan.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::checks::limits::ToolLimits;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::json;
-use warden::store::ledger::RunPhase;
+use warden::store::ledger::{RunPhase, State};
 use warden_faults::{DamagedFile, Fault, Scenario};
 
 use crate::checks::check;
@@ -172,7 +172,7 @@ fn flipped_read_refused(world: &World, instance: &Instance, flips_before: u64, r
 /// After a misdirected write: with the server stopped, if the damage is durable the next
 /// start must refuse naming its line (and the seed ends); if the crash took it away, the
 /// seed goes on with a new instance.
-fn misdirected(world: &World, instance: Instance, report: &mut Report) -> Result<Instance, ()> {
+fn misdirected(world: &World, instance: Instance, report: &mut Report) -> Result<Instance, SeedEnded> {
     world.crash(instance);
     disarm_disk_faults(world);
     let damage = world.disk.misdirected.borrow_mut().take().expect("called after a misdirected write");
@@ -182,7 +182,7 @@ fn misdirected(world: &World, instance: Instance, report: &mut Report) -> Result
         return Ok(world.start("manifest.json"));
     }
     *report = damage_reported(world, damage, std::mem::take(report));
-    Err(())
+    Err(SeedEnded)
 }
 
 /// Runs one scenario; a panic anywhere in the server (a broken assertion, a double borrow) is
@@ -204,6 +204,8 @@ pub fn simulate(scenario: &Scenario) -> Report {
     })
 }
 
+/// The seed's phases: the world installed and its manifest checked, the workload (which
+/// durable damage may end early), the liveness phase, and the final checks.
 fn simulate_unguarded(scenario: &Scenario) -> Report {
     let mut report = Report { seed: scenario.seed, calls: scenario.calls, ..Report::default() };
     let world = World::new(scenario.seed);
@@ -217,8 +219,120 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     }
     // The checker's limits, read by the simulator itself (`limits.rs`).
     let limits = crate::checks::limits::of_world(&world);
-    let once_keep_ms = |tool: &str| limits.get(tool).and_then(|t| t.once_keep_ms).unwrap_or(u64::MAX);
-    let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x00c1_1e47);
+    let mut sim = Sim {
+        scenario,
+        world: &world,
+        limits: &limits,
+        client: client_for(scenario, &limits),
+        pending: Pending::default(),
+        verified: BTreeSet::new(),
+        draws: Draws::of(scenario.seed),
+        report,
+    };
+    let instance = world.start("manifest.json");
+    sim.client.connect(&instance);
+    let Ok(instance) = sim.workload(instance) else { return sim.report };
+    let instance = sim.liveness(instance);
+    sim.finish(instance)
+}
+
+/// One simulation under way: what every phase reads (the scenario, the world, the checker's
+/// limits) and what the phases build up together (the client model, the faults armed, the
+/// report), so each phase is a method instead of a function of a dozen arguments.
+struct Sim<'a> {
+    scenario: &'a Scenario,
+    world: &'a World,
+    limits: &'a BTreeMap<String, ToolLimits>,
+    client: Client,
+    /// Faults armed and not yet seen to fire.
+    pending: Pending,
+    /// Settled runs already found to agree with their journals (`check::at_rest_since`).
+    verified: BTreeSet<String>,
+    draws: Draws,
+    report: Report,
+}
+
+/// The seed ended early: durable damage was found and checked; it waits for a person, so
+/// neither the rest of the workload nor the liveness phase runs.
+struct SeedEnded;
+
+/// The seed's random streams for its workload, each seeded apart.
+struct Draws {
+    /// Which call comes next, and whether it arrives with the one after.
+    calls: ChaCha8Rng,
+    /// Reads of the world's prompt and resource beside the workload.
+    reads: ChaCha8Rng,
+    /// How the client answers the calls that ask for input.
+    asks: ChaCha8Rng,
+}
+
+impl Draws {
+    fn of(seed: u64) -> Draws {
+        Draws {
+            calls: ChaCha8Rng::seed_from_u64(seed ^ 0x00c1_1e47),
+            reads: ChaCha8Rng::seed_from_u64(seed ^ 0x4ead_5001),
+            asks: ChaCha8Rng::seed_from_u64(seed ^ 0x6173_6b01),
+        }
+    }
+}
+
+/// What the world's manifest lets the workload do beside its calls, and how often its calls
+/// come together.
+struct Shape {
+    generated: bool,
+    /// How often a call arrives with the next one (swarm-style, per seed): then they run
+    /// concurrently, and small slot and quota limits are contended.
+    burst_per_cent: u64,
+    serves_prompt: bool,
+    /// The URI template of the world's resource, if it serves one.
+    resource_template: Option<&'static str>,
+}
+
+impl Shape {
+    fn of(scenario: &Scenario) -> Shape {
+        // The fixed world keeps its workload of earlier sessions (its scenario files replay it):
+        // one call in three arrives with the next.
+        let generated = scenario.world.is_some();
+        let burst_per_cent = if generated { [33, 33, 60, 85][(scenario.seed % 4) as usize] } else { 0 };
+        let serves_prompt = scenario.world.as_ref().is_some_and(|file| file.manifest.contains("\"prompts\""));
+        let resource_template = scenario.world.as_ref().and_then(|file| {
+            let manifest: serde_json::Value = serde_json::from_str(&file.manifest).ok()?;
+            let template = manifest["resources"][0]["uri"].as_str()?.to_string();
+            [crate::workload::generate::RESOURCE_TICKETS, crate::workload::generate::RESOURCE_INTENTS]
+                .into_iter()
+                .find(|t| *t == template)
+        });
+        Shape { generated, burst_per_cent, serves_prompt, resource_template }
+    }
+}
+
+/// What the faults armed before a call have the client itself do around it.
+#[derive(Default)]
+struct ClientFaults {
+    malformed: bool,
+    oversized: bool,
+    cancel: bool,
+    gone: bool,
+    /// Status calls sent ahead of the call.
+    flood: u32,
+}
+
+impl ClientFaults {
+    fn add(&mut self, fault: &Fault) {
+        self.malformed |= *fault == Fault::MalformedLine;
+        self.oversized |= *fault == Fault::OversizedLine;
+        self.cancel |= *fault == Fault::Cancel;
+        self.gone |= *fault == Fault::ClientGone;
+        if let Fault::Flood { calls } = *fault {
+            self.flood += calls;
+        }
+    }
+}
+
+/// The client model for this world: it resends unanswered calls to the tools that say so
+/// (those with `once`), holds every other tool with a deadline to it, and in some generated
+/// worlds sends most calls to one tool.
+fn client_for(scenario: &Scenario, limits: &BTreeMap<String, ToolLimits>) -> Client {
     let mut client = Client { next_id: 1, ..Client::default() };
     client.resend = match &scenario.world {
         Some(file) => file.tools.iter().filter(|t| t.resend).map(|t| t.name.clone()).collect(),
@@ -228,160 +342,64 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         .filter(|(tool, tool_limits)| tool_limits.once_keep_ms.is_none() && !client.resend.contains(*tool))
         .filter_map(|(tool, tool_limits)| Some((tool.clone(), tool_limits.deadline_ms?)))
         .collect();
-    let mut instance = world.start("manifest.json");
-    client.connect(&instance);
-    let mut pending = Pending::default();
-    // How often a call arrives with the next one (swarm-style, per seed): then they run
-    // concurrently, and small slot and quota limits are contended.
-    let mut verified = std::collections::BTreeSet::new();
-    // The fixed world keeps its workload of earlier sessions (its scenario files replay it):
-    // one call in three arrives with the next.
-    let generated = scenario.world.is_some();
-    let burst_per_cent = if generated { [33, 33, 60, 85][(scenario.seed % 4) as usize] } else { 0 };
     let mut draws = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4075_7001);
-    let mut reads = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4ead_5001);
-    let mut asks = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x6173_6b01);
-    let serves_prompt = scenario.world.as_ref().is_some_and(|file| file.manifest.contains("\"prompts\""));
-    let resource_template = scenario.world.as_ref().and_then(|file| {
-        let manifest: serde_json::Value = serde_json::from_str(&file.manifest).ok()?;
-        let template = manifest["resources"][0]["uri"].as_str()?.to_string();
-        [crate::workload::generate::RESOURCE_TICKETS, crate::workload::generate::RESOURCE_INTENTS]
-            .into_iter()
-            .find(|t| *t == template)
-    });
+    let generated = scenario.world.is_some();
     client.hot_tool = (generated && draws.next_u64() % 2 == 0).then(|| draws.next_u64() as usize);
-    for index in 0..scenario.calls {
-        let mut malformed = false;
-        let mut oversized = false;
-        let mut cancel = false;
-        let mut gone = false;
-        let mut flood = 0;
-        for (position, planned) in scenario.faults.iter().enumerate().filter(|(_, p)| p.before_call == index) {
-            if let Fault::RotByte { file, at } = &planned.fault {
-                *report.faults.entry(planned.fault.kind()).or_insert(0) += 1;
-                let state = coverage::window(planned.fault.kind(), coverage::in_flight(&world));
-                *report.fault_states.entry(state).or_insert(0) += 1;
-                // Damage ends the seed: what happened before it is checked first.
-                ground_truth(&world, &limits, &mut report);
-                let Some(damage) = rot(&world, instance, *file, *at) else {
-                    pending.never.push((position, planned.fault.kind()));
-                    instance = world.start("manifest.json");
-                    client.connect(&instance);
-                    continue;
-                };
-                *report.fired.entry(planned.fault.kind()).or_insert(0) += 1;
-                return damage_reported(&world, damage, report);
-            }
-            let sends_a_line = arm(&world, &planned.fault, &mut report);
-            pending.arm(&world, position, &planned.fault);
-            if sends_a_line {
-                malformed |= planned.fault == Fault::MalformedLine;
-                oversized |= planned.fault == Fault::OversizedLine;
-                cancel |= planned.fault == Fault::Cancel;
-                gone |= planned.fault == Fault::ClientGone;
-                if let Fault::Flood { calls } = planned.fault {
-                    flood += calls;
-                }
-            }
-        }
-        if malformed {
-            instance.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":\n");
-        }
-        for n in 0..flood {
-            // String ids: their answers are not the workload's (the client model counts
-            // integer ids); an unknown run's status is answered without touching a run.
-            let run = format!("{n:032x}");
-            instance.send(&json!({"jsonrpc": "2.0", "id": format!("flood-{n}"), "method": "tools/call",
-                "params": {"name": warden::manifest::RUN_STATUS_TOOL, "arguments": {"run": run}}}));
-        }
-        if oversized {
-            let mut line = vec![b' '; warden::limits::LINE_BYTES_MAX + 1];
-            line[0] = b'{';
-            line.push(b'\n');
-            instance.send_raw(&line);
-        }
-        let message = match &scenario.world {
-            Some(file) => generated_call(&mut rng, &mut client, index, file, scenario.tools.as_ref()),
-            None => workload_call(&mut rng, &mut client, index, scenario.tools.as_ref()),
-        };
-        instance.send(&message);
-        client.sent_now(message["id"].as_i64().unwrap_or(0), world.clock.now());
-        // Reads of the world's resource, now and then, beside the workload (their answers
-        // are not the workload's; the runs they make are checked like any other).
-        if serves_prompt && reads.next_u64() % 100 < 10 {
-            let ticket = format!("{}", reads.next_u64() % 30);
-            instance.send(&json!({"jsonrpc": "2.0", "id": format!("prompt-{index}"), "method": "prompts/get",
-                "params": {"name": crate::workload::generate::PROMPT_NAME, "arguments": {"ticket": ticket}}}));
-        }
-        if let Some(template) = resource_template.filter(|_| reads.next_u64() % 100 < 15) {
-            let uri = crate::workload::generate::resource_uri(template, &mut reads);
-            instance.send(&json!({"jsonrpc": "2.0", "id": format!("read-{index}"), "method": "resources/read",
-                "params": {"uri": uri, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {}}}}));
-        }
-        if gone {
-            instance.pipe.broken.set(true);
-            instance.close_stdin();
-        }
-        if cancel {
-            instance.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": message["id"], "reason": "sim"}}));
-            // A cancelled call may get no answer; the client does not wait for one.
-            client.unanswered.remove(&message["id"].as_i64().unwrap_or(0));
-        }
-        report.sent_tools.push(message["params"]["name"].as_str().unwrap_or_default().to_string());
-        report.events.push((
-            world.clock.now(),
-            format!("call {}", message["id"]),
-            format!("sent {}", message["params"]["name"]),
-        ));
-        // Calls often arrive together: then they run concurrently, interleaved at every await.
-        let together = match generated {
-            true => rng.next_u64() % 100 < burst_per_cent,
-            false => rng.next_u64() % 3 == 0,
-        };
-        if index + 1 < scenario.calls && together {
-            continue;
-        }
-        let known = report.violations.len();
-        instance = settle_down(&world, instance, &mut client, &mut report);
-        // The calls that asked for input are answered (their retries run with the next calls).
-        client.answer_asked(&instance, &mut asks, world.clock.now());
-        for kind in pending.fired(&world) {
-            *report.fired.entry(kind).or_insert(0) += 1;
-        }
-        if world.disk.misdirected.borrow().is_some() {
-            report.violations.append(&mut world.oracle.violations.borrow_mut());
-            client.read(&instance, &mut report, world.clock.now());
-            ground_truth(&world, &limits, &mut report);
-            let Ok(next) = misdirected(&world, instance, &mut report) else { return report };
-            instance = next;
-            client.connect(&instance);
-            client.resend_after_restart(&instance);
-            instance = settle_down(&world, instance, &mut client, &mut report);
-        }
-        report.violations.append(&mut world.oracle.violations.borrow_mut());
-        for kind in pending.fired(&world) {
-            *report.fired.entry(kind).or_insert(0) += 1;
-        }
-        let violations = check::at_rest_since(&world.disk, &World::path("journals"), &once_keep_ms, &mut verified);
-        report.violations.extend(violations);
-        writes_bounded(&world, &mut report);
-        note_violations(&world, &mut report, known);
-        if !report.violations.is_empty() {
-            break;
-        }
-    }
-    // Liveness: faults stop; the operator resolves what waits; every call ends answered.
-    for kind in pending.close(&world) {
+    client
+}
+
+/// How long a tool's `once` keys hold, for the checker (no `once`: forever, never checked).
+fn once_keep_ms(limits: &BTreeMap<String, ToolLimits>, tool: &str) -> u64 {
+    limits.get(tool).and_then(|t| t.once_keep_ms).unwrap_or(u64::MAX)
+}
+
+/// Counts each fault kind in `kinds` as fired once more.
+fn count_fired(report: &mut Report, kinds: Vec<&'static str>) {
+    for kind in kinds {
         *report.fired.entry(kind).or_insert(0) += 1;
     }
-    report.never_fired = pending.never.clone();
-    world.probes.crash_at.set(None);
-    world.disk.crash_at_operation.set(None);
-    world.disk.faults.borrow_mut().capacity_bytes = None;
-    world.disk.fail_next_fsync.set(false);
-    world.disk.flip_next_read_of.borrow_mut().take();
-    world.disk.misdirect_next_append_to.borrow_mut().take();
+}
+
+/// The lines the armed faults have the client send ahead of the call: a malformed line, a
+/// flood of status calls, a line over the limit.
+fn send_fault_lines(instance: &Instance, faults: &ClientFaults) {
+    if faults.malformed {
+        instance.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":\n");
+    }
+    for n in 0..faults.flood {
+        // String ids: their answers are not the workload's (the client model counts
+        // integer ids); an unknown run's status is answered without touching a run.
+        let run = format!("{n:032x}");
+        instance.send(&json!({"jsonrpc": "2.0", "id": format!("flood-{n}"), "method": "tools/call",
+            "params": {"name": warden::manifest::RUN_STATUS_TOOL, "arguments": {"run": run}}}));
+    }
+    if faults.oversized {
+        let mut line = vec![b' '; warden::limits::LINE_BYTES_MAX + 1];
+        line[0] = b'{';
+        line.push(b'\n');
+        instance.send_raw(&line);
+    }
+}
+
+/// Reads of the world's prompt and resource, now and then, beside the workload (their
+/// answers are not the workload's; the runs they make are checked like any other).
+fn read_beside(instance: &Instance, index: u32, shape: &Shape, reads: &mut ChaCha8Rng) {
+    if shape.serves_prompt && reads.next_u64() % 100 < 10 {
+        let ticket = format!("{}", reads.next_u64() % 30);
+        instance.send(&json!({"jsonrpc": "2.0", "id": format!("prompt-{index}"), "method": "prompts/get",
+            "params": {"name": crate::workload::generate::PROMPT_NAME, "arguments": {"ticket": ticket}}}));
+    }
+    if let Some(template) = shape.resource_template.filter(|_| reads.next_u64() % 100 < 15) {
+        let uri = crate::workload::generate::resource_uri(template, reads);
+        instance.send(&json!({"jsonrpc": "2.0", "id": format!("read-{index}"), "method": "resources/read",
+            "params": {"uri": uri, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}}));
+    }
+}
+
+/// Every fault left armed is disarmed, so the liveness phase runs on a world that works.
+fn disarm_all_faults(world: &World) {
+    disarm_disk_faults(world);
     world.services.faults.borrow_mut().clear();
     world.services.notify_failures.set(0);
     world.services.notify_hangs.set(0);
@@ -389,55 +407,240 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     world.sandbox.disarm();
     world.disk.slow.set((0, 0));
     world.slow_reader.armed.set((0, 0));
-    for _ in 0..3 {
-        if waiting_records(&world).is_empty() {
-            break;
+}
+
+impl Sim<'_> {
+    /// The workload: before each call the faults planned for it are armed; calls that arrive
+    /// together are sent, then the server runs until quiet and the checker looks at rest. The
+    /// first violation ends the workload (the liveness phase still runs).
+    fn workload(&mut self, mut instance: Instance) -> Result<Instance, SeedEnded> {
+        let shape = Shape::of(self.scenario);
+        for index in 0..self.scenario.calls {
+            let (armed, faults) = self.arm_faults(index, instance)?;
+            instance = armed;
+            send_fault_lines(&instance, &faults);
+            let message = self.send_call(&instance, index);
+            read_beside(&instance, index, &shape, &mut self.draws.reads);
+            self.client_faults(&instance, &faults, &message);
+            self.note_sent(&message);
+            let together = self.arrives_with_next(&shape);
+            if index + 1 < self.scenario.calls && together {
+                continue;
+            }
+            instance = self.settle_calls(instance)?;
+            if !self.report.violations.is_empty() {
+                break;
+            }
         }
-        resolve_beside_live_server(&world, &mut report);
-        report.log.extend(instance.log_timed());
-        report
-            .log
-            .push((world.clock.now(), "---- the operator stops the server, resolves, and restarts it ----".into()));
+        Ok(instance)
+    }
+
+    /// Arms the faults planned before call `index` and gathers those the client carries out
+    /// itself. A rotted byte is applied at once (it stops the server).
+    fn arm_faults(&mut self, index: u32, mut instance: Instance) -> Result<(Instance, ClientFaults), SeedEnded> {
+        let mut faults = ClientFaults::default();
+        let scenario = self.scenario;
+        for (position, planned) in scenario.faults.iter().enumerate().filter(|(_, p)| p.before_call == index) {
+            if let Fault::RotByte { file, at } = &planned.fault {
+                instance = self.rot_byte(position, &planned.fault, *file, *at, instance)?;
+                continue;
+            }
+            let sends_a_line = arm(self.world, &planned.fault, &mut self.report);
+            self.pending.arm(self.world, position, &planned.fault);
+            if sends_a_line {
+                faults.add(&planned.fault);
+            }
+        }
+        Ok((instance, faults))
+    }
+
+    /// A rotted byte: the server stops and the byte flips; the seed ends once the next start
+    /// is checked to report it. With nothing to rot, the fault never fires and the server
+    /// starts again.
+    fn rot_byte(
+        &mut self,
+        position: usize,
+        fault: &Fault,
+        file: DamagedFile,
+        at: u64,
+        instance: Instance,
+    ) -> Result<Instance, SeedEnded> {
+        *self.report.faults.entry(fault.kind()).or_insert(0) += 1;
+        let state = coverage::window(fault.kind(), coverage::in_flight(self.world));
+        *self.report.fault_states.entry(state).or_insert(0) += 1;
+        // Damage ends the seed: what happened before it is checked first.
+        ground_truth(self.world, self.limits, &mut self.report);
+        let Some(damage) = rot(self.world, instance, file, at) else {
+            self.pending.never.push((position, fault.kind()));
+            let instance = self.world.start("manifest.json");
+            self.client.connect(&instance);
+            return Ok(instance);
+        };
+        *self.report.fired.entry(fault.kind()).or_insert(0) += 1;
+        self.report = damage_reported(self.world, damage, std::mem::take(&mut self.report));
+        Err(SeedEnded)
+    }
+
+    /// Sends the workload's call `index` (generated for a generated world, from the fixed
+    /// world's mix otherwise).
+    fn send_call(&mut self, instance: &Instance, index: u32) -> serde_json::Value {
+        let scenario = self.scenario;
+        let message = match &scenario.world {
+            Some(file) => generated_call(&mut self.draws.calls, &mut self.client, index, file, scenario.tools.as_ref()),
+            None => workload_call(&mut self.draws.calls, &mut self.client, index, scenario.tools.as_ref()),
+        };
+        instance.send(&message);
+        self.client.sent_now(message["id"].as_i64().unwrap_or(0), self.world.clock.now());
+        message
+    }
+
+    /// The client's own faults on the call just sent: it goes away, or cancels the call.
+    fn client_faults(&mut self, instance: &Instance, faults: &ClientFaults, message: &serde_json::Value) {
+        if faults.gone {
+            instance.pipe.broken.set(true);
+            instance.close_stdin();
+        }
+        if faults.cancel {
+            instance.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": message["id"], "reason": "sim"}}));
+            // A cancelled call may get no answer; the client does not wait for one.
+            self.client.unanswered.remove(&message["id"].as_i64().unwrap_or(0));
+        }
+    }
+
+    /// Puts the call just sent in the report and on the timeline.
+    fn note_sent(&mut self, message: &serde_json::Value) {
+        self.report.sent_tools.push(message["params"]["name"].as_str().unwrap_or_default().to_string());
+        self.report.events.push((
+            self.world.clock.now(),
+            format!("call {}", message["id"]),
+            format!("sent {}", message["params"]["name"]),
+        ));
+    }
+
+    /// Whether the next call arrives with this one: calls often arrive together, and then
+    /// they run concurrently, interleaved at every await.
+    fn arrives_with_next(&mut self, shape: &Shape) -> bool {
+        match shape.generated {
+            true => self.draws.calls.next_u64() % 100 < shape.burst_per_cent,
+            false => self.draws.calls.next_u64() % 3 == 0,
+        }
+    }
+
+    /// After the calls sent together: the server runs until quiet, the calls that asked for
+    /// input are answered, and the checker looks at the journals at rest.
+    fn settle_calls(&mut self, instance: Instance) -> Result<Instance, SeedEnded> {
+        let known = self.report.violations.len();
+        let mut instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+        // The calls that asked for input are answered (their retries run with the next calls).
+        self.client.answer_asked(&instance, &mut self.draws.asks, self.world.clock.now());
+        count_fired(&mut self.report, self.pending.fired(self.world));
+        if self.world.disk.misdirected.borrow().is_some() {
+            instance = self.after_misdirected_write(instance)?;
+        }
+        self.report.violations.append(&mut self.world.oracle.violations.borrow_mut());
+        count_fired(&mut self.report, self.pending.fired(self.world));
+        let limits = self.limits;
+        let once_keep_ms = |tool: &str| once_keep_ms(limits, tool);
+        let journals = World::path("journals");
+        let violations = check::at_rest_since(&self.world.disk, &journals, &once_keep_ms, &mut self.verified);
+        self.report.violations.extend(violations);
+        writes_bounded(self.world, &mut self.report);
+        note_violations(self.world, &mut self.report, known);
+        Ok(instance)
+    }
+
+    /// A misdirected write: what happened before it is checked, then the server is stopped;
+    /// if the damage lasts the seed ends, else the calls go on with a new instance.
+    fn after_misdirected_write(&mut self, instance: Instance) -> Result<Instance, SeedEnded> {
+        self.report.violations.append(&mut self.world.oracle.violations.borrow_mut());
+        self.client.read(&instance, &mut self.report, self.world.clock.now());
+        ground_truth(self.world, self.limits, &mut self.report);
+        let instance = misdirected(self.world, instance, &mut self.report)?;
+        self.client.connect(&instance);
+        self.client.resend_after_restart(&instance);
+        Ok(settle_down(self.world, instance, &mut self.client, &mut self.report))
+    }
+
+    /// Liveness: faults stop; the operator resolves what waits; every call ends answered.
+    fn liveness(&mut self, instance: Instance) -> Instance {
+        count_fired(&mut self.report, self.pending.close(self.world));
+        self.report.never_fired = self.pending.never.clone();
+        disarm_all_faults(self.world);
+        let instance = self.operator_resolves(instance);
+        self.client.resend_after_restart(&instance);
+        let instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+        let instance = self.answer_the_asking(instance);
+        self.wait_out_expiries(instance)
+    }
+
+    /// While runs wait for a person (a few times at most): the operator resolves what it can
+    /// beside the live server, then stops it, resolves the rest, and restarts it.
+    fn operator_resolves(&mut self, mut instance: Instance) -> Instance {
+        for _ in 0..3 {
+            if waiting_records(self.world).is_empty() {
+                break;
+            }
+            resolve_beside_live_server(self.world, &mut self.report);
+            self.report.log.extend(instance.log_timed());
+            self.report.log.push((
+                self.world.clock.now(),
+                "---- the operator stops the server, resolves, and restarts it ----".into(),
+            ));
+            drop(instance);
+            operator(self.world, &mut self.report);
+            instance = self.world.start("manifest.json");
+            self.client.connect(&instance);
+            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+        }
+        instance
+    }
+
+    /// Calls still asking are answered; a round the client leaves ends its run at its expiry.
+    fn answer_the_asking(&mut self, mut instance: Instance) -> Instance {
+        for _ in 0..4 {
+            if self.client.asked.is_empty() {
+                break;
+            }
+            self.client.answer_asked(&instance, &mut self.draws.asks, self.world.clock.now());
+            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+        }
+        self.client.asked.clear();
+        instance
+    }
+
+    /// Runs left open expire. Expiry is by the wall clock, which a step back may have put
+    /// behind: a few waits.
+    fn wait_out_expiries(&mut self, mut instance: Instance) -> Instance {
+        for _ in 0..3 {
+            if check::open_runs(&self.world.disk, &World::path("journals")).is_empty() {
+                break;
+            }
+            self.world.clock.advance(warden::limits::INPUT_WAIT_MS + 1_000);
+            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+        }
+        instance
+    }
+
+    /// The final checks, then what the report sums up: the simulated time, the services'
+    /// counts, and the hash of the trace (what the client read and the effects the services saw).
+    fn finish(mut self, instance: Instance) -> Report {
+        self.report.violations.append(&mut self.world.oracle.violations.borrow_mut());
+        let known = self.report.violations.len();
+        final_checks(self.world, self.limits, &self.client, &mut self.report);
+        note_violations(self.world, &mut self.report, known);
+        self.report.log.extend(instance.log_timed());
         drop(instance);
-        operator(&world, &mut report);
-        instance = world.start("manifest.json");
-        client.connect(&instance);
-        instance = settle_down(&world, instance, &mut client, &mut report);
-    }
-    client.resend_after_restart(&instance);
-    instance = settle_down(&world, instance, &mut client, &mut report);
-    // Calls still asking are answered; a round the client leaves ends its run at its expiry.
-    for _ in 0..4 {
-        if client.asked.is_empty() {
-            break;
+        let (world, mut report) = (self.world, self.report);
+        report.sim_ms = world.clock.now();
+        report.model_requests = world.services.effects_of("model") as u64;
+        report.postgres_statements = world.services.postgres_statements.get();
+        let mut trace = self.client.trace.clone();
+        for effect in world.services.effects.borrow().iter() {
+            trace.extend(format!("{effect:?}").bytes());
         }
-        client.answer_asked(&instance, &mut asks, world.clock.now());
-        instance = settle_down(&world, instance, &mut client, &mut report);
+        report.trace_hash = warden::base::json::sha256_hex(&trace)[..16].to_string();
+        report
     }
-    client.asked.clear();
-    // (Expiry is by the wall clock, which a step back may have put behind: a few waits.)
-    for _ in 0..3 {
-        if check::open_runs(&world.disk, &World::path("journals")).is_empty() {
-            break;
-        }
-        world.clock.advance(warden::limits::INPUT_WAIT_MS + 1_000);
-        instance = settle_down(&world, instance, &mut client, &mut report);
-    }
-    report.violations.append(&mut world.oracle.violations.borrow_mut());
-    let known = report.violations.len();
-    final_checks(&world, &limits, &client, &mut report);
-    note_violations(&world, &mut report, known);
-    report.log.extend(instance.log_timed());
-    drop(instance);
-    report.sim_ms = world.clock.now();
-    report.model_requests = world.services.effects_of("model") as u64;
-    report.postgres_statements = world.services.postgres_statements.get();
-    let mut trace = client.trace.clone();
-    for effect in world.services.effects.borrow().iter() {
-        trace.extend(format!("{effect:?}").bytes());
-    }
-    report.trace_hash = warden::base::json::sha256_hex(&trace)[..16].to_string();
-    report
 }
 
 /// A client that reads slowly must slow the server down, not make it hold ever more answers
@@ -532,10 +735,27 @@ fn ground_truth(world: &World, limits: &BTreeMap<String, ToolLimits>, report: &m
     report.violations.extend(truth::completions_are_the_providers(world, &state));
 }
 
+/// The checks at the end of the seed, after the liveness phase: the ground truth and the
+/// journals at rest once more, nothing left undone, every answer backed by its run, and no
+/// secret written.
 fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &Client, report: &mut Report) {
     ground_truth(world, limits, report);
     refusals_name_a_limit_of_the_tool(limits, client, report);
     let journals = World::path("journals");
+    nothing_left_undone(world, client, report);
+    // 3 and 6 once more: runs made by calls resent in the liveness phase are checked too.
+    let once_keep_ms = |tool: &str| once_keep_ms(limits, tool);
+    report.violations.extend(check::at_rest_with(&world.disk, &journals, &once_keep_ms));
+    if let Ok(state) = check::ledger_state(&world.disk, &journals) {
+        report.violations.extend(answers_backed_by_settled_runs(client, &state));
+        report.violations.extend(runs_are_their_callers(world, limits, client, &state));
+    }
+    report.violations.extend(no_secret_written(world, client));
+}
+
+/// 10 and 3 after the liveness phase: every call was answered, some retry of each input
+/// round was served, and no reservation is still held.
+fn nothing_left_undone(world: &World, client: &Client, report: &mut Report) {
     let mut push = |invariant: u8, message: String| report.violations.push(Violation { invariant, message });
     if !client.unanswered.is_empty() {
         push(
@@ -549,67 +769,87 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
     for round in client.rounds_refused() {
         push(3, format!("every retry of an input round was refused, none served: {round}"));
     }
-    let open = check::open_runs(&world.disk, &journals);
+    let open = check::open_runs(&world.disk, &World::path("journals"));
     if !open.is_empty() {
         push(10, format!("reservations still held after the liveness phase: {open:?}"));
     }
-    // 3 and 6 once more: runs made by calls resent in the liveness phase are checked too.
-    let once_keep_ms = |tool: &str| limits.get(tool).and_then(|t| t.once_keep_ms).unwrap_or(u64::MAX);
-    for violation in check::at_rest_with(&world.disk, &journals, &once_keep_ms) {
-        push(violation.invariant, violation.message);
+}
+
+/// 7: every answer naming a result is backed by a settled run.
+fn answers_backed_by_settled_runs(client: &Client, state: &State) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for (id, answer) in &client.answers {
+        let Some(run) = client.runs.get(id).and_then(|runs| runs.last()) else { continue };
+        let stopped = answer["_meta"]["dev.warden/run"]["status"] == json!("waiting_for_operator");
+        let internal =
+            answer["content"][0]["text"].as_str().is_some_and(|t| t.contains("could not be recorded durably"));
+        if stopped || internal {
+            continue;
+        }
+        match state.run(run).map(|e| &e.phase) {
+            Some(RunPhase::Settled { .. }) => {}
+            other => found.push(Violation {
+                invariant: 7,
+                message: format!("call {id} was answered from run {run}, which the ledger holds as {other:?}"),
+            }),
+        }
     }
-    if let Ok(state) = check::ledger_state(&world.disk, &journals) {
-        // 7: every answer naming a result is backed by a settled run.
-        for (id, answer) in &client.answers {
-            let Some(run) = client.runs.get(id).and_then(|runs| runs.last()) else { continue };
-            let stopped = answer["_meta"]["dev.warden/run"]["status"] == json!("waiting_for_operator");
-            let internal =
-                answer["content"][0]["text"].as_str().is_some_and(|t| t.contains("could not be recorded durably"));
-            if stopped || internal {
-                continue;
-            }
-            match state.run(run).map(|e| &e.phase) {
-                Some(RunPhase::Settled { .. }) => {}
-                other => push(7, format!("call {id} was answered from run {run}, which the ledger holds as {other:?}")),
-            }
+    found
+}
+
+/// 4: in an OAuth world each run is for the principal whose call made it (a shared
+/// `once` may answer one principal from another's run, by design).
+fn runs_are_their_callers(
+    world: &World,
+    limits: &BTreeMap<String, ToolLimits>,
+    client: &Client,
+    state: &State,
+) -> Vec<Violation> {
+    let principals = world.principals.borrow();
+    let shared_once = |id: &i64| {
+        let tool = client.tools.get(id).and_then(|tool| limits.get(tool));
+        tool.is_some_and(|tool| tool.once_keep_ms.is_some() && !tool.once_per_principal)
+    };
+    let mut found = Vec::new();
+    let mut push = |message: String| found.push(Violation { invariant: 4, message });
+    for (id, made) in &client.runs {
+        let Some(&principal) = principals.get(id) else { continue };
+        if shared_once(id) {
+            continue;
         }
-        // 4: in an OAuth world each run is for the principal whose call made it (a shared
-        // `once` may answer one principal from another's run, by design).
-        let principals = world.principals.borrow();
-        for (id, made) in &client.runs {
-            let Some(&principal) = principals.get(id) else { continue };
-            let tool = client.tools.get(id).and_then(|tool| limits.get(tool));
-            if tool.is_some_and(|tool| tool.once_keep_ms.is_some() && !tool.once_per_principal) {
-                continue;
-            }
-            let answering = client.answered_by.get(id).into_iter();
-            for run in made.iter().chain(answering) {
-                let recorded = state.run(run).and_then(|e| e.principal.as_deref());
-                if recorded.is_some_and(|recorded| recorded != principal) {
-                    push(4, format!("call {id}, made as {principal}, was run or answered as {recorded:?} (run {run})"));
-                }
-            }
-        }
-        // The same for answers from runs the call did not start (a `once` repeat's).
-        for (id, run) in &client.answered_by {
-            let (Some(&principal), false) = (principals.get(id), client.runs.contains_key(id)) else { continue };
-            let tool = client.tools.get(id).and_then(|tool| limits.get(tool));
-            if tool.is_some_and(|tool| tool.once_keep_ms.is_some() && !tool.once_per_principal) {
-                continue;
-            }
+        let answering = client.answered_by.get(id).into_iter();
+        for run in made.iter().chain(answering) {
             let recorded = state.run(run).and_then(|e| e.principal.as_deref());
             if recorded.is_some_and(|recorded| recorded != principal) {
-                push(4, format!("call {id}, made as {principal}, was answered from {recorded:?}'s run {run}"));
+                push(format!("call {id}, made as {principal}, was run or answered as {recorded:?} (run {run})"));
             }
         }
     }
-    // 9: no secret in any byte written.
+    // The same for answers from runs the call did not start (a `once` repeat's).
+    for (id, run) in &client.answered_by {
+        let (Some(&principal), false) = (principals.get(id), client.runs.contains_key(id)) else { continue };
+        if shared_once(id) {
+            continue;
+        }
+        let recorded = state.run(run).and_then(|e| e.principal.as_deref());
+        if recorded.is_some_and(|recorded| recorded != principal) {
+            push(format!("call {id}, made as {principal}, was answered from {recorded:?}'s run {run}"));
+        }
+    }
+    found
+}
+
+/// 9: no secret in any byte written.
+fn no_secret_written(world: &World, client: &Client) -> Vec<Violation> {
     let mut everything = client.trace.clone();
     for path in world.disk.files() {
         everything.extend(world.disk.peek(&path).unwrap_or_default());
     }
     let everything = String::from_utf8_lossy(&everything);
-    for secret in SECRETS.iter().filter(|secret| leaks(&everything, secret)) {
-        push(9, format!("the secret {}... appears in a byte the server wrote", &secret[..3]));
-    }
+    (SECRETS.iter().filter(|secret| leaks(&everything, secret)))
+        .map(|secret| Violation {
+            invariant: 9,
+            message: format!("the secret {}... appears in a byte the server wrote", &secret[..3]),
+        })
+        .collect()
 }

@@ -80,49 +80,96 @@ fn spans(events: &[(u64, String, String)]) -> BTreeMap<String, Span> {
     spans
 }
 
+/// Where things go on the page: a lane per row, a column per event.
+struct Layout {
+    lanes: Vec<String>,
+    left: f64,
+    row: f64,
+    top: f64,
+    step: f64,
+    width: f64,
+    height: f64,
+}
+
+impl Layout {
+    /// The fixed lanes first, then each call's in order of appearance, the checker's last.
+    fn of(events: &[(u64, String, String)]) -> Layout {
+        let mut lanes: Vec<String> = vec!["faults".into(), "server".into(), "recovery".into(), "operator".into()];
+        for (_, lane, _) in events {
+            if !lanes.contains(lane) && lane != "checker" {
+                lanes.push(lane.clone());
+            }
+        }
+        lanes.push("checker".into());
+        let (left, row, top) = (170.0, 24.0, 40.0);
+        let step = (900.0 / events.len().max(1) as f64).clamp(4.0, 24.0);
+        let width = left + step * (events.len() + 2) as f64 + 40.0;
+        let height = top + lanes.len() as f64 * row + 20.0;
+        Layout { lanes, left, row, top, step, width, height }
+    }
+
+    fn x(&self, column: usize) -> f64 {
+        self.left + self.step * (column as f64 + 1.0)
+    }
+
+    fn y(&self, lane: &str) -> f64 {
+        self.top + self.lanes.iter().position(|l| l == lane).unwrap_or(0) as f64 * self.row
+    }
+}
+
 pub fn html(report: &Report) -> String {
     let events = events_with_recovery(report);
-    let mut lanes: Vec<String> = vec!["faults".into(), "server".into(), "recovery".into(), "operator".into()];
-    for (_, lane, _) in &events {
-        if !lanes.contains(lane) && lane != "checker" {
-            lanes.push(lane.clone());
-        }
-    }
-    lanes.push("checker".into());
-    let (left, row, top) = (170.0, 24.0, 40.0);
-    let step = (900.0 / events.len().max(1) as f64).clamp(4.0, 24.0);
-    let width = left + step * (events.len() + 2) as f64 + 40.0;
-    let height = top + lanes.len() as f64 * row + 20.0;
-    let x = |column: usize| left + step * (column as f64 + 1.0);
-    let y = |lane: &str| top + lanes.iter().position(|l| l == lane).unwrap_or(0) as f64 * row;
+    let layout = Layout::of(&events);
     let mut svg = String::new();
-    // The axis: a tick every so many columns, labelled with the simulated time there.
-    let every = (60.0 / step).ceil().max(1.0) as usize;
-    let _ =
-        write!(svg, "<g id=\"axis\"><line x1=\"{left}\" x2=\"{}\" y1=\"22\" y2=\"22\" stroke=\"#999\"/>", width - 40.0);
+    draw_axis(&mut svg, &layout, &events);
+    draw_lanes(&mut svg, &layout);
+    draw_spans(&mut svg, &layout, &events);
+    draw_marks(&mut svg, &layout, &events);
+    page(report, &layout, &svg)
+}
+
+/// The axis: a tick every so many columns, labelled with the simulated time there.
+fn draw_axis(svg: &mut String, layout: &Layout, events: &[(u64, String, String)]) {
+    let left = layout.left;
+    let every = (60.0 / layout.step).ceil().max(1.0) as usize;
+    let _ = write!(
+        svg,
+        "<g id=\"axis\"><line x1=\"{left}\" x2=\"{}\" y1=\"22\" y2=\"22\" stroke=\"#999\"/>",
+        layout.width - 40.0
+    );
     for column in (0..events.len()).step_by(every) {
         let at = events[column].0;
         let _ = write!(
             svg,
             "<g class=\"tick\" data-t=\"{at}\"><line x1=\"{0}\" x2=\"{0}\" y1=\"18\" y2=\"{1}\" stroke=\"#eee\"/>\
              <text x=\"{0}\" y=\"14\" font-size=\"10\" text-anchor=\"middle\">{2}</text></g>",
-            x(column),
-            height - 20.0,
+            layout.x(column),
+            layout.height - 20.0,
             time_text(at)
         );
     }
     svg.push_str("</g>");
-    for lane in &lanes {
+}
+
+/// Each lane's name and guide line.
+fn draw_lanes(svg: &mut String, layout: &Layout) {
+    let left = layout.left;
+    for lane in &layout.lanes {
         let _ = write!(
             svg,
             "<g class=\"lane\"><text x=\"4\" y=\"{}\" font-size=\"12\">{}</text>\
              <line x1=\"{left}\" x2=\"{}\" y1=\"{2}\" y2=\"{2}\" stroke=\"#f0f0f0\"/></g>",
-            y(lane) + 4.0,
+            layout.y(lane) + 4.0,
             escape(lane),
-            y(lane),
+            layout.y(lane),
         );
     }
-    for (lane, span) in spans(&events) {
+}
+
+/// Each call as a span from sent to answered (to the end when never answered), styled by
+/// its outcome.
+fn draw_spans(svg: &mut String, layout: &Layout, events: &[(u64, String, String)]) {
+    for (lane, span) in spans(events) {
         let end = span.answered.unwrap_or(events.len());
         const FAILED: &[&str] = &["refus", "over the", "busy", "could not", "fail", "stopped"];
         let failed = FAILED.iter().any(|part| span.outcome.contains(part));
@@ -137,14 +184,18 @@ pub fn html(report: &Report) -> String {
              <text x=\"{tx}\" y=\"{ty}\" font-size=\"10\">{tool}: {outcome}</text><title>{lane}: {tool} — {outcome}</title></g>",
             tool = escape(&span.tool),
             t = events[span.sent].0,
-            x0 = x(span.sent) - 3.0,
-            y0 = y(&lane) - 6.0,
-            w = (x(end) - x(span.sent)).max(6.0) + 6.0,
-            tx = x(span.sent) + 4.0,
-            ty = y(&lane) + 4.0,
+            x0 = layout.x(span.sent) - 3.0,
+            y0 = layout.y(&lane) - 6.0,
+            w = (layout.x(end) - layout.x(span.sent)).max(6.0) + 6.0,
+            tx = layout.x(span.sent) + 4.0,
+            ty = layout.y(&lane) + 4.0,
             outcome = escape(&span.outcome.chars().take(48).collect::<String>()),
         );
     }
+}
+
+/// Every other event as a mark on its lane (a violation's larger).
+fn draw_marks(svg: &mut String, layout: &Layout, events: &[(u64, String, String)]) {
     for (column, (at, lane, label)) in events.iter().enumerate() {
         let class = class_of(lane, label);
         if lane.starts_with("call ") && class == "mark" {
@@ -155,13 +206,18 @@ pub fn html(report: &Report) -> String {
             svg,
             "<g class=\"event {class}\" data-t=\"{at}\"><circle cx=\"{:.1}\" cy=\"{}\" r=\"{radius}\"/>\
              <title>{} — {}: {}</title></g>",
-            x(column),
-            y(lane),
+            layout.x(column),
+            layout.y(lane),
             time_text(*at),
             escape(lane),
             escape(label)
         );
     }
+}
+
+/// The page around the chart: the seed's summary and violations, and the server's log for
+/// the script to show.
+fn page(report: &Report, layout: &Layout, svg: &str) -> String {
     let violations: String = report.violations.iter().map(|v| format!("<li>{}</li>", escape(&v.to_string()))).collect();
     let log: Vec<serde_json::Value> = report.log.iter().map(|(at, line)| serde_json::json!([at, line])).collect();
     let log_json = serde_json::to_string(&log).expect("JSON").replace("</", "<\\/");
@@ -182,6 +238,8 @@ pub fn html(report: &Report) -> String {
         restarts = report.restarts,
         sim = time_text(report.sim_ms),
         trace = report.trace_hash,
+        width = layout.width,
+        height = layout.height,
     )
 }
 

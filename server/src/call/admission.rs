@@ -15,7 +15,9 @@ use crate::call::{once_record, worst_case, CallControl, CallReply};
 use crate::catalog::Tool;
 use crate::run::runs::{InProgress, Runs};
 use crate::run::store::RunStore;
-use crate::store::ledger::{Counting, Event, LedgerError, MoneyRecord, OnceLookup, OnceRecord, RunEntry, RunPhase};
+use crate::store::ledger::{
+    Counting, Event, LedgerError, MoneyRecord, OnceLookup, OnceRecord, QuotaRefusal, RunEntry, RunPhase,
+};
 
 /// What admission decided.
 pub enum Admission<'a> {
@@ -54,30 +56,9 @@ pub async fn admit<'a>(
     let held = runs.ledger.lock().await;
     let now = runs.ledger.stamp();
     if let (Some(once), Some(config)) = (&once, &tool.config.once) {
-        // Copy the entry out: the state's borrow must end before any await, or a concurrent
-        // append would find the state borrowed.
-        let found = match runs.ledger.state().once_lookup(&once.key, config.keep_ms, now) {
-            OnceLookup::Found(earlier) => Some(earlier.clone()),
-            OnceLookup::None => None,
-        };
-        if let Some(earlier) = found {
+        if let Some(earlier) = once_found(runs, &once.key, config.keep_ms, now) {
             drop(held);
-            // The earlier run's reserve may still wait for its fsync: answer once it is durable.
-            if let Err(error) = runs.ledger.flush().await {
-                return not_recorded(runs, error);
-            }
-            // Read the entry again: the earlier run may have moved on during the wait.
-            let earlier = runs.ledger.state().run(&earlier.run).cloned().unwrap_or(earlier);
-            let same_arguments = earlier.once.as_ref().is_some_and(|o| o.arguments == once.arguments);
-            if same_arguments {
-                if let Some(reply) =
-                    crate::call::retry::ask_again(runs, tool, &earlier, inputs, principal, input_kinds).await
-                {
-                    return Admission::Answered(reply);
-                }
-            }
-            let reply = repeated(runs, tool, &earlier, once).await;
-            return Admission::Answered(CallReply::Result(reply, Some(earlier.run)));
+            return answered_from_earlier(runs, tool, earlier, once, (inputs, principal, input_kinds)).await;
         }
     }
     let Some(slot) = slots.take(tool, runs.catalog.manifest.server.max_concurrent_runs) else {
@@ -87,28 +68,15 @@ pub async fn admit<'a>(
     };
     let worst = worst_case(tool);
     let worst_tokens = crate::call::worst_tokens(tool, runs.catalog.manifest.model.as_ref());
-    if let Some(quota) = &tool.config.quota {
-        let counting = if quota.per_principal { Counting::Principal(subject) } else { Counting::AllRuns };
-        let admitted = runs.ledger.state().quota_admits(
-            name,
-            quota.window_ms,
-            quota.calls,
-            quota.money.as_ref(),
-            &worst,
-            (quota.tokens, worst_tokens),
-            now,
-            counting,
-        );
-        if let Err(refusal) = admitted {
-            // The runs that fill the window may still wait for their fsync.
-            drop(held);
-            if let Err(error) = runs.ledger.flush().await {
-                return not_recorded(runs, error);
-            }
-            let mut result = error_result(refusal.message);
-            result["_meta"] = serde_json::json!({crate::call::answer::META_REFUSED: refusal.limit.name()});
-            return Admission::Answered(CallReply::Result(result, None));
+    if let Some(refusal) = quota_refusal(runs, tool, subject, (&worst, worst_tokens), now) {
+        // The runs that fill the window may still wait for their fsync.
+        drop(held);
+        if let Err(error) = runs.ledger.flush().await {
+            return not_recorded(runs, error);
         }
+        let mut result = error_result(refusal.message);
+        result["_meta"] = serde_json::json!({crate::call::answer::META_REFUSED: refusal.limit.name()});
+        return Admission::Answered(CallReply::Result(result, None));
     }
     // The last point where cancellation stops the call: nothing is reserved yet.
     if control.is_cancelled() {
@@ -133,6 +101,64 @@ pub async fn admit<'a>(
         return not_recorded(runs, error);
     }
     Admission::Reserved { run, slot, running }
+}
+
+/// The run an earlier call with the same `once` key made, within its keep. Copied out: the
+/// state's borrow must end before any await, or a concurrent append would find it borrowed.
+fn once_found(runs: &Runs, key: &str, keep_ms: u64, now: u64) -> Option<RunEntry> {
+    match runs.ledger.state().once_lookup(key, keep_ms, now) {
+        OnceLookup::Found(earlier) => Some(earlier.clone()),
+        OnceLookup::None => None,
+    }
+}
+
+/// A `once` repeat, answered from the earlier run (asked again when that run waits for
+/// input and the arguments are the same), once the earlier run's reserve is durable.
+async fn answered_from_earlier(
+    runs: &Runs,
+    tool: &Tool,
+    earlier: RunEntry,
+    once: &OnceRecord,
+    (inputs, principal, input_kinds): (&Map<String, Value>, Option<&Principal>, &[String]),
+) -> Admission<'static> {
+    // The earlier run's reserve may still wait for its fsync: answer once it is durable.
+    if let Err(error) = runs.ledger.flush().await {
+        return not_recorded(runs, error);
+    }
+    // Read the entry again: the earlier run may have moved on during the wait.
+    let earlier = runs.ledger.state().run(&earlier.run).cloned().unwrap_or(earlier);
+    let same_arguments = earlier.once.as_ref().is_some_and(|o| o.arguments == once.arguments);
+    if same_arguments {
+        if let Some(reply) = crate::call::retry::ask_again(runs, tool, &earlier, inputs, principal, input_kinds).await {
+            return Admission::Answered(reply);
+        }
+    }
+    let reply = repeated(runs, tool, &earlier, once).await;
+    Admission::Answered(CallReply::Result(reply, Some(earlier.run)))
+}
+
+/// The quota's refusal of one more run of `tool` at its worst case (money, tokens), if it
+/// would not fit.
+fn quota_refusal(
+    runs: &Runs,
+    tool: &Tool,
+    subject: Option<&str>,
+    (worst, worst_tokens): (&[crate::base::money::Money], u64),
+    now: u64,
+) -> Option<QuotaRefusal> {
+    let quota = tool.config.quota.as_ref()?;
+    let counting = if quota.per_principal { Counting::Principal(subject) } else { Counting::AllRuns };
+    let admitted = runs.ledger.state().quota_admits(
+        &tool.config.name,
+        quota.window_ms,
+        quota.calls,
+        quota.money.as_ref(),
+        worst,
+        (quota.tokens, worst_tokens),
+        now,
+        counting,
+    );
+    admitted.err()
 }
 
 /// Concurrency slots: runs in progress, server-wide and per tool. Not a queue.

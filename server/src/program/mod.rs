@@ -116,32 +116,13 @@ impl InvalidInputs {
 
 impl Program {
     /// Compiles `source` and derives the tool's contract. `grant_names` are the grants of
-    /// the tool: parameters so named are capability handles, never inputs. Long because the
-    /// contract's parts (entry, parameters, docstring, annotations) are read in one pass over
-    /// Starlark's documentation of the entry, collecting every problem with its line.
+    /// the tool: parameters so named are capability handles, never inputs. The contract's
+    /// parts (entry, parameters, docstring, annotations) are read from Starlark's
+    /// documentation of the entry, collecting every problem with its line.
     pub fn load(path: &Path, source: &str, entry: &str, grant_names: &[String]) -> Result<Program, String> {
         let shown = path.display().to_string();
-        if source.len() > PROGRAM_BYTES_MAX {
-            return Err(format!("{shown}: is {} bytes; the limit is {PROGRAM_BYTES_MAX}", source.len()));
-        }
-        let ast =
-            AstModule::parse(&shown, source.to_string(), &dialect()).map_err(|e| {
-                match brackets::first_unpaired(source) {
-                    Some(unpaired) => format!("{}\n{shown}: {unpaired}", e.to_string().trim_end()),
-                    None => format!("{e}"),
-                }
-            })?;
-        let globals = globals();
-        let module = Module::with_temp_heap(|module| {
-            {
-                let mut eval = Evaluator::new(&module);
-                eval.set_max_tick_count(run::LOAD_TICKS_MAX).map_err(|e| format!("{e}"))?;
-                eval.eval_module(ast, &globals).map_err(|e| format!("{e}"))?;
-            }
-            module.freeze().map_err(|e| format!("{shown}: {e:?}"))
-        })?;
-        let def_line = find_def_line(source, entry);
-        let at = match def_line {
+        let module = compile(&shown, source)?;
+        let at = match find_def_line(source, entry) {
             Some(line) => format!("{shown}:{line}"),
             None => shown.clone(),
         };
@@ -157,58 +138,13 @@ impl Program {
             doc.docs.as_ref().map(|d| first_paragraph(&d.summary, d.details.as_deref())).filter(|d| !d.is_empty());
         let params: Vec<&DocParam> =
             doc.params.pos_only.iter().chain(&doc.params.pos_or_named).chain(&doc.params.named_only).collect();
-        let mut inputs = Vec::new();
-        let mut capabilities = Vec::new();
         let mut problems = Vec::new();
-        for param in &params {
-            if grant_names.contains(&param.name) {
-                if param.default_value.is_some() {
-                    problems.push(format!("{at}: capability `{}` may not have a default", param.name));
-                }
-                capabilities.push(param.name.clone());
-                continue;
-            }
-            match input(param, &at) {
-                Ok(input) => inputs.push(input),
-                Err(problem) => problems.push(problem),
-            }
-        }
-        for grant in grant_names {
-            if !capabilities.contains(grant) {
-                problems.push(format!(
-                    "{at}: grant `{grant}` is not a parameter of `{entry}`; add it as one (`def {entry}({grant}, ...)`) \
-                     or remove the grant from the manifest"
-                ));
-            }
-        }
-        let returns = match doc.ret.typ.to_string().as_str() {
-            "typing.Any" | "Any" => None,
-            text => match ArgType::parse(text) {
-                Ok(ty)
-                    if ty.holds_content()
-                        && !matches!(&ty, ArgType::Content)
-                        && ty != ArgType::List(Box::new(ArgType::Content)) =>
-                {
-                    problems.push(format!(
-                        "{at}: return annotation `{text}`: content is returned as `content` or `list[content]`"
-                    ));
-                    None
-                }
-                Ok(ty) => Some(ty),
-                Err(e) => {
-                    problems.push(format!("{at}: return annotation {e}"));
-                    None
-                }
-            },
-        };
-        let description = match description {
-            Some(d) => d,
-            None => {
-                problems
-                    .push(format!("{at}: `{entry}` has no docstring; its first paragraph is the tool's description"));
-                String::new()
-            }
-        };
+        let (inputs, capabilities) = parameters(&params, grant_names, (&at, entry), &mut problems);
+        let returns = return_type(&doc.ret.typ.to_string(), &at, &mut problems);
+        let description = description.unwrap_or_else(|| {
+            problems.push(format!("{at}: `{entry}` has no docstring; its first paragraph is the tool's description"));
+            String::new()
+        });
         if !problems.is_empty() {
             return Err(problems.join("\n"));
         }
@@ -297,6 +233,87 @@ impl Program {
 
     pub(crate) fn module(&self) -> &FrozenModule {
         &self.module
+    }
+}
+
+/// Parses and evaluates a program's top level (bounded in size and in ticks), frozen.
+fn compile(shown: &str, source: &str) -> Result<FrozenModule, String> {
+    if source.len() > PROGRAM_BYTES_MAX {
+        return Err(format!("{shown}: is {} bytes; the limit is {PROGRAM_BYTES_MAX}", source.len()));
+    }
+    let ast = AstModule::parse(shown, source.to_string(), &dialect()).map_err(|e| {
+        match brackets::first_unpaired(source) {
+            Some(unpaired) => format!("{}\n{shown}: {unpaired}", e.to_string().trim_end()),
+            None => format!("{e}"),
+        }
+    })?;
+    let globals = globals();
+    Module::with_temp_heap(|module| {
+        {
+            let mut eval = Evaluator::new(&module);
+            eval.set_max_tick_count(run::LOAD_TICKS_MAX).map_err(|e| format!("{e}"))?;
+            eval.eval_module(ast, &globals).map_err(|e| format!("{e}"))?;
+        }
+        module.freeze().map_err(|e| format!("{shown}: {e:?}"))
+    })
+}
+
+/// The entry's parameters: the inputs, and the capability handles (named as grants, never
+/// defaulted); every grant must be one of them.
+fn parameters(
+    params: &[&DocParam],
+    grant_names: &[String],
+    (at, entry): (&str, &str),
+    problems: &mut Vec<String>,
+) -> (Vec<Input>, Vec<String>) {
+    let mut inputs = Vec::new();
+    let mut capabilities = Vec::new();
+    for param in params {
+        if grant_names.contains(&param.name) {
+            if param.default_value.is_some() {
+                problems.push(format!("{at}: capability `{}` may not have a default", param.name));
+            }
+            capabilities.push(param.name.clone());
+            continue;
+        }
+        match input(param, at) {
+            Ok(input) => inputs.push(input),
+            Err(problem) => problems.push(problem),
+        }
+    }
+    for grant in grant_names {
+        if !capabilities.contains(grant) {
+            problems.push(format!(
+                "{at}: grant `{grant}` is not a parameter of `{entry}`; add it as one (`def {entry}({grant}, ...)`) \
+                 or remove the grant from the manifest"
+            ));
+        }
+    }
+    (inputs, capabilities)
+}
+
+/// The entry's return annotation (`text`), if it names a type; content only as `content`
+/// or `list[content]`.
+fn return_type(text: &str, at: &str, problems: &mut Vec<String>) -> Option<ArgType> {
+    match text {
+        "typing.Any" | "Any" => None,
+        text => match ArgType::parse(text) {
+            Ok(ty)
+                if ty.holds_content()
+                    && !matches!(&ty, ArgType::Content)
+                    && ty != ArgType::List(Box::new(ArgType::Content)) =>
+            {
+                problems.push(format!(
+                    "{at}: return annotation `{text}`: content is returned as `content` or `list[content]`"
+                ));
+                None
+            }
+            Ok(ty) => Some(ty),
+            Err(e) => {
+                problems.push(format!("{at}: return annotation {e}"));
+                None
+            }
+        },
     }
 }
 

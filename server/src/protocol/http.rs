@@ -423,26 +423,9 @@ impl Front {
         // Errors of a request outside a session carry HTTP statuses (2026-07-28 over HTTP); in
         // a 2025-11-25 session a 404 would mean the session is gone, so they stay 200 there.
         let stateless = modern || session_header.is_none();
-        let (session_id, state) = if modern {
-            if let Err(mismatch) = headers_match(request, message, method) {
-                let error = jsonrpc::RpcError::new(Some(id), jsonrpc::HEADER_MISMATCH, mismatch);
-                return json_answer(400, &error.to_value());
-            }
-            (None, LegacySession::default())
-        } else if method == "initialize" {
-            (Some(self.env.new_run_id()), LegacySession::default())
-        } else {
-            match session_header {
-                // Served outside any session: the connection refuses it (-32602: send
-                // initialize first, or use the per-request envelope), with its id.
-                None => (None, LegacySession::default()),
-                Some(session_id) => match self.touch_session(session_id, subject.as_deref()) {
-                    Some(state) => (Some(session_id.to_string()), state),
-                    None => {
-                        return plain(404, "session not found: it ended or was never opened; send initialize again")
-                    }
-                },
-            }
+        let (session_id, state) = match self.session_of(request, message, (method, &id), modern, subject.as_deref()) {
+            Ok(found) => found,
+            Err(refused) => return refused,
         };
         let state_before = state;
         let outlet = Rc::new(Collected::default());
@@ -460,27 +443,72 @@ impl Front {
         connection.handle_message(body).await;
         on_close.armed = false;
         let state = connection.legacy_session();
-        let mut extra_headers = Vec::new();
-        if let Some(session_id) = session_id {
-            if method == "initialize" {
-                if state.initialized {
-                    self.open_session(&session_id, state, subject);
-                    extra_headers.push(("mcp-session-id".to_string(), session_id));
-                }
-            } else if state != state_before {
-                // Only an exchange that changed the session (`logging/setLevel`) writes it
-                // back: a long call ending later must not undo a change made meanwhile.
-                if let Some(session) = self.sessions.borrow_mut().get_mut(&session_id) {
-                    session.state = state;
-                }
-            }
-        }
+        let extra_headers = match session_id {
+            Some(session_id) => self.keep_session(session_id, method, (state_before, state), subject),
+            None => Vec::new(),
+        };
         let mut answer = outlet.answer(reply);
         if stateless && answer.status == 200 {
             answer.status = outlet.error_status().unwrap_or(200);
         }
         answer.headers.extend(extra_headers);
         answer
+    }
+
+    /// The session a request belongs to, and its state: none for a 2026-07-28 request (whose
+    /// headers must match its body) or one outside any session, a new one for `initialize`;
+    /// a refusal when the headers disagree or the session is gone.
+    fn session_of(
+        &self,
+        request: &InboundRequest,
+        message: &Value,
+        (method, id): (&str, &Value),
+        modern: bool,
+        subject: Option<&str>,
+    ) -> Result<(Option<String>, LegacySession), OutboundAnswer> {
+        if modern {
+            if let Err(mismatch) = headers_match(request, message, method) {
+                let error = jsonrpc::RpcError::new(Some(id.clone()), jsonrpc::HEADER_MISMATCH, mismatch);
+                return Err(json_answer(400, &error.to_value()));
+            }
+            return Ok((None, LegacySession::default()));
+        }
+        if method == "initialize" {
+            return Ok((Some(self.env.new_run_id()), LegacySession::default()));
+        }
+        match request.header("mcp-session-id") {
+            // Served outside any session: the connection refuses it (-32602: send
+            // initialize first, or use the per-request envelope), with its id.
+            None => Ok((None, LegacySession::default())),
+            Some(session_id) => match self.touch_session(session_id, subject) {
+                Some(state) => Ok((Some(session_id.to_string()), state)),
+                None => Err(plain(404, "session not found: it ended or was never opened; send initialize again")),
+            },
+        }
+    }
+
+    /// After an exchange in a session: an `initialize` that succeeded opens it (its id goes
+    /// back as a header); any other exchange writes back the state it changed.
+    fn keep_session(
+        &self,
+        session_id: String,
+        method: &str,
+        (before, after): (LegacySession, LegacySession),
+        subject: Option<String>,
+    ) -> Vec<(String, String)> {
+        if method == "initialize" {
+            if after.initialized {
+                self.open_session(&session_id, after, subject);
+                return vec![("mcp-session-id".to_string(), session_id)];
+            }
+        } else if after != before {
+            // Only an exchange that changed the session (`logging/setLevel`) writes it
+            // back: a long call ending later must not undo a change made meanwhile.
+            if let Some(session) = self.sessions.borrow_mut().get_mut(&session_id) {
+                session.state = after;
+            }
+        }
+        Vec::new()
     }
 
     /// A call or a read whose tool or resource needs scopes the principal's token lacks: 403

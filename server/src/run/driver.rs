@@ -107,45 +107,8 @@ impl<S: RunStore> Driver<'_, S> {
         let _running = self.store.running(run);
         let journal = self.journal_of(tool, run).await?;
         let mut state = State::from_journal(&journal).map_err(|e| Fatal::storage(format!("run {run}: {e}")))?;
-        let context = Context {
-            tool,
-            run,
-            inputs,
-            secrets: self.secrets_of(tool),
-            capabilities: tool
-                .config
-                .grants
-                .iter()
-                .filter_map(|(param, grant)| match grant {
-                    Grant::Capability(grant) => Some((param.clone(), grant.cap)),
-                    Grant::Secret { .. } => None,
-                })
-                .collect(),
-            // Only a run taken up again was begun before: for a fresh one, a wall-clock step
-            // since its header (another run's await in between) is not time that passed. Time
-            // spent waiting for the client's input does not count.
-            elapsed_before_ms: match entry {
-                Entry::Fresh => 0,
-                _ => {
-                    let now = self.env.clock.now_ms();
-                    now.saturating_sub(journal.header_at_ms).saturating_sub(journal.waited_ms(now))
-                }
-            },
-            started_monotonic_ms: self.env.clock.monotonic_ms(),
-            client_kinds,
-        };
-        let at_ms = self.env.clock.now_ms();
-        let mut event = match entry {
-            Entry::Fresh => Event::Start,
-            Entry::Resumed => Event::Resume { at_ms },
-            Entry::Answered(answers) => Event::Answered { answers, at_ms },
-            Entry::Expired => {
-                let wait = crate::store::ledger::duration_text(crate::limits::INPUT_WAIT_MS);
-                let why = format!("the client did not answer the run's request for input within {wait}");
-                Event::Expired(self.expired_end(tool, run, &journal, at_ms, why)?)
-            }
-            Entry::Abandoned(why) => Event::Expired(self.expired_end(tool, run, &journal, at_ms, why)?),
-        };
+        let context = self.context(tool, run, inputs, &journal, matches!(entry, Entry::Fresh), client_kinds);
+        let mut event = self.first_event(tool, run, &journal, entry)?;
         for _ in 0..TRANSITIONS_MAX {
             let (next, commands) =
                 machine::step(state, event).map_err(|invalid| Fatal::bug(format!("run {run}: {invalid}")))?;
@@ -168,6 +131,59 @@ impl<S: RunStore> Driver<'_, S> {
             };
         }
         Err(Fatal::bug(format!("run {run} did not end within {TRANSITIONS_MAX} transitions")))
+    }
+
+    /// What every step of one run's drive needs.
+    fn context<'c>(
+        &self,
+        tool: &'c Tool,
+        run: &'c str,
+        inputs: &'c Map<String, Value>,
+        journal: &Journal,
+        fresh: bool,
+        client_kinds: &'c [String],
+    ) -> Context<'c> {
+        let capabilities = (tool.config.grants.iter())
+            .filter_map(|(param, grant)| match grant {
+                Grant::Capability(grant) => Some((param.clone(), grant.cap)),
+                Grant::Secret { .. } => None,
+            })
+            .collect();
+        // Only a run taken up again was begun before: for a fresh one, a wall-clock step
+        // since its header (another run's await in between) is not time that passed. Time
+        // spent waiting for the client's input does not count.
+        let elapsed_before_ms = if fresh {
+            0
+        } else {
+            let now = self.env.clock.now_ms();
+            now.saturating_sub(journal.header_at_ms).saturating_sub(journal.waited_ms(now))
+        };
+        Context {
+            tool,
+            run,
+            inputs,
+            secrets: self.secrets_of(tool),
+            capabilities,
+            elapsed_before_ms,
+            started_monotonic_ms: self.env.clock.monotonic_ms(),
+            client_kinds,
+        }
+    }
+
+    /// The event a drive begins with, from how the run was taken up.
+    fn first_event(&self, tool: &Tool, run: &str, journal: &Journal, entry: Entry) -> Result<Event, Fatal> {
+        let at_ms = self.env.clock.now_ms();
+        Ok(match entry {
+            Entry::Fresh => Event::Start,
+            Entry::Resumed => Event::Resume { at_ms },
+            Entry::Answered(answers) => Event::Answered { answers, at_ms },
+            Entry::Expired => {
+                let wait = crate::store::ledger::duration_text(crate::limits::INPUT_WAIT_MS);
+                let why = format!("the client did not answer the run's request for input within {wait}");
+                Event::Expired(self.expired_end(tool, run, journal, at_ms, why)?)
+            }
+            Entry::Abandoned(why) => Event::Expired(self.expired_end(tool, run, journal, at_ms, why)?),
+        })
     }
 
     /// A run that waits for its client's input: registered, so the client's retry or the
@@ -309,49 +325,14 @@ impl<S: RunStore> Driver<'_, S> {
         let (tool, run) = (cx.tool, cx.run);
         let journal = self.journal_of(tool, run).await?;
         assert!(journal.begun_op().is_none(), "run {run}: executed with an action in doubt");
-        let mut broker = Broker::new(run, &tool.config.grants, completed_actions(&journal, run)?);
-        broker.asked = (journal.rounds.iter())
-            .map(|round| AskedRound {
-                requests: round.requests.clone(),
-                answers: round.answered.as_ref().map(|(answers, _)| answers.clone()),
-            })
-            .collect();
-        if let Some(deadline) = tool.config.deadline_ms {
-            broker.deadline_passed = self.deadline_passed(cx);
-            broker.deadline_text = crate::store::ledger::duration_text(deadline);
-        }
-        let job = Job {
-            path: tool.program.path.clone(),
-            source: tool.program.source.to_string(),
-            entry: tool.program.entry.clone(),
-            grant_names: tool.config.grants.keys().cloned().collect(),
-            capabilities: cx.capabilities.clone(),
-            inputs: cx.inputs.clone(),
-            max_steps: tool.config.max_steps,
-            time_ms: tool.config.execution_ms,
-            broker: broker.seed(),
-            load_only: false,
-            compiled: Some(tool.program.clone()),
-        };
+        let job = self.job(cx, &journal)?;
         let executed = self.env.sandbox.execute(job).await;
         let at_ms = self.env.clock.now_ms();
         let Executed { execution, usage } = match executed {
             Ok(executed) => executed,
             // Not the program's doing: the server stops, and the run resumes at the next start.
             Err(stopped @ Stopped::Unavailable(_)) => return Err(Fatal::unavailable(format!("run {run}: {stopped}"))),
-            Err(stopped) => {
-                // A stopped execution reported nothing: it ends the run as `budget`, with the
-                // usage the journal shows.
-                let usage = Broker::new(run, &tool.config.grants, completed_actions(&journal, run)?).journaled_usage();
-                let end = EndRecord {
-                    outcome: RunOutcome::Failed(FailureKind::Budget),
-                    result: None,
-                    message: Some(stopped.to_string()),
-                    usage: usage_json(&usage),
-                    at_ms,
-                };
-                return Ok(Event::Executed { prints: vec![], next: Next::End(self.store.fitted_end(end)) });
-            }
+            Err(stopped) => return self.stopped_execution(cx, &journal, &stopped, at_ms),
         };
         if !execution.progress.is_empty() {
             self.listeners.tell(run, Notice::Progress(execution.progress.clone())).await;
@@ -379,6 +360,55 @@ impl<S: RunStore> Driver<'_, S> {
             }
         };
         Ok(Event::Executed { prints, next })
+    }
+    /// The sandbox's job for one execution: the program, the run's inputs, and the broker
+    /// seeded with the journal (actions done, input rounds, the deadline).
+    fn job(&self, cx: &Context<'_>, journal: &Journal) -> Result<Job, Fatal> {
+        let (tool, run) = (cx.tool, cx.run);
+        let mut broker = Broker::new(run, &tool.config.grants, completed_actions(journal, run)?);
+        broker.asked = (journal.rounds.iter())
+            .map(|round| AskedRound {
+                requests: round.requests.clone(),
+                answers: round.answered.as_ref().map(|(answers, _)| answers.clone()),
+            })
+            .collect();
+        if let Some(deadline) = tool.config.deadline_ms {
+            broker.deadline_passed = self.deadline_passed(cx);
+            broker.deadline_text = crate::store::ledger::duration_text(deadline);
+        }
+        Ok(Job {
+            path: tool.program.path.clone(),
+            source: tool.program.source.to_string(),
+            entry: tool.program.entry.clone(),
+            grant_names: tool.config.grants.keys().cloned().collect(),
+            capabilities: cx.capabilities.clone(),
+            inputs: cx.inputs.clone(),
+            max_steps: tool.config.max_steps,
+            time_ms: tool.config.execution_ms,
+            broker: broker.seed(),
+            load_only: false,
+            compiled: Some(tool.program.clone()),
+        })
+    }
+
+    /// A stopped execution reported nothing: it ends the run as `budget`, with the usage the
+    /// journal shows.
+    fn stopped_execution(
+        &self,
+        cx: &Context<'_>,
+        journal: &Journal,
+        stopped: &Stopped,
+        at_ms: u64,
+    ) -> Result<Event, Fatal> {
+        let usage = Broker::new(cx.run, &cx.tool.config.grants, completed_actions(journal, cx.run)?).journaled_usage();
+        let end = EndRecord {
+            outcome: RunOutcome::Failed(FailureKind::Budget),
+            result: None,
+            message: Some(stopped.to_string()),
+            usage: usage_json(&usage),
+            at_ms,
+        };
+        Ok(Event::Executed { prints: vec![], next: Next::End(self.store.fitted_end(end)) })
     }
 }
 

@@ -212,93 +212,112 @@ impl Journal {
     /// Adds the next record, as strict as the reader of a whole journal; a refusal says the
     /// record's line number and why.
     pub fn apply(&mut self, record: JournalRecord) -> Result<(), (usize, String)> {
-        let journal = self;
-        let index = journal.records;
-        journal.records += 1;
-        {
-            let resolved = matches!(record, JournalRecord::Resolved { happened: true, .. });
-            let at = |problem: &str| (index + 1, problem.to_string());
-            match record {
-                JournalRecord::Header { run, binding, inputs, at_ms, .. } if index == 0 => {
-                    journal.header = Some((run, binding, inputs));
-                    journal.header_at_ms = at_ms;
-                }
-                _ if index == 0 => return Err(at("the first record is not the header")),
-                JournalRecord::Header { .. } => return Err(at("a second header")),
-                _ if journal.end.is_some() => return Err(at("a record after the end")),
-                _ if journal.awaiting_round().is_some()
-                    && !matches!(record, JournalRecord::Answered { .. } | JournalRecord::End(_)) =>
-                {
-                    return Err(at("a record other than the answers or the end while input is awaited"))
-                }
-                JournalRecord::Resumed { .. } => {
-                    journal.resumes_without_progress += 1;
-                    if journal.begun_op().is_some() {
-                        journal.sends_interrupted += 1;
-                    }
-                    return Ok(());
-                }
-                JournalRecord::Print { .. } => journal.prints += 1,
-                // As strict as the writer: one action at a time, in order. A new action begins
-                // only when every earlier one is done; an action the operator said did not
-                // happen may begin again, and only if it is the last one.
-                JournalRecord::Begin { op, action } => {
-                    let all_done = journal.ops.values().all(|state| matches!(state, OpState::Done { .. }));
-                    let last = journal.ops.len() as u64;
-                    let fresh = !journal.ops.contains_key(&op) && op == last && all_done;
-                    let again = matches!(journal.ops.get(&op), Some(OpState::NotHappened(_))) && op + 1 == last;
-                    if !(fresh || again) {
-                        return Err(at(&format!("a begin record for action {op} out of order")));
-                    }
-                    journal.ops.insert(op, OpState::Begun(action));
-                    journal.sends_interrupted = 0;
-                }
-                JournalRecord::Done { op, result }
-                | JournalRecord::Resolved { op, happened: true, result: Some(result), .. } => {
-                    match journal.ops.get(&op) {
-                        Some(OpState::Begun(action)) => {
-                            let action = action.clone();
-                            journal.ops.insert(op, OpState::Done { action, result, happened: resolved });
-                        }
-                        _ => return Err(at(&format!("a done record for action {op}, which is not begun"))),
-                    }
-                }
-                JournalRecord::Resolved { op, happened: false, .. } => match journal.ops.get(&op) {
-                    Some(OpState::Begun(action)) => {
-                        let action = action.clone();
-                        journal.ops.insert(op, OpState::NotHappened(action));
-                    }
-                    _ => return Err(at(&format!("a resolution for action {op}, which is not in doubt"))),
-                },
-                JournalRecord::Resolved { op, .. } => {
-                    return Err(at(&format!("a resolution of action {op} that happened without a result")))
-                }
-                JournalRecord::End(_) if journal.begun_op().is_some() => {
-                    return Err(at("an end record while an action is begun and not done"))
-                }
-                JournalRecord::End(end) => journal.end = Some(end),
-                JournalRecord::Retried { .. } => {}
-                JournalRecord::Asked { round, .. } if round != journal.rounds.len() as u64 => {
-                    return Err(at(&format!("input round {round} asked out of order")))
-                }
-                JournalRecord::Asked { .. } if journal.begun_op().is_some() => {
-                    return Err(at("input asked while an action is begun and not done"))
-                }
-                JournalRecord::Asked { requests, sent, at_ms, .. } => {
-                    journal.rounds.push(Round { requests, sent, asked_at_ms: at_ms, answered: None })
-                }
-                JournalRecord::Answered { round, answers, at_ms } => match journal.awaiting_round() {
-                    Some(awaited) if awaited == round => {
-                        journal.rounds.last_mut().expect("an awaited round").answered = Some((answers, at_ms))
-                    }
-                    _ => return Err(at(&format!("answers to input round {round}, which is not awaited"))),
-                },
+        let index = self.records;
+        self.records += 1;
+        let at = |problem: String| (index + 1, problem);
+        self.check_position(index, &record).map_err(at)?;
+        match record {
+            JournalRecord::Header { run, binding, inputs, at_ms, .. } => {
+                self.header = Some((run, binding, inputs));
+                self.header_at_ms = at_ms;
             }
-            // Every record after the header but `Resumed` is progress.
-            if index > 0 {
-                journal.resumes_without_progress = 0;
+            JournalRecord::Resumed { .. } => {
+                self.resumes_without_progress += 1;
+                if self.begun_op().is_some() {
+                    self.sends_interrupted += 1;
+                }
+                return Ok(());
             }
+            record => self.apply_progress(record).map_err(at)?,
         }
+        // Every record after the header but `Resumed` is progress.
+        if index > 0 {
+            self.resumes_without_progress = 0;
+        }
+        Ok(())
+    }
+
+    /// Whether a record may come at line `index + 1`: the header first and only there;
+    /// nothing after the end; only answers or the end while input is awaited.
+    fn check_position(&self, index: usize, record: &JournalRecord) -> Result<(), String> {
+        let is_header = matches!(record, JournalRecord::Header { .. });
+        let problem = match () {
+            _ if index == 0 && is_header => return Ok(()),
+            _ if index == 0 => "the first record is not the header",
+            _ if is_header => "a second header",
+            _ if self.end.is_some() => "a record after the end",
+            _ if self.awaiting_round().is_some()
+                && !matches!(record, JournalRecord::Answered { .. } | JournalRecord::End(_)) =>
+            {
+                "a record other than the answers or the end while input is awaited"
+            }
+            _ => return Ok(()),
+        };
+        Err(problem.to_string())
+    }
+
+    /// Applies a record past the header that is progress (not `Resumed`).
+    fn apply_progress(&mut self, record: JournalRecord) -> Result<(), String> {
+        let resolved = matches!(record, JournalRecord::Resolved { happened: true, .. });
+        match record {
+            JournalRecord::Header { .. } | JournalRecord::Resumed { .. } => unreachable!("applied by `apply`"),
+            JournalRecord::Print { .. } => self.prints += 1,
+            JournalRecord::Begin { op, action } => self.begin(op, action)?,
+            JournalRecord::Done { op, result }
+            | JournalRecord::Resolved { op, happened: true, result: Some(result), .. } => match self.ops.get(&op) {
+                Some(OpState::Begun(action)) => {
+                    let action = action.clone();
+                    self.ops.insert(op, OpState::Done { action, result, happened: resolved });
+                }
+                _ => return Err(format!("a done record for action {op}, which is not begun")),
+            },
+            JournalRecord::Resolved { op, happened: false, .. } => match self.ops.get(&op) {
+                Some(OpState::Begun(action)) => {
+                    let action = action.clone();
+                    self.ops.insert(op, OpState::NotHappened(action));
+                }
+                _ => return Err(format!("a resolution for action {op}, which is not in doubt")),
+            },
+            JournalRecord::Resolved { op, .. } => {
+                return Err(format!("a resolution of action {op} that happened without a result"))
+            }
+            JournalRecord::End(_) if self.begun_op().is_some() => {
+                return Err("an end record while an action is begun and not done".to_string())
+            }
+            JournalRecord::End(end) => self.end = Some(end),
+            JournalRecord::Retried { .. } => {}
+            JournalRecord::Asked { round, .. } if round != self.rounds.len() as u64 => {
+                return Err(format!("input round {round} asked out of order"))
+            }
+            JournalRecord::Asked { .. } if self.begun_op().is_some() => {
+                return Err("input asked while an action is begun and not done".to_string())
+            }
+            JournalRecord::Asked { requests, sent, at_ms, .. } => {
+                self.rounds.push(Round { requests, sent, asked_at_ms: at_ms, answered: None })
+            }
+            JournalRecord::Answered { round, answers, at_ms } => match self.awaiting_round() {
+                Some(awaited) if awaited == round => {
+                    self.rounds.last_mut().expect("an awaited round").answered = Some((answers, at_ms))
+                }
+                _ => return Err(format!("answers to input round {round}, which is not awaited")),
+            },
+        }
+        Ok(())
+    }
+
+    /// A begin record, as strict as the writer: one action at a time, in order. A new action
+    /// begins only when every earlier one is done; an action the operator said did not happen
+    /// may begin again, and only if it is the last one.
+    fn begin(&mut self, op: u64, action: Value) -> Result<(), String> {
+        let all_done = self.ops.values().all(|state| matches!(state, OpState::Done { .. }));
+        let last = self.ops.len() as u64;
+        let fresh = !self.ops.contains_key(&op) && op == last && all_done;
+        let again = matches!(self.ops.get(&op), Some(OpState::NotHappened(_))) && op + 1 == last;
+        if !(fresh || again) {
+            return Err(format!("a begin record for action {op} out of order"));
+        }
+        self.ops.insert(op, OpState::Begun(action));
+        self.sends_interrupted = 0;
         Ok(())
     }
 

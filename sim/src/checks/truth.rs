@@ -19,7 +19,7 @@ use warden::manifest::Manifest;
 use warden::store::journal::OpState;
 use warden::store::ledger::{RunPhase, State};
 
-use crate::checks::limits::{amount, ToolLimits};
+use crate::checks::limits::{amount, GrantLimits, ToolLimits};
 
 use crate::checks::check;
 use crate::env::world::World;
@@ -190,11 +190,7 @@ pub fn journals_match_services(world: &World, ops: &[WriteOp]) -> Vec<Violation>
 fn charged_by_run(ops: &[WriteOp], seen: &BTreeMap<String, u32>) -> BTreeMap<(String, String), (i64, u64)> {
     let mut charged: BTreeMap<(String, String), (i64, u64)> = BTreeMap::new();
     for op in ops.iter().filter(|op| op.action.method == Method::Refund) {
-        let happened = match op.status {
-            Status::Happened => true,
-            Status::Maybe => seen.get(&signature(&op.action, &op.run)).is_some_and(|&n| n > 0),
-            _ => false,
-        };
+        let happened = happened_as_seen(op, seen);
         if let (true, Some(money)) = (happened, op.action.amount.as_ref().and_then(amount)) {
             let entry = charged.entry((op.run.clone(), op.action.grant.clone())).or_insert((0, 0));
             entry.0 += money.minor;
@@ -202,6 +198,21 @@ fn charged_by_run(ops: &[WriteOp], seen: &BTreeMap<String, u32>) -> BTreeMap<(St
         }
     }
     charged
+}
+
+/// Whether a write counts as made: it happened, or it may have and the service saw it (a
+/// refund that failed before it was sent has the signature of the same refund sent again).
+fn happened_as_seen(op: &WriteOp, seen: &BTreeMap<String, u32>) -> bool {
+    match op.status {
+        Status::Happened => true,
+        Status::Maybe => seen.get(&signature(&op.action, &op.run)).is_some_and(|&n| n > 0),
+        _ => false,
+    }
+}
+
+/// The limits of `tool`'s grant `grant`, if the manifest gives it that grant.
+fn grant_of<'a>(limits: &'a BTreeMap<String, ToolLimits>, tool: &str, grant: &str) -> Option<&'a GrantLimits> {
+    limits.get(tool).and_then(|t| t.grants.get(grant))
 }
 
 /// Invariants 1 and 4 from the manifest: each refund within `each`, each run within `max`
@@ -212,14 +223,31 @@ pub fn limits_kept(
     state: &State,
     ops: &[WriteOp],
 ) -> Vec<Violation> {
-    let grant_of = |tool: &str, grant: &str| limits.get(tool).and_then(|t| t.grants.get(grant));
     let seen = effects(world);
     let charged = charged_by_run(ops, &seen);
     let tokens = tokens_by_run(world, state);
+    let mut found = refunds_within_grants(world, limits, ops, &seen);
+    found.extend(refunds_within_narrowings(ops, &seen));
+    found.extend(runs_within_grants(limits, state, &charged));
+    found.extend(quota_windows_kept(limits, state, &charged, &tokens));
+    found.extend(tokens_billed_within_held(world, state));
+    found.sort_by(|a, b| a.message.cmp(&b.message));
+    found.dedup();
+    found
+}
+
+/// 1, refund by refund: in its intent's currency, within its grant's `each`, and in the
+/// currency of the grant's `max`.
+fn refunds_within_grants(
+    world: &World,
+    limits: &BTreeMap<String, ToolLimits>,
+    ops: &[WriteOp],
+    seen: &BTreeMap<String, u32>,
+) -> Vec<Violation> {
     let mut found = Vec::new();
-    let mut push = |invariant: u8, message: String| found.push(Violation { invariant, message });
+    let mut push = |message: String| found.push(Violation { invariant: 1, message });
     for op in ops.iter().filter(|op| op.action.method == Method::Refund && op.status != Status::NotHappened) {
-        let grant = grant_of(&op.tool, &op.action.grant);
+        let grant = grant_of(limits, &op.tool, &op.action.grant);
         let money = op.action.amount.as_ref().and_then(amount);
         // The intent's currency is checked when the refund is sent: only a refund the
         // payment service saw is held to it (one begun before a crash may never be sent).
@@ -227,47 +255,40 @@ pub fn limits_kept(
         let intent_currency = world.services.intents.borrow().get(&op.action.body).map(|(_, c)| c.clone());
         if let (true, Some(currency), Some(money)) = (reached, intent_currency, &money) {
             if !currency.eq_ignore_ascii_case(&money.currency) {
-                push(
-                    1,
-                    format!("run {} refunded {money} of intent {}, which is in {currency}", op.run, op.action.body),
-                );
+                push(format!("run {} refunded {money} of intent {}, which is in {currency}", op.run, op.action.body));
             }
         }
         if let (Some(grant), Some(money)) = (grant, &money) {
             if let Some(each) =
                 grant.each.as_ref().filter(|each| money.currency != each.currency || money.minor > each.minor)
             {
-                push(1, format!("run {} refunded {money}, beyond `each` of {each} ({})", op.run, op.tool));
+                push(format!("run {} refunded {money}, beyond `each` of {each} ({})", op.run, op.tool));
             }
             if let Some(max) = grant.max.as_ref().filter(|max| money.currency != max.currency) {
-                push(1, format!("run {} refunded {money}, in another currency than `max` of {max}", op.run));
+                push(format!("run {} refunded {money}, in another currency than `max` of {max}", op.run));
             }
         }
     }
-    // A refund through a narrowed handle keeps the narrowing its begin record names: the
-    // intent in `only`, `each`, and per run and narrowing, `max` and `uses`.
+    found
+}
+
+/// 1: a refund through a narrowed handle keeps the narrowing its begin record names: the
+/// intent in `only`, `each`, and per run and narrowing, `max` and `uses`.
+fn refunds_within_narrowings(ops: &[WriteOp], seen: &BTreeMap<String, u32>) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut push = |message: String| found.push(Violation { invariant: 1, message });
     let mut through: BTreeMap<(String, String), (i64, u64)> = BTreeMap::new();
     for op in ops.iter().filter(|op| op.action.method == Method::Refund) {
         let (Some(narrowing), Some(money)) = (&op.action.narrowed, op.action.amount.as_ref().and_then(amount)) else {
             continue;
         };
-        // Like `charged_by_run`: what happened, or may have and the service saw (a refund that
-        // failed before it was sent has the signature of the same refund sent again).
-        let happened = match op.status {
-            Status::Happened => true,
-            Status::Maybe => seen.get(&signature(&op.action, &op.run)).is_some_and(|&n| n > 0),
-            _ => false,
-        };
-        if !happened {
+        if !happened_as_seen(op, seen) {
             continue;
         }
         let outside = !narrowing.only.is_empty() && !narrowing.only.contains(&op.action.body);
         let over_each = narrowing.each.as_ref().is_some_and(|each| money.minor > each.minor);
         if outside || over_each {
-            push(
-                1,
-                format!("run {} refunded {money} of {} outside its narrowing {narrowing:?}", op.run, op.action.body),
-            );
+            push(format!("run {} refunded {money} of {} outside its narrowing {narrowing:?}", op.run, op.action.body));
         }
         let key = (op.run.clone(), serde_json::to_string(narrowing).expect("narrowings serialise"));
         let entry = through.entry(key).or_insert((0, 0));
@@ -277,25 +298,46 @@ pub fn limits_kept(
         if narrowing.max.as_ref().is_some_and(|max| minor > max.minor)
             || narrowing.uses.is_some_and(|uses| count > uses)
         {
-            push(
-                1,
-                format!(
-                    "run {} refunded {minor} minor units in {count} refunds, beyond its narrowing {narrowing:?}",
-                    op.run
-                ),
-            );
+            push(format!(
+                "run {} refunded {minor} minor units in {count} refunds, beyond its narrowing {narrowing:?}",
+                op.run
+            ));
         }
     }
-    for ((run, grant_name), (minor, count)) in &charged {
+    found
+}
+
+/// 1, run by run: what its refunds through each grant moved keeps the grant's `max` and `uses`.
+fn runs_within_grants(
+    limits: &BTreeMap<String, ToolLimits>,
+    state: &State,
+    charged: &BTreeMap<(String, String), (i64, u64)>,
+) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut push = |message: String| found.push(Violation { invariant: 1, message });
+    for ((run, grant_name), (minor, count)) in charged {
         let Some(entry) = state.run(run) else { continue };
-        let Some(grant) = grant_of(&entry.tool, grant_name) else { continue };
+        let Some(grant) = grant_of(limits, &entry.tool, grant_name) else { continue };
         if let Some(max) = grant.max.as_ref().filter(|max| *minor > max.minor) {
-            push(1, format!("run {run} refunded {minor} minor units, over `max` of {max}"));
+            push(format!("run {run} refunded {minor} minor units, over `max` of {max}"));
         }
         if let Some(uses) = grant.uses.filter(|uses| count > uses) {
-            push(1, format!("run {run} made {count} refunds, over `uses` of {uses}"));
+            push(format!("run {run} made {count} refunds, over `uses` of {uses}"));
         }
     }
+    found
+}
+
+/// 4: the runs of a tool admitted within any one quota window keep its calls, model tokens
+/// and money.
+fn quota_windows_kept(
+    limits: &BTreeMap<String, ToolLimits>,
+    state: &State,
+    charged: &BTreeMap<(String, String), (i64, u64)>,
+    tokens: &BTreeMap<String, u64>,
+) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut push = |message: String| found.push(Violation { invariant: 4, message });
     for (tool, tool_limits) in limits {
         let Some(quota) = &tool_limits.quota else { continue };
         let runs: Vec<_> =
@@ -313,23 +355,20 @@ pub fn limits_kept(
                 .filter(counted)
                 .collect();
             if let Some(calls) = quota.calls.filter(|&calls| window.len() as u64 > calls) {
-                push(4, format!("{} runs of `{tool}` admitted within one window, over {calls}", window.len()));
+                push(format!("{} runs of `{tool}` admitted within one window, over {calls}", window.len()));
             }
             if let Some(max) = quota.tokens {
                 let used: u64 = window.iter().map(|e| tokens.get(&e.run).copied().unwrap_or(0)).sum();
                 if used > max {
-                    push(4, format!("runs of `{tool}` within one window used {used} model tokens, over {max}"));
+                    push(format!("runs of `{tool}` within one window used {used} model tokens, over {max}"));
                 }
             }
             let money: i64 = window.iter().map(|e| spent(&e.run)).sum();
             if let Some(max) = quota.money.as_ref().filter(|max| money > max.minor) {
-                push(4, format!("runs of `{tool}` within one window refunded {money} minor units, over {max}"));
+                push(format!("runs of `{tool}` within one window refunded {money} minor units, over {max}"));
             }
         }
     }
-    found.extend(tokens_billed_within_held(world, state));
-    found.sort_by(|a, b| a.message.cmp(&b.message));
-    found.dedup();
     found
 }
 

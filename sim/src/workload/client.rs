@@ -184,79 +184,94 @@ impl Client {
         report.events.append(&mut self.pending_events);
         for line in instance.pipe.take_output() {
             self.trace.extend_from_slice(&line);
-            let message: Value = match serde_json::from_slice(&line) {
-                Ok(message) => message,
-                Err(e) => {
-                    report
-                        .violations
-                        .push(Violation { invariant: 8, message: format!("a stdout line is not JSON: {e}") });
-                    continue;
-                }
-            };
-            if message.get("jsonrpc") != Some(&json!("2.0"))
-                || line.last() != Some(&b'\n')
-                || line[..line.len() - 1].contains(&b'\n')
-            {
-                report.violations.push(Violation { invariant: 8, message: format!("not a JSON-RPC line: {message}") });
-            }
+            let Some(message) = stream_message(&line, report) else { continue };
             if message["method"] == json!("notifications/progress") {
-                let id = message["params"]["progressToken"].as_i64().unwrap_or(-1);
-                let text = message["params"]["message"].as_str().unwrap_or("");
-                // Only the first names the run; the others tell its actions' progress.
-                let Some(run) = text.strip_prefix("run ").and_then(|r| r.strip_suffix(" started")) else { continue };
-                let run = run.to_string();
-                report.events.push((now, format!("call {id}"), format!("run {} started", &run[..8.min(run.len())])));
-                self.runs.entry(id).or_default().push(run);
+                self.progress(&message, report, now);
                 continue;
             }
-            let prompt = message["id"].as_str().is_some_and(|id| id.starts_with("prompt-"));
-            let said = message["result"]["messages"][0]["content"]["text"].as_str().unwrap_or("");
-            if prompt && message.get("result").is_some() && !said.starts_with("Triage ticket ") {
-                let message = format!("a prompt's answer is not its program's messages: {message}");
-                report.violations.push(Violation { invariant: 8, message });
-            }
+            prompt_answered_by_its_program(&message, report);
             if let Some(id) = message.get("id").and_then(Value::as_i64) {
-                if let Some(run) = message["result"]["_meta"][warden::call::answer::META_RUN]["run"].as_str() {
-                    self.answered_by.insert(id, run.to_string());
-                }
-                // The same id sent twice on one connection (a resend of a retry in progress):
-                // the first one's answer is still to come.
-                if message["error"]["message"] == json!("a request with this id is still in progress") {
-                    continue;
-                }
-                if let Some(retried) = self.retries.remove(&id) {
-                    self.retry_answered(id, retried, &message, report, now);
-                    continue;
-                }
-                if message["result"]["resultType"] == json!("input_required") {
-                    if let Some(call) = self.unanswered.remove(&id) {
-                        report.answered += 1;
-                        report.events.push((now, format!("call {id}"), "answered: asked for input".into()));
-                        report.inputs.asked += 1;
-                        self.asked.push((call, message["result"].clone()));
-                    }
-                    continue;
-                }
-                if message.get("error").is_some() && self.tools.contains_key(&id) {
-                    report.violations.push(Violation {
-                        invariant: 8,
-                        message: format!("a tool call got a protocol error: {message}"),
-                    });
-                }
-                if self.unanswered.remove(&id).is_some() {
-                    report.answered += 1;
-                    let text = message["result"]["content"][0]["text"]
-                        .as_str()
-                        .unwrap_or("")
-                        .chars()
-                        .take(60)
-                        .collect::<String>();
-                    report.events.push((now, format!("call {id}"), format!("answered: {text}")));
-                    self.deadline_kept(id, &message["result"], now, report);
-                    self.answers.insert(id, message["result"].clone());
-                }
+                self.answered(id, &message, report, now);
             }
         }
+    }
+
+    /// A progress notification: the first of a call's names the run it started (the others
+    /// tell its actions' progress).
+    fn progress(&mut self, message: &Value, report: &mut Report, now: u64) {
+        let id = message["params"]["progressToken"].as_i64().unwrap_or(-1);
+        let text = message["params"]["message"].as_str().unwrap_or("");
+        let Some(run) = text.strip_prefix("run ").and_then(|r| r.strip_suffix(" started")) else { return };
+        let run = run.to_string();
+        report.events.push((now, format!("call {id}"), format!("run {} started", &run[..8.min(run.len())])));
+        self.runs.entry(id).or_default().push(run);
+    }
+
+    /// The answer to call `id` (a workload call, or a retry of one that asked for input).
+    fn answered(&mut self, id: i64, message: &Value, report: &mut Report, now: u64) {
+        if let Some(run) = message["result"]["_meta"][warden::call::answer::META_RUN]["run"].as_str() {
+            self.answered_by.insert(id, run.to_string());
+        }
+        // The same id sent twice on one connection (a resend of a retry in progress):
+        // the first one's answer is still to come.
+        if message["error"]["message"] == json!("a request with this id is still in progress") {
+            return;
+        }
+        if let Some(retried) = self.retries.remove(&id) {
+            self.retry_answered(id, retried, message, report, now);
+            return;
+        }
+        if message["result"]["resultType"] == json!("input_required") {
+            if let Some(call) = self.unanswered.remove(&id) {
+                report.answered += 1;
+                report.events.push((now, format!("call {id}"), "answered: asked for input".into()));
+                report.inputs.asked += 1;
+                self.asked.push((call, message["result"].clone()));
+            }
+            return;
+        }
+        if message.get("error").is_some() && self.tools.contains_key(&id) {
+            report
+                .violations
+                .push(Violation { invariant: 8, message: format!("a tool call got a protocol error: {message}") });
+        }
+        if self.unanswered.remove(&id).is_some() {
+            report.answered += 1;
+            let text =
+                message["result"]["content"][0]["text"].as_str().unwrap_or("").chars().take(60).collect::<String>();
+            report.events.push((now, format!("call {id}"), format!("answered: {text}")));
+            self.deadline_kept(id, &message["result"], now, report);
+            self.answers.insert(id, message["result"].clone());
+        }
+    }
+}
+
+/// A line of the server's output as a JSON-RPC message; a line that is not JSON, or not one
+/// JSON-RPC message on a line of its own, breaks the stream (invariant 8).
+fn stream_message(line: &[u8], report: &mut Report) -> Option<Value> {
+    let message: Value = match serde_json::from_slice(line) {
+        Ok(message) => message,
+        Err(e) => {
+            report.violations.push(Violation { invariant: 8, message: format!("a stdout line is not JSON: {e}") });
+            return None;
+        }
+    };
+    if message.get("jsonrpc") != Some(&json!("2.0"))
+        || line.last() != Some(&b'\n')
+        || line[..line.len() - 1].contains(&b'\n')
+    {
+        report.violations.push(Violation { invariant: 8, message: format!("not a JSON-RPC line: {message}") });
+    }
+    Some(message)
+}
+
+/// 8: a prompt is answered with the messages its program returned.
+fn prompt_answered_by_its_program(message: &Value, report: &mut Report) {
+    let prompt = message["id"].as_str().is_some_and(|id| id.starts_with("prompt-"));
+    let said = message["result"]["messages"][0]["content"]["text"].as_str().unwrap_or("");
+    if prompt && message.get("result").is_some() && !said.starts_with("Triage ticket ") {
+        let message = format!("a prompt's answer is not its program's messages: {message}");
+        report.violations.push(Violation { invariant: 8, message });
     }
 }
 

@@ -76,62 +76,11 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
     let mut shapes = Vec::new();
     let mut programs = BTreeMap::new();
     for index in 0..count {
-        let template = *draw.one_of(TEMPLATES);
-        let name = format!("{}_{index}", template_name(template));
-        let program = format!("{name}.star");
-        let mut text = program_text(template, &mut draw);
-        if asks_first(seed, index, template) {
-            text = with_ask(&text);
-        }
-        if narrows(seed, index, template) {
-            text = with_narrowing(&text);
-        }
-        let postgres = uses_postgres(seed, index, template);
-        if postgres {
-            // PostgreSQL numbers its parameters.
-            text = text.replace("id = ?", "id = $1");
-        }
-        let summarizes = calls_model(seed, index, template);
-        if summarizes {
-            text = with_model_call(&text);
-        }
-        programs.insert(program.clone(), text);
-        let mut tool = tool_config(&name, &program, template, server_runs, &mut draw);
-        if postgres {
-            let mode = tool["grants"]["db"]["mode"].clone();
-            let url = json!({"env": crate::names::PG_URL_ENV});
-            tool["grants"]["db"] = json!({"cap": "db.postgres", "url": url, "mode": mode});
-            // Its connect and statement timeouts (required: it reaches the network).
-            tool.insert("net".into(), json!({"timeout_ms": 1000, "connect_timeout_ms": 1000}));
-        }
-        if summarizes {
-            let grants = tool.entry("grants").or_insert(json!({}));
-            grants["llm"] = json!({"cap": "model", "max_tokens": MODEL_MAX_TOKENS});
-            // Some under a token quota of a few runs' worst case (the grant then needs `uses`).
-            if let Some(runs) = token_quota_runs(seed, index) {
-                grants["llm"]["uses"] = json!(1);
-                let quota = tool.entry("quota").or_insert(json!({"window": "1h"}));
-                quota["tokens"] = json!(runs * run_worst_tokens(seed));
-            }
-        }
-        shapes.push(ToolShape { name, template, resend: tool.get("once").is_some() });
+        let (shape, tool) = draw_tool(seed, index, server_runs, &mut draw, &mut programs);
+        shapes.push(shape);
         tools.push(Value::Object(tool));
     }
-    let mut server = json!({"name": "sim", "journals": "journals"});
-    if let Some(runs) = server_runs {
-        server["max_concurrent_runs"] = json!(runs);
-    }
-    if draw.chance(70) {
-        server["notify"] = json!(["notify"]);
-    }
-    if draw.chance(30) {
-        // Mostly at least the longest `once.keep` drawn (7 days), which `warden check` wants.
-        server["keep"] = match draw.below(10) {
-            0 | 1 => json!("forever"),
-            2 => json!(1 + draw.below(6)),
-            _ => json!(7 + draw.below(24)),
-        };
-    }
+    let server = server_section(server_runs, &mut draw);
     let mut manifest = json!({"server": server, "tools": tools});
     if (0..count).any(|index| calls_model(seed, index, shapes[index as usize].template)) {
         manifest["model"] = model_section(seed);
@@ -151,6 +100,92 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         per_principal(&mut manifest, seed);
     }
     WorldFile { manifest: serde_json::to_string_pretty(&manifest).expect("JSON"), programs, tools: shapes, transport }
+}
+
+/// The tool at `index`: a template drawn, its program (added to `programs`) and its
+/// configuration, both with the variations drawn for it.
+fn draw_tool(
+    seed: u64,
+    index: u64,
+    server_runs: Option<u64>,
+    draw: &mut Draw,
+    programs: &mut BTreeMap<String, String>,
+) -> (ToolShape, Map<String, Value>) {
+    let template = *draw.one_of(TEMPLATES);
+    let name = format!("{}_{index}", template_name(template));
+    let program = format!("{name}.star");
+    programs.insert(program.clone(), tool_program(seed, index, template, draw));
+    let mut tool = tool_config(&name, &program, template, server_runs, draw);
+    if uses_postgres(seed, index, template) {
+        reach_postgres(&mut tool);
+    }
+    if calls_model(seed, index, template) {
+        grant_model(&mut tool, seed, index);
+    }
+    let shape = ToolShape { name, template, resend: tool.get("once").is_some() };
+    (shape, tool)
+}
+
+/// The program of the tool at `index`: its template's, drawn, with the variations drawn
+/// apart from the world's other draws (asking first, a narrowed handle, PostgreSQL, a model
+/// call).
+fn tool_program(seed: u64, index: u64, template: Template, draw: &mut Draw) -> String {
+    let mut text = program_text(template, draw);
+    if asks_first(seed, index, template) {
+        text = with_ask(&text);
+    }
+    if narrows(seed, index, template) {
+        text = with_narrowing(&text);
+    }
+    if uses_postgres(seed, index, template) {
+        // PostgreSQL numbers its parameters.
+        text = text.replace("id = ?", "id = $1");
+    }
+    if calls_model(seed, index, template) {
+        text = with_model_call(&text);
+    }
+    text
+}
+
+/// A ticket tool's `db` grant moved to the PostgreSQL desk, in the same mode.
+fn reach_postgres(tool: &mut Map<String, Value>) {
+    let mode = tool["grants"]["db"]["mode"].clone();
+    let url = json!({"env": crate::names::PG_URL_ENV});
+    tool["grants"]["db"] = json!({"cap": "db.postgres", "url": url, "mode": mode});
+    // Its connect and statement timeouts (required: it reaches the network).
+    tool.insert("net".into(), json!({"timeout_ms": 1000, "connect_timeout_ms": 1000}));
+}
+
+/// The `llm` grant of a notes tool that has the model word its notes.
+fn grant_model(tool: &mut Map<String, Value>, seed: u64, index: u64) {
+    let grants = tool.entry("grants").or_insert(json!({}));
+    grants["llm"] = json!({"cap": "model", "max_tokens": MODEL_MAX_TOKENS});
+    // Some under a token quota of a few runs' worst case (the grant then needs `uses`).
+    if let Some(runs) = token_quota_runs(seed, index) {
+        grants["llm"]["uses"] = json!(1);
+        let quota = tool.entry("quota").or_insert(json!({"window": "1h"}));
+        quota["tokens"] = json!(runs * run_worst_tokens(seed));
+    }
+}
+
+/// The manifest's `server` section: its run limit, and (drawn) notifications and `keep`.
+fn server_section(server_runs: Option<u64>, draw: &mut Draw) -> Value {
+    let mut server = json!({"name": "sim", "journals": "journals"});
+    if let Some(runs) = server_runs {
+        server["max_concurrent_runs"] = json!(runs);
+    }
+    if draw.chance(70) {
+        server["notify"] = json!(["notify"]);
+    }
+    if draw.chance(30) {
+        // Mostly at least the longest `once.keep` drawn (7 days), which `warden check` wants.
+        server["keep"] = match draw.below(10) {
+            0 | 1 => json!("forever"),
+            2 => json!(1 + draw.below(6)),
+            _ => json!(7 + draw.below(24)),
+        };
+    }
+    server
 }
 
 /// Whether the tool at `index` asks its client to go ahead before it acts (`ask`): a quarter
@@ -381,37 +416,50 @@ fn tool_config(
         }
         tool.insert("once".into(), once);
     }
-    if draw.chance(if refunds { 70 } else { 45 }) {
-        let mut quota = json!({"window": draw.one_of(&["5s", "1m", "10m", "1h", "24h", "7d"])});
-        if draw.chance(if refunds { 35 } else { 70 }) {
-            quota["calls"] = json!(1 + draw.below(12));
-        }
-        // `warden check` wants a finite worst case under a money quota: every refund grant
-        // with `max` or `uses`. Drawn either way; the check decides.
-        if refunds && draw.chance(70) {
-            // The grant's currency, mostly (`warden check` refuses a quota in another).
-            let granted = grants
-                .get("pay")
-                .and_then(|g| g.get("each").or(g.get("max")))
-                .and_then(|m| m["currency"].as_str())
-                .unwrap_or("USD")
-                .to_string();
-            let currency = if draw.chance(90) { granted.as_str() } else { "EUR" };
-            // Often a small multiple of a run's worst case: a few runs at once can contend
-            // for it, and a miscount of open runs overspends it.
-            quota["money"] = match (worst_case_cents(&grants), draw.chance(60)) {
-                (Some(worst), true) if worst < u64::MAX / 4 => {
-                    let cents = worst * (1 + draw.below(3));
-                    json!({"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": currency})
-                }
-                _ => draw.money(2000, 30000, currency),
-            };
-        }
-        if quota.get("calls").is_some() || quota.get("money").is_some() {
-            tool.insert("quota".into(), quota);
-        }
+    if let Some(quota) = quota_config(&grants, refunds, draw) {
+        tool.insert("quota".into(), quota);
     }
     tool
+}
+
+/// A tool's `quota`, if one is drawn with a limit in it: a window, and calls, money (for a
+/// tool that refunds) or both.
+fn quota_config(grants: &Map<String, Value>, refunds: bool, draw: &mut Draw) -> Option<Value> {
+    if !draw.chance(if refunds { 70 } else { 45 }) {
+        return None;
+    }
+    let mut quota = json!({"window": draw.one_of(&["5s", "1m", "10m", "1h", "24h", "7d"])});
+    if draw.chance(if refunds { 35 } else { 70 }) {
+        quota["calls"] = json!(1 + draw.below(12));
+    }
+    // `warden check` wants a finite worst case under a money quota: every refund grant
+    // with `max` or `uses`. Drawn either way; the check decides.
+    if refunds && draw.chance(70) {
+        quota["money"] = money_quota(grants, draw);
+    }
+    (quota.get("calls").is_some() || quota.get("money").is_some()).then_some(quota)
+}
+
+/// A quota's `money`: mostly in the refund grant's currency, and often a small multiple of
+/// a run's worst case.
+fn money_quota(grants: &Map<String, Value>, draw: &mut Draw) -> Value {
+    // The grant's currency, mostly (`warden check` refuses a quota in another).
+    let granted = grants
+        .get("pay")
+        .and_then(|g| g.get("each").or(g.get("max")))
+        .and_then(|m| m["currency"].as_str())
+        .unwrap_or("USD")
+        .to_string();
+    let currency = if draw.chance(90) { granted.as_str() } else { "EUR" };
+    // Often a small multiple of a run's worst case: a few runs at once can contend
+    // for it, and a miscount of open runs overspends it.
+    match (worst_case_cents(grants), draw.chance(60)) {
+        (Some(worst), true) if worst < u64::MAX / 4 => {
+            let cents = worst * (1 + draw.below(3));
+            json!({"amount": format!("{}.{:02}", cents / 100, cents % 100), "currency": currency})
+        }
+        _ => draw.money(2000, 30000, currency),
+    }
 }
 
 /// A refund grant's most a run can move, in cents: `max`, or `each` times `uses`.
@@ -502,86 +550,7 @@ fn docstring(summary: &str, args: &[(&str, &str)]) -> String {
 fn program_text(template: Template, draw: &mut Draw) -> String {
     let prints = draw.chance(50);
     let fails = draw.chance(30);
-    let mut body = String::new();
-    let head = match template {
-        Template::Echo => {
-            // Results of a few bytes, some kilobytes, and (rarely: they cost real time) near and
-            // over the 1 MiB a result may take (`RESULT_BYTES_MAX`; texts are 2 to 3 bytes), and
-            // over the 8 MiB a journal line holds (`RECORD_LINE_BYTES_MAX`).
-            let big = draw.chance(5);
-            let sizes = [340_000u64, 600_000, 340_000, 600_000, 4_500_000];
-            let repeat = if big { *draw.one_of(&sizes) } else { *draw.one_of(&[1u64, 1, 10, 1000]) };
-            body.push_str(&format!("    out = text * {repeat}\n"));
-            body.push_str("    return {\"echo\": out}\n");
-            format!("def main(text: str) -> dict:\n{}", docstring("Echo.", &[("text", "The text.")]))
-        }
-        Template::Refund => {
-            if draw.chance(70) {
-                body.push_str("    intent = pay.get(\"https://payments.sim/v1/payment_intents/\" + order)\n");
-                body.push_str("    if intent.get(\"status\") != 200:\n        fail(\"no such order\")\n");
-            }
-            body.push_str("    statuses = []\n    for i in range(parts):\n");
-            body.push_str("        r = pay.refund(order, amount)\n        statuses.append(r.get(\"status\"))\n");
-            body.push_str("    return {\"statuses\": statuses, \"amount\": amount.amount}\n");
-            format!(
-                "def main(pay, order: str, amount: money, parts: int) -> dict:\n{}",
-                docstring(
-                    "Refund.",
-                    &[("order", "The intent."), ("amount", "How much each time."), ("parts", "How many refunds.")]
-                )
-            )
-        }
-        Template::Notes => {
-            // Some programs try to set a header only Warden may set: the broker must refuse.
-            let headers = match draw.chance(12) {
-                true => ", headers = {\"Idempotency-Key\": \"mine-\" + text}",
-                false => "",
-            };
-            body.push_str("    statuses = []\n    for i in range(count):\n");
-            body.push_str(&format!(
-                "        r = notes.post(\"https://notes.sim/notes\", json = {{\"text\": text + \"-\" + str(i)}}{headers})\n",
-            ));
-            body.push_str("        statuses.append(r.get(\"status\"))\n");
-            body.push_str("    return {\"statuses\": statuses}\n");
-            format!(
-                "def main(notes, text: str, count: int) -> dict:\n{}",
-                docstring("Save notes.", &[("text", "The note."), ("count", "How many.")])
-            )
-        }
-        Template::Close => {
-            body.push_str("    r = db.execute(\"UPDATE tickets SET open = 0 WHERE id = ? AND open = 1\", [ticket])\n");
-            body.push_str("    return {\"changes\": r[\"changes\"]}\n");
-            format!(
-                "def main(db, ticket: int) -> dict:\n{}",
-                docstring("Close a ticket.", &[("ticket", "The ticket.")])
-            )
-        }
-        Template::Lookup => {
-            body.push_str("    r = db.query(\"SELECT id, open FROM tickets WHERE id = ?\", [ticket])\n");
-            body.push_str("    return {\"rows\": r[\"rows\"]}\n");
-            format!(
-                "def main(db, ticket: int) -> dict:\n{}",
-                docstring("Look a ticket up.", &[("ticket", "The ticket.")])
-            )
-        }
-        Template::Reflect => {
-            body.push_str("    r = web.get(\"https://echo.sim/echo/\" + style)\n");
-            body.push_str("    print(\"reflected\", r.get(\"body\"))\n");
-            body.push_str("    return {\"json\": r.get(\"json\"), \"body\": r.get(\"body\")}\n");
-            format!(
-                "def main(web, style: str) -> dict:\n{}",
-                docstring("Read what the service reflects.", &[("style", "How it escapes.")])
-            )
-        }
-        Template::Fetch => {
-            body.push_str("    r = web.get(\"https://payments.sim/v1/payment_intents/\" + order)\n");
-            body.push_str("    return {\"status\": r.get(\"status\")}\n");
-            format!(
-                "def main(web, order: str) -> dict:\n{}",
-                docstring("Fetch an intent.", &[("order", "The intent.")])
-            )
-        }
-    };
+    let (head, body) = template_source(template, draw);
     let first = arguments(template)[0];
     let mut prelude = String::new();
     if prints {
@@ -592,6 +561,114 @@ fn program_text(template: Template, draw: &mut Draw) -> String {
             .push_str(&format!("    if str({first}).endswith(\"7\"):\n        fail(\"refusing \" + str({first}))\n"));
     }
     format!("{head}{prelude}{body}")
+}
+
+/// A template's program in two parts: its head (signature and docstring) and its body (the
+/// statements after the prelude `program_text` adds).
+fn template_source(template: Template, draw: &mut Draw) -> (String, String) {
+    match template {
+        Template::Echo => echo_source(draw),
+        Template::Refund => refund_source(draw),
+        Template::Notes => notes_source(draw),
+        Template::Close => {
+            let head = format!(
+                "def main(db, ticket: int) -> dict:\n{}",
+                docstring("Close a ticket.", &[("ticket", "The ticket.")])
+            );
+            let body = concat!(
+                "    r = db.execute(\"UPDATE tickets SET open = 0 WHERE id = ? AND open = 1\", [ticket])\n",
+                "    return {\"changes\": r[\"changes\"]}\n",
+            );
+            (head, body.to_string())
+        }
+        Template::Lookup => {
+            let head = format!(
+                "def main(db, ticket: int) -> dict:\n{}",
+                docstring("Look a ticket up.", &[("ticket", "The ticket.")])
+            );
+            let body = concat!(
+                "    r = db.query(\"SELECT id, open FROM tickets WHERE id = ?\", [ticket])\n",
+                "    return {\"rows\": r[\"rows\"]}\n",
+            );
+            (head, body.to_string())
+        }
+        Template::Reflect => {
+            let head = format!(
+                "def main(web, style: str) -> dict:\n{}",
+                docstring("Read what the service reflects.", &[("style", "How it escapes.")])
+            );
+            let body = concat!(
+                "    r = web.get(\"https://echo.sim/echo/\" + style)\n",
+                "    print(\"reflected\", r.get(\"body\"))\n",
+                "    return {\"json\": r.get(\"json\"), \"body\": r.get(\"body\")}\n",
+            );
+            (head, body.to_string())
+        }
+        Template::Fetch => {
+            let head = format!(
+                "def main(web, order: str) -> dict:\n{}",
+                docstring("Fetch an intent.", &[("order", "The intent.")])
+            );
+            let body = concat!(
+                "    r = web.get(\"https://payments.sim/v1/payment_intents/\" + order)\n",
+                "    return {\"status\": r.get(\"status\")}\n",
+            );
+            (head, body.to_string())
+        }
+    }
+}
+
+/// The echo program: results of a few bytes, some kilobytes, and (rarely: they cost real
+/// time) near and over the 1 MiB a result may take (`RESULT_BYTES_MAX`; texts are 2 to 3
+/// bytes), and over the 8 MiB a journal line holds (`RECORD_LINE_BYTES_MAX`).
+fn echo_source(draw: &mut Draw) -> (String, String) {
+    let big = draw.chance(5);
+    let sizes = [340_000u64, 600_000, 340_000, 600_000, 4_500_000];
+    let repeat = if big { *draw.one_of(&sizes) } else { *draw.one_of(&[1u64, 1, 10, 1000]) };
+    let mut body = format!("    out = text * {repeat}\n");
+    body.push_str("    return {\"echo\": out}\n");
+    let head = format!("def main(text: str) -> dict:\n{}", docstring("Echo.", &[("text", "The text.")]));
+    (head, body)
+}
+
+/// The refund program: mostly looking the intent up first, then refunding in parts.
+fn refund_source(draw: &mut Draw) -> (String, String) {
+    let mut body = String::new();
+    if draw.chance(70) {
+        body.push_str("    intent = pay.get(\"https://payments.sim/v1/payment_intents/\" + order)\n");
+        body.push_str("    if intent.get(\"status\") != 200:\n        fail(\"no such order\")\n");
+    }
+    body.push_str("    statuses = []\n    for i in range(parts):\n");
+    body.push_str("        r = pay.refund(order, amount)\n        statuses.append(r.get(\"status\"))\n");
+    body.push_str("    return {\"statuses\": statuses, \"amount\": amount.amount}\n");
+    let head = format!(
+        "def main(pay, order: str, amount: money, parts: int) -> dict:\n{}",
+        docstring(
+            "Refund.",
+            &[("order", "The intent."), ("amount", "How much each time."), ("parts", "How many refunds.")]
+        )
+    );
+    (head, body)
+}
+
+/// The notes program: posts a note `count` times; some try to set a header only Warden may
+/// set, which the broker must refuse.
+fn notes_source(draw: &mut Draw) -> (String, String) {
+    let headers = match draw.chance(12) {
+        true => ", headers = {\"Idempotency-Key\": \"mine-\" + text}",
+        false => "",
+    };
+    let mut body = String::from("    statuses = []\n    for i in range(count):\n");
+    body.push_str(&format!(
+        "        r = notes.post(\"https://notes.sim/notes\", json = {{\"text\": text + \"-\" + str(i)}}{headers})\n",
+    ));
+    body.push_str("        statuses.append(r.get(\"status\"))\n");
+    body.push_str("    return {\"statuses\": statuses}\n");
+    let head = format!(
+        "def main(notes, text: str, count: int) -> dict:\n{}",
+        docstring("Save notes.", &[("text", "The note."), ("count", "How many.")])
+    );
+    (head, body)
 }
 
 /// The arguments of the workload's call number `index` to a tool of `template`: `once` keys
