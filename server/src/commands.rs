@@ -26,15 +26,17 @@ const LOCK_RETRY_MS: u64 = 100;
 pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
     let opened = open_server(env, manifest_path, Vec::new()).await?;
     let connection = Connection::new(Rc::clone(&opened.runs));
-    connection.serve().await;
-    match opened.runs.fatal_message() {
-        Some(message) => Err(message),
-        None => {
-            env.log("stdin closed; exiting");
-            crate::run::notify::deliver_before_exit(env, &opened.runs.notifications_owed).await;
-            Ok(())
-        }
+    // Registered before the first request is read: a signal from then on drains.
+    let mut shutdown = env.process.shutdown_signal();
+    if connection.serve(&mut shutdown).await {
+        crate::run::drain::drain_unless_signalled_again(env, &opened.runs, connection.calls_in_progress()).await?;
     }
+    if let Some(message) = opened.runs.fatal_message() {
+        return Err(message);
+    }
+    crate::run::notify::deliver_before_exit(env, &opened.runs.notifications_owed).await;
+    env.log("exiting");
+    Ok(())
 }
 
 /// Serves the manifest's tools over Streamable HTTP until listening fails or a durable write

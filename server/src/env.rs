@@ -152,14 +152,17 @@ pub struct ListenLimits {
 
 /// Serving HTTP: sockets and the HTTP/1.1 codec, nothing of MCP.
 pub trait HttpServe {
-    /// Listens on `address` and answers each request with `handler` until listening fails.
-    /// `ready` is told the address bound (port 0 picks a free one).
+    /// Listens on `address` and answers each request with `handler` until listening fails
+    /// or `stop` completes: then it accepts no connection, lets each request in flight be
+    /// answered and written, closes every connection, and returns. `ready` is told the
+    /// address bound (port 0 picks a free one).
     fn serve(
         &self,
         address: core::net::SocketAddr,
         limits: ListenLimits,
         handler: InboundHandler,
         ready: Box<dyn FnOnce(core::net::SocketAddr)>,
+        stop: LocalBoxFuture<'static, ()>,
     ) -> LocalBoxFuture<'static, io::Result<()>>;
 }
 
@@ -310,6 +313,9 @@ pub trait Process {
     fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>>;
     /// An environment variable of the server process (secrets are named in the manifest).
     fn var(&self, name: &str) -> Option<String>;
+    /// Resolves at the next SIGTERM or SIGINT the process receives from the moment it is
+    /// called (the first asks for a drain, a second for an exit at once).
+    fn shutdown_signal(&self) -> LocalBoxFuture<'static, ()>;
 }
 
 /// The durable steps of a call (seed 000 section 7), and the gap inside an action. The

@@ -137,6 +137,10 @@ fn stopped_on_a_bug(instance: &Instance, report: &mut Report) {
 fn refusals_name_a_limit_of_the_tool(limits: &BTreeMap<String, ToolLimits>, client: &Client, report: &mut Report) {
     for (id, answer) in &client.answers {
         let Some(named) = answer["_meta"][warden::call::answer::META_REFUSED].as_str() else { continue };
+        // Refused because the server was stopping (its stdin closed): not a quota's doing.
+        if named == warden::call::answer::REFUSED_STOPPING {
+            continue;
+        }
         let quota = client.tools.get(id).and_then(|tool| limits.get(tool)).and_then(|t| t.quota.as_ref());
         let has = |limit: QuotaLimit| match limit {
             QuotaLimit::Calls => quota.is_some_and(|q| q.calls.is_some()),

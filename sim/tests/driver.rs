@@ -69,6 +69,8 @@ struct MemoryStore {
     notified: Cell<u32>,
     settled: RefCell<Vec<EndRecord>>,
     log: RefCell<Vec<String>>,
+    /// The server stops (drains) once the store holds this many records; none: it never does.
+    drain_at: Cell<Option<usize>>,
 }
 
 impl MemoryStore {
@@ -154,6 +156,10 @@ impl RunStore for MemoryStore {
         None
     }
 
+    fn draining(&self) -> bool {
+        self.drain_at.get().is_some_and(|at| self.records() >= at)
+    }
+
     fn log<'a>(&'a self, _tool: &'a str, _run: &'a str, line: &'a str) -> LocalBoxFuture<'a, String> {
         self.log.borrow_mut().push(line.to_string());
         Box::pin(async move { line.to_string() })
@@ -206,12 +212,13 @@ fn drive(world: &World, store: &Rc<MemoryStore>, tool: &str, arguments: Value) -
                 let mut entry = Entry::Fresh;
                 for _ in 0..4 {
                     let outcome = driver.execute_to_end(tool, "ab0001", &inputs, entry, &[]).await;
-                    let crashed = outcome.is_err();
+                    let stopped = matches!(outcome, Err(_) | Ok(RunEnd::Drained));
                     kept.borrow_mut().push(outcome);
-                    if !crashed {
+                    if !stopped {
                         break;
                     }
                     store.records_left.set(None);
+                    store.drain_at.set(None);
                     entry = Entry::Resumed;
                 }
                 Ok(String::new())
@@ -257,4 +264,29 @@ fn a_plain_post_in_doubt_over_the_memory_store_waits_for_a_person_and_is_not_sen
     assert_eq!(store.waiting.borrow().len(), 1, "one waiting record: {:?}", store.waiting.borrow());
     assert_eq!(store.notified.get(), 1, "the operator is told once");
     assert!(store.settled.borrow().is_empty(), "a run in doubt is not settled");
+}
+
+/// A stopping server (SIGTERM) stops a run between actions: whenever the drain comes, the run
+/// begins no action after it, leaves nothing in doubt, and taken up at the next start it ends
+/// with the refund made once.
+#[test]
+fn a_drained_run_stops_between_actions_and_its_resumption_refunds_once() {
+    let arguments = json!({"order": "pi_1001", "amount": {"amount": "20.00", "currency": "USD"}});
+    let mut drained = 0;
+    for drain_at in 1..6 {
+        let world = world();
+        let store = Rc::new(MemoryStore { drain_at: Cell::new(Some(drain_at)), ..Default::default() });
+        let outcomes = drive(&world, &store, "refund_order", arguments.clone());
+        if matches!(outcomes.first(), Some(Ok(RunEnd::Drained))) {
+            drained += 1;
+            let log = store.log.borrow();
+            assert!(log.iter().any(|line| line.contains("stopped between actions")), "drain at {drain_at}: {log:?}");
+        }
+        let Some(Ok(RunEnd::Ended(end))) = outcomes.last() else { panic!("drain at {drain_at}: {outcomes:?}") };
+        assert_eq!(end.outcome, RunOutcome::Done, "drain at {drain_at}: {end:?}");
+        assert_eq!(world.services.refunded_minor(), 2000, "drain at {drain_at}: refunded once");
+        assert_eq!(store.settled.borrow().len(), 1, "drain at {drain_at}: settled once");
+        assert!(store.waiting.borrow().is_empty(), "drain at {drain_at}: nothing in doubt");
+    }
+    assert!(drained >= 2, "a drain before each of the two actions stops the run there ({drained})");
 }

@@ -51,6 +51,10 @@ pub async fn admit<'a>(
     input_kinds: &[String],
 ) -> Admission<'a> {
     let name = &tool.config.name;
+    if runs.is_draining() {
+        runs.env.log(&format!("tool {name}: a call refused: the server is stopping"));
+        return Admission::Answered(CallReply::Result(crate::call::answer::stopping_result(), None));
+    }
     let once = once_record(tool, inputs, principal);
     let subject = principal.map(|principal| principal.subject.as_str());
     let held = runs.ledger.lock().await;

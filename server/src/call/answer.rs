@@ -79,6 +79,8 @@ pub const META_RUN: &str = "dev.warden/run";
 /// The `_meta` key naming the limit a refused call met (`quota.calls`, `quota.money`,
 /// `quota.tokens`): a client, and the simulator, can tell refusals apart without reading text.
 pub const META_REFUSED: &str = "dev.warden/refused";
+/// What `META_REFUSED` names for a call refused because the server is stopping.
+pub const REFUSED_STOPPING: &str = "shutdown";
 
 /// A call refused on its arguments: every problem as text, and again with paths in `_meta`.
 pub fn invalid_arguments(invalid: &crate::program::InvalidInputs) -> Value {
@@ -110,6 +112,25 @@ pub fn stopped_result(run: &str) -> Value {
         "_meta": {META_RUN: {"status": "waiting_for_operator", "run": run}},
         "isError": true
     })
+}
+
+/// The answer to a call whose run stopped between actions because the server is stopping.
+pub fn drained_result(run: &str) -> Value {
+    json!({
+        "content": [{"type": "text", "text": format!(
+            "the server is stopping: run {run} stopped between two actions, with nothing in doubt, and goes on when \
+             the server starts again. Follow run {run} with warden_run_status; calling this tool again starts another run."
+        )}],
+        "_meta": {META_RUN: {"status": "interrupted", "run": run}},
+        "isError": true
+    })
+}
+
+/// The answer to a call that came while the server stops.
+pub fn stopping_result() -> Value {
+    let mut result = error_result("the server is stopping; nothing was run: call again once it is back".to_string());
+    result["_meta"] = json!({META_REFUSED: REFUSED_STOPPING});
+    result
 }
 
 #[cfg(test)]

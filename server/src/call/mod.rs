@@ -202,6 +202,7 @@ pub(crate) fn reply_of(
     let reply = match outcome {
         Ok(crate::run::store::RunEnd::Ended(end)) => answer(run, &end, tool.program.returns_content()),
         Ok(crate::run::store::RunEnd::Stopped { .. }) => stopped_result(run),
+        Ok(crate::run::store::RunEnd::Drained) => crate::call::answer::drained_result(run),
         Ok(crate::run::store::RunEnd::Asking { round, requests, expires_at_ms }) if !control.is_cancelled() => {
             let claims = crate::run::input::Claims {
                 run: run.to_string(),

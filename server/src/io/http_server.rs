@@ -30,15 +30,21 @@ impl HttpServe for RealHttp {
         limits: ListenLimits,
         handler: InboundHandler,
         ready: Box<dyn FnOnce(SocketAddr)>,
+        mut stop: LocalBoxFuture<'static, ()>,
     ) -> LocalBoxFuture<'static, std::io::Result<()>> {
         Box::pin(async move {
+            let graceful = hyper_util::server::graceful::GracefulShutdown::new();
             let listener = tokio::net::TcpListener::bind(address).await?;
             let connections_max = connections_within_descriptors(limits.connections_max);
             ready(listener.local_addr()?);
             let table = Rc::new(RefCell::new(Connections::new(connections_max, limits.connections_per_peer_max)));
             let bodies = Rc::new(BodyBudget::new(limits));
             loop {
-                let (stream, peer) = match listener.accept().await {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    () = &mut stop => break,
+                };
+                let (stream, peer) = match accepted {
                     Ok(accepted) => accepted,
                     // Out of descriptors, or a connection reset before it was taken: the
                     // listener goes on after a pause rather than spinning.
@@ -57,39 +63,55 @@ impl HttpServe for RealHttp {
                     evicted.abort();
                 }
                 let activity = Rc::new(Activity::default());
-                let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&activity));
-                let peer = peer.ip();
                 let left = Left { table: Rc::clone(&table), id };
-                let task = tokio::task::spawn_local(async move {
-                    let _left = left;
-                    let service = service_fn(move |request| {
-                        let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&seen));
-                        async move {
-                            seen.in_flight.set(seen.in_flight.get() + 1);
-                            let answered = answer(handler, (bodies, peer), request, limits).await;
-                            seen.in_flight.set(seen.in_flight.get() - 1);
-                            // Only an answered request earns the connection its place: one
-                            // refused (unauthenticated, malformed) leaves it as idle as before.
-                            if answered.as_ref().is_ok_and(|response| response.status().as_u16() < 400) {
-                                seen.served.set(true);
-                            }
-                            answered
-                        }
-                    });
-                    let served = http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(Duration::from_millis(limits.header_read_ms))
-                        .max_buf_size(limits.head_bytes_max)
-                        // A client that half-closes after its request still gets the answer.
-                        .half_close(true)
-                        .serve_connection(TokioIo::new(stream), service);
-                    // A connection's failure (a reset, a malformed request) ends it alone.
-                    let _ = served.await;
-                });
+                let connection = (stream, peer.ip(), left, Rc::clone(&activity));
+                let task = serve_connection(connection, (Rc::clone(&handler), Rc::clone(&bodies)), limits, &graceful);
                 table.borrow_mut().started(id, task.abort_handle(), activity);
             }
+            // Stopping: no new connection; each request in flight is answered and written,
+            // then its connection closes (idle ones at once).
+            drop(listener);
+            graceful.shutdown().await;
+            Ok(())
         })
     }
+}
+
+/// Serves one accepted connection in a task of its own (watched, so a stop lets its request
+/// in flight finish): each request answered by the handler within the limits.
+fn serve_connection(
+    (stream, peer, left, seen): (tokio::net::TcpStream, IpAddr, Left, Rc<Activity>),
+    (handler, bodies): (InboundHandler, Rc<BodyBudget>),
+    limits: ListenLimits,
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
+) -> tokio::task::JoinHandle<()> {
+    let watcher = graceful.watcher();
+    tokio::task::spawn_local(async move {
+        let _left = left;
+        let service = service_fn(move |request| {
+            let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&seen));
+            async move {
+                seen.in_flight.set(seen.in_flight.get() + 1);
+                let answered = answer(handler, (bodies, peer), request, limits).await;
+                seen.in_flight.set(seen.in_flight.get() - 1);
+                // Only an answered request earns the connection its place: one
+                // refused (unauthenticated, malformed) leaves it as idle as before.
+                if answered.as_ref().is_ok_and(|response| response.status().as_u16() < 400) {
+                    seen.served.set(true);
+                }
+                answered
+            }
+        });
+        let served = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_millis(limits.header_read_ms))
+            .max_buf_size(limits.head_bytes_max)
+            // A client that half-closes after its request still gets the answer.
+            .half_close(true)
+            .serve_connection(TokioIo::new(stream), service);
+        // A connection's failure (a reset, a malformed request) ends it alone.
+        let _ = watcher.watch(served).await;
+    })
 }
 
 /// The open connections: at most `max`, and `per_peer_max` from one address. When either

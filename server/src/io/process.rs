@@ -41,4 +41,22 @@ impl Process for RealProcess {
     fn var(&self, name: &str) -> Option<String> {
         std::env::var(name).ok()
     }
+
+    fn shutdown_signal(&self) -> LocalBoxFuture<'static, ()> {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Registered now, so a signal that comes before the first poll is not missed.
+        let registered = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+        Box::pin(async move {
+            match registered {
+                (Ok(mut terminate), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = terminate.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
+                }
+                // No signal handling (no reactor for it): signals keep their default action.
+                _ => std::future::pending().await,
+            }
+        })
+    }
 }

@@ -167,12 +167,18 @@ fn spawn_worker() -> Result<Worker, Stopped> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
-    // SAFETY: between fork and exec, only async-signal-safe setrlimit calls. No CPU limit:
-    // it would add up over a worker's jobs; the wall-clock limit stops a spinning job.
+    // SAFETY: between fork and exec, only async-signal-safe calls (setrlimit, sigaction
+    // through signal). No CPU limit: it would add up over a worker's jobs; the wall-clock
+    // limit stops a spinning job. A worker ignores SIGINT and SIGTERM (a terminal's Ctrl-C
+    // and a supervisor's stop reach the whole group): the server drains, and its workers
+    // end when it closes their stdin, or are killed with it.
     unsafe {
         command.pre_exec(|| {
             limit(libc::RLIMIT_AS, EXECUTION_MEMORY_BYTES_MAX)?;
-            limit(libc::RLIMIT_CORE, 0)
+            limit(libc::RLIMIT_CORE, 0)?;
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            Ok(())
         });
     }
     let mut child = command.spawn().map_err(|e| Stopped::Unavailable(format!("starting a worker: {e}")))?;

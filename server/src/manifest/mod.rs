@@ -18,6 +18,10 @@ pub const RUN_STATUS_TOOL: &str = "warden_run_status";
 pub const TOOL_NAME_CHARS_MAX: usize = 128;
 /// Default `server.keep`, in days.
 pub const KEEP_DAYS_DEFAULT: u64 = 90;
+/// Default `server.shutdown_grace`, and its range (a grace beyond the range would outlive
+/// every supervisor's own kill timeout).
+pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 30_000;
+pub const SHUTDOWN_GRACE_MS_LIMIT: u64 = 3_600_000;
 /// Default `server.max_concurrent_runs`.
 pub const MAX_CONCURRENT_RUNS_DEFAULT: u64 = 8;
 /// Upper bound on any `max_concurrent_runs`, so every slot table stays small.
@@ -127,6 +131,9 @@ pub struct ServerConfig {
     pub max_concurrent_runs: u64,
     pub notify: Vec<String>,
     pub notify_env: Vec<String>,
+    /// `server.shutdown_grace`: after SIGTERM, SIGINT or the end of stdin, how long runs in
+    /// progress have to reach a point between actions before the server exits anyway.
+    pub shutdown_grace_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -107,6 +107,8 @@ pub struct RawServer {
     pub max_concurrent_runs: Option<u64>,
     pub notify: Option<Vec<String>>,
     pub notify_env: Option<Vec<String>>,
+    /// How long a stopping server lets its runs reach a point between actions (a duration).
+    pub shutdown_grace: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

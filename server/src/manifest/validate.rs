@@ -380,6 +380,19 @@ fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> Serve
     if raw.notify.is_none() && !notify_env.is_empty() {
         problems.add("server.notify_env", "is set but server.notify is not");
     }
+    let shutdown_grace_ms = match raw.shutdown_grace.as_deref().map(|t| parse_duration_ms(t, DurationUnits::SecondsUp))
+    {
+        None => SHUTDOWN_GRACE_MS_DEFAULT,
+        Some(Ok(ms)) if ms <= SHUTDOWN_GRACE_MS_LIMIT => ms,
+        Some(Ok(ms)) => {
+            problems.add("server.shutdown_grace", format!("{}s is over the limit of 1h", ms / 1000));
+            SHUTDOWN_GRACE_MS_DEFAULT
+        }
+        Some(Err(problem)) => {
+            problems.add("server.shutdown_grace", problem);
+            SHUTDOWN_GRACE_MS_DEFAULT
+        }
+    };
     ServerConfig {
         name: raw.name.clone(),
         journals: base.join(&raw.journals),
@@ -387,6 +400,7 @@ fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> Serve
         max_concurrent_runs,
         notify,
         notify_env,
+        shutdown_grace_ms,
     }
 }
 

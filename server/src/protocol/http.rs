@@ -20,6 +20,7 @@ use std::rc::{Rc, Weak};
 
 use serde_json::{json, Value};
 
+use crate::base::sync::{select, Either};
 use crate::call::Principal;
 use crate::env::{Env, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer};
 use crate::limits::LINE_BYTES_MAX;
@@ -118,20 +119,7 @@ impl Auth {
 /// write fails.
 pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions) -> Result<(), String> {
     if !matches!(auth, Auth::OAuth(_)) {
-        let scoped: Vec<&str> = runs
-            .catalog
-            .tools
-            .iter()
-            .filter(|tool| !tool.config.scopes.is_empty())
-            .map(|tool| tool.config.name.as_str())
-            .collect();
-        if !scoped.is_empty() {
-            env.log(&format!(
-                "{} have scopes, which only OAuth principals are checked against: without --oauth-* whoever \
-                 reaches this server may call them",
-                scoped.join(", ")
-            ));
-        }
+        warn_of_unchecked_scopes(env, runs);
     }
     let front = Rc::new(Front {
         env: env.clone(),
@@ -142,6 +130,7 @@ pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions
         sessions: RefCell::new(BTreeMap::new()),
         uses: Cell::new(0),
         sessions_ended: Cell::new(0),
+        exchanges: crate::base::sync::WaitGroup::new(),
     });
     let handler: crate::env::InboundHandler = Rc::new(Served(Rc::clone(&front)));
     let limits = ListenLimits {
@@ -156,19 +145,64 @@ pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions
     };
     let log_env = env.clone();
     let ready = Box::new(move |bound: SocketAddr| log_env.log(&format!("listening on http://{bound}{ENDPOINT}")));
-    let served = env.http.serve(options.listen, limits, handler, ready);
-    let stopped = Box::pin(front.runs.fatal.wait());
-    match crate::base::sync::select(served, stopped).await {
-        crate::base::sync::Either::Left(Ok(())) => {
-            crate::run::notify::deliver_before_exit(env, &runs.notifications_owed).await;
-            Ok(())
+    let stop_listening = crate::base::sync::Signal::new();
+    let mut served = env.http.serve(options.listen, limits, handler, ready, Box::pin(stop_listening.wait()));
+    // Registered before the first request is served: a signal from then on drains.
+    let mut shutdown = env.process.shutdown_signal();
+    let stopped = Box::pin(select(front.runs.fatal.wait(), &mut shutdown));
+    let drained = match select(&mut served, stopped).await {
+        Either::Left(listened) => {
+            return listened.map_err(|error| format!("listening on {} failed: {error}", options.listen))
         }
-        crate::base::sync::Either::Left(Err(error)) => Err(format!("listening on {} failed: {error}", options.listen)),
-        crate::base::sync::Either::Right(()) => {
-            Err(runs.fatal_message().unwrap_or_else(|| "a durable write failed".to_string()))
+        Either::Right(Either::Left(())) => return Err(fatal_message(runs)),
+        // Listening goes on while runs drain: new requests are answered 503.
+        Either::Right(Either::Right(())) => {
+            let drain = crate::run::drain::drain_unless_signalled_again(env, runs, front.exchanges.wait());
+            match select(&mut served, Box::pin(drain)).await {
+                Either::Left(listened) => {
+                    return listened.map_err(|error| format!("listening on {} failed: {error}", options.listen))
+                }
+                Either::Right(drained) => drained,
+            }
         }
+    };
+    stop_listening.set();
+    if drained.is_ok() {
+        // Every call is answered: what is left is writing the answers out and closing.
+        let _ = select(served, env.clock.sleep(LISTENER_CLOSE_MS)).await;
+    }
+    if runs.fatal_message().is_some() {
+        return Err(fatal_message(runs));
+    }
+    drained?;
+    crate::run::notify::deliver_before_exit(env, &runs.notifications_owed).await;
+    env.log("exiting");
+    Ok(())
+}
+
+/// Scopes are checked against OAuth principals only: without OAuth, say so.
+fn warn_of_unchecked_scopes(env: &Env, runs: &Runs) {
+    let scoped: Vec<&str> = (runs.catalog.tools.iter())
+        .filter(|tool| !tool.config.scopes.is_empty())
+        .map(|tool| tool.config.name.as_str())
+        .collect();
+    if !scoped.is_empty() {
+        env.log(&format!(
+            "{} have scopes, which only OAuth principals are checked against: without --oauth-* whoever reaches \
+             this server may call them",
+            scoped.join(", ")
+        ));
     }
 }
+
+fn fatal_message(runs: &Runs) -> String {
+    runs.fatal_message().unwrap_or_else(|| "a durable write failed".to_string())
+}
+
+/// What a request refused while the server stops says to wait, in seconds (`Retry-After`).
+const STOPPING_RETRY_AFTER_S: u64 = 5;
+/// After a drain, how long the listener has to write the last answers and close.
+const LISTENER_CLOSE_MS: u64 = 5_000;
 
 /// The token from its environment variable; none configured is allowed on loopback only.
 fn bearer_token(env: &Env, options: &HttpOptions) -> Result<Option<String>, String> {
@@ -212,6 +246,8 @@ struct Front {
     uses: Cell<u64>,
     /// Sessions ended to make room for new ones.
     sessions_ended: Cell<u64>,
+    /// Requests being answered: a drain waits for none left.
+    exchanges: crate::base::sync::WaitGroup,
 }
 
 /// A 2025-11-25 session: its state, and the exchanges in progress (for a cancellation sent
@@ -271,6 +307,14 @@ impl Front {
             Ok(principal) => principal,
             Err(refused) => return refused,
         };
+        if self.runs.is_draining() {
+            self.env.log(&format!("HTTP 503 to a {} request: the server is stopping", request.method));
+            let mut answer =
+                plain(503, "the server is stopping; nothing was run: send the request again once it is back");
+            answer.headers.push(("retry-after".to_string(), STOPPING_RETRY_AFTER_S.to_string()));
+            return answer;
+        }
+        let _exchange = self.exchanges.enter();
         match request.method.as_str() {
             "POST" => self.post(request, principal).await,
             _ => self.end_session(&request, principal.as_ref()),

@@ -113,6 +113,12 @@ impl<S: RunStore> Driver<'_, S> {
             let (next, commands) =
                 machine::step(state, event).map_err(|invalid| Fatal::bug(format!("run {run}: {invalid}")))?;
             state = next;
+            // A stopping server lets a run finish the action it is in, never begin another:
+            // stopped here, nothing is in doubt and the next start resumes the run.
+            if self.store.draining() && commands.iter().any(begins_an_action) {
+                self.store.log(&tool.config.name, run, "stopped between actions: the server is stopping").await;
+                return Ok(RunEnd::Drained);
+            }
             let mut produced = None;
             for command in commands {
                 if let Some(yielded) = self.carry_out(&context, command).await? {
@@ -517,4 +523,9 @@ fn end_record(outcome: &Outcome, at_ms: u64) -> EndRecord {
 fn action_summary(action: &Value) -> String {
     let field = |name: &str| action[name].as_str().unwrap_or("?").to_string();
     format!("{} {}", field("method"), field("kind"))
+}
+
+/// Whether a command journals an action's begin record.
+fn begins_an_action(command: &Command) -> bool {
+    matches!(command, Command::Journal(JournalRecord::Begin { .. }))
 }

@@ -2,6 +2,7 @@
 //! performs its commands through `Env`, the sending of actions and model calls, recovery at
 //! start, retention, input rounds and notifications.
 
+pub mod drain;
 pub mod driver;
 pub mod input;
 pub mod machine;

@@ -58,6 +58,11 @@ pub struct Runs {
     never_waited: RefCell<BTreeSet<String>>,
     /// Set when a durable write failed: the server stops serving.
     pub fatal: Signal,
+    /// Set when the server stops (a signal, the end of stdin): no new run is admitted, and
+    /// runs stop at their next point between actions (`run::drain`).
+    draining: std::cell::Cell<bool>,
+    /// Drivers executing runs (and admissions holding a run): a drain waits for none left.
+    pub executing: crate::base::sync::WaitGroup,
     /// Notify commands not yet delivered: an exiting server waits for them (`notify.rs`).
     pub notifications_owed: crate::base::sync::WaitGroup,
     fatal_message: RefCell<Option<String>>,
@@ -98,6 +103,8 @@ impl Runs {
             journals_executing: RefCell::new(BTreeMap::new()),
             never_waited: RefCell::new(BTreeSet::new()),
             fatal: Signal::new(),
+            draining: std::cell::Cell::new(false),
+            executing: crate::base::sync::WaitGroup::new(),
             notifications_owed: crate::base::sync::WaitGroup::new(),
             fatal_message: RefCell::new(None),
             listeners: Default::default(),
@@ -133,6 +140,27 @@ impl Runs {
             *self.fatal_message.borrow_mut() = Some(fatal.to_string());
         }
         self.fatal.set();
+    }
+
+    /// From now on no run is admitted and runs stop between actions; said once in the log.
+    pub fn start_draining(&self, why: &str) {
+        if !self.draining.replace(true) {
+            let executing = self.runs_executing();
+            let grace = crate::store::ledger::duration_text(self.catalog.manifest.server.shutdown_grace_ms);
+            self.env.log(&format!(
+                "stopping ({why}): no new calls are admitted; {executing} run(s) in progress stop at their next point \
+                 between actions, within the grace of {grace}"
+            ));
+        }
+    }
+
+    /// How many runs execute in this process now.
+    pub fn runs_executing(&self) -> usize {
+        self.in_progress.borrow().len()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.get()
     }
 
     pub fn fatal_message(&self) -> Option<String> {
@@ -330,7 +358,7 @@ impl Runs {
     /// Marks `run` as executing in this process until the guard drops.
     pub fn running(&self, run: &str) -> InProgress<'_> {
         self.in_progress.borrow_mut().insert(run.to_string());
-        InProgress { runs: self, run: run.to_string() }
+        InProgress { runs: self, run: run.to_string(), _executing: self.executing.enter() }
     }
 
     /// Step 5: the waiting record, durable; the run keeps its whole reservation.
@@ -518,6 +546,7 @@ fn charged_of(usage: &Value) -> Vec<MoneyRecord> {
 pub struct InProgress<'a> {
     runs: &'a Runs,
     run: String,
+    _executing: crate::base::sync::WaitGroupGuard,
 }
 
 impl Drop for InProgress<'_> {

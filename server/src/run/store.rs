@@ -86,6 +86,9 @@ pub enum RunEnd {
     Stopped {
         op: u64,
     },
+    /// Stopped between actions because the server is stopping (not settled): nothing is in
+    /// doubt, and the run resumes at the next start as after a crash.
+    Drained,
     /// Waiting for its client's answers to round `round` (these requests, by key) until
     /// `expires_at_ms` (not settled).
     Asking {
@@ -139,6 +142,8 @@ pub trait RunStore {
     fn running<'a>(&'a self, run: &str) -> Self::Running<'a>;
     /// The principal whose call made the run, if any.
     fn principal(&self, run: &str) -> Option<String>;
+    /// Whether the server stops: a run begins no new action.
+    fn draining(&self) -> bool;
     /// Keeps one line of the run's log, scrubbed; returns the line as kept.
     fn log<'a>(&'a self, tool: &'a str, run: &'a str, line: &'a str) -> LocalBoxFuture<'a, String>;
     /// Tells the operator that the run waits for a person (in the background, retried).
@@ -213,6 +218,10 @@ impl RunStore for Runs {
 
     fn principal(&self, run: &str) -> Option<String> {
         self.ledger.state().run(run).and_then(|entry| entry.principal.clone())
+    }
+
+    fn draining(&self) -> bool {
+        self.is_draining()
     }
 
     fn log<'a>(&'a self, tool: &'a str, run: &'a str, line: &'a str) -> LocalBoxFuture<'a, String> {

@@ -60,6 +60,10 @@ fn serve(stream: TcpStream, ledger: &Mutex<Ledger>) {
         ledger.requests.push(seen);
         answer(&mut ledger, &method, &path, &headers, &body)
     };
+    // A note `linger-<ms>` is saved at once and answered that much later (a slow service).
+    if let Some(ms) = body.strip_prefix("linger-").and_then(|ms| ms.parse::<u64>().ok()) {
+        thread::sleep(std::time::Duration::from_millis(ms));
+    }
     if path == "/v1/notes" && body.contains("slow") {
         // The note is saved; the answer comes too late for the client's timeout.
         thread::sleep(std::time::Duration::from_millis(1500));

@@ -36,13 +36,14 @@ impl HttpServe for SimHttp {
         _limits: ListenLimits,
         handler: InboundHandler,
         ready: Box<dyn FnOnce(core::net::SocketAddr)>,
+        stop: LocalBoxFuture<'static, ()>,
     ) -> LocalBoxFuture<'static, std::io::Result<()>> {
         *self.handler.borrow_mut() = Some(handler);
         ready(address);
         self.listening.set();
         let done = self.done.wait();
         Box::pin(async move {
-            done.await;
+            warden::base::sync::select(done, stop).await;
             Ok(())
         })
     }

@@ -565,4 +565,9 @@ impl Process for SimProcess {
     fn var(&self, name: &str) -> Option<String> {
         self.0.variables.borrow().get(name).cloned()
     }
+
+    /// No operator stops a simulated server with a signal yet: its stops are crashes.
+    fn shutdown_signal(&self) -> LocalBoxFuture<'static, ()> {
+        Box::pin(std::future::pending())
+    }
 }

@@ -314,6 +314,7 @@ impl warden::env::HttpServe for NoHttp {
         _limits: warden::env::ListenLimits,
         _handler: warden::env::InboundHandler,
         _ready: Box<dyn FnOnce(core::net::SocketAddr)>,
+        _stop: LocalBoxFuture<'static, ()>,
     ) -> LocalBoxFuture<'static, std::io::Result<()>> {
         Box::pin(std::future::ready(Err(std::io::Error::other("the simulator does not listen for HTTP"))))
     }

@@ -1,0 +1,47 @@
+//! Stopping well: a SIGTERM or SIGINT (or the end of stdin) drains the server instead of
+//! cutting it. No new call is admitted; each run in progress finishes the action it is in and
+//! stops before beginning another (`RunEnd::Drained`: nothing in doubt, resumed at the next
+//! start); answers owed are written. What is still running when `server.shutdown_grace` runs
+//! out, or when a second signal comes, is left exactly as a crash would leave it: recovery
+//! is the same rule for both.
+
+use crate::base::sync::{select, Either, WaitAll};
+use crate::env::Env;
+use crate::run::runs::Runs;
+
+/// After a first shutdown signal: drains (`drain`), unless a second signal comes first, which
+/// stops at once (`Err`), leaving what runs as a crash would.
+pub async fn drain_unless_signalled_again(env: &Env, runs: &Runs, calls: WaitAll) -> Result<(), String> {
+    env.log("a shutdown signal (SIGTERM or SIGINT) came: draining; a second one stops at once");
+    runs.start_draining("a shutdown signal");
+    let second = env.process.shutdown_signal();
+    match select(Box::pin(drain(env, runs, calls)), second).await {
+        Either::Left(drained) => drained,
+        Either::Right(()) => Err("a second shutdown signal: stopping at once, as a crash would; runs in progress \
+                                  are recovered at the next start"
+            .to_string()),
+    }
+}
+
+/// Waits, within the grace, for the calls being answered (`calls`) and every run executing to
+/// end. `Err` names what was left when the grace ran out.
+pub async fn drain(env: &Env, runs: &Runs, calls: WaitAll) -> Result<(), String> {
+    let grace_ms = runs.catalog.manifest.server.shutdown_grace_ms;
+    let executing = runs.executing.wait();
+    let both = Box::pin(async move {
+        calls.await;
+        executing.await;
+    });
+    match select(both, env.clock.sleep(grace_ms)).await {
+        Either::Left(()) => {
+            env.log("drained: every call in progress was answered, and no run is left in the middle of an action");
+            Ok(())
+        }
+        Either::Right(()) => Err(format!(
+            "the shutdown grace of {} ran out with {} run(s) still executing: stopping as a crash would; they are \
+             recovered at the next start",
+            crate::store::ledger::duration_text(grace_ms),
+            runs.runs_executing()
+        )),
+    }
+}
