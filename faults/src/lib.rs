@@ -85,6 +85,10 @@ pub enum Fault {
     /// The client goes away right after sending the call (its stdin closes, writes to it
     /// fail), then connects to a new server and sends again what `once` lets it.
     ClientGone,
+    /// A shutdown signal (SIGTERM) comes `after_ms` of virtual time after the call is sent: the
+    /// server drains (no new call, each run stops between actions) and exits, then starts
+    /// again. A drained server leaves nothing in doubt that a person was not already asked about.
+    Shutdown { after_ms: u64 },
     /// With the server stopped, a durable byte of `file` rots: the byte at `at` modulo the
     /// length before the last newline flips. At the next start, recovery must report the
     /// damage naming the file and line, and the seed ends there (damage waits for a person).
@@ -152,6 +156,7 @@ impl Fault {
             Fault::Cancel => "cancellation",
             Fault::Flood { .. } => "a flood of calls",
             Fault::ClientGone => "client gone mid-call",
+            Fault::Shutdown { .. } => "a shutdown signal",
             Fault::RotByte { .. } => "a durable byte rots",
             Fault::FlipLedgerRead { .. } => "a flipped byte read",
             Fault::MisdirectLedgerAppend { .. } => "a misdirected write",

@@ -85,8 +85,10 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
     for _ in 0..RESTARTS_MAX {
         let flips = world.disk.injected.borrow().get("flipped read").copied().unwrap_or(0);
         let before = CrashesBefore { disk: disk_crashes(world), poison: world.sandbox.poison_crashes.get() };
+        let signals = world.services.shutdowns_sent.get();
         let stop = instance.run();
         stopped_on_a_bug(&instance, report);
+        drained_leaves_nothing_new_in_doubt(world, &instance, signals, report);
         flipped_read_refused(world, &instance, flips, report);
         if world.disk.misdirected.borrow().is_some() {
             // The caller sees whether the damage lasts; a restart now would meet it.
@@ -118,6 +120,26 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
     }
     report.violations.push(Violation { invariant: 10, message: format!("no progress after {RESTARTS_MAX} restarts") });
     instance
+}
+
+/// 2: a server that drained after a shutdown signal (and exited cleanly) left no action begun
+/// and not done, but in a run that already waits for a person (its waiting record written):
+/// a drain never cuts an action.
+fn drained_leaves_nothing_new_in_doubt(world: &World, instance: &Instance, signals_before: u64, report: &mut Report) {
+    if world.services.shutdowns_sent.get() == signals_before || instance.exited() != Some(Ok(())) {
+        return;
+    }
+    let journals = World::path("journals");
+    let Ok(state) = check::ledger_state(&world.disk, &journals) else { return };
+    for entry in state.runs.values().filter(|entry| entry.is_open()) {
+        let Some(Ok(journal)) = check::journal(&world.disk, &journals, &entry.tool, &entry.run) else { continue };
+        let Some(op) = journal.begun_op() else { continue };
+        let waiting = warden::base::layout::RunFiles::new(&journals, &entry.tool, &entry.run).waiting;
+        if world.disk.peek(&waiting).is_none() {
+            let message = format!("a drained server left action {op} of run {} begun and not done", entry.run);
+            report.violations.push(Violation { invariant: 2, message });
+        }
+    }
 }
 
 /// A server may stop because its disk failed or programs cannot run; never because its own

@@ -56,6 +56,8 @@ pub struct Executor {
     rng: RefCell<ChaCha8Rng>,
     clock: Rc<SimClock>,
     crashed: Rc<Cell<bool>>,
+    /// The process exited (its main task returned): as a real exit, no task of it runs again.
+    pub exited: Rc<Cell<bool>>,
     pub polls: Cell<u64>,
 }
 
@@ -91,6 +93,7 @@ impl Executor {
             rng: RefCell::new(rng),
             clock,
             crashed,
+            exited: Rc::default(),
             polls: Cell::new(0),
         }
     }
@@ -125,6 +128,9 @@ impl Executor {
         for _ in 0..steps {
             if self.crashed.get() {
                 return Stop::Crashed;
+            }
+            if self.exited.get() {
+                return Stop::Quiet;
             }
             self.admit_spawned();
             let next = {

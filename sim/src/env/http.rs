@@ -204,6 +204,12 @@ impl Bridge {
 
     /// The answer's messages, as lines on the protocol stream.
     fn deliver(&self, answer: OutboundAnswer) {
+        // Refused while the server drains: nothing was run, and the client hears nothing, as
+        // when a crash takes its call (a real one waits `Retry-After` and sends it again; here
+        // the client's resending after the restart does).
+        if answer.status == 503 {
+            return;
+        }
         let header = |name: &str| answer.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
         if let Some(session) = header("mcp-session-id") {
             *self.session.borrow_mut() = Some(session);

@@ -93,6 +93,12 @@ pub struct Services {
     /// The model tokens the ledger last held for each run the checker saw (kept when
     /// retention drops a settled run, whose charge is final).
     pub tokens_held: RefCell<BTreeMap<String, u64>>,
+    /// When (virtual monotonic ms) the server receives a shutdown signal, if one is armed.
+    pub shutdown_at_ms: Cell<Option<u64>>,
+    /// Told when a shutdown is armed, so a server waiting for signals sees it.
+    pub shutdown_armed: warden::base::sync::Notify,
+    /// Shutdown signals delivered so far.
+    pub shutdowns_sent: Cell<u64>,
 }
 
 fn response(status: u16, body: Value) -> HttpResponse {
@@ -528,6 +534,16 @@ impl Services {
     }
 }
 
+impl Services {
+    /// A shutdown signal for the server `after_ms` from now (virtual, monotonic).
+    pub fn arm_shutdown(&self, after_ms: u64) {
+        let Some(clock) = self.clock.borrow().clone() else { return };
+        let now = warden::env::Clock::monotonic_ms(&crate::env::clock::SimClockHandle(clock));
+        self.shutdown_at_ms.set(Some(now + after_ms));
+        self.shutdown_armed.notify_all();
+    }
+}
+
 pub struct SimProcess(pub Rc<Services>);
 
 impl Process for SimProcess {
@@ -566,8 +582,27 @@ impl Process for SimProcess {
         self.0.variables.borrow().get(name).cloned()
     }
 
-    /// No operator stops a simulated server with a signal yet: its stops are crashes.
+    /// A signal comes when a `shutdown` fault armed one (`Services::arm_shutdown`), at its
+    /// virtual time; never otherwise.
     fn shutdown_signal(&self) -> LocalBoxFuture<'static, ()> {
-        Box::pin(std::future::pending())
+        let services = Rc::clone(&self.0);
+        Box::pin(async move {
+            loop {
+                let clock = services.clock.borrow().clone();
+                match (services.shutdown_at_ms.get(), clock) {
+                    (Some(at), Some(clock)) => {
+                        let clock = crate::env::clock::SimClockHandle(clock);
+                        let now = warden::env::Clock::monotonic_ms(&clock);
+                        if now >= at {
+                            services.shutdown_at_ms.set(None);
+                            services.shutdowns_sent.set(services.shutdowns_sent.get() + 1);
+                            return;
+                        }
+                        warden::env::Clock::sleep(&clock, at - now).await;
+                    }
+                    _ => services.shutdown_armed.changed().await,
+                }
+            }
+        })
     }
 }

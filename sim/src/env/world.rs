@@ -179,9 +179,11 @@ impl World {
         match self.transport.get() {
             Transport::Stdio => {
                 let env = self.env(&executor, &pipe, Rc::new(NoHttp));
+                let exited = Rc::clone(&executor.exited);
                 executor.spawn(Box::pin(async move {
                     let outcome = warden::commands::serve_mcp(&env, &manifest).await;
                     *slot.borrow_mut() = Some(outcome);
+                    exited.set(true);
                 }));
             }
             Transport::Http | Transport::HttpOauth => {
@@ -209,9 +211,11 @@ impl World {
                         keys: warden::protocol::oauth::KeySource::File(World::path("jwks.json")),
                     }),
                 };
+                let exited = Rc::clone(&executor.exited);
                 executor.spawn(Box::pin(async move {
                     let outcome = warden::commands::serve_http(&env, &manifest, options).await;
                     *slot.borrow_mut() = Some(outcome);
+                    exited.set(true);
                 }));
                 executor.spawn(Box::pin(bridge.run()));
             }

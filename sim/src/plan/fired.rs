@@ -42,6 +42,9 @@ enum Witness {
     SlowReader {
         before: u64,
     },
+    Shutdown {
+        before: u64,
+    },
     Injected {
         kind: &'static str,
         before: u64,
@@ -92,6 +95,7 @@ impl Pending {
             Fault::StepClockDuringRun { .. } => Witness::ClockStepDuringRun { before: world.sandbox.steps_taken.get() },
             Fault::PoisonRun => Witness::PoisonRun { before: world.sandbox.poison_crashes.get() },
             Fault::SlowReader { .. } => Witness::SlowReader { before: world.slow_reader.lines_read.get() },
+            Fault::Shutdown { .. } => Witness::Shutdown { before: world.services.shutdowns_sent.get() },
             Fault::SlowDisk { .. } => {
                 Witness::Injected { kind: "slow operation", before: injected(world, "slow operation") }
             }
@@ -142,6 +146,7 @@ fn has_fired(world: &World, armed: &Armed) -> bool {
         Witness::ClockStepDuringRun { before } => world.sandbox.steps_taken.get() > *before,
         Witness::PoisonRun { before } => world.sandbox.poison_crashes.get() > *before,
         Witness::SlowReader { before } => world.slow_reader.lines_read.get() > *before,
+        Witness::Shutdown { before } => world.services.shutdowns_sent.get() > *before,
         Witness::Injected { kind, before } => injected(world, kind) > *before,
     }
 }

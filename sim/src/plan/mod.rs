@@ -84,6 +84,8 @@ const FAULT_KINDS: &[FaultKind] = &[
     },
     // More calls at once than the smallest servers take in progress (4 x 1 + 16).
     FaultKind { draw: |r| Fault::Flood { calls: 10 + pick(r, 60) as u32 }, rarity: 1 },
+    // An operator's stop, at some moment of the call (a drain, then a start).
+    FaultKind { draw: |r| Fault::Shutdown { after_ms: [0, 10, 100, 1_000, 5_000][pick(r, 5) as usize] }, rarity: 2 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only
@@ -170,6 +172,7 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::NotifyFails { times } => world.services.notify_failures.set(*times),
         Fault::NotifyHangs { times } => world.services.notify_hangs.set(*times),
         Fault::DriftClock { ppm } => world.clock.set_drift_ppm(*ppm),
+        Fault::Shutdown { after_ms } => world.services.arm_shutdown(*after_ms),
         Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine | Fault::ClientGone | Fault::Flood { .. } => {
             return true
         }
