@@ -156,11 +156,27 @@ fn post_call(address: SocketAddr, id: u64, call: &Value) -> (u16, String, String
     (status, head.to_ascii_lowercase(), body.to_string())
 }
 
+/// A bodiless request; (status, body).
+fn probe(address: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request = format!("{method} {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = String::new();
+    let _ = stream.read_to_string(&mut raw);
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    (head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), body.to_string())
+}
+
 #[test]
 fn over_http_a_draining_server_answers_its_calls_and_refuses_new_ones_with_503() {
     let payments = Payments::start();
     let dir = folder(&payments, "20s");
     let (mut child, address, log) = serve_http(dir.path());
+    // The probes: unauthenticated, GET only; ready once serving.
+    assert_eq!(probe(address, "GET", "/healthz"), (200, r#"{"status":"alive"}"#.to_string()));
+    assert_eq!(probe(address, "GET", "/readyz"), (200, r#"{"status":"ready"}"#.to_string()));
+    assert_eq!(probe(address, "POST", "/readyz").0, 405);
     let slow = std::thread::spawn(move || post_call(address, 1, &note("linger-2000")));
     wait_for_notes(&payments, 1);
     sigterm(child.id());
@@ -176,6 +192,9 @@ fn over_http_a_draining_server_answers_its_calls_and_refuses_new_ones_with_503()
     let (status, head, body) = post_call(address, 2, &note("too late"));
     assert_eq!(status, 503, "{head}{body}");
     assert!(head.contains("retry-after: 5"), "{head}");
+    // Draining: alive, not ready.
+    assert_eq!(probe(address, "GET", "/readyz"), (503, r#"{"status":"stopping"}"#.to_string()));
+    assert_eq!(probe(address, "GET", "/healthz").0, 200);
     let (status, _, body) = slow.join().unwrap();
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""saved":1"#), "{body}");

@@ -199,6 +199,9 @@ fn fatal_message(runs: &Runs) -> String {
     runs.fatal_message().unwrap_or_else(|| "a durable write failed".to_string())
 }
 
+/// The liveness probe's path, and the readiness probe's.
+const HEALTH_PATH: &str = "/healthz";
+const READY_PATH: &str = "/readyz";
 /// What a request refused while the server stops says to wait, in seconds (`Retry-After`).
 const STOPPING_RETRY_AFTER_S: u64 = 5;
 /// After a drain, how long the listener has to write the last answers and close.
@@ -286,6 +289,9 @@ impl Front {
             return Err(plain(431, &format!("the request's headers are over {HEAD_BYTES_MAX} bytes")));
         }
         self.check_host_and_origin(request)?;
+        if let Some(health) = self.health(request) {
+            return Err(health);
+        }
         if let Some(metadata) = self.resource_metadata(request) {
             return Err(metadata);
         }
@@ -387,6 +393,29 @@ impl Front {
     }
 
     /// RFC 9728's protected resource metadata, public, when OAuth is configured.
+    /// `/healthz` (the process answers) and `/readyz` (it takes calls: recovery is done, as
+    /// the listener opens after it, no durable write failed, and it is not draining), for a
+    /// supervisor's probes: unauthenticated, GET only, and they tell nothing else.
+    fn health(&self, request: &InboundRequest) -> Option<OutboundAnswer> {
+        let path = request.path.as_str();
+        if path != HEALTH_PATH && path != READY_PATH {
+            return None;
+        }
+        if request.method != "GET" {
+            let mut answer = plain(405, "a health probe takes GET");
+            answer.headers.push(("allow".to_string(), "GET".to_string()));
+            return Some(answer);
+        }
+        let status = match () {
+            _ if path == HEALTH_PATH => "alive",
+            _ if self.runs.fatal.is_set() => "stopped: a durable write failed",
+            _ if self.runs.is_draining() => "stopping",
+            _ => "ready",
+        };
+        let code = if matches!(status, "alive" | "ready") { 200 } else { 503 };
+        Some(json_answer(code, &json!({"status": status})))
+    }
+
     fn resource_metadata(&self, request: &InboundRequest) -> Option<OutboundAnswer> {
         let Auth::OAuth(oauth) = &self.auth else { return None };
         let path = request.path.as_str();
