@@ -4,7 +4,7 @@
 #   url="$(scripts/listening-url.sh server.err)"
 set -euo pipefail
 for _ in $(seq 100); do
-  url="$(sed -n 's/^warden: listening on //p' "$1")"
+  url="$(sed -n 's/^.*warden: listening on //p' "$1")"
   if [ -n "$url" ]; then echo "$url"; exit 0; fi
   sleep 0.1
 done

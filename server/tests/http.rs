@@ -35,7 +35,7 @@ impl Server {
         let address = loop {
             let line = lines.next().expect("the server logs where it listens").unwrap();
             stderr.lock().unwrap().push_str(&format!("{line}\n"));
-            if let Some(rest) = line.strip_prefix("warden: listening on http://") {
+            if let Some(rest) = line.split_once("warden: listening on http://").map(|(_, rest)| rest) {
                 break rest.strip_suffix("/mcp").unwrap().parse().unwrap();
             }
         };

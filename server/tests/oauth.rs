@@ -124,7 +124,7 @@ fn start_with_keys(issuer: &Issuer, url: Option<&str>) -> Server {
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let address = loop {
         let line = lines.next().expect("the server logs where it listens").unwrap();
-        if let Some(rest) = line.strip_prefix("warden: listening on http://") {
+        if let Some(rest) = line.split_once("warden: listening on http://").map(|(_, rest)| rest) {
             break rest.strip_suffix("/mcp").unwrap().parse().unwrap();
         }
     };
