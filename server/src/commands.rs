@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use serde_json::json;
 
+use crate::base::sync::{select, Either};
 use crate::catalog::{read_manifest, Catalog};
 use crate::env::{DiskLock, Env};
 use crate::protocol::http::HttpOptions;
@@ -24,17 +25,26 @@ const LOCK_RETRY_MS: u64 = 100;
 /// `warden mcp <manifest>`: load everything, take the lock, recover, then serve on the
 /// protocol stream until EOF. An error here stops the server before it answers anything.
 pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
+    // Listening for signals first: one during recovery stops its runs between actions too.
+    let shutdown = env.process.shutdown_signal(1);
     let opened = open_server(env, manifest_path, Vec::new()).await?;
     let connection = Connection::new(Rc::clone(&opened.runs));
-    // Registered before the first request is read: a signal from then on drains.
-    let mut shutdown = env.process.shutdown_signal();
-    if connection.serve(&mut shutdown).await {
-        crate::run::drain::drain_unless_signalled_again(env, &opened.runs, connection.calls_in_progress()).await?;
+    // Registered before the first request is read: a signal from then on drains, while
+    // requests are still read and answered (a call refused: the server is stopping).
+    let mut serving = Box::pin(connection.serve());
+    if let Either::Right(()) = select(&mut serving, shutdown).await {
+        let drain = crate::run::drain::drain_unless_signalled_again(env, &opened.runs, connection.calls_in_progress());
+        let mut drain = Box::pin(drain);
+        match select(&mut serving, &mut drain).await {
+            // Stdin ended during the drain: the drain still bounds the wait.
+            Either::Left(()) => drain.await?,
+            Either::Right(drained) => drained?,
+        }
     }
     if let Some(message) = opened.runs.fatal_message() {
         return Err(message);
     }
-    crate::run::notify::deliver_before_exit(env, &opened.runs.notifications_owed).await;
+    crate::run::drain::deliver_before_exit(env, &opened.runs).await?;
     env.log("exiting");
     Ok(())
 }
@@ -42,6 +52,8 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
 /// Serves the manifest's tools over Streamable HTTP until listening fails or a durable write
 /// fails.
 pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -> Result<(), String> {
+    // Listening for signals first: one during recovery stops its runs between actions too.
+    drop(env.process.shutdown_signal(1));
     let auth = crate::protocol::http::authentication(env, &options).await?;
     let opened = open_server(env, manifest_path, auth.secrets()).await?;
     crate::protocol::http::serve(env, &opened.runs, auth, &options).await

@@ -313,9 +313,12 @@ pub trait Process {
     fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>>;
     /// An environment variable of the server process (secrets are named in the manifest).
     fn var(&self, name: &str) -> Option<String>;
-    /// Resolves at the next SIGTERM or SIGINT the process receives from the moment it is
-    /// called (the first asks for a drain, a second for an exit at once).
-    fn shutdown_signal(&self) -> LocalBoxFuture<'static, ()>;
+    /// Shutdown signals (SIGTERM, SIGINT, SIGHUP) received since listening began (0 before).
+    fn shutdown_signals(&self) -> u64;
+    /// Resolves once `nth` shutdown signals have been received (the first asks for a drain,
+    /// the second for an exit at once); one received before the call counts. The first call
+    /// starts listening: from then on a signal is counted, and no longer ends the process.
+    fn shutdown_signal(&self, nth: u64) -> LocalBoxFuture<'static, ()>;
 }
 
 /// The durable steps of a call (seed 000 section 7), and the gap inside an action. The

@@ -20,7 +20,17 @@ use serde_json::{json, Value};
 /// the server `grace` to drain.
 fn folder(payments: &Payments, grace: &str) -> tempfile::TempDir {
     let dir = private_copy(&fixture("crash"));
-    for file in ["manifest.json", "refund.star", "note.star"] {
+    // A tool of two plain POSTs: a drain can stop it between them.
+    std::fs::write(dir.path().join("two.star"), TWO_NOTES).unwrap();
+    let manifest = dir.path().join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        r#""tools": ["#,
+        r#""tools": [
+    { "name": "two_notes", "program": "two.star", "net": { "connect_timeout_ms": 1000, "timeout_ms": 30000 },
+      "grants": { "notes": { "cap": "net.http.post", "only": ["PAYMENTS/v1/notes"] } } },"#,
+    );
+    std::fs::write(&manifest, text).unwrap();
+    for file in ["manifest.json", "refund.star", "note.star", "two.star"] {
         let path = dir.path().join(file);
         let mut text = std::fs::read_to_string(&path).unwrap().replace("PAYMENTS", &payments.base());
         if file == "manifest.json" {
@@ -33,6 +43,18 @@ fn folder(payments: &Payments, grace: &str) -> tempfile::TempDir {
     }
     dir
 }
+
+const TWO_NOTES: &str = r#"
+def main(notes, first: str, second: str) -> dict:
+    """Save two notes, one after the other.
+
+    Args:
+        first: The first note.
+        second: The second note.
+    """
+    notes.post("PAYMENTS/v1/notes", body = first)
+    return {"saved": notes.post("PAYMENTS/v1/notes", body = second)["json"]["saved"]}
+"#;
 
 /// The refund tool's key (the fixture's other tool; the note tool needs none).
 const KEY: &[(&str, &str)] = &[("STRIPE_SECRET_KEY", "sk_test_SHUTDOWN_1")];
@@ -71,12 +93,23 @@ fn a_sigterm_during_a_slow_plain_post_answers_it_and_leaves_nothing_for_an_opera
     wire.send_request(Era::Modern, json!(1), "tools/call", note("linger-1500"));
     wait_for_notes(&payments, 1);
     sigterm(wire.pid());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !wire.stderr().contains("draining") {
+        assert!(Instant::now() < deadline, "no drain logged: {}", wire.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Requests are still read during the drain: a new call is refused, saying why.
+    wire.send_request(Era::Modern, json!(2), "tools/call", note("too late"));
+    let refused = wire.recv();
+    assert_eq!(refused["id"], json!(2), "{refused}");
+    assert_eq!(refused["result"]["_meta"]["dev.warden/refused"], json!("shutdown"), "{refused}");
     let answer = wire.recv();
     assert_eq!(answer["result"]["structuredContent"], json!({"result": {"saved": 1}}), "{answer}");
     let status = wire.wait_exit(Duration::from_secs(20));
     let log = wire.stderr();
     assert!(status.success(), "a drained server exits 0: {status:?}\n{log}");
     assert!(log.contains("draining") && log.contains("drained:"), "{log}");
+    assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "the refused call ran nothing");
     let waiting = wire.dir.path().join("journals/waiting");
     let left = std::fs::read_dir(&waiting).map(|entries| entries.count()).unwrap_or(0);
     assert_eq!(left, 0, "no run waits for an operator");
@@ -209,4 +242,50 @@ fn over_http_a_draining_server_answers_its_calls_and_refuses_new_ones_with_503()
     seen.extend(log.try_iter());
     assert!(exited.success(), "{exited:?}: {seen:?}");
     assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "the refused call ran nothing");
+}
+
+/// A signal during the start's recovery drains too: the run recovery resumed finishes the
+/// action it is in (never cut, never left in doubt), and the server exits cleanly without
+/// serving. (Before, a signal there killed the process at once.)
+#[test]
+fn a_sigterm_during_recovery_lets_the_resumed_run_finish_its_action() {
+    let payments = Payments::start();
+    let mut wire = Wire::start_dir(folder(&payments, "20s"), KEY);
+    let call = json!({"name": "two_notes", "arguments": {"first": "linger-1000", "second": "linger-3000"}});
+    wire.send_request(Era::Modern, json!(1), "tools/call", call);
+    wait_for_notes(&payments, 1);
+    sigterm(wire.pid());
+    let answer = wire.recv();
+    assert_eq!(answer["result"]["_meta"]["dev.warden/run"]["status"], json!("interrupted"), "{answer}");
+    assert!(wire.wait_exit(Duration::from_secs(20)).success(), "{}", wire.stderr());
+    // The next start resumes the run: its second POST is sent during recovery.
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let mut restarted = Wire::start_dir(dir, KEY);
+    wait_for_notes(&payments, 2);
+    sigterm(restarted.pid());
+    let status = restarted.wait_exit(Duration::from_secs(20));
+    let log = restarted.stderr();
+    assert!(status.success(), "{status:?}\n{log}");
+    let report = status_report(restarted.dir.path());
+    assert!(!report.contains("waiting for an operator") && !report.contains("interrupted"), "{report}\n{log}");
+    assert_eq!(payments.ledger.lock().unwrap().notes.len(), 2, "each note sent once");
+}
+
+/// Two signals back to back (a supervisor's TERM, then an impatient INT): the second one is
+/// not lost, and the server stops at once instead of waiting out the action.
+#[test]
+fn a_second_signal_right_after_the_first_stops_at_once() {
+    let payments = Payments::start();
+    let mut wire = Wire::start_dir(folder(&payments, "20s"), KEY);
+    wire.send_request(Era::Modern, json!(1), "tools/call", note("linger-8000"));
+    wait_for_notes(&payments, 1);
+    let pid = wire.pid();
+    let started = Instant::now();
+    Command::new("sh").arg("-c").arg(format!("kill -TERM {pid}; kill -INT {pid}")).status().unwrap();
+    let status = wire.wait_exit(Duration::from_secs(20));
+    let log = wire.stderr();
+    assert!(!status.success(), "{status:?}\n{log}");
+    assert!(started.elapsed() < Duration::from_secs(6), "it waited out the action: {:?}\n{log}", started.elapsed());
+    assert!(log.contains("a second shutdown signal"), "{log}");
 }

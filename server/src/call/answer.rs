@@ -119,7 +119,8 @@ pub fn drained_result(run: &str) -> Value {
     json!({
         "content": [{"type": "text", "text": format!(
             "the server is stopping: run {run} stopped between two actions, with nothing in doubt, and goes on when \
-             the server starts again. Follow run {run} with warden_run_status; calling this tool again starts another run."
+             the server starts again. Follow run {run} with warden_run_status; calling this tool again starts another \
+             run, unless the tool's `once` key answers the call from this one."
         )}],
         "_meta": {META_RUN: {"status": "interrupted", "run": run}},
         "isError": true

@@ -42,7 +42,7 @@ pub fn real_env(stdio: ProtectedStdio) -> Env {
         db: Rc::new(db::RealDb),
         rng: Rc::new(RealRng),
         spawn: Rc::new(RealSpawn),
-        process: Rc::new(process::RealProcess),
+        process: Rc::new(process::RealProcess::default()),
         probe: Rc::new(RealProbe::from_environment()),
         sandbox: Rc::new(sandbox::WorkerSandbox::default()),
         http: Rc::new(http_server::RealHttp),

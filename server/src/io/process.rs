@@ -1,14 +1,55 @@
 //! Child processes (the operator's notify command) and the process environment.
 
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::process::Stdio;
+use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
 use crate::env::{LocalBoxFuture, Process, ProcessOutcome, ProcessRequest};
 
-pub struct RealProcess;
+#[derive(Default)]
+pub struct RealProcess {
+    /// The shutdown signals received, once listening began.
+    signals: RefCell<Option<Rc<Received>>>,
+}
+
+struct Received {
+    count: Cell<u64>,
+    changed: tokio::sync::Notify,
+}
+
+impl RealProcess {
+    /// The count of shutdown signals, listening for them from the first call on: a task
+    /// counts each SIGTERM, SIGINT and SIGHUP for the life of the process.
+    fn received(&self) -> Rc<Received> {
+        if let Some(received) = self.signals.borrow().as_ref() {
+            return Rc::clone(received);
+        }
+        let received = Rc::new(Received { count: Cell::new(0), changed: tokio::sync::Notify::new() });
+        *self.signals.borrow_mut() = Some(Rc::clone(&received));
+        use tokio::signal::unix::{signal, SignalKind};
+        let kinds = [SignalKind::terminate(), SignalKind::interrupt(), SignalKind::hangup()];
+        let mut listening: Vec<_> = kinds.into_iter().filter_map(|kind| signal(kind).ok()).collect();
+        let counted = Rc::clone(&received);
+        tokio::task::spawn_local(async move {
+            loop {
+                if listening.is_empty() {
+                    return;
+                }
+                let any = futures_util::future::select_all(listening.iter_mut().map(|s| Box::pin(s.recv())));
+                if any.await.0.is_none() {
+                    return;
+                }
+                counted.count.set(counted.count.get() + 1);
+                counted.changed.notify_waiters();
+            }
+        });
+        received
+    }
+}
 
 impl Process for RealProcess {
     fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>> {
@@ -42,20 +83,22 @@ impl Process for RealProcess {
         std::env::var(name).ok()
     }
 
-    fn shutdown_signal(&self) -> LocalBoxFuture<'static, ()> {
-        use tokio::signal::unix::{signal, SignalKind};
-        // Registered now, so a signal that comes before the first poll is not missed.
-        let registered = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    fn shutdown_signals(&self) -> u64 {
+        self.signals.borrow().as_ref().map_or(0, |received| received.count.get())
+    }
+
+    fn shutdown_signal(&self, nth: u64) -> LocalBoxFuture<'static, ()> {
+        let received = self.received();
         Box::pin(async move {
-            match registered {
-                (Ok(mut terminate), Ok(mut interrupt)) => {
-                    tokio::select! {
-                        _ = terminate.recv() => {}
-                        _ = interrupt.recv() => {}
-                    }
+            loop {
+                // Registered before the count is read: a signal in between still wakes it.
+                let changed = received.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if received.count.get() >= nth {
+                    return;
                 }
-                // No signal handling (no reactor for it): signals keep their default action.
-                _ => std::future::pending().await,
+                changed.await;
             }
         })
     }

@@ -171,13 +171,17 @@ fn spawn_worker() -> Result<Worker, Stopped> {
     // through signal). No CPU limit: it would add up over a worker's jobs; the wall-clock
     // limit stops a spinning job. A worker ignores SIGINT and SIGTERM (a terminal's Ctrl-C
     // and a supervisor's stop reach the whole group): the server drains, and its workers
-    // end when it closes their stdin, or are killed with it.
+    // end when it closes their stdin; a server killed outright takes them with it
+    // (PR_SET_PDEATHSIG), since no one else would enforce their time limit.
     unsafe {
         command.pre_exec(|| {
             limit(libc::RLIMIT_AS, EXECUTION_MEMORY_BYTES_MAX)?;
             limit(libc::RLIMIT_CORE, 0)?;
             libc::signal(libc::SIGINT, libc::SIG_IGN);
             libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             Ok(())
         });
     }

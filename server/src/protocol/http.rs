@@ -148,7 +148,7 @@ pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions
     let stop_listening = crate::base::sync::Signal::new();
     let mut served = env.http.serve(options.listen, limits, handler, ready, Box::pin(stop_listening.wait()));
     // Registered before the first request is served: a signal from then on drains.
-    let mut shutdown = env.process.shutdown_signal();
+    let mut shutdown = env.process.shutdown_signal(1);
     let stopped = Box::pin(select(front.runs.fatal.wait(), &mut shutdown));
     let drained = match select(&mut served, stopped).await {
         Either::Left(listened) => {
@@ -157,7 +157,7 @@ pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions
         Either::Right(Either::Left(())) => return Err(fatal_message(runs)),
         // Listening goes on while runs drain: new requests are answered 503.
         Either::Right(Either::Right(())) => {
-            let drain = crate::run::drain::drain_unless_signalled_again(env, runs, front.exchanges.wait());
+            let drain = crate::run::drain::drain_unless_signalled_again(env, runs, &front.exchanges);
             match select(&mut served, Box::pin(drain)).await {
                 Either::Left(listened) => {
                     return listened.map_err(|error| format!("listening on {} failed: {error}", options.listen))
@@ -175,7 +175,7 @@ pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions
         return Err(fatal_message(runs));
     }
     drained?;
-    crate::run::notify::deliver_before_exit(env, &runs.notifications_owed).await;
+    crate::run::drain::deliver_before_exit(env, runs).await?;
     env.log("exiting");
     Ok(())
 }

@@ -200,27 +200,19 @@ impl Connection {
         }
     }
 
-    /// Serves until stdin ends or the client is gone, then waits for calls in progress.
-    /// Reads and answers requests until stdin ends, the client is gone, a durable write
-    /// failed or `shutdown` comes (true: the caller drains, `run::drain`). On the end of stdin
-    /// every call read is answered first.
-    pub async fn serve(self: &Rc<Self>, shutdown: &mut LocalBoxFuture<'static, ()>) -> bool {
+    /// Reads and answers requests until stdin ends, the client is gone or a durable write
+    /// failed, then waits for the calls in progress (a drain, `run::drain`, runs beside it).
+    pub async fn serve(self: &Rc<Self>) {
         let mut splitter = LineSplitter::new();
-        let mut signalled = false;
         loop {
             let read = self.env.stdio.read(READ_CHUNK_BYTES);
-            let stopped = Box::pin(select(self.client_gone.wait(), self.runs.fatal.wait()));
-            let stop = Box::pin(select(stopped, &mut *shutdown));
+            let stop = Box::pin(select(self.client_gone.wait(), self.runs.fatal.wait()));
             let chunk = match select(read, stop).await {
-                Either::Right(Either::Right(())) => {
-                    signalled = true;
-                    break;
-                }
-                Either::Right(Either::Left(Either::Left(()))) => {
+                Either::Right(Either::Left(())) => {
                     self.env.log("the client is gone (a write failed); no more requests are read");
                     break;
                 }
-                Either::Right(Either::Left(Either::Right(()))) => {
+                Either::Right(Either::Right(())) => {
                     self.env.log("a durable write failed; no more requests are read");
                     break;
                 }
@@ -247,17 +239,14 @@ impl Connection {
         if running > 0 {
             self.env.log(&format!("waiting for {running} call(s) in progress before exiting"));
         }
-        if !signalled {
-            // The end of stdin: every call read is answered, its run taken to its end (a
-            // drain here is left for later: see docs/DEFERRED.md).
-            self.tasks.wait().await;
-        }
-        signalled
+        // The end of stdin: every call read is answered, its run taken to its end (a drain
+        // here is left for later: see docs/DEFERRED.md).
+        self.tasks.wait().await;
     }
 
     /// Completes when no call of this connection is in progress.
-    pub fn calls_in_progress(&self) -> crate::base::sync::WaitAll {
-        self.tasks.wait()
+    pub fn calls_in_progress(&self) -> &WaitGroup {
+        &self.tasks
     }
 
     async fn handle_frame(self: &Rc<Self>, frame: Frame) {

@@ -5,16 +5,16 @@
 //! out, or when a second signal comes, is left exactly as a crash would leave it: recovery
 //! is the same rule for both.
 
-use crate::base::sync::{select, Either, WaitAll};
+use crate::base::sync::{select, Either, WaitGroup};
 use crate::env::Env;
 use crate::run::runs::Runs;
 
 /// After a first shutdown signal: drains (`drain`), unless a second signal comes first, which
 /// stops at once (`Err`), leaving what runs as a crash would.
-pub async fn drain_unless_signalled_again(env: &Env, runs: &Runs, calls: WaitAll) -> Result<(), String> {
-    env.log("a shutdown signal (SIGTERM or SIGINT) came: draining; a second one stops at once");
+pub async fn drain_unless_signalled_again(env: &Env, runs: &Runs, calls: &WaitGroup) -> Result<(), String> {
+    env.log("a shutdown signal (SIGTERM, SIGINT or SIGHUP) came: draining; a second one stops at once");
     runs.start_draining("a shutdown signal");
-    let second = env.process.shutdown_signal();
+    let second = env.process.shutdown_signal(2);
     match select(Box::pin(drain(env, runs, calls)), second).await {
         Either::Left(drained) => drained,
         Either::Right(()) => Err("a second shutdown signal: stopping at once, as a crash would; runs in progress \
@@ -25,23 +25,43 @@ pub async fn drain_unless_signalled_again(env: &Env, runs: &Runs, calls: WaitAll
 
 /// Waits, within the grace, for the calls being answered (`calls`) and every run executing to
 /// end. `Err` names what was left when the grace ran out.
-pub async fn drain(env: &Env, runs: &Runs, calls: WaitAll) -> Result<(), String> {
+pub async fn drain(env: &Env, runs: &Runs, calls: &WaitGroup) -> Result<(), String> {
     let grace_ms = runs.catalog.manifest.server.shutdown_grace_ms;
-    let executing = runs.executing.wait();
+    let (calls_done, executing) = (calls.wait(), runs.executing.wait());
     let both = Box::pin(async move {
-        calls.await;
+        calls_done.await;
         executing.await;
     });
     match select(both, env.clock.sleep(grace_ms)).await {
         Either::Left(()) => {
-            env.log("drained: every call in progress was answered, and no run is left in the middle of an action");
+            let open = runs.ledger.state().runs.values().filter(|entry| entry.is_open()).count();
+            env.log(&format!(
+                "drained: every call in progress was answered, and no run is left in the middle of an action; {open} \
+                 run(s) are unfinished (stopped between actions, waiting for input or for an operator): the next \
+                 start of this same version goes on with them, so let them end (warden mcp status) before changing \
+                 a tool or upgrading"
+            ));
             Ok(())
         }
         Either::Right(()) => Err(format!(
-            "the shutdown grace of {} ran out with {} run(s) still executing: stopping as a crash would; they are \
-             recovered at the next start",
+            "the shutdown grace of {} ran out with {} run(s) still executing and {} call(s) unanswered: stopping as a \
+             crash would; the next start recovers them by the same rules (an action cut in flight that is not safe \
+             to send again waits for an operator: warden mcp status)",
             crate::store::ledger::duration_text(grace_ms),
-            runs.runs_executing()
+            runs.runs_executing(),
+            calls.count()
         )),
+    }
+}
+
+/// The notifications the server owes, delivered before it exits (bounded by their own wait),
+/// unless a second shutdown signal comes first.
+pub async fn deliver_before_exit(env: &Env, runs: &Runs) -> Result<(), String> {
+    let delivering = Box::pin(crate::run::notify::deliver_before_exit(env, &runs.notifications_owed));
+    match select(delivering, env.process.shutdown_signal(2)).await {
+        Either::Left(()) => Ok(()),
+        Either::Right(()) => Err("a second shutdown signal: exiting before the operator's notifications were \
+                                  delivered; the next start notifies again"
+            .to_string()),
     }
 }

@@ -159,8 +159,10 @@ impl Runs {
         self.in_progress.borrow().len()
     }
 
+    /// Whether the server stops: draining, or a shutdown signal came (during recovery,
+    /// before the drain began, runs already stop between actions).
     pub fn is_draining(&self) -> bool {
-        self.draining.get()
+        self.draining.get() || self.env.process.shutdown_signals() > 0
     }
 
     pub fn fatal_message(&self) -> Option<String> {

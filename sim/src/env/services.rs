@@ -544,22 +544,44 @@ impl Services {
     }
 }
 
-pub struct SimProcess(pub Rc<Services>);
+/// One server process's view of the world's processes and signals.
+pub struct SimProcess {
+    pub services: Rc<Services>,
+    /// Shutdown signals this process received.
+    received: Rc<Cell<u64>>,
+}
+
+impl SimProcess {
+    pub fn new(services: Rc<Services>) -> SimProcess {
+        SimProcess { services, received: Rc::default() }
+    }
+
+    /// An armed signal whose time has come reaches this process.
+    fn deliver_due_signal(&self) {
+        let Some(at) = self.services.shutdown_at_ms.get() else { return };
+        let Some(clock) = self.services.clock.borrow().clone() else { return };
+        if warden::env::Clock::monotonic_ms(&crate::env::clock::SimClockHandle(clock)) >= at {
+            self.services.shutdown_at_ms.set(None);
+            self.services.shutdowns_sent.set(self.services.shutdowns_sent.get() + 1);
+            self.received.set(self.received.get() + 1);
+        }
+    }
+}
 
 impl Process for SimProcess {
     fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>> {
-        if self.0.server_crashed() {
+        if self.services.server_crashed() {
             return Box::pin(std::future::pending());
         }
-        if let Some(oracle) = self.0.oracle.borrow().as_ref() {
+        if let Some(oracle) = self.services.oracle.borrow().as_ref() {
             oracle.before_notify(&request.stdin);
         }
-        self.0.notify_calls.borrow_mut().push(request.stdin.clone());
-        let hanging = self.0.notify_hangs.get();
+        self.services.notify_calls.borrow_mut().push(request.stdin.clone());
+        let hanging = self.services.notify_hangs.get();
         if hanging > 0 {
-            self.0.notify_hangs.set(hanging - 1);
+            self.services.notify_hangs.set(hanging - 1);
             // The command never exits; the server's timeout kills it.
-            if let Some(clock) = self.0.clock.borrow().as_ref() {
+            if let Some(clock) = self.services.clock.borrow().as_ref() {
                 let sleep =
                     warden::env::Clock::sleep(&crate::env::clock::SimClockHandle(Rc::clone(clock)), request.timeout_ms);
                 return Box::pin(async move {
@@ -568,9 +590,9 @@ impl Process for SimProcess {
                 });
             }
         }
-        let failing = self.0.notify_failures.get();
+        let failing = self.services.notify_failures.get();
         let exit_code = if failing > 0 {
-            self.0.notify_failures.set(failing - 1);
+            self.services.notify_failures.set(failing - 1);
             Some(1)
         } else {
             Some(0)
@@ -579,28 +601,32 @@ impl Process for SimProcess {
     }
 
     fn var(&self, name: &str) -> Option<String> {
-        self.0.variables.borrow().get(name).cloned()
+        self.services.variables.borrow().get(name).cloned()
+    }
+
+    fn shutdown_signals(&self) -> u64 {
+        self.deliver_due_signal();
+        self.received.get()
     }
 
     /// A signal comes when a `shutdown` fault armed one (`Services::arm_shutdown`), at its
     /// virtual time; never otherwise.
-    fn shutdown_signal(&self) -> LocalBoxFuture<'static, ()> {
-        let services = Rc::clone(&self.0);
+    fn shutdown_signal(&self, nth: u64) -> LocalBoxFuture<'static, ()> {
+        let process = SimProcess { services: Rc::clone(&self.services), received: Rc::clone(&self.received) };
         Box::pin(async move {
             loop {
-                let clock = services.clock.borrow().clone();
-                match (services.shutdown_at_ms.get(), clock) {
+                process.deliver_due_signal();
+                if process.received.get() >= nth {
+                    return;
+                }
+                let clock = process.services.clock.borrow().clone();
+                match (process.services.shutdown_at_ms.get(), clock) {
                     (Some(at), Some(clock)) => {
                         let clock = crate::env::clock::SimClockHandle(clock);
                         let now = warden::env::Clock::monotonic_ms(&clock);
-                        if now >= at {
-                            services.shutdown_at_ms.set(None);
-                            services.shutdowns_sent.set(services.shutdowns_sent.get() + 1);
-                            return;
-                        }
-                        warden::env::Clock::sleep(&clock, at - now).await;
+                        warden::env::Clock::sleep(&clock, at.saturating_sub(now)).await;
                     }
-                    _ => services.shutdown_armed.changed().await,
+                    _ => process.services.shutdown_armed.changed().await,
                 }
             }
         })

@@ -161,7 +161,7 @@ impl World {
                 faults: Rc::clone(&self.sandbox),
                 crashed: Rc::clone(&self.crashed),
             }),
-            process: Rc::new(SimProcess(Rc::clone(&self.services))),
+            process: Rc::new(SimProcess::new(Rc::clone(&self.services))),
             probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
             http,
         }
