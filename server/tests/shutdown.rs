@@ -289,3 +289,31 @@ fn a_second_signal_right_after_the_first_stops_at_once() {
     assert!(started.elapsed() < Duration::from_secs(6), "it waited out the action: {:?}\n{log}", started.elapsed());
     assert!(log.contains("a second shutdown signal"), "{log}");
 }
+
+/// A drain before a deploy: the run stopped between actions cannot go on under a changed
+/// program. The drain said so; the next start refuses, naming the run and that a person
+/// decides (not a damaged journal, which it is not).
+#[test]
+fn a_program_changed_after_a_drain_stops_the_start_for_an_operator_and_says_why() {
+    let payments = Payments::start();
+    let mut wire = Wire::start_dir(folder(&payments, "20s"), KEY);
+    let call = json!({"name": "two_notes", "arguments": {"first": "linger-1000", "second": "second"}});
+    wire.send_request(Era::Modern, json!(1), "tools/call", call);
+    wait_for_notes(&payments, 1);
+    sigterm(wire.pid());
+    assert!(wire.wait_exit(Duration::from_secs(20)).success(), "{}", wire.stderr());
+    assert!(wire.stderr().contains("1 run(s) are unfinished"), "{}", wire.stderr());
+    assert!(wire.stderr().contains("before changing a tool or upgrading"), "{}", wire.stderr());
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let program = dir.path().join("two.star");
+    let changed = std::fs::read_to_string(&program).unwrap() + "\n# changed\n";
+    std::fs::write(&program, changed).unwrap();
+    let mut restarted = Wire::start_dir(dir, KEY);
+    let status = restarted.wait_exit(Duration::from_secs(20));
+    let log = restarted.stderr();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("these runs need an operator"), "{log}");
+    assert!(log.contains("(an operator must act before the server starts)"), "{log}");
+    assert!(!log.contains("could not be written or read safely"), "{log}");
+}

@@ -208,7 +208,7 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
         }
     }
     if !refusals.is_empty() {
-        return Err(Fatal::storage(format!(
+        return Err(Fatal::needs_operator(format!(
             "refusing to start; these runs need an operator (let unfinished runs end before changing tools or \
              upgrading, seed 000 section 7):\n{}",
             refusals.join("\n")

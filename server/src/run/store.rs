@@ -32,10 +32,14 @@ pub enum FatalCause {
     Unavailable,
     /// The code broke one of its own invariants.
     Bug,
+    /// Runs found at the start cannot go on as the server now is (their tool changed, or
+    /// is gone): a person decides, as the message says.
+    NeedsOperator,
 }
 
 impl FatalCause {
-    const ALL: [FatalCause; 3] = [FatalCause::Storage, FatalCause::Unavailable, FatalCause::Bug];
+    const ALL: [FatalCause; 4] =
+        [FatalCause::Storage, FatalCause::Unavailable, FatalCause::Bug, FatalCause::NeedsOperator];
 
     /// How an exit's message ends for this cause.
     fn mark(self) -> &'static str {
@@ -43,6 +47,7 @@ impl FatalCause {
             FatalCause::Storage => " (the journals could not be written or read safely)",
             FatalCause::Unavailable => " (programs cannot run now; the run resumes at the next start)",
             FatalCause::Bug => " (a bug)",
+            FatalCause::NeedsOperator => " (an operator must act before the server starts)",
         }
     }
 
@@ -63,6 +68,10 @@ impl Fatal {
 
     pub fn bug(message: String) -> Fatal {
         Fatal { cause: FatalCause::Bug, message }
+    }
+
+    pub fn needs_operator(message: String) -> Fatal {
+        Fatal { cause: FatalCause::NeedsOperator, message }
     }
 }
 
