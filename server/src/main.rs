@@ -15,6 +15,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the manifest's tools over stdio (MCP 2025-11-25 and 2026-07-28).
+    ///
+    /// SIGTERM, SIGINT or SIGHUP drains: no new call, runs stop between actions, exit 0 within
+    /// `server.shutdown_grace` (a second signal exits at once).
     #[command(args_conflicts_with_subcommands = true)]
     Mcp {
         /// The manifest (JSON).
@@ -24,6 +27,9 @@ enum Command {
     },
     /// Serve the manifest's tools over Streamable HTTP on `/mcp` (MCP 2025-11-25 sessions and
     /// 2026-07-28 requests).
+    ///
+    /// `/healthz` and `/readyz` answer a supervisor's probes. SIGTERM, SIGINT or SIGHUP drains
+    /// (new requests get 503), as for `mcp`.
     ServeHttp(ServeHttpArgs),
     /// Check a manifest and its programs without serving anything.
     Check { manifest: PathBuf },
