@@ -58,12 +58,7 @@ fn crash_and_restart(payments: &Payments, failpoints: &str, call: Value) -> Wire
 }
 
 fn status_report(wire: &Wire) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(["mcp", "status"])
-        .arg(wire.dir.path().join("manifest.json"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    common::status_report(wire.dir.path())
 }
 
 /// The operator's runbook: resolve action 0 of the waiting run `report` names (as `warden mcp
@@ -260,7 +255,7 @@ fn rusqlite_count(path: &Path) -> i64 {
 fn between_begin_and_done_a_plain_post_waits_for_the_operator_who_resolves_it() {
     let payments = Payments::start();
     let call = json!({"name": "add_note", "arguments": {"text": "remember the milk"}});
-    let mut wire = crash_and_restart(&payments, "action-begun=return", call.clone());
+    let wire = crash_and_restart(&payments, "action-begun=return", call.clone());
     // At restart the run was resumed and stopped in doubt: never sent again.
     assert_eq!(payments.ledger.lock().unwrap().notes.len(), 0);
     let report = status_report(&wire);

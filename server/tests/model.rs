@@ -304,14 +304,7 @@ fn a_provider_error_is_scrubbed_before_it_is_cut() {
     assert!(!written.contains(&KEY[..12]), "a prefix of the key was written");
 }
 
-fn status_report(dir: &std::path::Path) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(["mcp", "status"])
-        .arg(dir.join("manifest.json"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+use common::status_report;
 
 /// Issue 23 item 15: `warden mcp status` says what each unfinished run is doing: the action it
 /// is blocked in (kind, target), how long ago it began, whether a server is running, and the

@@ -77,14 +77,7 @@ fn sigterm(pid: u32) {
     assert!(status.success());
 }
 
-fn status_report(dir: &std::path::Path) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(["mcp", "status"])
-        .arg(dir.join("manifest.json"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+use common::status_report;
 
 #[test]
 fn a_sigterm_during_a_slow_plain_post_answers_it_and_leaves_nothing_for_an_operator() {

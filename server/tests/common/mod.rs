@@ -368,3 +368,13 @@ impl Drop for Wire {
         let _ = self.child.wait();
     }
 }
+
+/// What `warden mcp status` prints for the server whose manifest is in `dir`.
+pub fn status_report(dir: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["mcp", "status"])
+        .arg(dir.join("manifest.json"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
