@@ -318,7 +318,7 @@ fn a_lost_response_of_a_plain_post_stops_the_run_then_crashing_after_the_waiting
     let payments = Payments::start();
     // The service saves the note but answers after the 500 ms timeout: in doubt.
     let call = json!({"name": "add_note", "arguments": {"text": "slow note"}});
-    let mut wire = crash_and_restart(&payments, "waiting-recorded=return", call);
+    let wire = crash_and_restart(&payments, "waiting-recorded=return", call);
     assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "the service acted once");
     let report = status_report(&wire);
     assert!(report.contains("waiting for an operator"), "{report}");
