@@ -164,14 +164,20 @@ fn post_call(address: SocketAddr, id: u64, call: &Value) -> (u16, String, String
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
     let mut params = call.clone();
     params["_meta"] = meta;
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string();
+    let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    post_raw(address, &message, &format!("tools/call\r\nmcp-name: {}", call["name"].as_str().unwrap()))
+}
+
+/// POSTs `message` with the 2026-07-28 headers (`routing`: the mcp-method value, and any
+/// header lines after it); (status, head, body).
+fn post_raw(address: SocketAddr, message: &Value, routing: &str) -> (u16, String, String) {
+    let body = message.to_string();
     let mut stream = TcpStream::connect(address).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let name = call["name"].as_str().unwrap();
     let request = format!(
         "POST /mcp HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\ncontent-type: application/json\r\n\
-         accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\n\
-         mcp-name: {name}\r\ncontent-length: {}\r\n\r\n{body}",
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\nmcp-method: {routing}\r\n\
+         content-length: {}\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).unwrap();
@@ -218,6 +224,13 @@ fn over_http_a_draining_server_answers_its_calls_and_refuses_new_ones_with_503()
     let (status, head, body) = post_call(address, 2, &note("too late"));
     assert_eq!(status, 503, "{head}{body}");
     assert!(head.contains("retry-after: 5"), "{head}");
+    // A notification (a cancellation) is still taken: it starts nothing.
+    let (status, head, body) = post_call(address, 0, &json!({"name": "cancel"}));
+    assert_eq!(status, 503, "a request is refused: {head}{body}");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}});
+    let (status, head, body) = post_raw(address, &cancel, "notifications/cancelled");
+    assert_ne!(status, 503, "{head}{body}");
+    assert!(status < 300, "{head}{body}");
     // Draining: alive, not ready.
     assert_eq!(probe(address, "GET", "/readyz"), (503, r#"{"status":"stopping"}"#.to_string()));
     assert_eq!(probe(address, "GET", "/healthz").0, 200);

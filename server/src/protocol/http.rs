@@ -199,6 +199,17 @@ fn fatal_message(runs: &Runs) -> String {
     runs.fatal_message().unwrap_or_else(|| "a durable write failed".to_string())
 }
 
+/// Whether a request asks for something new: a POST of a JSON-RPC request. A notification
+/// (a cancellation), a client's response or a DELETE ending a session is still taken while the
+/// server drains.
+fn starts_something(request: &InboundRequest) -> bool {
+    if request.method != "POST" {
+        return false;
+    }
+    let message: Option<Value> = serde_json::from_slice(&request.body).ok();
+    message.is_none_or(|message| message.get("id").is_some() && message.get("method").is_some())
+}
+
 /// The liveness probe's path, and the readiness probe's.
 const HEALTH_PATH: &str = "/healthz";
 const READY_PATH: &str = "/readyz";
@@ -313,7 +324,7 @@ impl Front {
             Ok(principal) => principal,
             Err(refused) => return refused,
         };
-        if self.runs.is_draining() {
+        if self.runs.is_draining() && starts_something(&request) {
             self.env.log(&format!("HTTP 503 to a {} request: the server is stopping", request.method));
             let mut answer =
                 plain(503, "the server is stopping; nothing was run: send the request again once it is back");
