@@ -24,11 +24,11 @@ const DURATION_MS_MAX: u64 = 100 * 365 * 24 * 3600 * 1000;
 
 /// Parses a whole number followed by one unit letter, e.g. "120s", "24h", "30d".
 pub fn parse_duration_ms(text: &str, units: DurationUnits) -> Result<u64, String> {
-    let allowed = match units {
-        DurationUnits::SecondsUp => "s, m, h or d",
-        DurationUnits::MinutesUp => "m, h or d",
+    let (allowed, example) = match units {
+        DurationUnits::SecondsUp => ("s, m, h or d", "30s"),
+        DurationUnits::MinutesUp => ("m, h or d", "30d"),
     };
-    let shape = || format!("`{text}` is not a duration: write a whole number and {allowed}, e.g. \"30d\"");
+    let shape = || format!("`{text}` is not a duration: write a whole number and {allowed}, e.g. \"{example}\"");
     let unit = text.chars().last().ok_or_else(shape)?;
     let number = &text[..text.len() - unit.len_utf8()];
     if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
@@ -1083,6 +1083,9 @@ mod tests {
         assert!(parse_duration_ms("0h", DurationUnits::SecondsUp).is_err());
         assert!(parse_duration_ms("1.5h", DurationUnits::SecondsUp).is_err());
         assert!(parse_duration_ms("h", DurationUnits::SecondsUp).is_err());
+        // The example a refusal gives is one the field takes.
+        assert!(parse_duration_ms("abc", DurationUnits::SecondsUp).unwrap_err().contains(r#"e.g. "30s""#));
+        assert!(parse_duration_ms("30s", DurationUnits::MinutesUp).unwrap_err().contains(r#"e.g. "30d""#));
     }
 
     #[test]
