@@ -250,23 +250,31 @@ fn over_http_a_draining_server_answers_its_calls_and_refuses_new_ones_with_503()
     assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "the refused call ran nothing");
 }
 
+/// A `two_notes` run drained after its first note (which takes a second) and before its
+/// second: its caller told the run goes on later, the server exited 0. The server's folder,
+/// and its log.
+fn drained_between_two_notes(payments: &Payments, second: &str) -> (tempfile::TempDir, String) {
+    let mut wire = Wire::start_dir(folder(payments, "20s"), KEY);
+    let call = json!({"name": "two_notes", "arguments": {"first": "linger-1000", "second": second}});
+    wire.send_request(Era::Modern, json!(1), "tools/call", call);
+    wait_for_notes(payments, 1);
+    sigterm(wire.pid());
+    let answer = wire.recv();
+    assert_eq!(answer["result"]["_meta"]["dev.warden/run"]["status"], json!("interrupted"), "{answer}");
+    assert!(wire.wait_exit(Duration::from_secs(20)).success(), "{}", wire.stderr());
+    let log = wire.stderr();
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    (dir, log)
+}
+
 /// A signal during the start's recovery drains too: the run recovery resumed finishes the
 /// action it is in (never cut, never left in doubt), and the server exits cleanly without
 /// serving. (Before, a signal there killed the process at once.)
 #[test]
 fn a_sigterm_during_recovery_lets_the_resumed_run_finish_its_action() {
     let payments = Payments::start();
-    let mut wire = Wire::start_dir(folder(&payments, "20s"), KEY);
-    let call = json!({"name": "two_notes", "arguments": {"first": "linger-1000", "second": "linger-3000"}});
-    wire.send_request(Era::Modern, json!(1), "tools/call", call);
-    wait_for_notes(&payments, 1);
-    sigterm(wire.pid());
-    let answer = wire.recv();
-    assert_eq!(answer["result"]["_meta"]["dev.warden/run"]["status"], json!("interrupted"), "{answer}");
-    assert!(wire.wait_exit(Duration::from_secs(20)).success(), "{}", wire.stderr());
+    let (dir, _) = drained_between_two_notes(&payments, "linger-3000");
     // The next start resumes the run: its second POST is sent during recovery.
-    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
-    drop(wire);
     let mut restarted = Wire::start_dir(dir, KEY);
     wait_for_notes(&payments, 2);
     sigterm(restarted.pid());
@@ -302,16 +310,9 @@ fn a_second_signal_right_after_the_first_stops_at_once() {
 #[test]
 fn a_program_changed_after_a_drain_stops_the_start_for_an_operator_and_says_why() {
     let payments = Payments::start();
-    let mut wire = Wire::start_dir(folder(&payments, "20s"), KEY);
-    let call = json!({"name": "two_notes", "arguments": {"first": "linger-1000", "second": "second"}});
-    wire.send_request(Era::Modern, json!(1), "tools/call", call);
-    wait_for_notes(&payments, 1);
-    sigterm(wire.pid());
-    assert!(wire.wait_exit(Duration::from_secs(20)).success(), "{}", wire.stderr());
-    assert!(wire.stderr().contains("1 run(s) are unfinished"), "{}", wire.stderr());
-    assert!(wire.stderr().contains("before changing a tool or upgrading"), "{}", wire.stderr());
-    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
-    drop(wire);
+    let (dir, log) = drained_between_two_notes(&payments, "second");
+    assert!(log.contains("1 run(s) are unfinished"), "{log}");
+    assert!(log.contains("before changing a tool or upgrading"), "{log}");
     let program = dir.path().join("two.star");
     let changed = std::fs::read_to_string(&program).unwrap() + "\n# changed\n";
     std::fs::write(&program, changed).unwrap();
