@@ -1,5 +1,5 @@
-//! Stopping well: a SIGTERM or SIGINT (or the end of stdin) drains the server instead of
-//! cutting it. No new call is admitted; each run in progress finishes the action it is in and
+//! Stopping well: a SIGTERM, SIGINT or SIGHUP drains the server instead of cutting it (the
+//! end of stdin does not yet: every call read is answered, each run taken to its end). No new call is admitted; each run in progress finishes the action it is in and
 //! stops before beginning another (`RunEnd::Drained`: nothing in doubt, resumed at the next
 //! start); answers owed are written. What is still running when `server.shutdown_grace` runs
 //! out, or when a second signal comes, is left exactly as a crash would leave it: recovery
