@@ -9,14 +9,13 @@ use serde_json::json;
 use crate::base::sync::{select, Either};
 use crate::catalog::{read_manifest, Catalog};
 use crate::env::{DiskLock, Env};
+use crate::operator::admin::Request::{Resolve, Resume};
 use crate::protocol::http::HttpOptions;
 use crate::protocol::Connection;
 use crate::run::runs::Runs;
 use crate::run::{recovery, retention};
 use crate::store::ledger::Ledger;
 
-/// The largest result an operator may give for an action (`resolve --happened`).
-pub const RESOLUTION_BYTES_MAX: usize = 1024 * 1024;
 /// How long a second server waits for `server.lock` before refusing to start (an SDK's
 /// probe, or a restart, may still be letting go).
 pub const LOCK_WAIT_MS: u64 = 5000;
@@ -108,6 +107,7 @@ pub async fn open_server(
         if pinned { ", each as warden.lock recorded it" } else { " (no warden.lock: the tools are not pinned)" }
     ));
     spawn_daily_sweep(&runs);
+    crate::operator::admin::start(&runs);
     crate::run::input::spawn_expiry(&runs);
     Ok(OpenServer { runs, _lock })
 }
@@ -212,6 +212,23 @@ pub async fn status(env: &Env, manifest_path: &Path) -> Result<String, String> {
     crate::call::status::report(env, &catalog).await
 }
 
+/// `warden runs list <manifest>`: the runs the ledger holds, newest first, beside a live server.
+pub async fn runs_list(
+    env: &Env,
+    manifest_path: &Path,
+    filter: &crate::operator::runs::Filter,
+    as_json: bool,
+) -> Result<String, String> {
+    let catalog = load(env, manifest_path).await?;
+    crate::operator::runs::list(env, &catalog, filter, as_json).await
+}
+
+/// `warden runs show <manifest> <run>`: one run's journal rendered, beside a live server.
+pub async fn runs_show(env: &Env, manifest_path: &Path, run: &str, as_json: bool) -> Result<String, String> {
+    let catalog = load(env, manifest_path).await?;
+    crate::operator::runs::show(env, &catalog, run, as_json).await
+}
+
 /// `warden check <manifest>`: every problem, or a one-line summary per tool.
 pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
     let text = env
@@ -307,53 +324,28 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
 /// operator's answer for an action in doubt, appended durably to the run's journal. The
 /// next start of the server resumes the run from it. Resolution never travels over MCP.
 pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&str>) -> Result<String, String> {
-    let hold = hold_waiting_run(env, journal_path).await?;
-    let shown = journal_path.display();
-    let action = match hold.journal.ops.get(&op) {
-        Some(crate::store::journal::OpState::Begun(action)) => {
-            serde_json::from_value::<crate::broker::Action>(action.clone())
-                .map_err(|e| format!("{shown}: the begin record of action {op} does not parse: {e}"))?
+    let hold = match hold_waiting_run(env, journal_path).await? {
+        Held::Here(hold) => hold,
+        Held::ByLiveServer { journals, run } => {
+            let request = Resolve { run, op, happened: happened.map(str::to_string) };
+            return crate::operator::admin::ask(env, &journals, &request).await;
         }
-        Some(_) => return Err(format!("{shown}: action {op} is not in doubt")),
-        None => return Err(format!("{shown}: the run has no action {op}")),
     };
-    if action.kind == crate::broker::Kind::Model {
-        // A model call is sent again at a start and charged for every send: a verdict would
-        // lose the charge of the sends crashes interrupted.
-        return Err(format!(
-            "{shown}: action {op} is a model call: it is sent again when its run resumes, never decided by an \
-             operator; a halted run resumes with `warden resolve --journal {shown} --resume`"
-        ));
-    }
-    let result = match happened {
-        Some(text) if text.len() > RESOLUTION_BYTES_MAX => {
-            return Err(format!("--happened: {} bytes, over the limit of {RESOLUTION_BYTES_MAX}", text.len()))
-        }
-        Some(text) => {
-            let value =
-                serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?;
-            if crate::base::json::depth(&value) > crate::limits::VALUE_DEPTH_MAX {
-                return Err(format!("--happened: nested deeper than {} levels", crate::limits::VALUE_DEPTH_MAX));
-            }
-            Some(crate::broker::resolution::checked(&action, value)?)
-        }
-        None => None,
-    };
-    let record = crate::store::journal::JournalRecord::Resolved {
-        op,
-        happened: result.is_some(),
-        result,
-        at_ms: env.clock.now_ms(),
-    };
+    let record = crate::operator::verdict::resolved(&hold.journal, journal_path, op, happened, env.clock.now_ms())?;
     hold.settle(env, &record).await?;
-    let verdict = if happened.is_some() { "happened" } else { "did not happen (it may be performed again)" };
-    Ok(format!("{shown}: action {op} recorded as {verdict}; the next start of the server resumes the run\n"))
+    let recorded = crate::operator::verdict::resolved_text(op, happened.is_some());
+    Ok(format!("{}: {recorded}; the next start of the server resumes the run\n", journal_path.display()))
 }
 
 /// `warden resolve --journal <path> --resume`: a run halted after it was found unfinished at
 /// starts in a row without getting further is resumed again at the next start.
 pub async fn resume_halted(env: &Env, journal_path: &Path) -> Result<String, String> {
-    let hold = hold_waiting_run(env, journal_path).await?;
+    let hold = match hold_waiting_run(env, journal_path).await? {
+        Held::Here(hold) => hold,
+        Held::ByLiveServer { journals, run } => {
+            return crate::operator::admin::ask(env, &journals, &Resume { run }).await;
+        }
+    };
     let shown = journal_path.display();
     if !hold.record.halted {
         return Err(format!(
@@ -376,7 +368,17 @@ struct WaitingRun {
     journal: crate::store::journal::Journal,
 }
 
-async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, String> {
+/// A waiting run held here (no server runs), or the live server that holds it.
+enum Held {
+    Here(WaitingRun),
+    /// A server holds the journals' lock: the word goes to it through its admin channel.
+    ByLiveServer {
+        journals: std::path::PathBuf,
+        run: String,
+    },
+}
+
+async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<Held, String> {
     let shown = journal_path.display();
     // A journal lives at <journals>/<tool>/<shard>/<run>.journal.
     let (Some(root), Some(run)) = (
@@ -390,12 +392,7 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, 
     let lock = root.join(crate::base::layout::SERVER_LOCK_FILE);
     let held = match env.disk.try_lock(&lock).await {
         Ok(Some(held)) => held,
-        Ok(None) => {
-            return Err(format!(
-                "{}: a Warden server is using this journal directory; stop it, then resolve",
-                lock.display()
-            ))
-        }
+        Ok(None) => return Ok(Held::ByLiveServer { journals: root.to_path_buf(), run: run.to_string() }),
         Err(e) => return Err(format!("{}: cannot take the lock: {e}", lock.display())),
     };
     let waiting = root.join(crate::base::layout::WAITING_DIR).join(format!("{run}.json"));
@@ -417,7 +414,7 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<WaitingRun, 
             "{shown}: the journal ends in a torn line; start the server once to repair it, then resolve"
         ));
     }
-    Ok(WaitingRun { _lock: held, path: journal_path.to_path_buf(), waiting, record, journal })
+    Ok(Held::Here(WaitingRun { _lock: held, path: journal_path.to_path_buf(), waiting, record, journal }))
 }
 
 impl WaitingRun {

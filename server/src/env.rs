@@ -166,6 +166,27 @@ pub trait HttpServe {
     ) -> LocalBoxFuture<'static, io::Result<()>>;
 }
 
+/// Answers one request line of the admin channel with one answer line.
+pub type AdminHandler = Rc<dyn Fn(Vec<u8>) -> LocalBoxFuture<'static, Vec<u8>>>;
+
+/// The operator's local channel to a live server: a Unix socket in the journals directory,
+/// for the operator's account alone (created 0600, and a peer of another account is refused
+/// whatever the file's mode), one request line and one answer line per connection.
+pub trait AdminChannel {
+    /// Listens at `path` (a socket left there by a server that died is replaced: the caller
+    /// holds the journals' lock) and answers each connection with `handler`, until listening
+    /// fails. A request line is at most `request_bytes_max`.
+    fn serve(
+        &self,
+        path: &Path,
+        request_bytes_max: usize,
+        handler: AdminHandler,
+    ) -> LocalBoxFuture<'static, io::Result<()>>;
+    /// Sends `request` (one line) to the server listening at `path` and returns its answer
+    /// line, within `timeout_ms`.
+    fn ask(&self, path: &Path, request: Vec<u8>, timeout_ms: u64) -> LocalBoxFuture<'static, io::Result<Vec<u8>>>;
+}
+
 /// One HTTP request, as the broker sends it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpRequest {
@@ -412,6 +433,7 @@ pub struct Env {
     pub probe: Rc<dyn Probe>,
     pub sandbox: Rc<dyn Sandbox>,
     pub http: Rc<dyn HttpServe>,
+    pub admin: Rc<dyn AdminChannel>,
 }
 
 impl Env {

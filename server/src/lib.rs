@@ -27,6 +27,8 @@ pub mod run;
 pub mod call;
 // The only room that knows JSON-RPC and HTTP.
 pub mod protocol;
+// The operator's view of runs, and the live server's admin channel.
+pub mod operator;
 // The binary's commands, wiring the rooms together.
 pub mod commands;
 

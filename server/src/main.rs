@@ -38,10 +38,20 @@ enum Command {
     /// Pin the tools: write `warden.lock` beside the manifest with a digest of each tool's
     /// name, description and schemas. `warden mcp` then refuses to start when one changed.
     Lock { manifest: PathBuf },
+    /// List runs, or show one run's actions and answer, read from the ledger and the journals
+    /// (beside a running server too).
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
     #[command(flatten)]
     Hidden(Hidden),
     /// Settle an action in doubt of a run waiting for an operator, or resume a halted run.
-    /// Stop the server first.
+    ///
+    /// Beside a running server, the word goes to it through its admin channel (the socket
+    /// `server.admin` in the journals directory, for the server's own account only), and the
+    /// server resumes the run at once; with no server running, it is written to the run's
+    /// journal and the next start resumes the run.
     Resolve {
         /// The run's journal (as `warden mcp status` names it).
         #[arg(long)]
@@ -103,6 +113,45 @@ enum Hidden {
 }
 
 #[derive(Subcommand)]
+enum RunsCommand {
+    /// The runs the ledger holds, newest first: run id, tool, state, when reserved, how long
+    /// it took, for whom.
+    ///
+    /// States: running, waiting_for_operator, halted, waiting_for_input, interrupted (no server
+    /// runs it: the next start resumes it), done, failed, released (never started).
+    List {
+        /// The manifest (JSON).
+        manifest: PathBuf,
+        /// Only this tool's runs.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only runs in this state (e.g. waiting_for_operator).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only runs reserved within this long, such as 90s, 15m, 3h or 2d.
+        #[arg(long)]
+        since: Option<String>,
+        /// At most this many runs (1 to 10000).
+        #[arg(long, default_value_t = warden::operator::runs::LIST_LIMIT_DEFAULT)]
+        limit: usize,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run: when it was reserved, started, resumed and settled; each action with its kind,
+    /// target, result or error and duration; its prints; the answer its client got.
+    Show {
+        /// The manifest (JSON).
+        manifest: PathBuf,
+        /// The run id (or its first 6 or more characters), as `warden runs list` names it.
+        run: String,
+        /// JSON instead of text, each result whole.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum McpCommand {
     /// List unfinished runs and each tool's quota use, beside a running server.
     Status { manifest: PathBuf },
@@ -135,6 +184,7 @@ fn main() -> ExitCode {
                 (false, None) => unreachable!("clap requires --op without --resume"),
             }
         }
+        Command::Runs { command } => runs(command),
         Command::Hidden(Hidden::ExecProgram) => match warden::io::sandbox::worker_main() {
             Ok(()) => ExitCode::SUCCESS,
             Err(problem) => {
@@ -199,6 +249,39 @@ fn serve_http(args: ServeHttpArgs) -> ExitCode {
     };
     let options = warden::protocol::http::HttpOptions { listen, bearer_token_env, oauth };
     report(warden::io::run(warden::commands::serve_http(&env, &manifest, options)).map(|()| String::new()))
+}
+
+/// `warden runs list | show`.
+fn runs(command: RunsCommand) -> ExitCode {
+    let env = warden::io::command_env();
+    match command {
+        RunsCommand::List { manifest, tool, state, since, limit, json } => {
+            let filter = match runs_filter(tool, state, since, limit) {
+                Ok(filter) => filter,
+                Err(problem) => return report(Err(problem)),
+            };
+            report(warden::io::run(warden::commands::runs_list(&env, &manifest, &filter, json)))
+        }
+        RunsCommand::Show { manifest, run, json } => {
+            report(warden::io::run(warden::commands::runs_show(&env, &manifest, &run, json)))
+        }
+    }
+}
+
+fn runs_filter(
+    tool: Option<String>,
+    state: Option<String>,
+    since: Option<String>,
+    limit: usize,
+) -> Result<warden::operator::runs::Filter, String> {
+    let state = state.map(|state| warden::operator::runs::RunState::from_name(&state)).transpose()?;
+    let since_ms = since
+        .map(|since| {
+            warden::manifest::parse_duration_ms(&since, warden::manifest::DurationUnits::SecondsUp)
+                .map_err(|problem| format!("--since: {problem}"))
+        })
+        .transpose()?;
+    Ok(warden::operator::runs::Filter { tool, state, since_ms, limit })
 }
 
 /// Set by the stream-protection test: the process writes to its standard output the way a

@@ -65,14 +65,15 @@ fn status_report(wire: &Wire) -> String {
 /// status` printed it), restart the server, and check nothing is left unfinished.
 fn resolve_and_restart(mut wire: Wire, report: &str, verdict: &[&str]) -> Wire {
     let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
-    // Resolving beside a live server is refused: the operator stops it first.
+    // Beside the live server the word goes through its admin channel, checked there: an
+    // action the run does not have is refused by the server, and nothing changes.
     let refused = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(["resolve", "--journal", &journal, "--op", "0"])
+        .args(["resolve", "--journal", &journal, "--op", "7"])
         .args(verdict)
         .output()
         .unwrap();
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("a Warden server is using"), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("the run has no action 7"), "{refused:?}");
     let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
     drop(wire);
     let resolved = Command::new(env!("CARGO_BIN_EXE_warden"))
@@ -384,4 +385,109 @@ fn random_kill_9_under_load() {
         ROUNDS * ORDERS_PER_ROUND * 2 - ORDERS_PER_ROUND,
         by_order.len()
     );
+}
+
+/// Issue 25 item 6: beside a live server, `warden resolve` hands the operator's word to it
+/// through the admin channel (a Unix socket in the journals directory, 0600): the server
+/// journals it and resumes the run at once, without a restart. `warden runs list/show` read
+/// the run beside the live server.
+#[test]
+fn a_live_server_takes_the_operators_word_and_resumes_the_run() {
+    let payments = Payments::start();
+    let call = json!({"name": "add_note", "arguments": {"text": "resolved live"}});
+    let mut wire = crash_and_restart(&payments, "action-begun=return", call);
+    let report = status_report(&wire);
+    assert!(report.contains("waiting for an operator at action 0: "), "{report}");
+    let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let socket = wire.dir.path().join("journals/server.admin");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the admin socket's mode");
+    let manifest = wire.dir.path().join("manifest.json");
+    let listed = warden(&["runs", "list", manifest.to_str().unwrap(), "--state", "waiting_for_operator"]);
+    assert!(listed.contains("add_note") && listed.contains("waiting_for_operator"), "{listed}");
+    let resolved = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&resolved.stdout);
+    assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
+    assert!(said.contains("the server resumes the run now"), "{said}");
+    // The live server performs it, once, with no restart.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while payments.ledger.lock().unwrap().notes.is_empty() {
+        assert!(Instant::now() < deadline, "the run was not resumed: {}", wire.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    while !status_report(&wire).contains("unfinished runs: none") {
+        assert!(Instant::now() < deadline, "the run did not settle: {}", status_report(&wire));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(payments.ledger.lock().unwrap().notes, vec!["resolved live".to_string()]);
+    let run = journal.rsplit('/').next().unwrap().trim_end_matches(".journal").to_string();
+    let shown = warden(&["runs", "show", manifest.to_str().unwrap(), &run[..8]]);
+    assert!(shown.contains(": done") && shown.contains("did not happen, an operator said"), "{shown}");
+    assert!(shown.contains("#0 net.http.post POST") && shown.contains("done in "), "{shown}");
+    assert!(wire.stderr().contains("through the admin channel"), "{}", wire.stderr());
+    // A second word for the same run finds nothing waiting.
+    let again = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    wire.assert_serving(9);
+}
+
+/// The admin channel serves the server's own account only: another account cannot open the
+/// socket (0600), and with the socket's mode loosened it is still refused by its peer
+/// credentials (root bypasses file modes). The run stays waiting.
+#[test]
+fn the_admin_channel_refuses_another_account() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        // Another account can only be borrowed as root; CI runs as root.
+        panic!("this test runs as root (it takes the account `nobody` for the other user)");
+    }
+    let payments = Payments::start();
+    let call = json!({"name": "add_note", "arguments": {"text": "not yours"}});
+    let mut wire = crash_and_restart(&payments, "action-begun=return", call);
+    let report = status_report(&wire);
+    let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let run = journal.rsplit('/').next().unwrap().trim_end_matches(".journal").to_string();
+    let socket = wire.dir.path().join("journals/server.admin");
+    use std::os::unix::fs::PermissionsExt;
+    // The way to the socket is opened to everyone: only the socket's own guards stand.
+    for dir in [wire.dir.path().to_path_buf(), wire.dir.path().join("journals")] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let request = format!(r#"{{"command":"resolve","run":"{run}","op":0,"happened":null}}"#);
+    let by_mode = as_nobody_ask(&socket, &request);
+    assert!(by_mode.contains("PermissionError"), "{by_mode}");
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let by_credentials = as_nobody_ask(&socket, &request);
+    assert!(by_credentials.contains("refused: this server's admin channel serves its own account"), "{by_credentials}");
+    assert!(status_report(&wire).contains("waiting for an operator at action 0: "), "{}", status_report(&wire));
+    assert!(payments.ledger.lock().unwrap().notes.is_empty());
+    wire.assert_serving(9);
+}
+
+/// Connects to `socket` as the account `nobody` and sends `request`: what came back, or the
+/// error the connection met.
+fn as_nobody_ask(socket: &Path, request: &str) -> String {
+    let script = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1]); \
+                  s.sendall(sys.argv[2].encode()+b'\\n'); print(s.makefile().readline())\nexcept Exception as e:\n \
+                  print(type(e).__name__, e)";
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script])
+        .arg(socket)
+        .arg(request)
+        .output()
+        .unwrap();
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+fn warden(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_warden")).args(args).output().unwrap();
+    assert!(output.status.success(), "warden {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }

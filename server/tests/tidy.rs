@@ -333,6 +333,7 @@ const ROOMS: &[(&str, &str)] = &[
     ("run", "a run from its header to its settle"),
     ("call", "what a client asks for, in either era"),
     ("protocol", "the only room that knows JSON-RPC and HTTP"),
+    ("operator", "the operator's view of runs and the admin channel"),
     ("commands", "the binary's commands, wiring the rooms"),
 ];
 

@@ -22,7 +22,7 @@ use crate::plan::fired::Pending;
 use crate::report::{Report, Violation};
 use crate::workload::client::{generated_call, workload_call, Client};
 use crate::workload::fixture::{install, SECRETS};
-use crate::workload::operator::{operator, resolve_beside_live_server, waiting_records};
+use crate::workload::operator::{operator, resolved_runs_moved_on, waiting_records};
 use warden::run::store::FatalCause;
 use warden::store::ledger::QuotaLimit;
 
@@ -599,14 +599,20 @@ impl Sim<'_> {
         self.wait_out_expiries(instance)
     }
 
-    /// While runs wait for a person (a few times at most): the operator resolves what it can
-    /// beside the live server, then stops it, resolves the rest, and restarts it.
+    /// While runs wait for a person (a few times at most): the operator resolves them beside
+    /// the live server (its admin channel resumes each at once); what still waits then, it
+    /// resolves with the server stopped, and restarts it.
     fn operator_resolves(&mut self, mut instance: Instance) -> Instance {
         for _ in 0..3 {
             if waiting_records(self.world).is_empty() {
                 break;
             }
-            resolve_beside_live_server(self.world, &mut self.report);
+            let resolved = operator(self.world, &mut self.report);
+            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+            resolved_runs_moved_on(self.world, &resolved, &mut self.report);
+            if waiting_records(self.world).is_empty() {
+                break;
+            }
             self.report.log.extend(instance.log_timed());
             self.report.log.push((
                 self.world.clock.now(),

@@ -513,14 +513,22 @@ fn resolve(world: &World, run: &str, tool: &str, happened: Option<&'static str>)
         .start_command(move |env| Box::pin(async move { warden::commands::resolve(&env, &journal, 0, happened).await }))
 }
 
+/// Beside a live server, `warden resolve` hands the word to it (its admin channel), which
+/// checks it as a stopped server's resolve would, journals it and resumes the run at once.
 #[test]
-fn resolve_refuses_beside_a_live_server_and_for_a_run_not_waiting() {
+fn resolve_beside_a_live_server_goes_through_it_and_refuses_a_run_not_waiting() {
     let world = world(11);
     let (instance, run) = waiting_run(&world);
-    let refused = resolve(&world, &run, "slow_note", None).unwrap_err();
-    assert!(refused.contains("server is using"), "{refused}");
+    let wrong_shape = resolve(&world, &run, "slow_note", Some(r#"{"note": "seen"}"#)).unwrap_err();
+    assert!(wrong_shape.contains("for example"), "{wrong_shape}");
+    let said = resolve(&world, &run, "slow_note", Some(r#"{"status": 201}"#)).unwrap();
+    assert!(said.contains("the server resumes the run now"), "{said}");
+    assert_eq!(instance.run(), Stop::Quiet);
+    assert!(check::open_runs(&world.disk, &journals()).is_empty(), "{:?}", instance.log());
+    assert_eq!(world.services.effects_of("note"), 1, "the note the service saw was not sent again");
+    let again = resolve(&world, &run, "slow_note", None).unwrap_err();
+    assert!(again.contains("has ended"), "{again}");
     drop(instance);
-    assert!(resolve(&world, &run, "slow_note", Some(r#"{"status": 201}"#)).is_ok());
 
     // A begun action whose run was never stopped (a crash right after the begin record):
     // the next start decides it, not the operator.
@@ -600,12 +608,12 @@ fn a_run_that_crashed_the_server_twice_waits_for_an_operator_instead_of_a_third_
     let resume = |journal: std::path::PathBuf| {
         world.start_command(move |env| Box::pin(async move { warden::commands::resume_halted(&env, &journal).await }))
     };
-    assert!(resume(journal.clone()).unwrap_err().contains("server is using"), "refused beside the live server");
+    // Beside the live server, its admin channel takes the word and resumes the run at once.
+    assert!(resume(journal.clone()).unwrap().contains("the server resumes the run now"));
+    assert_eq!(third.run(), Stop::Quiet);
+    assert!(check::open_runs(&world.disk, &journals()).is_empty(), "{:?}", third.log());
+    assert!(world.services.requests.borrow().len() > requests, "the resumed run sent its read again");
     drop(third);
-    assert!(resume(journal.clone()).is_ok());
-    let fourth = world.start("manifest.json");
-    assert_eq!(fourth.run(), Stop::Quiet);
-    assert!(check::open_runs(&world.disk, &journals()).is_empty(), "{:?}", fourth.log());
     let violations = check::at_rest(&world.disk, &journals());
     assert!(violations.is_empty(), "{violations:?}");
 }

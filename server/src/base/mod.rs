@@ -5,3 +5,4 @@ pub mod json;
 pub mod layout;
 pub mod money;
 pub mod sync;
+pub mod time;

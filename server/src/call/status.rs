@@ -118,13 +118,7 @@ fn is_run_id(text: &str) -> bool {
 pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
     let journals = &catalog.manifest.server.journals;
     let file = journals.join(LEDGER_FILE);
-    let bytes = if env.disk.exists(&file).await.map_err(|e| format!("{}: {e}", file.display()))? {
-        env.disk.read(&file).await.map_err(|e| format!("{}: {e}", file.display()))?
-    } else {
-        Vec::new()
-    };
-    // A server may be appending right now: a torn last line is normal here.
-    let (state, _) = ledger::parse(&file, &bytes).map_err(|e| e.to_string())?;
+    let state = ledger::read_on_disk(env, journals).await?;
     let now = env.clock.now_ms().max(state.last_at_ms);
     let running = server_running(env, journals).await;
     let mut out = format!("ledger {} ({} runs recorded)\n", file.display(), state.runs.len());
@@ -144,7 +138,7 @@ pub async fn report(env: &Env, catalog: &Catalog) -> Result<String, String> {
 
 /// Whether a server holds the journals' lock: probed by taking it for an instant (a server
 /// starting meanwhile waits for it).
-async fn server_running(env: &Env, journals: &Path) -> Option<bool> {
+pub async fn server_running(env: &Env, journals: &Path) -> Option<bool> {
     let path = journals.join(crate::base::layout::SERVER_LOCK_FILE);
     if !env.disk.exists(&path).await.ok()? {
         return Some(false);

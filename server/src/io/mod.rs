@@ -1,6 +1,7 @@
 //! The production side of the seam: the only code in the server that touches tokio, the
 //! filesystem, sockets, processes, the clock or OS randomness (DESIGN.md section 3).
 
+mod admin;
 pub mod db;
 mod disk;
 mod http_server;
@@ -46,6 +47,7 @@ pub fn real_env(stdio: ProtectedStdio) -> Env {
         probe: Rc::new(RealProbe::from_environment()),
         sandbox: Rc::new(sandbox::WorkerSandbox::default()),
         http: Rc::new(http_server::RealHttp),
+        admin: Rc::new(admin::RealAdmin),
     }
 }
 

@@ -235,7 +235,7 @@ impl<S: RunStore> Driver<'_, S> {
         match command {
             Command::Execute => self.execute_once(cx).await.map(Some),
             Command::Journal(record) => {
-                self.journal(cx, &record).await?;
+                self.journal(cx, &stamped(record, self.env.clock.now_ms())).await?;
                 Ok(None)
             }
             Command::Perform { action, resend } => {
@@ -315,7 +315,9 @@ impl<S: RunStore> Driver<'_, S> {
         }
         // The caller hears of an action once its record is durable.
         let notice = match record {
-            JournalRecord::Begin { op, action } => Some(Notice::ActionBegun { op: *op, what: action_summary(action) }),
+            JournalRecord::Begin { op, action, .. } => {
+                Some(Notice::ActionBegun { op: *op, what: action_summary(action) })
+            }
             JournalRecord::Done { op, .. } => Some(Notice::ActionDone { op: *op }),
             _ => None,
         };
@@ -528,4 +530,14 @@ fn action_summary(action: &Value) -> String {
 /// Whether a command journals an action's begin record.
 fn begins_an_action(command: &Command) -> bool {
     matches!(command, Command::Journal(JournalRecord::Begin { .. }))
+}
+
+/// An action's begin or done record with the time it is journaled (the pure machine cannot
+/// read the clock): what `warden runs show` tells an action's duration from.
+fn stamped(record: JournalRecord, now_ms: u64) -> JournalRecord {
+    match record {
+        JournalRecord::Begin { op, action, at_ms: None } => JournalRecord::Begin { op, action, at_ms: Some(now_ms) },
+        JournalRecord::Done { op, result, at_ms: None } => JournalRecord::Done { op, result, at_ms: Some(now_ms) },
+        record => record,
+    }
 }

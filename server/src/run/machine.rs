@@ -248,7 +248,11 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
             match next {
                 Next::Act(action) => {
                     let recorded = serde_json::to_value(&action).expect("actions serialise");
-                    commands.push(Command::Journal(JournalRecord::Begin { op: action.op, action: recorded }));
+                    commands.push(Command::Journal(JournalRecord::Begin {
+                        op: action.op,
+                        action: recorded,
+                        at_ms: None,
+                    }));
                     commands.push(Command::Perform { action: action.clone(), resend: false });
                     (State::Begun(action), commands)
                 }
@@ -284,9 +288,10 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
             let commands = vec![Command::Journal(JournalRecord::End(end.clone())), Command::Settle(end.clone())];
             (State::Settling(end), commands)
         }
-        (State::Begun(action), Event::Performed(Performed::Done(result))) => {
-            (State::Ready, vec![Command::Journal(JournalRecord::Done { op: action.op, result }), Command::Execute])
-        }
+        (State::Begun(action), Event::Performed(Performed::Done(result))) => (
+            State::Ready,
+            vec![Command::Journal(JournalRecord::Done { op: action.op, result, at_ms: None }), Command::Execute],
+        ),
         // A database write whose COMMIT got no answer: its own transaction tells whether it
         // happened, so ask the database before asking a person.
         (State::Begun(action), Event::Performed(Performed::InDoubt(problem))) if is_sql_write(&action) => {
@@ -329,7 +334,7 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
             let recovered = json!({"rows": [], "changes": Value::Null, "recovered": true});
             let commands = vec![
                 Command::Log(format!("action {op}: found in warden_actions; not repeated")),
-                Command::Journal(JournalRecord::Done { op, result: recovered }),
+                Command::Journal(JournalRecord::Done { op, result: recovered, at_ms: None }),
                 Command::Execute,
             ];
             (State::Ready, commands)

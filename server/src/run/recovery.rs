@@ -220,7 +220,7 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             report.settled_from_end.push(run);
             continue;
         }
-        let ended = resume(runs, &run, &tool, &journal).await?;
+        let ended = resume(runs, &run, &tool, &journal, "resuming after a restart").await?;
         if ended {
             report.settled_from_end.push(run);
         } else {
@@ -326,8 +326,21 @@ async fn end_waiting(runs: &Runs, run: &str, tool_name: &str, problem: &str) -> 
     runs.execute_to_end(tool, run, &inputs, crate::run::driver::Entry::Abandoned(why), &[]).await.map(|_| ())
 }
 
+/// Resumes `run` in a live server after the operator's word was journaled (the admin
+/// channel), by the same rules as a start: it must still be resumable under this manifest.
+/// A run that cannot resume stays unfinished, for the next start to refuse with its reason.
+pub async fn resume_now(runs: &Runs, run: &str, tool: &str) -> Result<(), Fatal> {
+    let journal = runs.read_journal(tool, run).await.map_err(Fatal::storage)?;
+    let journal = journal.ok_or_else(|| Fatal::storage(format!("run {run}: its journal vanished")))?;
+    if let Err(problem) = resumable(runs, run, tool, &journal) {
+        runs.env.log(&format!("run {run} stays unfinished: {problem}"));
+        return Ok(());
+    }
+    resume(runs, run, tool, &journal, "resuming after the operator's word").await.map(|_| ())
+}
+
 /// Resumes one run through its state machine; returns whether its journal had ended.
-async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal) -> Result<bool, Fatal> {
+async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal, why: &str) -> Result<bool, Fatal> {
     let tool = runs.catalog.tool(tool_name).expect("checked by resumable");
     if journal.torn_tail_bytes > 0 {
         runs.drop_torn_tail(&runs.files(tool_name, run).journal, journal.intact_len).await?;
@@ -338,7 +351,7 @@ async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal) -> R
         None if ended => Default::default(),
         None => return Err(Fatal::storage(format!("run {run}: its kept arguments vanished during recovery"))),
     };
-    let line = if ended { "settling from its journal's end after a restart" } else { "resuming after a restart" };
+    let line = if ended { "settling from its journal's end after a restart" } else { why };
     runs.log_run(tool_name, run, line).await;
     // No client waits on a resumed run: a round it reaches asks every kind, and waits (a
     // `once` repeat reaches it; else it expires) rather than going on with no answers.

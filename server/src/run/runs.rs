@@ -237,7 +237,9 @@ impl Runs {
             );
             return json!({"status": result.get("status"), "error": error});
         }
-        let size = self.encoded(&JournalRecord::Done { op, result: result.clone() }).len();
+        // Measured as the driver writes it: with the latest stamp there can be.
+        let stamped = JournalRecord::Done { op, result: result.clone(), at_ms: Some(u64::MAX) };
+        let size = self.encoded(&stamped).len();
         if size <= RECORD_LINE_BYTES_MAX {
             return result;
         }

@@ -100,15 +100,21 @@ pub enum JournalRecord {
         index: u64,
         text: String,
     },
-    /// An action about to be performed (the broker's work).
+    /// An action about to be performed (the broker's work). `at_ms`: when it was journaled
+    /// (the driver stamps it; absent in journals made before it was kept, and in the pure
+    /// machine's commands), for the operator's `warden runs show`.
     Begin {
         op: u64,
         action: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_ms: Option<u64>,
     },
     /// The action's outcome.
     Done {
         op: u64,
         result: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_ms: Option<u64>,
     },
     /// An operator's answer for an action in doubt (`warden resolve`): it happened, with
     /// this result, or it did not (and may be performed again).
@@ -262,8 +268,8 @@ impl Journal {
         match record {
             JournalRecord::Header { .. } | JournalRecord::Resumed { .. } => unreachable!("applied by `apply`"),
             JournalRecord::Print { .. } => self.prints += 1,
-            JournalRecord::Begin { op, action } => self.begin(op, action)?,
-            JournalRecord::Done { op, result }
+            JournalRecord::Begin { op, action, .. } => self.begin(op, action)?,
+            JournalRecord::Done { op, result, .. }
             | JournalRecord::Resolved { op, happened: true, result: Some(result), .. } => match self.ops.get(&op) {
                 Some(OpState::Begun(action)) => {
                     let action = action.clone();
@@ -407,8 +413,8 @@ mod tests {
             test_header(),
             JournalRecord::Resumed { at_ms: 2 },
             JournalRecord::Print { index: 0, text: "x".into() },
-            JournalRecord::Begin { op: 0, action: serde_json::json!({"a": 1}) },
-            JournalRecord::Done { op: 0, result: serde_json::json!([1, 2]) },
+            JournalRecord::Begin { op: 0, action: serde_json::json!({"a": 1}), at_ms: Some(5) },
+            JournalRecord::Done { op: 0, result: serde_json::json!([1, 2]), at_ms: None },
             JournalRecord::End(EndRecord {
                 outcome: RunOutcome::Done,
                 result: Some(Value::Bool(true)),
@@ -432,8 +438,8 @@ mod tests {
     #[test]
     fn a_begin_while_another_action_is_begun_is_damage() {
         let header = crate::store::journal::test_header();
-        let begin = |op| JournalRecord::Begin { op, action: Value::Null };
-        let done = |op| JournalRecord::Done { op, result: Value::Null };
+        let begin = |op| JournalRecord::Begin { op, action: Value::Null, at_ms: None };
+        let done = |op| JournalRecord::Done { op, result: Value::Null, at_ms: None };
         let not_happened = |op| JournalRecord::Resolved { op, happened: false, result: None, at_ms: 2 };
         let end = JournalRecord::End(EndRecord {
             outcome: RunOutcome::Done,

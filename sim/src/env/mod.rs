@@ -2,6 +2,7 @@
 //! executor, a clock, a disk with crash semantics, stdio, HTTP, a sandbox, services, and the
 //! durability oracle watching them.
 
+pub mod admin;
 pub mod clock;
 pub mod disk;
 pub mod executor;

@@ -87,6 +87,8 @@ pub struct World {
     pub transport: Cell<Transport>,
     /// In an OAuth world, the principal each call (by id) was sent as.
     pub principals: Rc<RefCell<std::collections::BTreeMap<i64, &'static str>>>,
+    /// The live server's admin channel, which `warden resolve` beside it reaches.
+    pub admin: Rc<crate::env::admin::SimAdmin>,
 }
 
 pub struct Instance {
@@ -121,6 +123,7 @@ impl World {
             slow_reader: Rc::default(),
             transport: Cell::new(Transport::Stdio),
             principals: Rc::default(),
+            admin: Rc::default(),
         }
     }
 
@@ -164,6 +167,7 @@ impl World {
             process: Rc::new(SimProcess::new(Rc::clone(&self.services))),
             probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
             http,
+            admin: Rc::new(crate::env::admin::SimAdminHandle(Rc::clone(&self.admin))),
         }
     }
 

@@ -1,5 +1,5 @@
-//! The operator model: with the server stopped (resolve refuses beside a live one), it looks
-//! at each waiting run's service records (for every kind of action: whether the services saw
+//! The operator model: beside the live server (its admin channel takes the word) or with it
+//! stopped, it looks at each waiting run's service records (for every kind of action: whether the services saw
 //! more of its signature than the journals claim, `truth.rs`) and resolves it, or asks for a
 //! halted run to be resumed, as the runbook says.
 
@@ -28,35 +28,39 @@ fn waiting_record(world: &World, path: &std::path::Path, report: &mut Report) ->
     record.ok()
 }
 
-/// A careless operator runs the resolve command with the server still running: it must
-/// refuse (the server holds the journals' lock), or the journal gets a record the live
-/// server does not know of.
-pub fn resolve_beside_live_server(world: &World, report: &mut Report) {
-    let Some(path) = waiting_records(world).into_iter().next() else { return };
-    let Some(record) = waiting_record(world, &path, report).filter(|record| !record.halted) else { return };
-    let (journal, op) = (std::path::PathBuf::from(&record.journal), record.op);
-    let outcome = world
-        .start_command(move |env| Box::pin(async move { warden::commands::resolve(&env, &journal, op, None).await }));
-    report.events.push((
-        world.clock.now(),
-        "operator".into(),
-        format!("tried resolving {} beside the server", &record.run[..8]),
-    ));
-    if outcome.is_ok() {
-        let message = format!("`warden resolve` of run {} was accepted beside a live server", record.run);
-        report.violations.push(Violation { invariant: 6, message });
+/// A run the operator resolved beside a live server (through its admin channel) must move on
+/// in that server, before any restart: its journal gets a record after the operator's word,
+/// or the run settles. One that only a restart would move was resolved behind the server's
+/// back (the word appended to a journal the server owns, without it knowing).
+pub fn resolved_runs_moved_on(world: &World, resolved: &[(String, std::path::PathBuf)], report: &mut Report) {
+    let Ok(state) = check::ledger_state(&world.disk, &World::path("journals")) else { return };
+    for (run, journal) in resolved {
+        if !state.run(run).is_some_and(|entry| entry.is_open()) {
+            continue;
+        }
+        let bytes = world.disk.peek(journal).unwrap_or_default();
+        let last = bytes.split(|b| *b == b'\n').rfind(|line| !line.is_empty()).unwrap_or_default();
+        let tag = crate::env::oracle::record_tag(last);
+        if matches!(tag, Some("resolved" | "retried")) {
+            let message = format!(
+                "run {run} was resolved beside the live server, which did not resume it (its journal ends with the \
+                 operator's word)"
+            );
+            report.violations.push(Violation { invariant: 10, message });
+        }
     }
 }
 
 /// A halted run: the runbook says resume it again once the server is back.
-fn resume_halted(world: &World, journal: std::path::PathBuf, run: &str, report: &mut Report) {
+fn resume_halted(world: &World, journal: std::path::PathBuf, run: &str, report: &mut Report) -> bool {
     let outcome =
         world.start_command(move |env| Box::pin(async move { warden::commands::resume_halted(&env, &journal).await }));
-    if let Err(problem) = outcome {
+    if let Err(problem) = &outcome {
         let message = format!("the operator could not resume halted run {run}: {problem}");
         report.violations.push(Violation { invariant: 10, message });
     }
     report.events.push((world.clock.now(), "operator".into(), format!("resumed halted {}", &run[..8])));
+    outcome.is_ok()
 }
 
 /// The command `warden mcp status` prints for `run` after "resolve with:", as a person would
@@ -96,13 +100,15 @@ fn printed_command(status: &str, run: &str) -> Result<Printed, String> {
     Ok(Printed::Resolve { journal, op })
 }
 
-/// The operator follows the runbook with the server stopped (resolve refuses beside a live
-/// one): `warden mcp status` lists the waiting runs and the command that resolves each; for
-/// each, look at the service's own records and run that command.
-pub fn operator(world: &World, report: &mut Report) {
+/// The operator follows the runbook, beside a live server (its admin channel takes the word)
+/// or with it stopped: `warden mcp status` lists the waiting runs and the command that
+/// resolves each; for each, look at the service's own records and run that command. Returns
+/// the runs resolved, with their journals.
+pub fn operator(world: &World, report: &mut Report) -> Vec<(String, std::path::PathBuf)> {
+    let mut resolved = Vec::new();
     let records = waiting_records(world);
     if records.is_empty() {
-        return;
+        return resolved;
     }
     let manifest = World::path("manifest.json");
     let status =
@@ -112,7 +118,7 @@ pub fn operator(world: &World, report: &mut Report) {
         Err(problem) => {
             let message = format!("`warden mcp status` failed with runs waiting: {problem}");
             report.violations.push(Violation { invariant: 10, message });
-            return;
+            return resolved;
         }
     };
     for path in &records {
@@ -128,44 +134,64 @@ pub fn operator(world: &World, report: &mut Report) {
         let (journal, op) = match printed {
             Printed::Resolve { journal, op } => (journal, op),
             Printed::Resume { journal } => {
-                resume_halted(world, journal, &record.run, report);
+                if resume_halted(world, journal.clone(), &record.run, report) {
+                    resolved.push((record.run.clone(), journal));
+                }
                 continue;
             }
         };
-        let happened = match serde_json::from_value::<warden::broker::Action>(record.action.clone()) {
-            Ok(action) => check::ledger_state(&world.disk, &World::path("journals"))
-                .is_ok_and(|state| truth::happened(world, &state, &record.run, &action)),
-            Err(_) => false,
-        };
-        // A careless operator first writes a result of the wrong shape: it must be refused,
-        // naming what is wrong. Then the filled-in example the status printed, as a person
-        // would copy it.
-        if happened && !refuses_a_wrong_shape(world, &journal, op) {
-            let message = format!("`warden resolve --happened` took a result of the wrong shape for {}", record.run);
-            report.violations.push(Violation { invariant: 5, message });
-        }
-        let answer = match (happened, printed_example(&status, &record.run)) {
-            (false, _) => None,
-            (true, Some(example)) => Some(example),
-            (true, None) => {
-                let message = format!("`warden mcp status` shows no example result for run {}", record.run);
-                report.violations.push(Violation { invariant: 5, message });
-                continue;
-            }
-        };
+        let Some(answer) = answer_for(world, &status, &record, &journal, op, report) else { continue };
+        let happened = answer.is_some();
+        let journal_resolved = journal.clone();
         let outcome = world.start_command(move |env| {
             Box::pin(async move { warden::commands::resolve(&env, &journal, op, answer.as_deref()).await })
         });
-        if let Err(problem) = outcome {
-            report.violations.push(Violation {
+        match &outcome {
+            Ok(_) => resolved.push((record.run.clone(), journal_resolved)),
+            Err(problem) => report.violations.push(Violation {
                 invariant: 10,
                 message: format!("the operator could not resolve {}: {problem}", record.run),
-            });
+            }),
         }
         report.events.push((
             world.clock.now(),
             "operator".into(),
             format!("resolved {} as {}", &record.run[..8], if happened { "happened" } else { "not happened" }),
         ));
+    }
+    resolved
+}
+
+/// What the operator answers for a waiting run's action, from the services' own records:
+/// `Some(None)` it did not happen, `Some(Some(result))` it did (the example the status
+/// printed), `None` when the status gives no example to copy (a violation, recorded).
+fn answer_for(
+    world: &World,
+    status: &str,
+    record: &WaitingRecord,
+    journal: &std::path::Path,
+    op: u64,
+    report: &mut Report,
+) -> Option<Option<String>> {
+    let happened = match serde_json::from_value::<warden::broker::Action>(record.action.clone()) {
+        Ok(action) => check::ledger_state(&world.disk, &World::path("journals"))
+            .is_ok_and(|state| truth::happened(world, &state, &record.run, &action)),
+        Err(_) => false,
+    };
+    // A careless operator first writes a result of the wrong shape: it must be refused,
+    // naming what is wrong. Then the filled-in example the status printed, as a person
+    // would copy it.
+    if happened && !refuses_a_wrong_shape(world, journal, op) {
+        let message = format!("`warden resolve --happened` took a result of the wrong shape for {}", record.run);
+        report.violations.push(Violation { invariant: 5, message });
+    }
+    match (happened, printed_example(status, &record.run)) {
+        (false, _) => Some(None),
+        (true, Some(example)) => Some(Some(example)),
+        (true, None) => {
+            let message = format!("`warden mcp status` shows no example result for run {}", record.run);
+            report.violations.push(Violation { invariant: 5, message });
+            None
+        }
     }
 }

@@ -149,8 +149,8 @@ fn the_table_cell_by_cell() {
 fn a_journal_gives_the_state_it_left() {
     let header = crate::store::journal::test_header();
     let post = action(0, Kind::HttpPost, Method::Post, false);
-    let begin = JournalRecord::Begin { op: 0, action: serde_json::to_value(&post).unwrap() };
-    let done = JournalRecord::Done { op: 0, result: json!({}) };
+    let begin = JournalRecord::Begin { op: 0, action: serde_json::to_value(&post).unwrap(), at_ms: None };
+    let done = JournalRecord::Done { op: 0, result: json!({}), at_ms: None };
     let parse = |records: &[&JournalRecord]| {
         let bytes: Vec<u8> = records.iter().flat_map(|r| record::encode(*r)).collect();
         State::from_journal(&Journal::parse(Path::new("j"), &bytes).unwrap()).unwrap()
@@ -177,7 +177,7 @@ fn input_rounds_are_read_as_strictly_as_they_are_written() {
     let header = crate::store::journal::test_header();
     let asked = |round| JournalRecord::Asked { round, requests: json!({}), sent: vec![], at_ms: 2 };
     let answered = |round| JournalRecord::Answered { round, answers: json!({}), at_ms: 3 };
-    let begin = JournalRecord::Begin { op: 0, action: json!({}) };
+    let begin = JournalRecord::Begin { op: 0, action: json!({}), at_ms: None };
     let parse = |records: &[&JournalRecord]| {
         let bytes: Vec<u8> = records.iter().flat_map(|r| record::encode(*r)).collect();
         Journal::parse(Path::new("j"), &bytes)
@@ -532,7 +532,7 @@ fn an_action_waiting_for_a_verdict_is_never_halted_but_a_sql_write_is() {
     let journal_of = |action: &Action, resumes: u64| {
         let mut bytes = record::encode(&crate::store::journal::test_header());
         let begun = serde_json::to_value(action).unwrap();
-        bytes.extend(record::encode(&JournalRecord::Begin { op: 0, action: begun }));
+        bytes.extend(record::encode(&JournalRecord::Begin { op: 0, action: begun, at_ms: None }));
         for at_ms in 0..resumes {
             bytes.extend(record::encode(&JournalRecord::Resumed { at_ms }));
         }

@@ -55,6 +55,17 @@ impl std::fmt::Display for LedgerError {
     }
 }
 
+/// The ledger's state as it is on disk, read without its lock: beside a live server, whose
+/// append may be mid-line, a torn last line is normal and dropped. No ledger: no runs.
+pub async fn read_on_disk(env: &Env, journals: &Path) -> Result<State, String> {
+    let file = journals.join(LEDGER_FILE);
+    let bytes = match env.disk.exists(&file).await.map_err(|e| format!("{}: {e}", file.display()))? {
+        true => env.disk.read(&file).await.map_err(|e| format!("{}: {e}", file.display()))?,
+        false => Vec::new(),
+    };
+    parse(&file, &bytes).map(|(state, _)| state).map_err(|e| e.to_string())
+}
+
 /// Parses ledger bytes into state. A torn last line is dropped; any other damage is an error.
 pub fn parse(file: &Path, bytes: &[u8]) -> Result<(State, record::Records<Event>), LedgerError> {
     let parsed = record::parse_file::<Event>(bytes).map_err(|damage| LedgerError::Damaged {

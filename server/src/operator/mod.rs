@@ -1,0 +1,6 @@
+//! The operator's view of, and hand on, a server's runs: listed and shown from the ledger and
+//! the journals beside a live server, and resolved through the live server's admin channel.
+
+pub mod admin;
+pub mod runs;
+pub mod verdict;

@@ -1,0 +1,463 @@
+//! `warden runs list` and `warden runs show`: what the ledger and the journals say of each run,
+//! read beside a live server without its lock (its appends may be mid-line: a torn last line
+//! is normal here and left out).
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::base::layout::RunFiles;
+use crate::base::time::utc_timestamp;
+use crate::catalog::Catalog;
+use crate::env::Env;
+use crate::store::journal::{JournalRecord, RunOutcome};
+use crate::store::ledger::{self, RunEntry, RunPhase, State};
+
+/// Runs `runs list` prints unless told otherwise, newest first.
+pub const LIST_LIMIT_DEFAULT: usize = 50;
+/// The most `--limit` may ask for: a ledger holds a window of history, not all of it.
+pub const LIST_LIMIT_MAX: usize = 10_000;
+/// What `runs show` prints of one result, argument or message in text (`--json` has it whole).
+const SHOWN_CHARS_MAX: usize = 300;
+
+/// Where a run stands, as an operator asks about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// Executing in the live server.
+    Running,
+    /// An action may have happened: `warden resolve` says whether.
+    WaitingForOperator,
+    /// Found unfinished at starts in a row without getting further: `warden resolve --resume`.
+    Halted,
+    /// Its program asked its client for input.
+    WaitingForInput,
+    /// Unfinished, and no server runs it: the next start resumes it.
+    Interrupted,
+    Done,
+    Failed,
+    /// Recorded, never started (a crash before its journal): it held nothing.
+    Released,
+}
+
+impl RunState {
+    pub const ALL: [RunState; 8] = [
+        RunState::Running,
+        RunState::WaitingForOperator,
+        RunState::Halted,
+        RunState::WaitingForInput,
+        RunState::Interrupted,
+        RunState::Done,
+        RunState::Failed,
+        RunState::Released,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::WaitingForOperator => "waiting_for_operator",
+            RunState::Halted => "halted",
+            RunState::WaitingForInput => "waiting_for_input",
+            RunState::Interrupted => "interrupted",
+            RunState::Done => "done",
+            RunState::Failed => "failed",
+            RunState::Released => "released",
+        }
+    }
+
+    /// Parses a `--state` value, naming every state when it is none of them.
+    pub fn from_name(text: &str) -> Result<RunState, String> {
+        RunState::ALL.into_iter().find(|state| state.name() == text).ok_or_else(|| {
+            let names: Vec<&str> = RunState::ALL.iter().map(|state| state.name()).collect();
+            format!("--state: `{text}` is not a run state (one of: {})", names.join(", "))
+        })
+    }
+}
+
+/// Which runs `runs list` prints.
+#[derive(Clone, Debug)]
+pub struct Filter {
+    pub tool: Option<String>,
+    pub state: Option<RunState>,
+    /// Only runs reserved at most this long ago.
+    pub since_ms: Option<u64>,
+    pub limit: usize,
+}
+
+/// What is read once for every run described: the ledger, the journals, whether a server runs.
+struct Seen<'a> {
+    env: &'a Env,
+    journals: &'a Path,
+    state: State,
+    server_running: bool,
+    now_ms: u64,
+}
+
+impl<'a> Seen<'a> {
+    async fn read(env: &'a Env, catalog: &'a Catalog) -> Result<Seen<'a>, String> {
+        let journals = &catalog.manifest.server.journals;
+        let state = ledger::read_on_disk(env, journals).await?;
+        let server_running = crate::call::status::server_running(env, journals).await == Some(true);
+        let now_ms = env.clock.now_ms().max(state.last_at_ms);
+        Ok(Seen { env, journals, state, server_running, now_ms })
+    }
+
+    /// Where `entry` stands: the ledger says it for a finished run; an unfinished one's
+    /// waiting record and journal say the rest.
+    async fn run_state(&self, entry: &RunEntry) -> RunState {
+        match &entry.phase {
+            RunPhase::Released { .. } => return RunState::Released,
+            RunPhase::Settled { outcome: RunOutcome::Done, .. } => return RunState::Done,
+            RunPhase::Settled { .. } => return RunState::Failed,
+            RunPhase::Open => {}
+        }
+        let files = RunFiles::new(self.journals, &entry.tool, &entry.run);
+        if let Ok(waiting) = crate::run::runs::read_waiting(self.env, &files.waiting).await {
+            return if waiting.halted { RunState::Halted } else { RunState::WaitingForOperator };
+        }
+        let journal = read_records(self.env, &files.journal).await.ok().flatten();
+        let awaiting = journal.is_some_and(|(records, _)| {
+            let asked = records.iter().filter(|r| matches!(r, JournalRecord::Asked { .. })).count();
+            let answered = records.iter().filter(|r| matches!(r, JournalRecord::Answered { .. })).count();
+            asked > answered && !records.iter().any(|r| matches!(r, JournalRecord::End(_)))
+        });
+        match (awaiting, self.server_running) {
+            (true, _) => RunState::WaitingForInput,
+            (false, true) => RunState::Running,
+            (false, false) => RunState::Interrupted,
+        }
+    }
+}
+
+/// A run's records as its journal holds them (a torn last line left out), and the torn
+/// bytes; `None` when it has no journal (never started, or no longer kept).
+async fn read_records(env: &Env, path: &Path) -> Result<Option<(Vec<JournalRecord>, usize)>, String> {
+    let Some(bytes) =
+        crate::store::files::read_if_present(env, path).await.map_err(|e| format!("{}: {e}", path.display()))?
+    else {
+        return Ok(None);
+    };
+    let parsed = crate::store::record::parse_file::<JournalRecord>(&bytes)
+        .map_err(|d| format!("{}:{}: the journal is damaged: {}", path.display(), d.line, d.problem))?;
+    Ok(Some((parsed.records, parsed.torn_tail_bytes)))
+}
+
+/// `warden runs list`: the runs the ledger holds, newest first, as a table or as JSON.
+pub async fn list(env: &Env, catalog: &Catalog, filter: &Filter, as_json: bool) -> Result<String, String> {
+    if filter.limit == 0 || filter.limit > LIST_LIMIT_MAX {
+        return Err(format!("--limit: {} is out of range (1 to {LIST_LIMIT_MAX})", filter.limit));
+    }
+    let seen = Seen::read(env, catalog).await?;
+    if let Some(tool) = &filter.tool {
+        // A tool no longer in the manifest may still have runs in the ledger.
+        if catalog.tool(tool).is_none() && !seen.state.runs.values().any(|entry| &entry.tool == tool) {
+            let names: Vec<&str> = catalog.tools.iter().map(|t| t.config.name.as_str()).collect();
+            return Err(format!(
+                "--tool: no tool named `{tool}` in the manifest or the ledger (its tools: {})",
+                names.join(", ")
+            ));
+        }
+    }
+    let mut entries: Vec<&RunEntry> = seen.state.runs.values().collect();
+    entries.sort_by_key(|entry| std::cmp::Reverse(entry.sequence));
+    let since = filter.since_ms.map(|ms| seen.now_ms.saturating_sub(ms));
+    let mut rows = Vec::new();
+    let mut more = 0usize;
+    for entry in entries {
+        let wanted_tool = filter.tool.as_ref().is_none_or(|tool| tool == &entry.tool);
+        if !wanted_tool || since.is_some_and(|since| entry.reserved_at_ms < since) {
+            continue;
+        }
+        let state = seen.run_state(entry).await;
+        if filter.state.is_some_and(|wanted| wanted != state) {
+            continue;
+        }
+        match rows.len() < filter.limit {
+            true => rows.push(row(entry, state)),
+            false => more += 1,
+        }
+    }
+    Ok(match as_json {
+        true => {
+            serde_json::to_string_pretty(&json!({"runs": rows, "more": more})).expect("JSON values serialise") + "\n"
+        }
+        false => table(&rows, more),
+    })
+}
+
+/// One run as `runs list --json` gives it.
+fn row(entry: &RunEntry, state: RunState) -> Value {
+    let (settled_at, outcome) = match &entry.phase {
+        RunPhase::Settled { at_ms, outcome, .. } => (Some(*at_ms), Some(outcome.to_string())),
+        RunPhase::Released { at_ms } => (Some(*at_ms), None),
+        RunPhase::Open => (None, None),
+    };
+    json!({
+        "run": entry.run,
+        "tool": entry.tool,
+        "principal": entry.principal,
+        "state": state.name(),
+        "outcome": outcome,
+        "reserved_at": utc_timestamp(entry.reserved_at_ms),
+        "settled_at": settled_at.map(utc_timestamp),
+        "took_ms": settled_at.map(|at| at.saturating_sub(entry.reserved_at_ms)),
+    })
+}
+
+fn table(rows: &[Value], more: usize) -> String {
+    if rows.is_empty() {
+        return "no runs match\n".to_string();
+    }
+    let text = |row: &Value, key: &str| row[key].as_str().unwrap_or("-").to_string();
+    let lines: Vec<[String; 6]> = rows
+        .iter()
+        .map(|row| {
+            let took = row["took_ms"].as_u64().map_or("-".to_string(), |ms| format!("{ms} ms"));
+            let state = match row["outcome"].as_str() {
+                Some(outcome) if row["state"] == "failed" => format!("failed ({outcome})"),
+                _ => text(row, "state"),
+            };
+            [text(row, "run"), text(row, "tool"), state, text(row, "reserved_at"), took, text(row, "principal")]
+        })
+        .collect();
+    let heading = ["RUN", "TOOL", "STATE", "RESERVED (UTC)", "TOOK", "FOR"].map(String::from);
+    let mut widths = heading.each_ref().map(String::len);
+    for line in &lines {
+        for (width, cell) in widths.iter_mut().zip(line) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for line in std::iter::once(&heading).chain(&lines) {
+        let cells: Vec<String> = line.iter().zip(widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    if more > 0 {
+        out.push_str(&format!("... and {more} more (raise --limit, or narrow with --tool, --state, --since)\n"));
+    }
+    out
+}
+
+/// `warden runs show <run>`: the run's journal rendered (each action with its kind, target,
+/// result or error and duration; the answer its client got), or as JSON.
+pub async fn show(env: &Env, catalog: &Catalog, run: &str, as_json: bool) -> Result<String, String> {
+    let seen = Seen::read(env, catalog).await?;
+    let entry = find(&seen.state, run)?;
+    let state = seen.run_state(entry).await;
+    let files = RunFiles::new(seen.journals, &entry.tool, &entry.run);
+    let records = read_records(env, &files.journal).await?;
+    let returns_content = catalog.tool(&entry.tool).is_some_and(|tool| tool.program.returns_content());
+    let shown = Shown::of(entry, state, records.as_ref().map(|(records, _)| records.as_slice()), returns_content);
+    let mut value = shown.to_json(entry, state);
+    value["journal"] = json!(files.journal.display().to_string());
+    if let Some((_, torn)) = records.as_ref().filter(|(_, torn)| *torn > 0) {
+        value["torn_tail_bytes"] = json!(torn);
+    }
+    Ok(match as_json {
+        true => serde_json::to_string_pretty(&value).expect("JSON values serialise") + "\n",
+        false => shown.text(entry, state, &files.journal, records.is_some()),
+    })
+}
+
+/// The run `run` names: its whole id, or a prefix of at least 6 characters only it has.
+fn find<'s>(state: &'s State, run: &str) -> Result<&'s RunEntry, String> {
+    if let Some(entry) = state.run(run) {
+        return Ok(entry);
+    }
+    let valid = run.len() >= 6 && run.len() <= 32 && run.bytes().all(|b| b.is_ascii_hexdigit());
+    if !valid {
+        return Err(format!(
+            "`{run}` is not a run id (32 hexadecimal characters, or the first 6 or more of one; `warden runs list` \
+             names them)"
+        ));
+    }
+    let mut matching = state.runs.values().filter(|entry| entry.run.starts_with(run));
+    match (matching.next(), matching.next()) {
+        (Some(entry), None) => Ok(entry),
+        (Some(_), Some(_)) => Err(format!("`{run}` begins more than one run id: give more of it")),
+        (None, _) => Err(format!(
+            "run {run} is not in the ledger: it never was, or retention has dropped it (`warden runs list` names \
+             the runs it keeps)"
+        )),
+    }
+}
+
+/// One action as `runs show` renders it.
+struct ShownAction {
+    op: u64,
+    action: Value,
+    begun_at_ms: Option<u64>,
+    done_at_ms: Option<u64>,
+    /// done, in_doubt, happened (an operator said so), did_not_happen (likewise).
+    status: &'static str,
+    result: Option<Value>,
+}
+
+/// A journal read for `runs show`.
+#[derive(Default)]
+struct Shown {
+    started_at_ms: Option<u64>,
+    actions: Vec<ShownAction>,
+    prints: Vec<String>,
+    restarts: Vec<u64>,
+    rounds: usize,
+    end: Option<crate::store::journal::EndRecord>,
+    answer: Option<Value>,
+}
+
+impl Shown {
+    fn of(entry: &RunEntry, state: RunState, records: Option<&[JournalRecord]>, returns_content: bool) -> Shown {
+        let mut shown = Shown::default();
+        for record in records.unwrap_or_default() {
+            shown.add(record);
+        }
+        // An action begun and not done is in doubt only if nothing is running it now.
+        if state == RunState::Running {
+            for action in shown.actions.iter_mut().filter(|a| a.status == "in_doubt") {
+                action.status = "in_flight";
+            }
+        }
+        shown.answer = shown.end.as_ref().map(|end| crate::call::answer::answer(&entry.run, end, returns_content));
+        shown
+    }
+
+    fn add(&mut self, record: &JournalRecord) {
+        match record {
+            JournalRecord::Header { at_ms, .. } => self.started_at_ms = Some(*at_ms),
+            JournalRecord::Print { text, .. } => self.prints.push(text.clone()),
+            JournalRecord::Begin { op, action, at_ms } => self.actions.push(ShownAction {
+                op: *op,
+                action: action.clone(),
+                begun_at_ms: *at_ms,
+                done_at_ms: None,
+                status: "in_doubt",
+                result: None,
+            }),
+            JournalRecord::Done { op, result, at_ms } => self.finish(*op, "done", Some(result.clone()), *at_ms),
+            JournalRecord::Resolved { op, happened: true, result, at_ms } => {
+                self.finish(*op, "happened", result.clone(), Some(*at_ms))
+            }
+            JournalRecord::Resolved { op, happened: false, at_ms, .. } => {
+                self.finish(*op, "did_not_happen", None, Some(*at_ms))
+            }
+            JournalRecord::Resumed { at_ms } => self.restarts.push(*at_ms),
+            JournalRecord::Asked { .. } => self.rounds += 1,
+            JournalRecord::End(end) => self.end = Some(end.clone()),
+            JournalRecord::Retried { .. } | JournalRecord::Answered { .. } => {}
+        }
+    }
+
+    /// The latest begin of action `op` gets its outcome (an action an operator said did not
+    /// happen is begun again).
+    fn finish(&mut self, op: u64, status: &'static str, result: Option<Value>, at_ms: Option<u64>) {
+        if let Some(action) = self.actions.iter_mut().rev().find(|action| action.op == op) {
+            action.status = status;
+            action.result = result;
+            action.done_at_ms = at_ms;
+        }
+    }
+
+    fn to_json(&self, entry: &RunEntry, state: RunState) -> Value {
+        let actions: Vec<Value> = self
+            .actions
+            .iter()
+            .map(|a| {
+                json!({
+                    "op": a.op,
+                    "kind": a.action["kind"],
+                    "method": a.action["method"],
+                    "target": a.action["target"],
+                    "status": a.status,
+                    "begun_at": a.begun_at_ms.map(utc_timestamp),
+                    "done_at": a.done_at_ms.map(utc_timestamp),
+                    "duration_ms": duration_ms(a),
+                    "result": a.result,
+                })
+            })
+            .collect();
+        let mut value = row(entry, state);
+        value["started_at"] = json!(self.started_at_ms.map(utc_timestamp));
+        value["actions"] = json!(actions);
+        value["prints"] = json!(self.prints);
+        value["restarts"] = json!(self.restarts.iter().map(|at| utc_timestamp(*at)).collect::<Vec<_>>());
+        value["input_rounds"] = json!(self.rounds);
+        value["answer"] = json!(self.answer);
+        value
+    }
+
+    fn text(&self, entry: &RunEntry, state: RunState, journal: &Path, has_journal: bool) -> String {
+        let whom = entry.principal.as_ref().map(|p| format!(" for {p}")).unwrap_or_default();
+        let mut out = format!("run {} of tool `{}`{whom}: {}\n", entry.run, entry.tool, state.name());
+        out.push_str(&format!("  reserved  {}\n", utc_timestamp(entry.reserved_at_ms)));
+        if let Some(at) = self.started_at_ms {
+            out.push_str(&format!("  started   {}\n", utc_timestamp(at)));
+        }
+        for at in &self.restarts {
+            out.push_str(&format!("  resumed   {}\n", utc_timestamp(*at)));
+        }
+        match &entry.phase {
+            RunPhase::Settled { at_ms, outcome, .. } => {
+                out.push_str(&format!("  settled   {} ({outcome})\n", utc_timestamp(*at_ms)))
+            }
+            RunPhase::Released { at_ms } => {
+                out.push_str(&format!("  released  {} (it never started)\n", utc_timestamp(*at_ms)))
+            }
+            RunPhase::Open => {}
+        }
+        match has_journal {
+            true => out.push_str(&format!("  journal   {}\n", journal.display())),
+            false => out.push_str("  journal   none (never started, or no longer kept)\n"),
+        }
+        out.push_str(&self.actions_text());
+        for print in &self.prints {
+            out.push_str(&format!("  print: {}\n", clipped(print)));
+        }
+        if self.rounds > 0 {
+            out.push_str(&format!("  asked its client for input {} time(s)\n", self.rounds));
+        }
+        if let Some(answer) = &self.answer {
+            let text = serde_json::to_string(answer).expect("JSON values serialise");
+            out.push_str(&format!("  answer: {}\n", clipped(&text)));
+        }
+        out
+    }
+
+    fn actions_text(&self) -> String {
+        if self.actions.is_empty() {
+            return "  no actions\n".to_string();
+        }
+        let mut out = format!("  actions ({}):\n", self.actions.len());
+        for a in &self.actions {
+            let (kind, method) = (a.action["kind"].as_str().unwrap_or("?"), a.action["method"].as_str().unwrap_or(""));
+            let target: String = a.action["target"].as_str().unwrap_or("").chars().take(120).collect();
+            let took = duration_ms(a).map(|ms| format!(" in {ms} ms")).unwrap_or_default();
+            let outcome = match a.status {
+                "done" => format!("done{took}: {}", clipped(&compact(a.result.as_ref()))),
+                "happened" => format!("happened, an operator said{took}: {}", clipped(&compact(a.result.as_ref()))),
+                "did_not_happen" => "did not happen, an operator said".to_string(),
+                "in_flight" => "in flight".to_string(),
+                _ => "in doubt: begun, no outcome journaled".to_string(),
+            };
+            out.push_str(&format!("    #{} {kind} {method} {target}: {outcome}\n", a.op));
+        }
+        out
+    }
+}
+
+fn duration_ms(action: &ShownAction) -> Option<u64> {
+    Some(action.done_at_ms?.saturating_sub(action.begun_at_ms?))
+}
+
+fn compact(value: Option<&Value>) -> String {
+    value.map_or("-".to_string(), |value| serde_json::to_string(value).expect("JSON values serialise"))
+}
+
+/// At most `SHOWN_CHARS_MAX` characters, saying how much was left out.
+fn clipped(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= SHOWN_CHARS_MAX {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(SHOWN_CHARS_MAX).collect();
+    format!("{kept}... ({} more characters; --json has it whole)", count - SHOWN_CHARS_MAX)
+}

@@ -1,0 +1,56 @@
+//! The operator's word on a waiting run, checked the same way whether `warden resolve` writes
+//! it beside a stopped server or hands it to a live one through the admin channel.
+
+use std::path::Path;
+
+use crate::store::journal::{Journal, JournalRecord, OpState};
+
+/// The largest result an operator may give for an action (`resolve --happened`).
+pub const RESOLUTION_BYTES_MAX: usize = 1024 * 1024;
+
+/// The record that says action `op` of `journal` happened (with `happened`, the result as the
+/// operator gives it, in the action's shape) or did not (`None`).
+pub fn resolved(
+    journal: &Journal,
+    journal_path: &Path,
+    op: u64,
+    happened: Option<&str>,
+    at_ms: u64,
+) -> Result<JournalRecord, String> {
+    let shown = journal_path.display();
+    let action = match journal.ops.get(&op) {
+        Some(OpState::Begun(action)) => serde_json::from_value::<crate::broker::Action>(action.clone())
+            .map_err(|e| format!("{shown}: the begin record of action {op} does not parse: {e}"))?,
+        Some(_) => return Err(format!("{shown}: action {op} is not in doubt")),
+        None => return Err(format!("{shown}: the run has no action {op}")),
+    };
+    if action.kind == crate::broker::Kind::Model {
+        // A model call is sent again at a start and charged for every send: a verdict would
+        // lose the charge of the sends crashes interrupted.
+        return Err(format!(
+            "{shown}: action {op} is a model call: it is sent again when its run resumes, never decided by an \
+             operator; a halted run resumes with `warden resolve --journal {shown} --resume`"
+        ));
+    }
+    let result = match happened {
+        Some(text) if text.len() > RESOLUTION_BYTES_MAX => {
+            return Err(format!("--happened: {} bytes, over the limit of {RESOLUTION_BYTES_MAX}", text.len()))
+        }
+        Some(text) => {
+            let value =
+                serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("--happened: not JSON: {e}"))?;
+            if crate::base::json::depth(&value) > crate::limits::VALUE_DEPTH_MAX {
+                return Err(format!("--happened: nested deeper than {} levels", crate::limits::VALUE_DEPTH_MAX));
+            }
+            Some(crate::broker::resolution::checked(&action, value)?)
+        }
+        None => None,
+    };
+    Ok(JournalRecord::Resolved { op, happened: result.is_some(), result, at_ms })
+}
+
+/// What `resolve` says it recorded.
+pub fn resolved_text(op: u64, happened: bool) -> String {
+    let verdict = if happened { "happened" } else { "did not happen (it may be performed again)" };
+    format!("action {op} recorded as {verdict}")
+}
