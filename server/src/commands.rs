@@ -207,9 +207,9 @@ async fn load(env: &Env, manifest_path: &Path) -> Result<Catalog, String> {
 }
 
 /// `warden mcp status <manifest>`: unfinished runs and quota use, beside a running server.
-pub async fn status(env: &Env, manifest_path: &Path) -> Result<String, String> {
+pub async fn status(env: &Env, manifest_path: &Path, as_json: bool) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
-    crate::call::status::report(env, &catalog).await
+    crate::operator::status::report(env, &catalog, as_json).await
 }
 
 /// `warden runs list <manifest>`: the runs the ledger holds, newest first, beside a live server.

@@ -153,16 +153,23 @@ enum RunsCommand {
 
 #[derive(Subcommand)]
 enum McpCommand {
-    /// List unfinished runs and each tool's quota use, beside a running server.
-    Status { manifest: PathBuf },
+    /// Whether a server is running, each unfinished run (what it is doing and the one thing to
+    /// do) and each tool's quota use; safe beside a running server.
+    Status {
+        /// The manifest (JSON).
+        manifest: PathBuf,
+        /// JSON instead of text (for monitoring and scripts).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Mcp { command: Some(McpCommand::Status { manifest }), .. } => {
+        Command::Mcp { command: Some(McpCommand::Status { manifest, json }), .. } => {
             let env = warden::io::command_env();
-            report(warden::io::run(warden::commands::status(&env, &manifest)))
+            report(warden::io::run(warden::commands::status(&env, &manifest, json)))
         }
         Command::Mcp { manifest: None, command: None } => {
             eprintln!("warden: usage: warden mcp <manifest.json> | warden mcp status <manifest.json>");

@@ -479,7 +479,7 @@ fn status_names_the_action_waiting_for_an_operator() {
     let stopped = ask(&instance, &call(1, "slow_note", json!({"text": "hello"})));
     assert_eq!(stopped["_meta"]["dev.warden/run"]["status"], json!("waiting_for_operator"));
     let status = world.start_command(|env| {
-        Box::pin(async move { warden::commands::status(&env, &World::path("manifest.json")).await })
+        Box::pin(async move { warden::commands::status(&env, &World::path("manifest.json"), false).await })
     });
     let status = status.unwrap();
     assert!(status.contains("--op 0 ") && !status.contains("--op N"), "{status}");
@@ -600,7 +600,7 @@ fn a_run_that_crashed_the_server_twice_waits_for_an_operator_instead_of_a_third_
     assert_eq!(world.services.requests.borrow().len(), requests, "the halted run was not resumed");
     let status = world
         .start_command(|env| {
-            Box::pin(async move { warden::commands::status(&env, &World::path("manifest.json")).await })
+            Box::pin(async move { warden::commands::status(&env, &World::path("manifest.json"), false).await })
         })
         .unwrap();
     assert!(status.contains(&run) && status.contains("--resume") && status.contains("not resumed again"), "{status}");

@@ -53,14 +53,20 @@ impl AdminChannel for RealAdmin {
         Box::pin(async move {
             let exchange = async {
                 let mut stream = UnixStream::connect(&path).await?;
-                stream.write_all(&request).await?;
-                stream.write_all(b"\n").await?;
+                // A server that refuses this peer answers without reading: the write may
+                // fail, and its answer still waits to be read.
+                let mut line_out = request;
+                line_out.push(b'\n');
+                let sent = stream.write_all(&line_out).await;
                 let mut line = Vec::new();
                 let mut reader = BufReader::new(stream.take(ANSWER_BYTES_MAX as u64 + 1));
                 reader.read_until(b'\n', &mut line).await?;
-                match line.strip_suffix(b"\n") {
-                    Some(answer) => Ok(answer.to_vec()),
-                    None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed without an answer")),
+                match (line.strip_suffix(b"\n"), sent) {
+                    (Some(answer), _) => Ok(answer.to_vec()),
+                    (None, Err(error)) => Err(error),
+                    (None, Ok(())) => {
+                        Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed without an answer"))
+                    }
                 }
             };
             match tokio::time::timeout(Duration::from_millis(timeout_ms), exchange).await {

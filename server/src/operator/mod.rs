@@ -3,4 +3,5 @@
 
 pub mod admin;
 pub mod runs;
+pub mod status;
 pub mod verdict;

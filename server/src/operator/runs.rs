@@ -96,7 +96,7 @@ impl<'a> Seen<'a> {
     async fn read(env: &'a Env, catalog: &'a Catalog) -> Result<Seen<'a>, String> {
         let journals = &catalog.manifest.server.journals;
         let state = ledger::read_on_disk(env, journals).await?;
-        let server_running = crate::call::status::server_running(env, journals).await == Some(true);
+        let server_running = crate::operator::status::server_running(env, journals).await == Some(true);
         let now_ms = env.clock.now_ms().max(state.last_at_ms);
         Ok(Seen { env, journals, state, server_running, now_ms })
     }

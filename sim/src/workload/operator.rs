@@ -112,7 +112,7 @@ pub fn operator(world: &World, report: &mut Report) -> Vec<(String, std::path::P
     }
     let manifest = World::path("manifest.json");
     let status =
-        world.start_command(move |env| Box::pin(async move { warden::commands::status(&env, &manifest).await }));
+        world.start_command(move |env| Box::pin(async move { warden::commands::status(&env, &manifest, false).await }));
     let status = match status {
         Ok(status) => status,
         Err(problem) => {
@@ -121,8 +121,10 @@ pub fn operator(world: &World, report: &mut Report) -> Vec<(String, std::path::P
             return resolved;
         }
     };
+    let status_json = status_as_json(world);
     for path in &records {
         let Some(record) = waiting_record(world, path, report) else { continue };
+        json_status_agrees(&status_json, &record, report);
         let printed = match printed_command(&status, &record.run) {
             Ok(printed) => printed,
             Err(problem) => {
@@ -193,5 +195,26 @@ fn answer_for(
             report.violations.push(Violation { invariant: 5, message });
             None
         }
+    }
+}
+
+/// `warden mcp status --json`, as monitoring would read it (`Null` when it fails: the text
+/// report's check names the failure).
+fn status_as_json(world: &World) -> serde_json::Value {
+    let manifest = World::path("manifest.json");
+    let status =
+        world.start_command(move |env| Box::pin(async move { warden::commands::status(&env, &manifest, true).await }));
+    status.ok().and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default()
+}
+
+/// The JSON report lists a waiting run as waiting, with the command its waiting record names.
+fn json_status_agrees(status: &serde_json::Value, record: &WaitingRecord, report: &mut Report) {
+    let listed = status["unfinished"].as_array().into_iter().flatten().find(|run| run["run"] == record.run.as_str());
+    let agrees =
+        listed.is_some_and(|run| run["waiting_for_operator"] == true && run["resolve"] == record.resolve.as_str());
+    if !agrees {
+        let message =
+            format!("`warden mcp status --json` does not list run {} as waiting with its command", record.run);
+        report.violations.push(Violation { invariant: 10, message });
     }
 }
