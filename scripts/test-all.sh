@@ -28,6 +28,13 @@ source "$root/scripts/postgres.sh"
 trap postgres_stop EXIT
 postgres_start
 
+step "Debian's prometheus for the metrics test (it scrapes a real server)"
+if [ ! -x /usr/bin/prometheus ]; then
+  if [ "$(id -u)" = 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi
+  "${apt_get[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
 step "cargo test (unit, tidy, end-to-end, simulator, fuzz replay)"
 cargo test --workspace --locked
 

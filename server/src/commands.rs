@@ -23,10 +23,19 @@ const LOCK_RETRY_MS: u64 = 100;
 
 /// `warden mcp <manifest>`: load everything, take the lock, recover, then serve on the
 /// protocol stream until EOF. An error here stops the server before it answers anything.
-pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
+/// `metrics_listen`: where to serve `/metrics` (loopback only), if anywhere.
+pub async fn serve_mcp(
+    env: &Env,
+    manifest_path: &Path,
+    metrics_listen: Option<core::net::SocketAddr>,
+) -> Result<(), String> {
     // Listening for signals first: one during recovery stops its runs between actions too.
     let shutdown = env.process.shutdown_signal(1);
+    metrics_listen.map(crate::protocol::metrics::check_listen).transpose()?;
     let opened = open_server(env, manifest_path, Vec::new()).await?;
+    if let Some(address) = metrics_listen {
+        crate::protocol::metrics::spawn_listener(env, &opened.runs, address);
+    }
     let connection = Connection::new(Rc::clone(&opened.runs));
     // Registered before the first request is read: a signal from then on drains, while
     // requests are still read and answered (a call refused: the server is stopping).
@@ -53,8 +62,12 @@ pub async fn serve_mcp(env: &Env, manifest_path: &Path) -> Result<(), String> {
 pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -> Result<(), String> {
     // Listening for signals first: one during recovery stops its runs between actions too.
     drop(env.process.shutdown_signal(1));
+    options.metrics_listen.map(crate::protocol::metrics::check_listen).transpose()?;
     let auth = crate::protocol::http::authentication(env, &options).await?;
     let opened = open_server(env, manifest_path, auth.secrets()).await?;
+    if let Some(address) = options.metrics_listen {
+        crate::protocol::metrics::spawn_listener(env, &opened.runs, address);
+    }
     crate::protocol::http::serve(env, &opened.runs, auth, &options).await
 }
 

@@ -29,6 +29,10 @@ pub trait Clock {
     /// A clock that never steps: milliseconds since an arbitrary origin. Deadlines are
     /// measured on it, so a wall-clock step cannot expire (or extend) a run in progress.
     fn monotonic_ms(&self) -> u64;
+    /// The monotonic clock in microseconds, for latencies under a millisecond (an fsync).
+    fn monotonic_us(&self) -> u64 {
+        self.monotonic_ms().saturating_mul(1000)
+    }
     /// Completes after `ms` milliseconds of (real or virtual) time.
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()>;
 }

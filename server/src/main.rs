@@ -22,6 +22,10 @@ enum Command {
     Mcp {
         /// The manifest (JSON).
         manifest: Option<PathBuf>,
+        /// Serve Prometheus metrics at http://ADDRESS/metrics (a loopback address such as
+        /// 127.0.0.1:9464: served without authentication).
+        #[arg(long, value_name = "ADDRESS")]
+        metrics_listen: Option<core::net::SocketAddr>,
         #[command(subcommand)]
         command: Option<McpCommand>,
     },
@@ -102,6 +106,11 @@ struct ServeHttpArgs {
     /// OAuth 2.1: the issuer's public keys, fetched from this URL at start and hourly.
     #[arg(long, requires = "oauth_issuer")]
     oauth_jwks_url: Option<String>,
+    /// Also serve Prometheus metrics at http://ADDRESS/metrics, without authentication (a
+    /// loopback address such as 127.0.0.1:9464). Without OAuth, `/metrics` on the main
+    /// listener serves them too, behind its bearer token.
+    #[arg(long, value_name = "ADDRESS")]
+    metrics_listen: Option<core::net::SocketAddr>,
 }
 
 #[derive(Subcommand)]
@@ -171,11 +180,11 @@ fn main() -> ExitCode {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::status(&env, &manifest, json)))
         }
-        Command::Mcp { manifest: None, command: None } => {
+        Command::Mcp { manifest: None, command: None, .. } => {
             eprintln!("warden: usage: warden mcp <manifest.json> | warden mcp status <manifest.json>");
             ExitCode::from(2)
         }
-        Command::Mcp { manifest: Some(manifest), .. } => serve_stdio(&manifest),
+        Command::Mcp { manifest: Some(manifest), metrics_listen, .. } => serve_stdio(&manifest, metrics_listen),
         Command::ServeHttp(args) => serve_http(args),
         Command::Check { manifest } => {
             let env = warden::io::command_env();
@@ -211,7 +220,7 @@ fn main() -> ExitCode {
 }
 
 /// `warden mcp MANIFEST`: the protocol on stdio, protected from stray writes first.
-fn serve_stdio(manifest: &std::path::Path) -> ExitCode {
+fn serve_stdio(manifest: &std::path::Path, metrics_listen: Option<core::net::SocketAddr>) -> ExitCode {
     // Before anything else (the manifest included) can write to stdout.
     let stdio = match warden::io::protect_stdio() {
         Ok(stdio) => stdio,
@@ -224,7 +233,7 @@ fn serve_stdio(manifest: &std::path::Path) -> ExitCode {
         write_to_stdout_as_a_stray_library_would();
     }
     let env = warden::io::real_env(stdio);
-    report(warden::io::run(warden::commands::serve_mcp(&env, manifest)).map(|()| String::new()))
+    report(warden::io::run(warden::commands::serve_mcp(&env, manifest, metrics_listen)).map(|()| String::new()))
 }
 
 /// `warden serve-http`: the options checked beyond what clap knows, then the server.
@@ -237,6 +246,7 @@ fn serve_http(args: ServeHttpArgs) -> ExitCode {
         oauth_audience,
         oauth_jwks_file,
         oauth_jwks_url,
+        metrics_listen,
     } = args;
     let env = warden::io::command_env();
     let keys = match (oauth_jwks_file, oauth_jwks_url) {
@@ -254,7 +264,7 @@ fn serve_http(args: ServeHttpArgs) -> ExitCode {
         }
         _ => None,
     };
-    let options = warden::protocol::http::HttpOptions { listen, bearer_token_env, oauth };
+    let options = warden::protocol::http::HttpOptions { listen, bearer_token_env, oauth, metrics_listen };
     report(warden::io::run(warden::commands::serve_http(&env, &manifest, options)).map(|()| String::new()))
 }
 

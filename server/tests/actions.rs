@@ -25,13 +25,8 @@ fn shop(payments: &Payments) -> tempfile::TempDir {
 }
 
 fn every_byte_under(dir: &Path, into: &mut Vec<u8>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            every_byte_under(&path, into);
-        } else {
-            into.extend(std::fs::read(&path).unwrap());
-        }
+    for path in common::walk(dir) {
+        into.extend(std::fs::read(&path).unwrap());
     }
 }
 

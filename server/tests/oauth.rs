@@ -187,6 +187,11 @@ fn refused_tokens_get_a_401_that_points_at_the_metadata() {
     let server = start(&issuer);
     let (status, _, body) = send(&server, "GET", "/.well-known/oauth-protected-resource/mcp", None, None);
     assert_eq!(status, 200);
+    // The metrics name every principal with a quota of its own: no principal reads them.
+    let (status, _, body_of_metrics) =
+        send(&server, "GET", "/metrics", Some(&issuer.token(&claims("alice", ""))), None);
+    assert_eq!(status, 404, "{body_of_metrics}");
+    assert!(body_of_metrics.contains("--metrics-listen"), "{body_of_metrics}");
     let metadata: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         (metadata["resource"].clone(), metadata["authorization_servers"].clone()),

@@ -133,7 +133,32 @@ pub fn worst_tokens(tool: &Tool, model: Option<&crate::manifest::ModelConfig>) -
     crate::manifest::worst_tokens(&tool.config.grants, model)
 }
 
-/// Runs one call of a known tool to its reply.
+/// The `outcome` label a reply counts under: one of a fixed set (a run's outcome names,
+/// `waiting_for_operator`, `interrupted`, `input_required`, `invalid_arguments`, `refused`
+/// (quota, `once`, scope, busy, stopping), `invalid_request`, `cancelled`).
+pub fn outcome_label(reply: &CallReply) -> &'static str {
+    let result = match reply {
+        CallReply::InputRequired(..) => return "input_required",
+        CallReply::Invalid(_) => return "invalid_request",
+        CallReply::Silent => return "cancelled",
+        CallReply::Result(result, _) => result,
+    };
+    let meta = &result["_meta"];
+    if meta.get(crate::call::answer::META_INVALID_ARGUMENTS).is_some() {
+        return "invalid_arguments";
+    }
+    let run = &meta[crate::call::answer::META_RUN];
+    match (run["status"].as_str(), serde_json::from_value::<crate::store::journal::RunOutcome>(run["outcome"].clone()))
+    {
+        (Some("waiting_for_operator"), _) => "waiting_for_operator",
+        (Some("interrupted"), _) => "interrupted",
+        (_, Ok(outcome)) => outcome.name(),
+        _ if result["isError"] == true => "refused",
+        _ => "done",
+    }
+}
+
+/// Runs one call of a known tool to its reply, counted by outcome (`warden_calls_total`).
 pub async fn call_tool(
     runs: &Runs,
     slots: &Rc<Slots>,
@@ -143,7 +168,38 @@ pub async fn call_tool(
     listener: Option<Rc<dyn crate::run::notice::Listener>>,
     caller: Caller<'_>,
 ) -> CallReply {
-    let principal = caller.principal;
+    let reply = async {
+        let inputs = match refused_before_running(runs, tool, arguments, caller.principal) {
+            Ok(inputs) => inputs,
+            Err(refused) => return refused,
+        };
+        if let Some(retry) = caller.retry {
+            return crate::call::retry::continue_run(runs, slots, tool, &inputs, control, listener, caller, retry)
+                .await;
+        }
+        let admitted =
+            admission::admit(runs, slots, tool, &inputs, control, caller.principal, caller.input_kinds).await;
+        match admitted {
+            Admission::Answered(reply) => reply,
+            Admission::Reserved { run, slot, running } => {
+                let running = (slot, running);
+                run_admitted(runs, tool, &run, &inputs, control, listener, caller, running).await
+            }
+        }
+    }
+    .await;
+    runs.metrics.count_call(&tool.config.name, outcome_label(&reply));
+    reply
+}
+
+/// The checks before anything is reserved: the caller's scopes, no secret in the arguments,
+/// the arguments against the program's signature. `Ok`: the inputs checked.
+fn refused_before_running(
+    runs: &Runs,
+    tool: &Tool,
+    arguments: &Map<String, Value>,
+    principal: Option<&Principal>,
+) -> Result<Map<String, Value>, CallReply> {
     let name = &tool.config.name;
     if let Some(principal) = principal {
         let missing: Vec<&str> =
@@ -153,7 +209,7 @@ pub async fn call_tool(
                 "`{name}` needs the scope(s) {}, which the caller's token does not grant; nothing was run",
                 missing.join(" ")
             );
-            return CallReply::Result(error_result(text), None);
+            return Err(CallReply::Result(error_result(text), None));
         }
     }
     // A secret in the arguments would be scrubbed from the journal while the program saw it:
@@ -161,32 +217,40 @@ pub async fn call_tool(
     let given = Value::Object(arguments.clone());
     if crate::broker::scrub_value(&given, &runs.secrets) != given {
         let text = "the arguments hold a value this server keeps secret (a credential it uses); nothing was run";
-        return CallReply::Result(error_result(text.to_string()), None);
+        return Err(CallReply::Result(error_result(text.to_string()), None));
     }
-    let inputs = match tool.program.check_inputs(arguments) {
-        Ok(inputs) => inputs,
-        Err(invalid) => return CallReply::Result(crate::call::answer::invalid_arguments(&invalid), None),
-    };
-    if let Some(retry) = caller.retry {
-        return crate::call::retry::continue_run(runs, slots, tool, &inputs, control, listener, caller, retry).await;
-    }
-    let admitted = admission::admit(runs, slots, tool, &inputs, control, principal, caller.input_kinds).await;
-    let (run, _slot, running) = match admitted {
-        Admission::Answered(reply) => return reply,
-        Admission::Reserved { run, slot, running } => (run, slot, running),
-    };
-    runs.env.reached(Point::Reserved, &run);
-    let _listening = listener.map(|listener| runs.listeners.listen(&run, listener));
-    runs.listeners.tell(&run, Notice::Started).await;
-    let outcome = match RunStore::start(runs, tool, &run, &inputs).await {
+    tool.program
+        .check_inputs(arguments)
+        .map_err(|invalid| CallReply::Result(crate::call::answer::invalid_arguments(&invalid), None))
+}
+
+/// A reserved run, started and driven to its reply.
+#[allow(clippy::too_many_arguments)] // the call's own parts, passed on whole
+async fn run_admitted(
+    runs: &Runs,
+    tool: &Tool,
+    run: &str,
+    inputs: &Map<String, Value>,
+    control: &CallControl,
+    listener: Option<Rc<dyn crate::run::notice::Listener>>,
+    caller: Caller<'_>,
+    held: (admission::Slot, crate::run::runs::InProgress<'_>),
+) -> CallReply {
+    let principal = caller.principal;
+    let name = &tool.config.name;
+    let (_slot, running) = held;
+    runs.env.reached(Point::Reserved, run);
+    let _listening = listener.map(|listener| runs.listeners.listen(run, listener));
+    runs.listeners.tell(run, Notice::Started).await;
+    let outcome = match RunStore::start(runs, tool, run, inputs).await {
         Ok(()) => {
-            runs.log_run_at(name, &run, "started", Some(crate::run::notice::DEBUG)).await;
-            runs.execute_to_end(tool, &run, &inputs, crate::run::driver::Entry::Fresh, caller.input_kinds).await
+            runs.log_run_at(name, run, "started", Some(crate::run::notice::DEBUG)).await;
+            runs.execute_to_end(tool, run, inputs, crate::run::driver::Entry::Fresh, caller.input_kinds).await
         }
         Err(fatal) => Err(fatal),
     };
     drop(running);
-    reply_of(runs, tool, &run, &inputs, outcome, control, principal)
+    reply_of(runs, tool, run, inputs, outcome, control, principal)
 }
 
 /// The reply a run's outcome gives its caller.

@@ -94,8 +94,12 @@ impl Clock for RealClock {
     }
 
     fn monotonic_ms(&self) -> u64 {
+        self.monotonic_us() / 1000
+    }
+
+    fn monotonic_us(&self) -> u64 {
         static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+        ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_micros() as u64
     }
 
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {

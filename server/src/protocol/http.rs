@@ -26,6 +26,7 @@ use crate::env::{Env, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnsw
 use crate::limits::LINE_BYTES_MAX;
 use crate::protocol::framing::Frame;
 use crate::protocol::jsonrpc::{self, Incoming, Notification};
+use crate::protocol::metrics::METRICS_PATH;
 use crate::protocol::oauth::OAuthConfig;
 use crate::protocol::{Connection, LegacySession, Outlet, Shared, META_PROTOCOL_VERSION};
 use crate::run::runs::Runs;
@@ -69,6 +70,8 @@ pub struct HttpOptions {
     pub bearer_token_env: Option<String>,
     /// OAuth 2.1: requests carry access tokens (JWTs) of this issuer for this audience.
     pub oauth: Option<OAuthOptions>,
+    /// A loopback address to serve `/metrics` on, without authentication.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Where access tokens come from and whom they are for.
@@ -280,12 +283,21 @@ struct Served(Rc<Front>);
 
 impl crate::env::InboundService for Served {
     fn screen(&self, head: &InboundRequest) -> Option<OutboundAnswer> {
-        self.0.screen(head).err()
+        let refused = self.0.screen(head).err();
+        if let Some(answer) = &refused {
+            self.0.runs.metrics.count_http(answer.status);
+        }
+        refused
     }
 
     fn answer(&self, request: InboundRequest) -> LocalBoxFuture<'static, OutboundAnswer> {
         let front = Rc::clone(&self.0);
-        Box::pin(async move { front.answer(request).await })
+        Box::pin(async move {
+            let answer = Rc::clone(&front).answer(request).await;
+            front.runs.metrics.count_http(answer.status);
+            front.runs.metrics.http_sessions.set(front.sessions.borrow().len() as i64);
+            answer
+        })
     }
 }
 
@@ -306,10 +318,23 @@ impl Front {
         if let Some(metadata) = self.resource_metadata(request) {
             return Err(metadata);
         }
-        if request.path != ENDPOINT {
+        if request.path == METRICS_PATH && matches!(self.auth, Auth::OAuth(_)) {
+            // The metrics name every principal with a quota of its own: no principal may read
+            // them. The operator's scrape goes to --metrics-listen on loopback.
+            return Err(plain(404, "not found: with OAuth, metrics are served on --metrics-listen only"));
+        }
+        if request.path != ENDPOINT && request.path != METRICS_PATH {
             return Err(plain(404, &format!("not found: the MCP endpoint is {ENDPOINT}")));
         }
         let principal = self.authenticate(request)?;
+        if request.path == METRICS_PATH && request.method != "GET" {
+            let mut answer = plain(405, "metrics take GET");
+            answer.headers.push(("allow".into(), "GET".into()));
+            return Err(answer);
+        }
+        if request.path == METRICS_PATH {
+            return Ok(principal);
+        }
         if request.method != "POST" && request.method != "DELETE" {
             let mut answer = plain(405, "this endpoint takes POST (and DELETE to end a session); it opens no stream");
             answer.headers.push(("allow".into(), "POST, DELETE".into()));
@@ -330,6 +355,9 @@ impl Front {
                 plain(503, "the server is stopping; nothing was run: send the request again once it is back");
             answer.headers.push(("retry-after".to_string(), STOPPING_RETRY_AFTER_S.to_string()));
             return answer;
+        }
+        if request.path == METRICS_PATH {
+            return crate::protocol::metrics::scrape(&self.runs).await;
         }
         let _exchange = self.exchanges.enter();
         match request.method.as_str() {

@@ -12,6 +12,7 @@ pub mod http;
 pub mod jsonrpc;
 mod legacy;
 mod listener;
+pub mod metrics;
 mod modern;
 pub mod oauth;
 

@@ -248,7 +248,10 @@ impl<S: RunStore> Driver<'_, S> {
                     true => self.sends_interrupted(cx.tool, run).await?.max(1),
                     false => 0,
                 };
+                let started_us = self.env.clock.monotonic_us();
                 let performed = perform::perform(self.env, grant, net, model, run, &action, &cx.secrets, resend).await;
+                let took_us = self.env.clock.monotonic_us().saturating_sub(started_us);
+                self.store.observe_action(&action.kind.to_string(), took_us);
                 let performed = match performed {
                     crate::broker::Performed::Done(result) => {
                         crate::broker::Performed::Done(self.store.fitted_result(action.op, result))

@@ -6,6 +6,7 @@ pub mod drain;
 pub mod driver;
 pub mod input;
 pub mod machine;
+pub mod metrics;
 pub mod model;
 pub mod notice;
 pub mod notify;

@@ -72,6 +72,8 @@ pub struct Runs {
     pub listeners: crate::run::notice::Listeners,
     /// The runs waiting for their clients' input, and the key of their `requestState`s.
     pub inputs: crate::run::input::Inputs,
+    /// What `/metrics` reports (`run::metrics`).
+    pub metrics: crate::run::metrics::Metrics,
 }
 
 /// The binding of a tool's current code: what a journal written now will carry.
@@ -109,6 +111,7 @@ impl Runs {
             fatal_message: RefCell::new(None),
             listeners: Default::default(),
             inputs: Default::default(),
+            metrics: Default::default(),
         }
     }
 
@@ -438,7 +441,9 @@ impl Runs {
                 let tokens = tokens_of(&end.usage);
                 let outcome = end.outcome;
                 let event = Event::Settle { run: run.to_string(), at_ms, charged, outcome, tokens };
+                let reserved_at_ms = self.ledger.state().run(run).map_or(at_ms, |entry| entry.reserved_at_ms);
                 self.ledger.append(held, event).await?;
+                self.metrics.observe_run(&tool.config.name, at_ms.saturating_sub(reserved_at_ms));
                 self.env.reached(Point::Settled, run);
             } else {
                 // Settled already, perhaps by an event still waiting for its fsync.

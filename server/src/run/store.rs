@@ -153,6 +153,8 @@ pub trait RunStore {
     fn principal(&self, run: &str) -> Option<String>;
     /// Whether the server stops: a run begins no new action.
     fn draining(&self) -> bool;
+    /// An action of `kind` took `us` microseconds to perform (for metrics; a store may ignore it).
+    fn observe_action(&self, _kind: &str, _us: u64) {}
     /// Keeps one line of the run's log, scrubbed; returns the line as kept.
     fn log<'a>(&'a self, tool: &'a str, run: &'a str, line: &'a str) -> LocalBoxFuture<'a, String>;
     /// Tells the operator that the run waits for a person (in the background, retried).
@@ -227,6 +229,10 @@ impl RunStore for Runs {
 
     fn principal(&self, run: &str) -> Option<String> {
         self.ledger.state().run(run).and_then(|entry| entry.principal.clone())
+    }
+
+    fn observe_action(&self, kind: &str, us: u64) {
+        self.metrics.observe_action(kind, us);
     }
 
     fn draining(&self) -> bool {

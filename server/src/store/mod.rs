@@ -6,3 +6,9 @@ pub mod files;
 pub mod journal;
 pub mod ledger;
 pub mod record;
+
+/// The buckets of the ledger's fsync latency (seconds): 50 µs to about 3 s, doubling.
+pub const FSYNC_BUCKETS_SECONDS: [f64; 16] = [
+    0.00005, 0.0001, 0.0002, 0.0004, 0.0008, 0.0016, 0.0032, 0.0064, 0.0128, 0.0256, 0.0512, 0.1024, 0.2048, 0.4096,
+    0.8192, 3.2768,
+];

@@ -336,14 +336,15 @@ impl Wire {
     }
 }
 
-/// Every file under `dir` (none when it is absent), to search them all.
+/// Every regular file under `dir` (none when it is absent), to search them all: a live
+/// server's admin socket is not a file to read.
 pub fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten() {
         let path = entry.unwrap().path();
         if path.is_dir() {
             files.extend(walk(&path));
-        } else {
+        } else if path.is_file() {
             files.push(path);
         }
     }

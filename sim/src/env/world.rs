@@ -185,7 +185,7 @@ impl World {
                 let env = self.env(&executor, &pipe, Rc::new(NoHttp));
                 let exited = Rc::clone(&executor.exited);
                 executor.spawn(Box::pin(async move {
-                    let outcome = warden::commands::serve_mcp(&env, &manifest).await;
+                    let outcome = warden::commands::serve_mcp(&env, &manifest, None).await;
                     *slot.borrow_mut() = Some(outcome);
                     exited.set(true);
                 }));
@@ -214,6 +214,7 @@ impl World {
                         audience: crate::names::OAUTH_AUDIENCE.to_string(),
                         keys: warden::protocol::oauth::KeySource::File(World::path("jwks.json")),
                     }),
+                    metrics_listen: None,
                 };
                 let exited = Rc::clone(&executor.exited);
                 executor.spawn(Box::pin(async move {

@@ -124,6 +124,8 @@ pub struct Ledger {
     syncing: Cell<bool>,
     /// Woken when an fsync ends, made events durable or failed.
     committed: Notify,
+    /// How long each commit's fsync took, in seconds (the metric `warden_ledger_fsync_seconds`).
+    pub fsync_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl Ledger {
@@ -171,6 +173,7 @@ impl Ledger {
             file_exists: Cell::new(exists),
             syncing: Cell::new(false),
             committed: Notify::default(),
+            fsync_seconds: prometheus_client::metrics::histogram::Histogram::new(crate::store::FSYNC_BUCKETS_SECONDS),
         })
     }
 
@@ -260,6 +263,7 @@ impl Ledger {
         let target = self.written.get();
         // Cleared only once the directory is durable: a leader dropped mid-fsync leaves it set.
         let new_file = self.dir_unsynced.get();
+        let started_us = self.env.clock.monotonic_us();
         let synced = async {
             self.env.disk.fsync(&self.file).await.map_err(|e| format!("fsync failed: {e}"))?;
             if new_file {
@@ -270,6 +274,8 @@ impl Ledger {
         }
         .await;
         drop(leading);
+        let took_us = self.env.clock.monotonic_us().saturating_sub(started_us);
+        self.fsync_seconds.observe(took_us as f64 / 1e6);
         match synced {
             Ok(()) => {
                 self.durable.set(self.durable.get().max(target));

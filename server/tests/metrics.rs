@@ -1,0 +1,212 @@
+//! Issue 25 item 4: `warden serve-http` serves Prometheus metrics at `/metrics` behind its
+//! bearer token, and on `--metrics-listen` (loopback, no authentication). A real Prometheus
+//! (Debian's `prometheus`, which `scripts/test-all.sh` installs) scrapes both, and a PromQL
+//! query is answered from what it scraped.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const TOKEN: &str = "tok-metrics-5c1e9a7b3d2f40";
+const PROMETHEUS: &str = "/usr/bin/prometheus";
+
+struct Server {
+    _dir: tempfile::TempDir,
+    child: Child,
+    mcp: SocketAddr,
+    metrics: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The toolbox example over HTTP with a bearer token, and metrics on a loopback port of their own.
+fn start() -> Server {
+    let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("serve-http")
+        .arg(dir.path().join("manifest.json"))
+        .args(["--listen", "127.0.0.1:0", "--bearer-token-env", "METRICS_TEST_TOKEN"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .env("METRICS_TEST_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut mcp, mut metrics) = (None, None);
+    while mcp.is_none() || metrics.is_none() {
+        let line = lines.next().expect("the server logs where it listens").unwrap();
+        if let Some((_, rest)) = line.split_once("warden: listening on http://") {
+            mcp = Some(rest.strip_suffix("/mcp").unwrap().parse().unwrap());
+        }
+        if let Some((_, rest)) = line.split_once("warden: metrics on http://") {
+            metrics = Some(rest.strip_suffix("/metrics").unwrap().parse().unwrap());
+        }
+    }
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
+    Server { _dir: dir, child, mcp: mcp.unwrap(), metrics: metrics.unwrap() }
+}
+
+/// One HTTP/1.1 request: (status, body).
+fn send(address: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = String::new();
+    let _ = stream.read_to_string(&mut raw);
+    let status = raw.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+fn call(server: &Server, id: u64, tool: &str, arguments: Value) -> u16 {
+    let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": tool, "arguments": arguments, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let headers = [
+        ("authorization", &*format!("Bearer {TOKEN}")),
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", tool),
+    ];
+    send(server.mcp, "POST", "/mcp", &headers, &message.to_string()).0
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Prometheus on a loopback port, scraping `server` every second: the main listener's
+/// `/metrics` with the bearer token, and the metrics listener without.
+struct Prometheus {
+    child: Child,
+    address: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn prometheus(server: &Server) -> Prometheus {
+    assert!(
+        std::path::Path::new(PROMETHEUS).exists(),
+        "{PROMETHEUS} is missing: install Debian's prometheus package (scripts/test-all.sh does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n\
+         - job_name: main\n  authorization:\n    credentials: {TOKEN}\n  static_configs:\n  - targets: ['{}']\n\
+         - job_name: listener\n  static_configs:\n  - targets: ['{}']\n",
+        server.mcp, server.metrics
+    );
+    std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+    let address: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let child = Command::new(PROMETHEUS)
+        .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+        .arg(format!("--web.listen-address={address}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Prometheus { child, address, _dir: dir }
+}
+
+/// A PromQL query's first value, once Prometheus has one.
+fn query(prometheus: &Prometheus, promql: &str, wanted: f64) -> Value {
+    let encoded: String = promql
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = TcpStream::connect(prometheus.address)
+            .ok()
+            .map(|_| send(prometheus.address, "GET", &format!("/api/v1/query?query={encoded}"), &[], ""));
+        let value = answer.and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok()).unwrap_or_default();
+        let first = &value["data"]["result"][0]["value"][1];
+        if first.as_str().and_then(|v| v.parse::<f64>().ok()) == Some(wanted) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "Prometheus never answered {wanted} to {promql}: {value}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn prometheus_scrapes_the_server_and_answers_a_query_from_it() {
+    let server = start();
+    for id in 1..=3 {
+        assert_eq!(call(&server, id, "convert_length", json!({"value": 2, "from_unit": "km", "to_unit": "m"})), 200);
+    }
+    assert_eq!(call(&server, 4, "always_fails", json!({})), 200);
+    assert_eq!(call(&server, 5, "convert_length", json!({"value": "two"})), 200);
+    // The main listener's /metrics is behind the bearer token, like /mcp.
+    assert_eq!(send(server.mcp, "GET", "/metrics", &[], "").0, 401);
+    let (status, text) = send(server.mcp, "GET", "/metrics", &[("authorization", &format!("Bearer {TOKEN}"))], "");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains(r#"warden_calls_total{tool="convert_length",outcome="done"} 3"#), "{text}");
+    assert!(text.contains(r#"warden_calls_total{tool="always_fails",outcome="value"} 1"#), "{text}");
+    assert!(text.contains(r#"warden_calls_total{tool="convert_length",outcome="invalid_arguments"} 1"#), "{text}");
+    for metric in ["warden_run_duration_seconds_count", "warden_ledger_fsync_seconds_count", "warden_runs{"] {
+        assert!(text.contains(metric), "{metric} missing:\n{text}");
+    }
+    assert!(!text.contains(TOKEN));
+    // The metrics listener serves /metrics alone, without authentication.
+    let (status, listened) = send(server.metrics, "GET", "/metrics", &[], "");
+    assert_eq!(status, 200);
+    assert!(listened.contains("warden_calls_total"), "{listened}");
+    assert_eq!(send(server.metrics, "GET", "/mcp", &[], "").0, 404);
+    assert_eq!(send(server.metrics, "POST", "/metrics", &[], "").0, 405);
+
+    let prometheus = prometheus(&server);
+    let done = query(&prometheus, r#"sum by (job) (warden_calls_total{job="main",outcome="done"})"#, 3.0);
+    assert_eq!(done["data"]["result"][0]["metric"]["job"], "main", "{done}");
+    query(&prometheus, r#"sum(warden_calls_total{job="listener"})"#, 5.0);
+    query(&prometheus, r#"count(warden_http_requests_total{job="main",status="401"})"#, 1.0);
+}
+
+#[test]
+fn metrics_are_served_without_authentication_on_loopback_only() {
+    let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("mcp")
+        .arg(dir.path().join("manifest.json"))
+        .args(["--metrics-listen", "0.0.0.0:9464"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("only on a loopback address"), "{stderr}");
+}
