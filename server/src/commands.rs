@@ -40,7 +40,8 @@ pub async fn serve_mcp(
     // Registered before the first request is read: a signal from then on drains, while
     // requests are still read and answered (a call refused: the server is stopping).
     let mut serving = Box::pin(connection.serve());
-    if let Either::Right(()) = select(&mut serving, shutdown).await {
+    let signalled = matches!(select(&mut serving, shutdown).await, Either::Right(()));
+    if signalled {
         let drain = crate::run::drain::drain_unless_signalled_again(env, &opened.runs, connection.calls_in_progress());
         let mut drain = Box::pin(drain);
         match select(&mut serving, &mut drain).await {
@@ -53,7 +54,10 @@ pub async fn serve_mcp(
         return Err(message);
     }
     crate::run::drain::deliver_before_exit(env, &opened.runs).await?;
-    env.log("exiting");
+    env.log(match signalled {
+        true => "exiting: drained after a shutdown signal",
+        false => "exiting: the protocol stream ended (the client closed stdin, or is gone)",
+    });
     Ok(())
 }
 
@@ -192,10 +196,11 @@ async fn take_lock(env: &Env, journals: &Path) -> Result<DiskLock, String> {
 fn warn_about_duplicates(env: &Env, catalog: &Catalog) {
     for tool in &catalog.tools {
         if tool.config.once.is_none() && !crate::call::worst_case(tool).is_empty() {
-            env.log(&format!(
-                "warning: tool `{}` can spend money and has no `once`: a call sent again is a new run",
-                tool.config.name
-            ));
+            env.log_at(
+                crate::env::Level::Warn,
+                "it can spend money and has no `once`: a call sent again is a new run",
+                &[("tool", &tool.config.name)],
+            );
         }
     }
 }

@@ -90,7 +90,46 @@ pub trait Stdio {
     /// for good.
     fn write_line(&self, line: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>>;
     /// One log line for the operator (stderr in production). Never the protocol stream.
-    fn log(&self, line: &str);
+    fn log(&self, line: &LogLine<'_>);
+}
+
+/// How much a log line matters (what `RUST_LOG` filters on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+/// One line of the server's log: what happened, and what it concerns as fields an operator
+/// can filter on (`run`, `tool`, `principal`, `action`), already scrubbed of secrets.
+#[derive(Clone, Copy, Debug)]
+pub struct LogLine<'a> {
+    pub level: Level,
+    pub message: &'a str,
+    pub fields: &'a [(&'static str, &'a str)],
+}
+
+impl LogLine<'_> {
+    /// The field `name`, if the line has it.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields.iter().find(|(n, _)| *n == name).map(|(_, value)| *value)
+    }
+
+    /// The line as text, on one line (a message's line breaks become spaces): a run's lines
+    /// begin `tool T run R: `, and any other field follows the message as ` name=value`.
+    pub fn text(&self) -> String {
+        let message = self.message.replace('\n', " ");
+        let mut text = match (self.field("tool"), self.field("run")) {
+            (Some(tool), Some(run)) => format!("tool {tool} run {run}: {message}"),
+            _ => message,
+        };
+        for (name, value) in self.fields.iter().filter(|(name, _)| !matches!(*name, "tool" | "run")) {
+            text.push_str(&format!(" {name}={value}"));
+        }
+        text
+    }
 }
 
 /// One request to the server's own HTTP endpoint, as the listener hands it over: its body
@@ -441,8 +480,14 @@ pub struct Env {
 }
 
 impl Env {
+    /// A line of the server's log at level info.
     pub fn log(&self, line: &str) {
-        self.stdio.log(line);
+        self.log_at(Level::Info, line, &[]);
+    }
+
+    /// A line of the server's log at `level`, with fields (see `LogLine`).
+    pub fn log_at(&self, level: Level, message: &str, fields: &[(&'static str, &str)]) {
+        self.stdio.log(&LogLine { level, message, fields });
     }
 
     pub fn reached(&self, point: Point, run: &str) {

@@ -10,6 +10,16 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines (stderr) are written: text, or one JSON object a line. `RUST_LOG` filters
+    /// them by level (error, warn, info (the default), debug).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -175,6 +185,16 @@ enum McpCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Hidden(_)) {
+        let format = match cli.log_format {
+            LogFormat::Text => warden::io::log::LogFormat::Text,
+            LogFormat::Json => warden::io::log::LogFormat::Json,
+        };
+        if let Err(problem) = warden::io::log::init(format) {
+            eprintln!("warden: {problem}");
+            return ExitCode::from(2);
+        }
+    }
     match cli.command {
         Command::Mcp { command: Some(McpCommand::Status { manifest, json }), .. } => {
             let env = warden::io::command_env();

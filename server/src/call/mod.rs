@@ -188,9 +188,30 @@ pub async fn call_tool(
         }
     }
     .await;
-    runs.metrics.count_call(&tool.config.name, outcome_label(&reply));
+    let outcome = outcome_label(&reply);
+    runs.metrics.count_call(&tool.config.name, outcome);
+    log_refusal(runs, tool, caller.principal, outcome, &reply);
     reply
 }
+
+/// A call refused before or at its reserve (its arguments, a quota, `once`, a scope, a busy
+/// or stopping server) is logged with the reason its caller was given.
+fn log_refusal(runs: &Runs, tool: &Tool, principal: Option<&Principal>, outcome: &str, reply: &CallReply) {
+    let reason = match reply {
+        CallReply::Result(result, _) if matches!(outcome, "refused" | "invalid_arguments") => {
+            result["content"][0]["text"].as_str().unwrap_or_default().to_string()
+        }
+        CallReply::Invalid(problem) => problem.clone(),
+        _ => return,
+    };
+    let reason: String = crate::broker::scrub(&reason, &runs.secrets).chars().take(LOGGED_REASON_CHARS_MAX).collect();
+    let mut fields = vec![("tool", tool.config.name.as_str())];
+    fields.extend(principal.map(|principal| ("principal", principal.subject.as_str())));
+    runs.env.log_at(crate::env::Level::Info, &format!("call refused ({outcome}): {reason}"), &fields);
+}
+
+/// What a log line keeps of a refusal's reason.
+const LOGGED_REASON_CHARS_MAX: usize = 500;
 
 /// The checks before anything is reserved: the caller's scopes, no secret in the arguments,
 /// the arguments against the program's signature. `Ok`: the inputs checked.

@@ -5,6 +5,7 @@ mod admin;
 pub mod db;
 mod disk;
 mod http_server;
+pub mod log;
 mod net;
 mod postgres;
 mod process;

@@ -6,7 +6,7 @@
 //! message, a C library) lands on stderr, and nothing else can read the client's messages.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::io::FromRawFd;
 use std::rc::Rc;
 
@@ -127,11 +127,7 @@ impl Stdio for ProtectedStdio {
         })
     }
 
-    fn log(&self, line: &str) {
-        // One write per line (stderr is unbuffered). A failed log write has nowhere to be
-        // reported; the protocol is unaffected.
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        let stamp = crate::base::time::utc_timestamp(now.as_millis() as u64);
-        let _ = io::stderr().lock().write_all(format!("{stamp} warden: {line}\n").as_bytes());
+    fn log(&self, line: &crate::env::LogLine<'_>) {
+        crate::io::log::emit(line);
     }
 }

@@ -54,10 +54,14 @@ pub fn start(runs: &Rc<Runs>) {
     let env = runs.env.clone();
     runs.env.spawn.spawn(Box::pin(async move {
         if let Err(error) = listening.await {
-            env.log(&format!(
-                "{}: the admin channel is off ({error}): `warden resolve` needs the server stopped",
-                path.display()
-            ));
+            env.log_at(
+                crate::env::Level::Warn,
+                &format!(
+                    "{}: the admin channel is off ({error}): `warden resolve` needs the server stopped",
+                    path.display()
+                ),
+                &[],
+            );
         }
     }));
 }

@@ -179,7 +179,7 @@ pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions
     }
     drained?;
     crate::run::drain::deliver_before_exit(env, runs).await?;
-    env.log("exiting");
+    env.log("exiting: drained after a shutdown signal");
     Ok(())
 }
 
@@ -285,7 +285,7 @@ impl crate::env::InboundService for Served {
     fn screen(&self, head: &InboundRequest) -> Option<OutboundAnswer> {
         let refused = self.0.screen(head).err();
         if let Some(answer) = &refused {
-            self.0.runs.metrics.count_http(answer.status);
+            self.0.answered(head, answer);
         }
         refused
     }
@@ -293,8 +293,14 @@ impl crate::env::InboundService for Served {
     fn answer(&self, request: InboundRequest) -> LocalBoxFuture<'static, OutboundAnswer> {
         let front = Rc::clone(&self.0);
         Box::pin(async move {
+            let head = InboundRequest {
+                method: request.method.clone(),
+                path: request.path.clone(),
+                headers: Vec::new(),
+                body: Vec::new(),
+            };
             let answer = Rc::clone(&front).answer(request).await;
-            front.runs.metrics.count_http(answer.status);
+            front.answered(&head, &answer);
             front.runs.metrics.http_sessions.set(front.sessions.borrow().len() as i64);
             answer
         })
@@ -302,6 +308,21 @@ impl crate::env::InboundService for Served {
 }
 
 impl Front {
+    /// Counts an answered request by status, and logs a refusal with its reason (a 503 while
+    /// stopping is logged where it is decided).
+    fn answered(&self, head: &InboundRequest, answer: &OutboundAnswer) {
+        self.runs.metrics.count_http(answer.status);
+        if answer.status < 400 || answer.status == 503 {
+            return;
+        }
+        let reason: String = String::from_utf8_lossy(&answer.body).chars().take(300).collect();
+        let reason = crate::broker::scrub(reason.trim(), &self.runs.secrets);
+        let path: String = head.path.chars().take(200).collect();
+        let status = answer.status.to_string();
+        let line = format!("HTTP {status} to {} {path}: {reason}", head.method);
+        self.env.log_at(crate::env::Level::Info, &line, &[("status", &status)]);
+    }
+
     /// Everything decided from the request line and headers: the Host and Origin, the
     /// metadata document, the path, the credentials, the method. `Ok` carries the principal.
     fn screen(&self, request: &InboundRequest) -> Result<Option<Principal>, OutboundAnswer> {

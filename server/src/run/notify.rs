@@ -31,7 +31,11 @@ pub async fn deliver_before_exit(env: &Env, owed: &crate::base::sync::WaitGroup)
     ));
     let timer = env.clock.sleep(EXIT_WAIT_MS);
     if let crate::base::sync::Either::Right(()) = crate::base::sync::select(owed.wait(), timer).await {
-        env.log("exiting with a notification undelivered; the next start notifies again");
+        env.log_at(
+            crate::env::Level::Warn,
+            "exiting with a notification undelivered; the next start notifies again",
+            &[],
+        );
     }
 }
 
@@ -77,11 +81,21 @@ pub fn spawn(
                     env.log(&format!("run {run}: the operator was notified (attempt {attempt})"));
                     return;
                 }
-                Ok(outcome) => env.log(&format!(
-                    "run {run}: the notify command failed (attempt {attempt}, exit {:?}); retrying in {} ms",
-                    outcome.exit_code, backoff
-                )),
-                Err(error) => env.log(&format!("run {run}: the notify command could not run (attempt {attempt}): {error}; retrying in {backoff} ms")),
+                Ok(outcome) => env.log_at(
+                    crate::env::Level::Warn,
+                    &format!(
+                        "run {run}: the notify command failed (attempt {attempt}, exit {:?}); retrying in {} ms",
+                        outcome.exit_code, backoff
+                    ),
+                    &[("run", &run)],
+                ),
+                Err(error) => env.log_at(
+                    crate::env::Level::Warn,
+                    &format!(
+                        "run {run}: the notify command could not run (attempt {attempt}): {error}; retrying in {backoff} ms"
+                    ),
+                    &[("run", &run)],
+                ),
             }
             env.clock.sleep(backoff).await;
             backoff = (backoff * 2).min(NOTIFY_BACKOFF_MAX_MS);

@@ -139,7 +139,7 @@ impl Runs {
     /// Records a fatal failure once; the connection stops reading when it sees it.
     pub fn stop(&self, fatal: &Fatal) {
         if self.fatal_message.borrow().is_none() {
-            self.env.log(&format!("stopping: {fatal}"));
+            self.env.log_at(crate::env::Level::Error, &format!("stopping: {fatal}"), &[]);
             *self.fatal_message.borrow_mut() = Some(fatal.to_string());
         }
         self.fatal.set();
@@ -294,8 +294,16 @@ impl Runs {
     /// Writes one line of the run's log, scrubbed, to the server's log and the run's file;
     /// returns the line as written.
     pub(crate) async fn keep_log_line(&self, tool: &str, run: &str, line: &str) -> String {
+        self.keep_log_line_at(crate::env::Level::Info, tool, run, line).await
+    }
+
+    /// `keep_log_line` at `level` in the server's log.
+    pub(crate) async fn keep_log_line_at(&self, level: crate::env::Level, tool: &str, run: &str, line: &str) -> String {
         let line = scrub(line, &self.secrets);
-        self.env.log(&format!("tool {tool} run {run}: {line}"));
+        let principal = self.ledger.state().run(run).and_then(|entry| entry.principal.clone());
+        let mut fields = vec![("tool", tool), ("run", run)];
+        fields.extend(principal.as_deref().map(|principal| ("principal", principal)));
+        self.env.log_at(level, &line, &fields);
         let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
         let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");
         bytes.push(b'\n');
@@ -407,7 +415,8 @@ impl Runs {
                 .map_err(|e| Fatal::storage(format!("writing the waiting record of run {run} failed: {e}")))?;
         }
         self.env.reached(Point::WaitingRecorded, run);
-        self.log_run(name, run, &format!("stopped, waiting for an operator: {reason}; resolve with: {command}")).await;
+        let line = format!("stopped, waiting for an operator: {reason}; resolve with: {command}");
+        self.keep_log_line_at(crate::env::Level::Warn, name, run, &line).await;
         Ok(())
     }
 

@@ -149,8 +149,8 @@ impl Stdio for SimStdio {
         self.write_through(line)
     }
 
-    fn log(&self, line: &str) {
-        self.pipe.log.borrow_mut().push(line.to_string());
+    fn log(&self, line: &warden::env::LogLine<'_>) {
+        self.pipe.log.borrow_mut().push(line.text());
         self.pipe.log_at.borrow_mut().push(self.clock.now());
     }
 }
