@@ -41,7 +41,9 @@ pub async fn serve_mcp(
     // requests are still read and answered (a call refused: the server is stopping).
     let mut serving = Box::pin(connection.serve());
     let signalled = matches!(select(&mut serving, shutdown).await, Either::Right(()));
-    if signalled {
+    if !signalled {
+        crate::run::drain::after_end_of_input(env, &opened.runs, connection.calls_in_progress()).await?;
+    } else {
         let drain = crate::run::drain::drain_unless_signalled_again(env, &opened.runs, connection.calls_in_progress());
         let mut drain = Box::pin(drain);
         match select(&mut serving, &mut drain).await {

@@ -324,3 +324,46 @@ fn a_program_changed_after_a_drain_stops_the_start_for_an_operator_and_says_why(
     assert!(log.contains("(an operator must act before the server starts)"), "{log}");
     assert!(!log.contains("could not be written or read safely"), "{log}");
 }
+
+/// The end of stdin: a call already read is answered when it ends within the grace (a
+/// one-shot `echo ... | warden mcp` gets its answer), and the server exits 0.
+#[test]
+fn the_end_of_stdin_lets_a_call_read_end_within_the_grace() {
+    let payments = Payments::start();
+    let mut wire = Wire::start_dir(folder(&payments, "20s"), KEY);
+    wire.send_request(Era::Modern, json!(1), "tools/call", note("linger-1000"));
+    wait_for_notes(&payments, 1);
+    wire.close_stdin();
+    let answer = wire.recv();
+    assert_eq!(answer["result"]["structuredContent"], json!({"result": {"saved": 1}}), "{answer}");
+    let status = wire.wait_exit(Duration::from_secs(20));
+    let log = wire.stderr();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("stdin closed: letting 1 call(s) in progress"), "{log}");
+    assert!(!log.contains("draining"), "{log}");
+}
+
+/// The end of stdin behind a POST slower than the grace: the server no longer waits on it
+/// unbounded. Past the grace it drains, and past the drain's grace it stops as a crash would,
+/// saying so; the restart finds the POST in doubt and asks a person, never sending it again.
+#[test]
+fn the_end_of_stdin_behind_a_post_slower_than_the_grace_is_bounded() {
+    let payments = Payments::start();
+    let mut wire = Wire::start_dir(folder(&payments, "1s"), KEY);
+    wire.send_request(Era::Modern, json!(1), "tools/call", note("linger-8000"));
+    wait_for_notes(&payments, 1);
+    let closed = Instant::now();
+    wire.close_stdin();
+    let status = wire.wait_exit(Duration::from_secs(20));
+    let log = wire.stderr();
+    assert!(!status.success(), "a grace that ran out is not a clean stop: {status:?}\n{log}");
+    assert!(closed.elapsed() < Duration::from_secs(7), "it waited on the POST: {:?}", closed.elapsed());
+    assert!(log.contains("stdin closed and the grace ran out: draining"), "{log}");
+    assert!(log.contains("the shutdown grace of 1s ran out with 1 run(s) still executing"), "{log}");
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let mut restarted = Wire::start_dir(dir, KEY);
+    restarted.assert_serving(900);
+    assert!(status_report(restarted.dir.path()).contains("waiting for an operator at action 0"));
+    assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "sent once, never again");
+}

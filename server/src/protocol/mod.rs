@@ -202,7 +202,7 @@ impl Connection {
     }
 
     /// Reads and answers requests until stdin ends, the client is gone or a durable write
-    /// failed, then waits for the calls in progress (a drain, `run::drain`, runs beside it).
+    /// failed. The calls in progress go on: the caller waits for them (`run::drain`).
     pub async fn serve(self: &Rc<Self>) {
         let mut splitter = LineSplitter::new();
         loop {
@@ -236,13 +236,6 @@ impl Connection {
             }
         }
         self.reading_ended.set();
-        let running = self.tasks.count();
-        if running > 0 {
-            self.env.log(&format!("waiting for {running} call(s) in progress before exiting"));
-        }
-        // The end of stdin: every call read is answered, its run taken to its end (a drain
-        // here is left for later: see docs/DEFERRED.md).
-        self.tasks.wait().await;
     }
 
     /// Completes when no call of this connection is in progress.

@@ -1,9 +1,12 @@
-//! Stopping well: a SIGTERM, SIGINT or SIGHUP drains the server instead of cutting it (the
-//! end of stdin does not yet: every call read is answered, each run taken to its end). No new call is admitted; each run in progress finishes the action it is in and
+//! Stopping well: a SIGTERM, SIGINT or SIGHUP drains the server instead of cutting it. No new
+//! call is admitted; each run in progress finishes the action it is in and
 //! stops before beginning another (`RunEnd::Drained`: nothing in doubt, resumed at the next
 //! start); answers owed are written. What is still running when `server.shutdown_grace` runs
 //! out, or when a second signal comes, is left exactly as a crash would leave it: recovery
 //! is the same rule for both.
+//!
+//! The end of stdin first lets the calls already read be answered, within the grace (a
+//! one-shot `echo ... | warden mcp` gets its answer); past the grace, or at a signal, it drains.
 
 use crate::base::sync::{select, Either, WaitGroup};
 use crate::env::Env;
@@ -13,13 +16,49 @@ use crate::run::runs::Runs;
 /// stops at once (`Err`), leaving what runs as a crash would.
 pub async fn drain_unless_signalled_again(env: &Env, runs: &Runs, calls: &WaitGroup) -> Result<(), String> {
     env.log("a shutdown signal (SIGTERM, SIGINT or SIGHUP) came: draining; a second one stops at once");
-    runs.start_draining("a shutdown signal");
-    let second = env.process.shutdown_signal(2);
+    drain_until_signal(env, runs, calls, "a shutdown signal", 2).await
+}
+
+/// The end of stdin: the calls already read, and the runs executing, are let end within the
+/// grace; past it, or at a first shutdown signal, the server drains (a second stops at once).
+pub async fn after_end_of_input(env: &Env, runs: &Runs, calls: &WaitGroup) -> Result<(), String> {
+    let (running, executing) = (calls.count(), runs.runs_executing());
+    if running == 0 && executing == 0 {
+        return Ok(());
+    }
+    let grace_ms = runs.catalog.manifest.server.shutdown_grace_ms;
+    env.log(&format!(
+        "stdin closed: letting {running} call(s) in progress and {executing} run(s) executing end within the grace \
+         of {}; past it, or at a shutdown signal, the server drains",
+        crate::store::ledger::duration_text(grace_ms)
+    ));
+    let (calls_done, runs_done) = (calls.wait(), runs.executing.wait());
+    let ended = Box::pin(async move {
+        calls_done.await;
+        runs_done.await;
+    });
+    let cut = Box::pin(select(env.clock.sleep(grace_ms), env.process.shutdown_signal(1)));
+    match select(ended, cut).await {
+        Either::Left(()) => Ok(()),
+        Either::Right(Either::Left(())) => {
+            env.log("stdin closed and the grace ran out: draining; a shutdown signal stops at once");
+            drain_until_signal(env, runs, calls, "the end of stdin, past the grace", 1).await
+        }
+        Either::Right(Either::Right(())) => drain_unless_signalled_again(env, runs, calls).await,
+    }
+}
+
+/// Drains, unless shutdown signal number `nth` comes first (then `Err`, as a crash).
+async fn drain_until_signal(env: &Env, runs: &Runs, calls: &WaitGroup, why: &str, nth: u64) -> Result<(), String> {
+    runs.start_draining(why);
+    let second = env.process.shutdown_signal(nth);
     match select(Box::pin(drain(env, runs, calls)), second).await {
         Either::Left(drained) => drained,
-        Either::Right(()) => Err("a second shutdown signal: stopping at once, as a crash would; runs in progress \
-                                  are recovered at the next start"
-            .to_string()),
+        Either::Right(()) => Err(format!(
+            "{} shutdown signal while draining: stopping at once, as a crash would; runs in progress are recovered \
+             at the next start",
+            if nth == 1 { "a" } else { "a second" }
+        )),
     }
 }
 
