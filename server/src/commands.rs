@@ -56,6 +56,7 @@ pub async fn serve_mcp(
         return Err(message);
     }
     crate::run::drain::deliver_before_exit(env, &opened.runs).await?;
+    crate::operator::admin::remove_socket(&opened.runs).await;
     env.log(match signalled {
         true => "exiting: drained after a shutdown signal",
         false => "exiting: the protocol stream ended (the client closed stdin, or is gone)",
@@ -74,7 +75,11 @@ pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -
     if let Some(address) = options.metrics_listen {
         crate::protocol::metrics::spawn_listener(env, &opened.runs, address);
     }
-    crate::protocol::http::serve(env, &opened.runs, auth, &options).await
+    let served = crate::protocol::http::serve(env, &opened.runs, auth, &options).await;
+    if served.is_ok() {
+        crate::operator::admin::remove_socket(&opened.runs).await;
+    }
+    served
 }
 
 /// A server ready to answer, whatever its transport: the manifest loaded and checked,
@@ -344,12 +349,20 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
 /// operator's answer for an action in doubt, appended durably to the run's journal. The
 /// next start of the server resumes the run from it. Resolution never travels over MCP.
 pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&str>) -> Result<String, String> {
-    let hold = match hold_waiting_run(env, journal_path).await? {
-        Held::Here(hold) => hold,
-        Held::ByLiveServer { journals, run } => {
-            let request = Resolve { run, op, happened: happened.map(str::to_string) };
-            return crate::operator::admin::ask(env, &journals, &request).await;
-        }
+    let verdict = match happened {
+        Some(result) => crate::operator::admin::Verdict::Happened(result.to_string()),
+        None => crate::operator::admin::Verdict::DidNotHappen,
+    };
+    let request = |live: LiveRun| Resolve {
+        run: live.run,
+        tool: live.tool,
+        op,
+        verdict: verdict.clone(),
+        deadline_at_ms: live.deadline_at_ms,
+    };
+    let hold = match here_or_live(env, journal_path, request).await? {
+        Either::Left(hold) => hold,
+        Either::Right(said) => return Ok(said),
     };
     let record = crate::operator::verdict::resolved(&hold.journal, journal_path, op, happened, env.clock.now_ms())?;
     hold.settle(env, &record).await?;
@@ -360,11 +373,10 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
 /// `warden resolve --journal <path> --resume`: a run halted after it was found unfinished at
 /// starts in a row without getting further is resumed again at the next start.
 pub async fn resume_halted(env: &Env, journal_path: &Path) -> Result<String, String> {
-    let hold = match hold_waiting_run(env, journal_path).await? {
-        Held::Here(hold) => hold,
-        Held::ByLiveServer { journals, run } => {
-            return crate::operator::admin::ask(env, &journals, &Resume { run }).await;
-        }
+    let request = |live: LiveRun| Resume { run: live.run, tool: live.tool, deadline_at_ms: live.deadline_at_ms };
+    let hold = match here_or_live(env, journal_path, request).await? {
+        Either::Left(hold) => hold,
+        Either::Right(said) => return Ok(said),
     };
     let shown = journal_path.display();
     if !hold.record.halted {
@@ -392,10 +404,43 @@ struct WaitingRun {
 enum Held {
     Here(WaitingRun),
     /// A server holds the journals' lock: the word goes to it through its admin channel.
-    ByLiveServer {
-        journals: std::path::PathBuf,
-        run: String,
-    },
+    ByLiveServer(LiveRun),
+}
+
+/// A run a live server holds, as the operator's `--journal` names it.
+struct LiveRun {
+    journals: std::path::PathBuf,
+    run: String,
+    tool: String,
+    /// When the operator's command stops waiting for the server's answer.
+    deadline_at_ms: u64,
+}
+
+/// The waiting run held here, or (`Right`) what the live server holding it answered to the
+/// request `request` builds. Nothing listening is retried for `LOCK_WAIT_MS`: a server still
+/// starting, or a command holding the lock for an instant (`warden mcp status`).
+async fn here_or_live(
+    env: &Env,
+    journal_path: &Path,
+    request: impl Fn(LiveRun) -> crate::operator::admin::Request,
+) -> Result<Either<WaitingRun, String>, String> {
+    let mut waited = 0;
+    loop {
+        let live = match hold_waiting_run(env, journal_path).await? {
+            Held::Here(hold) => return Ok(Either::Left(hold)),
+            Held::ByLiveServer(live) => live,
+        };
+        let journals = live.journals.clone();
+        match crate::operator::admin::ask(env, &journals, &request(live)).await {
+            Ok(said) => return Ok(Either::Right(said)),
+            Err(crate::operator::admin::Unanswered::Unreachable(_)) if waited < LOCK_WAIT_MS => {
+                env.clock.sleep(LOCK_RETRY_MS).await;
+                waited += LOCK_RETRY_MS;
+            }
+            Err(crate::operator::admin::Unanswered::Unreachable(problem))
+            | Err(crate::operator::admin::Unanswered::Failed(problem)) => return Err(problem),
+        }
+    }
 }
 
 async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<Held, String> {
@@ -409,10 +454,24 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<Held, String
     };
     // Named from inside the journals folder (`tool/shard/run.journal`), the root is `.`.
     let root = if root.as_os_str().is_empty() { Path::new(".") } else { root };
+    let shard = journal_path.parent().and_then(Path::file_name).and_then(|n| n.to_str()).unwrap_or_default();
+    let tool = journal_path.parent().and_then(Path::parent).and_then(Path::file_name).and_then(|n| n.to_str());
+    if run.get(..2) != Some(shard) {
+        return Err(format!(
+            "{shown}: not a run's journal (run {run} lives in the folder `{}`)",
+            run.get(..2).unwrap_or(run)
+        ));
+    }
     let lock = root.join(crate::base::layout::SERVER_LOCK_FILE);
     let held = match env.disk.try_lock(&lock).await {
         Ok(Some(held)) => held,
-        Ok(None) => return Ok(Held::ByLiveServer { journals: root.to_path_buf(), run: run.to_string() }),
+        Ok(None) => {
+            let (journals, run, tool) = (root.to_path_buf(), run.to_string(), tool.unwrap_or_default().to_string());
+            // The server starts no work it could not finish before the command stops waiting.
+            let wait_ms = crate::operator::admin::ASK_TIMEOUT_MS - crate::operator::admin::ASK_MARGIN_MS;
+            let deadline_at_ms = env.clock.now_ms().saturating_add(wait_ms);
+            return Ok(Held::ByLiveServer(LiveRun { journals, run, tool, deadline_at_ms }));
+        }
         Err(e) => return Err(format!("{}: cannot take the lock: {e}", lock.display())),
     };
     let waiting = root.join(crate::base::layout::WAITING_DIR).join(format!("{run}.json"));

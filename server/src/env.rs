@@ -120,7 +120,7 @@ impl LogLine<'_> {
     /// The line as text, on one line (a message's line breaks become spaces): a run's lines
     /// begin `tool T run R: `, and any other field follows the message as ` name=value`.
     pub fn text(&self) -> String {
-        let message = self.message.replace('\n', " ");
+        let message = crate::base::text::printable(&self.message.replace('\n', " "));
         let mut text = match (self.field("tool"), self.field("run")) {
             (Some(tool), Some(run)) => format!("tool {tool} run {run}: {message}"),
             _ => message,

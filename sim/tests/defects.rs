@@ -540,6 +540,49 @@ fn resolve_beside_a_live_server_goes_through_it_and_refuses_a_run_not_waiting() 
     assert!(refused.contains("not waiting for an operator"), "{refused}");
 }
 
+/// Sends one raw line to the live server's admin channel, as a process of the operator's
+/// account could: what it answered.
+fn admin_line(world: &World, line: String) -> String {
+    let socket = journals().join("server.admin");
+    world
+        .start_command(move |env| {
+            Box::pin(async move {
+                let answer = env.admin.ask(&socket, line.into_bytes(), 30_000).await.map_err(|e| e.to_string())?;
+                Ok(String::from_utf8_lossy(&answer).into_owned())
+            })
+        })
+        .unwrap()
+}
+
+/// Found by attacking the admin channel: a request its client gave up on (taken from the
+/// backlog after the deadline), a request naming another tool's folder, and a request with
+/// no verdict at all are refused, and the run still waits.
+#[test]
+fn the_admin_channel_refuses_stale_misdirected_and_verdictless_requests() {
+    let world = world(16);
+    let (instance, run) = waiting_run(&world);
+    // The wall clock is past 2020 in every world: 0 is long gone, u64::MAX never comes.
+    let stale = json!({"command": "resolve", "run": run, "tool": "slow_note", "op": 0, "verdict": "did_not_happen",
+                       "deadline_at_ms": 0});
+    assert!(admin_line(&world, stale.to_string()).contains("after its client gave up"));
+    let elsewhere = json!({"command": "resolve", "run": run, "tool": "echo", "op": 0, "verdict": "did_not_happen",
+                           "deadline_at_ms": u64::MAX});
+    let misdirected = admin_line(&world, elsewhere.to_string());
+    assert!(misdirected.contains("is a run of `slow_note`, not of `echo`"), "{misdirected}");
+    let no_verdict =
+        json!({"command": "resolve", "run": run, "tool": "slow_note", "op": 0, "deadline_at_ms": u64::MAX});
+    assert!(admin_line(&world, no_verdict.to_string()).contains("missing field `verdict`"));
+    assert_eq!(instance.run(), Stop::Quiet);
+    let waiting = warden::base::layout::RunFiles::new(&journals(), "slow_note", &run).waiting;
+    assert!(world.disk.peek(&waiting).is_some(), "the run still waits for an operator");
+    assert_eq!(world.services.effects_of("note"), 1, "nothing was sent again");
+    // Named in another tool's folder, `warden resolve` is refused before it asks the server.
+    let elsewhere = warden::base::layout::RunFiles::new(&journals(), "echo", &run).journal;
+    let refused = world
+        .start_command(move |env| Box::pin(async move { warden::commands::resolve(&env, &elsewhere, 0, None).await }));
+    assert!(refused.unwrap_err().contains("is a run of `slow_note`"));
+}
+
 #[test]
 fn an_io_error_on_exists_stops_recovery_instead_of_meaning_absent() {
     let world = world(12);

@@ -5,4 +5,5 @@ pub mod json;
 pub mod layout;
 pub mod money;
 pub mod sync;
+pub mod text;
 pub mod time;

@@ -15,9 +15,9 @@ use tokio::net::{UnixListener, UnixStream};
 use crate::env::{AdminChannel, AdminHandler, LocalBoxFuture};
 
 /// Connections answered at once; more wait in the listen backlog.
-const CONNECTIONS_MAX: usize = 4;
-/// How long a peer may take to send its request line.
-const REQUEST_READ_MS: u64 = 10_000;
+const CONNECTIONS_MAX: usize = 16;
+/// How long a peer may take to send its request line (`warden resolve` sends it at once).
+const REQUEST_READ_MS: u64 = 5_000;
 /// How long writing the answer may take before the peer is dropped.
 const ANSWER_WRITE_MS: u64 = 10_000;
 /// The longest answer line a client reads.

@@ -3,8 +3,10 @@
 //! server journals the word, removes the waiting record and resumes the run at once.
 //! Resolution never travels over MCP.
 //!
-//! One request line, one answer line: `{"command": "resolve", "run", "op", "happened"}` or
-//! `{"command": "resume", "run"}`; answered `{"ok": text}` or `{"error": text}`.
+//! One request line, one answer line: `{"command": "resolve", "run", "tool", "op", "verdict":
+//! {"happened": result} | "did_not_happen", "deadline_at_ms"}` or `{"command": "resume", "run",
+//! "tool", "deadline_at_ms"}`; answered `{"ok": text}` or `{"error": text}`. A request taken
+//! past its deadline (its client gave up) is refused: nothing is recorded behind its back.
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -25,15 +27,48 @@ pub const REQUEST_BYTES_MAX: usize = crate::operator::verdict::RESOLUTION_BYTES_
 /// How long `warden resolve` waits for a live server's answer (a journal append and a removal,
 /// each fsynced).
 pub const ASK_TIMEOUT_MS: u64 = 30_000;
+/// A request is refused when less than this is left of its client's wait: what the server
+/// records, the client hears.
+pub const ASK_MARGIN_MS: u64 = 5_000;
 
 /// What the operator asks a live server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// Action `op` of `run` happened (`happened`: its result, as the operator gave it) or not.
-    Resolve { run: String, op: u64, happened: Option<String> },
+    /// Action `op` of `run` (of `tool`) happened, or did not.
+    Resolve { run: String, tool: String, op: u64, verdict: Verdict, deadline_at_ms: u64 },
     /// A halted run: resume it again.
-    Resume { run: String },
+    Resume { run: String, tool: String, deadline_at_ms: u64 },
+}
+
+/// The operator's verdict, always explicit: no field left out reads as "did not happen".
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Verdict {
+    /// It happened, with this result (as the operator gave it, JSON text).
+    Happened(String),
+    /// It did not: the resumed run may perform it again.
+    DidNotHappen,
+}
+
+impl Request {
+    fn run(&self) -> &str {
+        match self {
+            Request::Resolve { run, .. } | Request::Resume { run, .. } => run,
+        }
+    }
+
+    fn tool(&self) -> &str {
+        match self {
+            Request::Resolve { tool, .. } | Request::Resume { tool, .. } => tool,
+        }
+    }
+
+    fn deadline_at_ms(&self) -> u64 {
+        match self {
+            Request::Resolve { deadline_at_ms, .. } | Request::Resume { deadline_at_ms, .. } => *deadline_at_ms,
+        }
+    }
 }
 
 /// The socket of the server using `journals`.
@@ -66,6 +101,12 @@ pub fn start(runs: &Rc<Runs>) {
     }));
 }
 
+/// A server exiting cleanly removes its socket (one a crash leaves is replaced at the next
+/// start); `warden resolve` then finds the lock free and writes to the journal itself.
+pub async fn remove_socket(runs: &Runs) {
+    let _ = runs.env.disk.remove(&socket_path(&runs.journals)).await;
+}
+
 /// Answers one request line.
 async fn handle(runs: &Rc<Runs>, line: &[u8]) -> Vec<u8> {
     let answered = match serde_json::from_slice::<Request>(line) {
@@ -81,15 +122,26 @@ async fn handle(runs: &Rc<Runs>, line: &[u8]) -> Vec<u8> {
 
 /// Journals the operator's word for a waiting run, then resumes the run in this server.
 async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> {
-    let run = match &request {
-        Request::Resolve { run, .. } | Request::Resume { run } => run.clone(),
-    };
+    let run = request.run().to_string();
+    if runs.env.clock.now_ms() > request.deadline_at_ms() {
+        return Err("the request reached the server after its client gave up waiting: nothing was recorded".into());
+    }
     let entry = runs.ledger.state().run(&run).cloned().ok_or_else(|| format!("run {run} is not in the ledger"))?;
+    if entry.tool != request.tool() {
+        return Err(format!("run {run} is a run of `{}`, not of `{}`: check --journal", entry.tool, request.tool()));
+    }
     if entry.phase != RunPhase::Open {
         return Err(format!("run {run} has ended; there is nothing to resolve"));
     }
     if runs.is_draining() {
         return Err("the server is stopping: resolve once it has stopped".to_string());
+    }
+    let most = runs.catalog.manifest.server.max_concurrent_runs;
+    if runs.runs_executing() as u64 >= most {
+        return Err(format!(
+            "the server is running its most runs at once ({most}, server.max_concurrent_runs): resolve again in a \
+             moment"
+        ));
     }
     let tool = runs.catalog.tool(&entry.tool).ok_or_else(|| format!("run {run}: its tool is not served"))?;
     if runs.is_in_progress(&run) {
@@ -113,9 +165,7 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
 
 /// The record the request asks for, checked against the run's waiting record and journal.
 async fn word(runs: &Runs, request: &Request, journal: &Path, waiting: &Path) -> Result<JournalRecord, String> {
-    let run = match request {
-        Request::Resolve { run, .. } | Request::Resume { run } => run,
-    };
+    let run = request.run();
     let exists = runs.env.disk.exists(waiting).await.map_err(|e| format!("{}: {e}", waiting.display()))?;
     if !exists {
         return Err(format!("run {run} is not waiting for an operator; this server decides its actions"));
@@ -125,8 +175,12 @@ async fn word(runs: &Runs, request: &Request, journal: &Path, waiting: &Path) ->
     let parsed = crate::store::journal::Journal::parse(journal, &bytes)?;
     let at_ms = runs.env.clock.now_ms();
     match request {
-        Request::Resolve { op, happened, .. } if !record.halted => {
-            crate::operator::verdict::resolved(&parsed, journal, *op, happened.as_deref(), at_ms)
+        Request::Resolve { op, verdict, .. } if !record.halted => {
+            let happened = match verdict {
+                Verdict::Happened(result) => Some(result.as_str()),
+                Verdict::DidNotHappen => None,
+            };
+            crate::operator::verdict::resolved(&parsed, journal, *op, happened, at_ms)
         }
         Request::Resolve { .. } => Err(format!(
             "run {run} is halted, not waiting for a verdict: resume it with `warden resolve --journal {} --resume`",
@@ -156,18 +210,39 @@ fn resume(runs: &Rc<Runs>, run: String, tool: String) {
     }));
 }
 
+/// Why `ask` got no answer.
+pub enum Unanswered {
+    /// Nothing listens at the socket (a server still starting, or a command that held the
+    /// journals' lock for an instant): worth trying again.
+    Unreachable(String),
+    /// The server refused, or the exchange failed: the message says why.
+    Failed(String),
+}
+
 /// `warden resolve` beside a live server: hands `request` to it and returns what it said.
-pub async fn ask(env: &Env, journals: &Path, request: &Request) -> Result<String, String> {
+pub async fn ask(env: &Env, journals: &Path, request: &Request) -> Result<String, Unanswered> {
     let path = socket_path(journals);
     let line = serde_json::to_vec(request).expect("requests serialise");
-    let answer = env.admin.ask(&path, line, ASK_TIMEOUT_MS).await.map_err(|error| {
-        format!(
+    let answer = env.admin.ask(&path, line, ASK_TIMEOUT_MS).await.map_err(|error| match error.kind() {
+        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => Unanswered::Unreachable(format!(
             "a Warden server is using this journal directory, and its admin channel {} cannot be reached ({error}); \
              stop the server, then resolve",
             path.display()
-        )
+        )),
+        std::io::ErrorKind::TimedOut => Unanswered::Failed(format!(
+            "the server did not answer within {} s: it may still record the word; look with `warden runs show` \
+             before resolving again",
+            ASK_TIMEOUT_MS / 1000
+        )),
+        _ => Unanswered::Failed(format!("{}: {error}", path.display())),
     })?;
-    let answer: serde_json::Value = serde_json::from_slice(&answer)
+    let answer = answered(&path, &answer);
+    answer.map_err(Unanswered::Failed)
+}
+
+/// The server's answer line: its `ok` text, or its `error`.
+fn answered(path: &Path, answer: &[u8]) -> Result<String, String> {
+    let answer: serde_json::Value = serde_json::from_slice(answer)
         .map_err(|e| format!("{}: the server's answer is not JSON: {e}", path.display()))?;
     match (answer["ok"].as_str(), answer["error"].as_str()) {
         (Some(text), _) => Ok(format!("{text}\n")),

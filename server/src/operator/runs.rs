@@ -216,7 +216,8 @@ fn table(rows: &[Value], more: usize) -> String {
                 Some(outcome) if row["state"] == "failed" => format!("failed ({outcome})"),
                 _ => text(row, "state"),
             };
-            [text(row, "run"), text(row, "tool"), state, text(row, "reserved_at"), took, text(row, "principal")]
+            let principal = crate::base::text::printable(&text(row, "principal"));
+            [text(row, "run"), text(row, "tool"), state, text(row, "reserved_at"), took, principal]
         })
         .collect();
     let heading = ["RUN", "TOOL", "STATE", "RESERVED (UTC)", "TOOK", "FOR"].map(String::from);
@@ -261,6 +262,7 @@ pub async fn show(env: &Env, catalog: &Catalog, run: &str, as_json: bool) -> Res
 
 /// The run `run` names: its whole id, or a prefix of at least 6 characters only it has.
 fn find<'s>(state: &'s State, run: &str) -> Result<&'s RunEntry, String> {
+    let run = &run.to_ascii_lowercase();
     if let Some(entry) = state.run(run) {
         return Ok(entry);
     }
@@ -386,7 +388,8 @@ impl Shown {
     }
 
     fn text(&self, entry: &RunEntry, state: RunState, journal: &Path, has_journal: bool) -> String {
-        let whom = entry.principal.as_ref().map(|p| format!(" for {p}")).unwrap_or_default();
+        let whom =
+            entry.principal.as_ref().map(|p| format!(" for {}", crate::base::text::printable(p))).unwrap_or_default();
         let mut out = format!("run {} of tool `{}`{whom}: {}\n", entry.run, entry.tool, state.name());
         out.push_str(&format!("  reserved  {}\n", utc_timestamp(entry.reserved_at_ms)));
         if let Some(at) = self.started_at_ms {
@@ -430,10 +433,11 @@ impl Shown {
         for a in &self.actions {
             let (kind, method) = (a.action["kind"].as_str().unwrap_or("?"), a.action["method"].as_str().unwrap_or(""));
             let target: String = a.action["target"].as_str().unwrap_or("").chars().take(120).collect();
+            let target = crate::base::text::printable(&target);
             let took = duration_ms(a).map(|ms| format!(" in {ms} ms")).unwrap_or_default();
             let outcome = match a.status {
                 "done" => format!("done{took}: {}", clipped(&compact(a.result.as_ref()))),
-                "happened" => format!("happened, an operator said{took}: {}", clipped(&compact(a.result.as_ref()))),
+                "happened" => format!("happened, an operator said: {}", clipped(&compact(a.result.as_ref()))),
                 "did_not_happen" => "did not happen, an operator said".to_string(),
                 "in_flight" => "in flight".to_string(),
                 _ => "in doubt: begun, no outcome journaled".to_string(),
@@ -444,7 +448,12 @@ impl Shown {
     }
 }
 
+/// From its begin to its done record; none for an action an operator settled (that would be
+/// the operator's own delay).
 fn duration_ms(action: &ShownAction) -> Option<u64> {
+    if action.status != "done" {
+        return None;
+    }
     Some(action.done_at_ms?.saturating_sub(action.begun_at_ms?))
 }
 
@@ -452,8 +461,13 @@ fn compact(value: Option<&Value>) -> String {
     value.map_or("-".to_string(), |value| serde_json::to_string(value).expect("JSON values serialise"))
 }
 
-/// At most `SHOWN_CHARS_MAX` characters, saying how much was left out.
+/// At most `SHOWN_CHARS_MAX` characters, saying how much was left out, control characters
+/// escaped (what a client, a program or a service wrote reaches a terminal here).
 fn clipped(text: &str) -> String {
+    crate::base::text::printable(&clipped_raw(text))
+}
+
+fn clipped_raw(text: &str) -> String {
     let count = text.chars().count();
     if count <= SHOWN_CHARS_MAX {
         return text.to_string();

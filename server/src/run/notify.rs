@@ -98,6 +98,11 @@ pub fn spawn(
                 ),
             }
             env.clock.sleep(backoff).await;
+            // Resolved meanwhile (the admin channel removes the record): nothing to tell.
+            if !env.disk.exists(&waiting).await.unwrap_or(true) {
+                env.log(&format!("run {run}: no longer waits for an operator; its notification is dropped"));
+                return;
+            }
             backoff = (backoff * 2).min(NOTIFY_BACKOFF_MAX_MS);
             attempt += 1;
         }

@@ -1,0 +1,26 @@
+//! Text shown to a person on a terminal: what came from a client, a program or a service may
+//! hold control characters (an escape sequence, a carriage return forging a line), so they are
+//! shown escaped.
+
+/// `text` with every control character escaped (`\n` as `\n`, others as `\u{1b}`).
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(super::printable("a\u{1b}]0;x\u{7}\r\nb é"), "a\\u{1b}]0;x\\u{7}\\r\\nb é");
+    }
+}
