@@ -14,6 +14,11 @@ struct Cli {
     /// them by level (error, warn, info (the default), debug).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Export traces (a span per call, continuing the caller's `traceparent`, with its run,
+    /// actions, durable writes and model calls) over OTLP/HTTP to this base URL, such as
+    /// http://127.0.0.1:4318. Without it, `OTEL_EXPORTER_OTLP_ENDPOINT` is used; neither: off.
+    #[arg(long, global = true, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -185,14 +190,19 @@ enum McpCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Held to the end: dropped, the trace exporter sends what it still holds.
+    let mut _exporting = None;
     if !matches!(cli.command, Command::Hidden(_)) {
         let format = match cli.log_format {
             LogFormat::Text => warden::io::log::LogFormat::Text,
             LogFormat::Json => warden::io::log::LogFormat::Json,
         };
-        if let Err(problem) = warden::io::log::init(format) {
-            eprintln!("warden: {problem}");
-            return ExitCode::from(2);
+        match warden::io::log::init(format, cli.otlp_endpoint.as_deref()) {
+            Ok(exporting) => _exporting = exporting,
+            Err(problem) => {
+                eprintln!("warden: {problem}");
+                return ExitCode::from(2);
+            }
         }
     }
     match cli.command {

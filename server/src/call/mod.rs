@@ -82,6 +82,8 @@ pub struct Caller<'a> {
     pub principal: Option<&'a Principal>,
     pub input_kinds: &'a [String],
     pub retry: Option<&'a Retry>,
+    /// The caller's W3C trace context: the call's span continues it.
+    pub traceparent: Option<&'a str>,
 }
 
 /// A retry of a call whose run asked for input.
@@ -168,27 +170,38 @@ pub async fn call_tool(
     listener: Option<Rc<dyn crate::run::notice::Listener>>,
     caller: Caller<'_>,
 ) -> CallReply {
-    let reply = async {
-        let inputs = match refused_before_running(runs, tool, arguments, caller.principal) {
-            Ok(inputs) => inputs,
-            Err(refused) => return refused,
-        };
-        if let Some(retry) = caller.retry {
-            return crate::call::retry::continue_run(runs, slots, tool, &inputs, control, listener, caller, retry)
-                .await;
-        }
-        let admitted =
-            admission::admit(runs, slots, tool, &inputs, control, caller.principal, caller.input_kinds).await;
-        match admitted {
-            Admission::Answered(reply) => reply,
-            Admission::Reserved { run, slot, running } => {
-                let running = (slot, running);
-                run_admitted(runs, tool, &run, &inputs, control, listener, caller, running).await
-            }
-        }
+    let span = tracing::info_span!(target: "warden", "tools/call", tool = %tool.config.name,
+        principal = caller.principal.map(|p| p.subject.as_str()), run = tracing::field::Empty,
+        outcome = tracing::field::Empty);
+    if let Some(traceparent) = caller.traceparent {
+        crate::io::trace::continue_trace(&span, traceparent);
     }
+    let traced = span.clone();
+    let reply = tracing::Instrument::instrument(
+        async {
+            let inputs = match refused_before_running(runs, tool, arguments, caller.principal) {
+                Ok(inputs) => inputs,
+                Err(refused) => return refused,
+            };
+            if let Some(retry) = caller.retry {
+                return crate::call::retry::continue_run(runs, slots, tool, &inputs, control, listener, caller, retry)
+                    .await;
+            }
+            let admitted =
+                admission::admit(runs, slots, tool, &inputs, control, caller.principal, caller.input_kinds).await;
+            match admitted {
+                Admission::Answered(reply) => reply,
+                Admission::Reserved { run, slot, running } => {
+                    let running = (slot, running);
+                    run_admitted(runs, tool, &run, &inputs, control, listener, caller, running).await
+                }
+            }
+        },
+        span,
+    )
     .await;
     let outcome = outcome_label(&reply);
+    traced.record("outcome", outcome);
     runs.metrics.count_call(&tool.config.name, outcome);
     log_refusal(runs, tool, caller.principal, outcome, &reply);
     reply
@@ -260,6 +273,7 @@ async fn run_admitted(
     let principal = caller.principal;
     let name = &tool.config.name;
     let (_slot, running) = held;
+    tracing::Span::current().record("run", run);
     runs.env.reached(Point::Reserved, run);
     let _listening = listener.map(|listener| runs.listeners.listen(run, listener));
     runs.listeners.tell(run, Notice::Started).await;

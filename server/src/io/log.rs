@@ -25,9 +25,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the process's log writer; once, before anything logs. A `RUST_LOG` that does not
-/// parse is refused, naming it.
-pub fn init(format: LogFormat) -> Result<(), String> {
+/// Installs the process's log writer, and the trace exporter when `otlp_endpoint` (or the
+/// standard variable) names one; once, before anything logs. A `RUST_LOG` that does not parse
+/// is refused, naming it. The exporter returned sends what it holds when dropped.
+pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Option<crate::io::trace::Exporting>, String> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(text) if !text.trim().is_empty() => tracing_subscriber::EnvFilter::try_new(&text)
             .map_err(|error| format!("RUST_LOG={text:?} is not a filter ({error}); try info, debug or warden=warn"))?,
@@ -39,10 +40,20 @@ pub fn init(format: LogFormat) -> Result<(), String> {
         LogFormat::Text => layer.event_format(TextLine).boxed(),
         LogFormat::Json => layer.json().flatten_event(true).with_current_span(false).with_span_list(false).boxed(),
     };
+    let (traces, exporting) = match crate::io::trace::endpoint(otlp_endpoint) {
+        Some(endpoint) => {
+            let (layer, exporting) = crate::io::trace::layer(&endpoint, otlp_endpoint.is_some())?;
+            let own_spans = tracing_subscriber::filter::filter_fn(|metadata| metadata.target() == TARGET);
+            (Some(layer.with_filter(own_spans)), Some(exporting))
+        }
+        None => (None, None),
+    };
     tracing_subscriber::registry()
         .with(layer.with_filter(filter).with_filter(own))
+        .with(traces)
         .try_init()
-        .map_err(|error| format!("the log cannot be set up: {error}"))
+        .map_err(|error| format!("the log cannot be set up: {error}"))?;
+    Ok(exporting)
 }
 
 /// Writes one line: an event when `init` ran, else plain text on stderr (a library user's

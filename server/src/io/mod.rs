@@ -11,6 +11,7 @@ mod postgres;
 mod process;
 pub mod sandbox;
 mod stdio;
+pub mod trace;
 
 use std::future::Future;
 use std::io;

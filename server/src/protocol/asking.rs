@@ -68,6 +68,7 @@ impl Connection {
                 principal: self.principal.as_ref(),
                 input_kinds: &call.input.kinds,
                 retry: Some(&retry),
+                traceparent: call.traceparent.as_deref(),
             };
             let listener = listener.clone();
             let slots = &self.slots;

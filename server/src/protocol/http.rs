@@ -563,6 +563,7 @@ impl Front {
         let state_before = state;
         let outlet = Rc::new(Collected::default());
         let connection = Connection::with_outlet(Rc::clone(&self.runs), &self.shared, outlet.clone(), state, principal);
+        *connection.traceparent.borrow_mut() = request.header("traceparent").map(str::to_string);
         if let Some(session_id) = &session_id {
             if let Some(session) = self.sessions.borrow_mut().get_mut(session_id) {
                 session.exchanges.retain(|exchange| exchange.strong_count() > 0);

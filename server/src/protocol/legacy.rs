@@ -35,7 +35,18 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
                 let log_level = connection.legacy_log_level.get();
                 let input = InputTurn::new(connection.legacy_kinds.borrow().clone(), None, None);
                 let job = CallJob::Tool;
-                return Routed::Call(PendingCall { id, tool, arguments, progress, log_level, finish, job, input });
+                let traceparent = None;
+                return Routed::Call(PendingCall {
+                    id,
+                    tool,
+                    arguments,
+                    progress,
+                    log_level,
+                    finish,
+                    job,
+                    input,
+                    traceparent,
+                });
             }
             Err(error) => Err(error),
         },

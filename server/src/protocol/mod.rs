@@ -101,6 +101,9 @@ pub struct Connection {
     next_request: Cell<u64>,
     /// Set when the connection reads no more: nothing will answer a request sent to the client.
     reading_ended: Signal,
+    /// An HTTP request's `traceparent` header: the trace its calls continue (a call's own
+    /// `_meta.traceparent` comes first).
+    pub traceparent: RefCell<Option<String>>,
 }
 
 /// What a 2025-11-25 client's session holds between its requests.
@@ -174,6 +177,7 @@ impl Connection {
             asked_client: RefCell::new(BTreeMap::new()),
             next_request: Cell::new(0),
             reading_ended: Signal::new(),
+            traceparent: RefCell::new(None),
         })
     }
 
@@ -265,6 +269,11 @@ impl Connection {
     }
 
     async fn request(self: &Rc<Self>, request: Request) {
+        let request_meta_traceparent = (request.params.as_ref())
+            .and_then(|params| params.get("_meta"))
+            .and_then(|meta| meta.get("traceparent"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let modern = request
             .params
             .as_ref()
@@ -275,7 +284,10 @@ impl Connection {
         match routed {
             Routed::Reply(reply) => self.send(reply).await,
             Routed::Static { id, result } => self.send_static(&id, &result).await,
-            Routed::Call(call) => self.start_call(call).await,
+            Routed::Call(call) => {
+                let traceparent = traceparent_of(&request_meta_traceparent, self.traceparent.borrow().as_deref());
+                self.start_call(PendingCall { traceparent, ..call }).await
+            }
         }
     }
 
@@ -403,6 +415,7 @@ impl Connection {
             principal: self.principal.as_ref(),
             input_kinds: &call.input.kinds,
             retry: call.input.retry.as_ref(),
+            traceparent: call.traceparent.as_deref(),
         };
         call::call_tool(&self.runs, &self.slots, tool, &call.arguments, control, listener, caller).await
     }
@@ -494,6 +507,8 @@ pub(crate) struct PendingCall {
     finish: fn(&Connection, &RequestId, Value) -> Value,
     job: CallJob,
     input: InputTurn,
+    /// The caller's W3C trace context (`_meta.traceparent`, or an HTTP request's header).
+    traceparent: Option<String>,
 }
 
 /// What a call brings for input requests (2026-07-28 only): the kinds its client declared,
@@ -550,6 +565,7 @@ fn read_call(
         finish,
         job,
         input,
+        traceparent: None,
     })
 }
 
@@ -589,6 +605,7 @@ fn prompt_call(
         finish,
         job: CallJob::Prompt,
         input: InputTurn::default(),
+        traceparent: None,
     })
 }
 
@@ -628,4 +645,9 @@ fn call_params(
         .filter(|token| token.is_string() || token.is_i64() || token.is_u64())
         .cloned();
     Ok((name, arguments, progress))
+}
+
+/// The trace a call continues: its own `_meta.traceparent`, else its HTTP request's header.
+fn traceparent_of(from_meta: &Option<String>, from_header: Option<&str>) -> Option<String> {
+    from_meta.clone().or_else(|| from_header.map(str::to_string))
 }

@@ -43,6 +43,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
                     finish,
                     job: CallJob::Tool,
                     input,
+                    traceparent: None,
                 });
             }
             Err(error) => Err(error),

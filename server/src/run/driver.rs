@@ -88,7 +88,8 @@ impl Runs {
             listeners: &self.listeners,
             inputs: &self.inputs,
         };
-        driver.execute_to_end(tool, run, inputs, entry, client_kinds).await
+        let span = tracing::info_span!(target: "warden", "run", run, tool = %tool.config.name);
+        tracing::Instrument::instrument(driver.execute_to_end(tool, run, inputs, entry, client_kinds), span).await
     }
 }
 
@@ -249,9 +250,12 @@ impl<S: RunStore> Driver<'_, S> {
                     false => 0,
                 };
                 let started_us = self.env.clock.monotonic_us();
-                let performed = perform::perform(self.env, grant, net, model, run, &action, &cx.secrets, resend).await;
+                let span = action_span(&action);
+                let performing = perform::perform(self.env, grant, net, model, run, &action, &cx.secrets, resend);
+                let performed = tracing::Instrument::instrument(performing, span.clone()).await;
                 let took_us = self.env.clock.monotonic_us().saturating_sub(started_us);
                 self.store.observe_action(&action.kind.to_string(), took_us);
+                record_outcome(&span, &performed, took_us);
                 let performed = match performed {
                     crate::broker::Performed::Done(result) => {
                         crate::broker::Performed::Done(self.store.fitted_result(action.op, result))
@@ -542,5 +546,37 @@ fn stamped(record: JournalRecord, now_ms: u64) -> JournalRecord {
         JournalRecord::Begin { op, action, at_ms: None } => JournalRecord::Begin { op, action, at_ms: Some(now_ms) },
         JournalRecord::Done { op, result, at_ms: None } => JournalRecord::Done { op, result, at_ms: Some(now_ms) },
         record => record,
+    }
+}
+
+/// An action's span: its number, kind, method and the host it goes to (never its path or
+/// query, which may carry what a program was given).
+fn action_span(action: &crate::broker::Action) -> tracing::Span {
+    let host = match action.kind {
+        crate::broker::Kind::Model => "",
+        _ => action.target.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?']).next().unwrap_or("")),
+    };
+    tracing::info_span!(target: "warden", "action", op = action.op, kind = %action.kind, method = action.method.name(),
+        host, status = tracing::field::Empty, in_doubt = tracing::field::Empty, duration_ms = tracing::field::Empty,
+        output_tokens = tracing::field::Empty)
+}
+
+/// What an action's span says of its outcome: the HTTP status, in doubt or not, its duration,
+/// a model call's output tokens.
+fn record_outcome(span: &tracing::Span, performed: &crate::broker::Performed, took_us: u64) {
+    span.record("duration_ms", took_us / 1000);
+    match performed {
+        crate::broker::Performed::Done(result) => {
+            span.record("in_doubt", false);
+            if let Some(status) = result.get("status").and_then(Value::as_u64) {
+                span.record("status", status);
+            }
+            if let Some(tokens) = result.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                span.record("output_tokens", tokens);
+            }
+        }
+        crate::broker::Performed::InDoubt(_) => {
+            span.record("in_doubt", true);
+        }
     }
 }

@@ -189,7 +189,8 @@ impl Runs {
         );
         let line = record::encode(&value);
         assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
-        crate::store::files::append_line_durably(&self.env, path, line.clone())
+        let span = tracing::info_span!(target: "warden", "journal.append", bytes = line.len());
+        tracing::Instrument::instrument(crate::store::files::append_line_durably(&self.env, path, line.clone()), span)
             .await
             .map_err(|e| Fatal::storage(format!("journaling a record of run {run} failed: {e}")))?;
         self.remember_record(run, &line);

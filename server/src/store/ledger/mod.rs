@@ -264,14 +264,22 @@ impl Ledger {
         // Cleared only once the directory is durable: a leader dropped mid-fsync leaves it set.
         let new_file = self.dir_unsynced.get();
         let started_us = self.env.clock.monotonic_us();
-        let synced = async {
-            self.env.disk.fsync(&self.file).await.map_err(|e| format!("fsync failed: {e}"))?;
-            if new_file {
-                self.env.disk.fsync_dir(&self.dir).await.map_err(|e| format!("fsync of the directory failed: {e}"))?;
-                self.dir_unsynced.set(false);
-            }
-            Ok::<(), String>(())
-        }
+        let span = tracing::info_span!(target: "warden", "ledger.fsync", events = target - self.durable.get());
+        let synced = tracing::Instrument::instrument(
+            async {
+                self.env.disk.fsync(&self.file).await.map_err(|e| format!("fsync failed: {e}"))?;
+                if new_file {
+                    self.env
+                        .disk
+                        .fsync_dir(&self.dir)
+                        .await
+                        .map_err(|e| format!("fsync of the directory failed: {e}"))?;
+                    self.dir_unsynced.set(false);
+                }
+                Ok::<(), String>(())
+            },
+            span,
+        )
         .await;
         drop(leading);
         let took_us = self.env.clock.monotonic_us().saturating_sub(started_us);
