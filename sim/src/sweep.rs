@@ -214,8 +214,9 @@ fn misdirected(world: &World, instance: Instance, report: &mut Report) -> Result
 /// Runs one scenario; a panic anywhere in the server (a broken assertion, a double borrow) is
 /// reported as a violation (invariant 0) instead of ending the sweep.
 pub fn simulate(scenario: &Scenario) -> Report {
+    let disks_before = crate::env::disk::live_disks();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| simulate_unguarded(scenario)));
-    outcome.unwrap_or_else(|panic| {
+    let mut report = outcome.unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<String>()
             .cloned()
@@ -227,7 +228,20 @@ pub fn simulate(scenario: &Scenario) -> Report {
             violations: vec![Violation { invariant: 0, message: format!("the server panicked: {message}") }],
             ..Report::default()
         }
-    })
+    });
+    world_freed(disks_before, &mut report);
+    report
+}
+
+/// The seed's world must be gone once it ends: a world kept alive (a reference cycle between
+/// an instance's tasks and what the world lends them) keeps its disk, services and every
+/// instance, and a sweep's memory then grows with the seeds swept.
+fn world_freed(disks_before: u64, report: &mut Report) {
+    let kept = crate::env::disk::live_disks().saturating_sub(disks_before);
+    if kept > 0 {
+        let message = format!("the seed's simulated world was not freed when it ended ({kept} disk(s) still alive)");
+        report.violations.push(Violation { invariant: 0, message });
+    }
 }
 
 /// The seed's phases: the world installed and its manifest checked, the workload (which

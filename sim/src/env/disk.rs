@@ -69,6 +69,18 @@ impl LockTable {
     }
 }
 
+thread_local! {
+    /// Simulated disks alive on this thread. A seed's world must free its disk (and so every
+    /// instance, task and service that held it) when the seed ends: one kept alive by a
+    /// reference cycle keeps its whole world, and a sweep's memory grows with every seed.
+    static LIVE_DISKS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Simulated disks alive on this thread (`simulate` checks that a seed frees its own).
+pub fn live_disks() -> u64 {
+    LIVE_DISKS.with(Cell::get)
+}
+
 pub struct SimDisk {
     state: RefCell<State>,
     rng: RefCell<ChaCha8Rng>,
@@ -137,6 +149,7 @@ impl DiskFaults {
 
 impl SimDisk {
     pub fn new(rng: ChaCha8Rng, crashed: Rc<Cell<bool>>, clock: Rc<SimClock>) -> Rc<SimDisk> {
+        LIVE_DISKS.with(|live| live.set(live.get() + 1));
         let disk = SimDisk {
             state: RefCell::new(State::default()),
             rng: RefCell::new(rng),
@@ -587,6 +600,12 @@ struct LockHolder {
     table: Arc<Mutex<(u64, BTreeMap<PathBuf, u64>)>>,
     path: PathBuf,
     taking: u64,
+}
+
+impl Drop for SimDisk {
+    fn drop(&mut self) {
+        LIVE_DISKS.with(|live| live.set(live.get() - 1));
+    }
 }
 
 impl Drop for LockHolder {

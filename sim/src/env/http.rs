@@ -42,10 +42,25 @@ impl HttpServe for SimHttp {
         ready(address);
         self.listening.set();
         let done = self.done.wait();
+        // The handler holds the server's state, whose Env holds this listener: it is let go
+        // when the listening ends or its task is dropped (a crash), or the instance's whole
+        // world would outlive it through that cycle.
+        let registered = HandlerSlot(Rc::clone(&self.handler));
         Box::pin(async move {
+            let _registered = registered;
             warden::base::sync::select(done, stop).await;
             Ok(())
         })
+    }
+}
+
+/// Empties the handler's slot when dropped.
+struct HandlerSlot(Rc<RefCell<Option<InboundHandler>>>);
+
+impl Drop for HandlerSlot {
+    fn drop(&mut self) {
+        let handler = self.0.borrow_mut().take();
+        drop(handler);
     }
 }
 
