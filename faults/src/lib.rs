@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod words;
+pub use words::duration;
+
 /// A durable step of a call (seed 000 section 7), named as the server's probe names it (the
 /// simulator maps each to `warden::env::Point`, exhaustively). An unknown name in a scenario
 /// file is a parse error, never a fault that silently arms nothing.

@@ -2,6 +2,8 @@
 //!
 //!   cargo bench -p warden --bench durable_calls            # 400 calls per figure
 //!   BENCH_CALLS=2000 cargo bench -p warden --bench durable_calls
+//!   BENCH_PURE_ONLY=1 WARDEN_BIN=<an earlier build> cargo bench -p warden --bench durable_calls
+//!                                    # the pure-call figure alone (add on tmpfs), of another build
 //!
 //! Prints, for the journals on the real disk and on tmpfs (where fsync costs nearly
 //! nothing, to show durability's share): median and p99 latency of sequential calls, and
@@ -103,10 +105,29 @@ struct Figures {
     throughput: Vec<f64>,
 }
 
+/// The binary measured: this build's, or `WARDEN_BIN` (an earlier commit's build, to compare).
+fn warden_binary() -> String {
+    std::env::var("WARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_warden").to_string())
+}
+
 fn measure(dir: &Path, tool: &str, calls: u64) -> Figures {
     let _ = std::fs::remove_dir_all(dir);
     let manifest = manifest(dir);
-    measure_server(env!("CARGO_BIN_EXE_warden"), &["mcp", manifest.to_str().unwrap()], tool, calls)
+    measure_server(&warden_binary(), &["mcp", manifest.to_str().unwrap()], tool, calls)
+}
+
+/// The pure-call median alone (`add` on tmpfs, where fsync costs nearly nothing): what the
+/// server's own code costs per call, to compare builds.
+fn pure_call_only(calls: u64) {
+    let tmpfs_dir = Path::new("/dev/shm").join(format!("warden-bench-{}", std::process::id()));
+    let f = measure(&tmpfs_dir, "add", calls);
+    let _ = std::fs::remove_dir_all(&tmpfs_dir);
+    println!(
+        "pure call ({}, add on tmpfs, {calls} calls): median {:.3} ms, p99 {:.3} ms",
+        warden_binary(),
+        ms(f.median),
+        ms(f.p99)
+    );
 }
 
 /// The Python SDK's reference server of the client harness (`../shared/clients/`), when the
@@ -163,8 +184,8 @@ fn fsyncs_per_call(dir: &Path, tool: &str, calls: u64) -> Option<f64> {
     let manifest = manifest(dir);
     let count = |calls: u64| -> Option<u64> {
         let out = dir.join(format!("strace-{calls}.txt"));
-        let warden = env!("CARGO_BIN_EXE_warden");
-        let args = ["-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out.to_str()?, warden, "mcp", manifest.to_str()?];
+        let warden = warden_binary();
+        let args = ["-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out.to_str()?, &warden, "mcp", manifest.to_str()?];
         let mut server = Server::start("strace", &args);
         for id in 0..calls {
             server.send_call(tool, id);
@@ -186,6 +207,9 @@ fn fsyncs_per_call(dir: &Path, tool: &str, calls: u64) -> Option<f64> {
 
 fn main() {
     let calls: u64 = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
+    if std::env::var_os("BENCH_PURE_ONLY").is_some() {
+        return pure_call_only(calls);
+    }
     let disk_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-durable-calls");
     let tmpfs_dir = Path::new("/dev/shm").join(format!("warden-bench-{}", std::process::id()));
     let fsync = append_fsync_median(&disk_dir);
@@ -216,7 +240,7 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&disk_dir);
     let manifest = manifest(&disk_dir);
-    let lists = tools_list_per_second(env!("CARGO_BIN_EXE_warden"), &["mcp", manifest.to_str().unwrap()], 5000);
+    let lists = tools_list_per_second(&warden_binary(), &["mcp", manifest.to_str().unwrap()], 5000);
     println!("tools/list: 5000 written at once, {lists:.0} answered per second");
     match python_sdk_server() {
         Some((python, script)) => {

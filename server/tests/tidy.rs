@@ -45,6 +45,11 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "the simulated world's SQLite is in memory and deterministic: it is the service side of Env::db",
     ),
     ("sim/src/fuzzing.rs", "std::fs", "the fuzz properties read the official MCP schema fixture once; not server code"),
+    (
+        "sim/src/explore/mod.rs",
+        "std::thread",
+        "a sweep runs whole seeds on threads, each seed's simulated world on one thread; not server code",
+    ),
 ];
 
 /// Files allowed to touch the outside world: the real Env and the binaries' `main`.
@@ -352,6 +357,7 @@ const SIM_ROOMS: &[(&str, &str)] = &[
     ("fuzzing", "the fuzz targets' properties"),
     ("shrink", "a failing scenario made small"),
     ("timeline", "the HTML timeline"),
+    ("explore", "a sweep over many seeds, in parallel, and its summary"),
 ];
 
 /// The rooms of `rooms` that `code` names through `crate::`.

@@ -19,3 +19,5 @@ pub mod sweep;
 pub mod fuzzing;
 pub mod shrink;
 pub mod timeline;
+// A sweep over many seeds on every core, and its summary.
+pub mod explore;

@@ -11,11 +11,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
-use warden::env::Point;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use warden_faults::{Canary, Expect, Scenario};
-use warden_sim::plan::coverage;
+use warden_sim::explore::summary::Totals;
+use warden_sim::explore::{in_seed_order, Flow};
 use warden_sim::plan::plan_for_seed;
 use warden_sim::report::Report;
 use warden_sim::shrink::{shrink, without_unfired_faults};
@@ -25,7 +24,13 @@ use warden_sim::sweep::simulate;
 #[command(
     name = "warden-sim",
     version,
-    about = "Warden's deterministic simulator: the real server code on a simulated Env"
+    about = "Warden's deterministic simulator: the real server code on a simulated Env",
+    long_about = "Warden's deterministic simulator: the real server code runs on a simulated clock, disk, \
+network and client, while faults are injected (crashes at each durable step, torn writes, lost fsyncs, \
+clock steps, network faults) and the invariants are checked. A seed fixes everything: the same seed \
+gives the same run, so a failure found once is replayed exactly.",
+    after_help = "Examples:\n  warden-sim run --seed 7 --verbose\n  warden-sim explore --seeds 0..10000\n  \
+warden-sim replay scenarios/*.json\n  warden-sim timeline --seed 7 > seed-7.html"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -34,28 +39,31 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Simulate one seed and print what happened.
+    /// Simulate one seed and print what happened (calls, answers, restarts, violations).
     Run {
+        /// The seed: it draws the world, the workload, the faults and the scheduling.
         #[arg(long)]
         seed: u64,
         /// Simulate it twice and fail unless both traces are the same.
         #[arg(long)]
         check_determinism: bool,
-        /// Plant a bug the checker must find.
+        /// Plant a bug the checker must find (to see what a violation looks like).
         #[arg(long, value_enum)]
         canary: Option<CanaryArg>,
-        /// Print the server's log.
+        /// Print what happened in time order: the server's log, the client's calls and
+        /// answers, the faults and the crashes, each line with its simulated time.
         #[arg(long)]
         verbose: bool,
     },
-    /// Simulate a range of seeds; each failure is shrunk to a scenario file.
+    /// Simulate a range of seeds; each failing seed is shrunk to a scenario file.
     Explore {
-        /// A range of seeds, `A..B` (B excluded).
+        /// A range of seeds, `A..B` (B excluded), e.g. 0..10000.
         #[arg(long, value_parser = parse_seeds)]
         seeds: Range<u64>,
+        /// Plant a bug the checker must find (with --expect-violation: a test of the checker).
         #[arg(long, value_enum)]
         canary: Option<CanaryArg>,
-        /// Succeed only if a violation is found (for canaries); stop at the first.
+        /// Succeed only if a violation is found (for canaries and planted bugs); stop at the first.
         #[arg(long)]
         expect_violation: bool,
         /// Where shrunk scenarios are written.
@@ -67,22 +75,34 @@ enum Command {
         /// Fail when a required crash window (`sim/src/plan/coverage.rs`) goes unhit.
         #[arg(long)]
         require_coverage: bool,
+        /// Seeds simulated at once (default: the machine's cores). The report is the same
+        /// whatever the number.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        jobs: Option<u16>,
+        /// Add a row per fault kind and per place a crash can land to the summary.
+        #[arg(long)]
+        details: bool,
     },
-    /// Replay scenario files and check each one's stated expectation.
+    /// Replay scenario files and check each one's stated expectation (pass, or fail naming an
+    /// invariant).
     Replay {
+        /// Scenario files (JSON, as `explore` and `scenario` write them).
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
     /// Write one seed's scenario (its world included) as JSON on stdout, without the faults
     /// that never fire, so it can be committed as a scenario file.
     Scenario {
+        /// The seed to write down.
         #[arg(long)]
         seed: u64,
     },
     /// Draw one seed's timeline as self-contained HTML on stdout.
     Timeline {
+        /// The seed to draw.
         #[arg(long)]
         seed: u64,
+        /// Plant a bug the checker must find.
         #[arg(long, value_enum)]
         canary: Option<CanaryArg>,
     },
@@ -91,7 +111,9 @@ enum Command {
 /// The bugs the checker is tested on.
 #[derive(Clone, Copy, ValueEnum)]
 enum CanaryArg {
+    /// fsync acknowledges without making anything durable.
     LyingFsync,
+    /// The payment service ignores idempotency keys (a resent refund pays twice).
     IgnoreIdempotencyKeys,
 }
 
@@ -119,8 +141,9 @@ fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run { seed, check_determinism, canary, verbose } => run(seed, check_determinism, canary, verbose),
-        Command::Explore { seeds, canary, expect_violation, out, json, require_coverage } => {
-            let options = ExploreOptions { expect_violation, require_coverage };
+        Command::Explore { seeds, canary, expect_violation, out, json, require_coverage, jobs, details } => {
+            let jobs = jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), usize::from);
+            let options = ExploreOptions { expect_violation, require_coverage, jobs, details };
             explore(seeds, canary.map(Canary::from), options, &out, json.as_deref())
         }
         Command::Replay { files } => {
@@ -159,12 +182,7 @@ fn run(seed: u64, check_determinism: bool, canary: Option<CanaryArg>, verbose: b
     scenario.canary = canary.map(Canary::from);
     let report = simulate(&scenario);
     if verbose {
-        for (at_ms, line) in &report.log {
-            println!("  | {at_ms} ms {line}");
-        }
-        for (at_ms, lane, label) in &report.events {
-            println!("  @ {at_ms} ms {lane}: {label}");
-        }
+        print!("{}", in_time_order(&report));
     }
     print_summary(&report);
     if check_determinism {
@@ -180,6 +198,31 @@ fn run(seed: u64, check_determinism: bool, canary: Option<CanaryArg>, verbose: b
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The server's log and the simulation's events (calls, answers, faults, crashes) merged in
+/// time order, each line with its simulated time; at the same moment the server's lines come
+/// first (the client reads what the server wrote).
+fn in_time_order(report: &Report) -> String {
+    let log = report.log.iter().map(|(at, line)| (*at, "server", line.as_str()));
+    let events = report.events.iter().map(|(at, lane, label)| (*at, lane.as_str(), label.as_str()));
+    let mut lines: Vec<(u64, &str, &str)> = log.collect();
+    lines.extend(events);
+    // A stable sort: within one moment, each source keeps its own order.
+    lines.sort_by_key(|(at, _, _)| *at);
+    let mut out = String::new();
+    for (at, lane, text) in lines {
+        out.push_str(&format!("{} {lane:<10} {text}\n", clock_time(at)));
+    }
+    out
+}
+
+/// Simulated ms as `hh:mm:ss.mmm` (days past the first shown as `+Nd`).
+fn clock_time(ms: u64) -> String {
+    let (days, ms) = (ms / 86_400_000, ms % 86_400_000);
+    let (h, m, s, milli) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    let day = if days > 0 { format!("+{days}d ") } else { String::new() };
+    format!("{day}{h:02}:{m:02}:{s:02}.{milli:03}")
 }
 
 fn print_summary(report: &Report) {
@@ -213,71 +256,11 @@ fn replay(path: &Path) -> Result<String, String> {
     }
 }
 
-/// What a sweep adds up to.
-#[derive(Default)]
-struct Totals {
-    calls: u64,
-    /// Seeds and calls of worlds served over Streamable HTTP.
-    http_seeds: u64,
-    http_calls: u64,
-    principal_seeds: u64,
-    inputs: warden_sim::report::Inputs,
-    model_requests: u64,
-    model_seeds: u64,
-    postgres_statements: u64,
-    postgres_seeds: u64,
-    simulated_ms: u64,
-    /// Index 0: at a disk operation or a failed write; 1..=7: after that step.
-    crashes: [u64; 8],
-    faults: std::collections::BTreeMap<&'static str, u64>,
-    fired: std::collections::BTreeMap<&'static str, u64>,
-    failing: Vec<u64>,
-    /// The first violation found, as printed.
-    first_violation: Option<String>,
-    /// Crashes by window (`coverage.rs`).
-    windows: std::collections::BTreeMap<String, u64>,
-    /// Faults by kind x what was in flight when armed.
-    fault_states: std::collections::BTreeMap<String, u64>,
-}
-
-impl Totals {
-    fn add(&mut self, report: &Report) {
-        self.calls += report.calls as u64;
-        if report.over_http {
-            self.http_seeds += 1;
-            self.http_calls += report.calls as u64;
-        }
-        self.principal_seeds += report.with_principals as u64;
-        self.model_requests += report.model_requests;
-        self.model_seeds += (report.model_requests > 0) as u64;
-        self.postgres_statements += report.postgres_statements;
-        self.postgres_seeds += (report.postgres_statements > 0) as u64;
-        self.inputs.asked += report.inputs.asked;
-        self.inputs.served += report.inputs.served;
-        self.inputs.refused += report.inputs.refused;
-        self.inputs.altered_refused += report.inputs.altered_refused;
-        self.simulated_ms += report.sim_ms;
-        for (i, c) in report.crashes.iter().enumerate() {
-            self.crashes[i] += c;
-        }
-        for (kind, count) in &report.faults {
-            *self.faults.entry(kind).or_insert(0) += count;
-        }
-        for (kind, count) in &report.fired {
-            *self.fired.entry(kind).or_insert(0) += count;
-        }
-        for (window, count) in &report.windows {
-            *self.windows.entry(window.clone()).or_insert(0) += count;
-        }
-        for (state, count) in &report.fault_states {
-            *self.fault_states.entry(state.clone()).or_insert(0) += count;
-        }
-    }
-}
-
 struct ExploreOptions {
     expect_violation: bool,
     require_coverage: bool,
+    jobs: usize,
+    details: bool,
 }
 
 fn explore(
@@ -287,58 +270,56 @@ fn explore(
     out: &Path,
     json_out: Option<&Path>,
 ) -> ExitCode {
-    let expect_violation = options.expect_violation;
     let started = Instant::now();
     let mut totals = Totals::default();
-    let progress = ProgressBar::new(seeds.end - seeds.start);
-    progress.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} seeds  {per_sec}  {eta} left  {msg}")
-            .expect("a valid template"),
-    );
-    for seed in seeds.clone() {
-        let mut scenario = plan_for_seed(seed);
-        scenario.canary = canary;
-        let report = simulate(&scenario);
+    let progress = progress_bar(seeds.end - seeds.start);
+    in_seed_order(seeds.clone(), options.jobs, canary, |report| {
         totals.add(&report);
         progress.inc(1);
-        if !report.violations.is_empty() {
-            progress.suspend(|| write_shrunk(seed, scenario, &report, out));
-            totals.failing.push(seed);
-            totals.first_violation.get_or_insert_with(|| report.violations[0].to_string());
-            progress.set_message(format!("{} failing", totals.failing.len()));
-            if expect_violation {
-                break;
-            }
+        if report.violations.is_empty() {
+            return Flow::Continue;
         }
-    }
+        progress.set_message(format!("{} violation(s)", totals.failing_count));
+        let mut scenario = plan_for_seed(report.seed);
+        scenario.canary = canary;
+        progress.suspend(|| write_shrunk(report.seed, scenario, &report, out));
+        if options.expect_violation {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    });
     progress.finish_and_clear();
-    let elapsed = started.elapsed().as_secs_f64();
-    print_table(&seeds, &totals, elapsed);
+    print!("{}", totals.table(&seeds, options.details));
+    eprintln!("{}", totals.speed_line(started.elapsed().as_secs_f64(), options.jobs));
     if let Some(path) = json_out {
-        let report = json_report(&seeds, &totals, elapsed);
+        let report = totals.json(&seeds);
         if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&report).expect("JSON serialises") + "\n") {
             eprintln!("warden-sim: {}: {e}", path.display());
             return ExitCode::from(2);
         }
     }
-    let unhit = unhit_windows(&totals);
+    let unhit = totals.unhit_windows();
     if options.require_coverage && !unhit.is_empty() {
         eprintln!("warden-sim: required crash windows never hit: {}", unhit.join("; "));
         return ExitCode::from(1);
     }
-    match (expect_violation, totals.failing.is_empty()) {
+    match (options.expect_violation, totals.failing_count == 0) {
         (false, true) | (true, false) => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     }
 }
 
-/// The required crash windows the sweep never hit.
-fn unhit_windows(totals: &Totals) -> Vec<String> {
-    coverage::REQUIRED
-        .iter()
-        .map(|(place, in_flight)| coverage::window(place, in_flight))
-        .filter(|window| !totals.windows.contains_key(window))
-        .collect()
+/// A progress bar drawn at most twice a second (a redraw per seed would flood a log), with
+/// seeds per second and the violations so far.
+fn progress_bar(seeds: u64) -> ProgressBar {
+    let progress = ProgressBar::with_draw_target(Some(seeds), ProgressDrawTarget::stderr_with_hz(2));
+    progress.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} seeds  {per_sec:.1}  {eta} left  {msg}")
+            .expect("a valid template"),
+    );
+    progress.set_message("0 violations");
+    progress
 }
 
 /// Prints a failing seed, shrinks it, and writes the shrunk scenario under `out`.
@@ -357,85 +338,4 @@ fn write_shrunk(seed: u64, scenario: Scenario, report: &Report, out: &Path) {
     let written = std::fs::write(&path, serde_json::to_string_pretty(&shrunk).expect("scenarios serialise") + "\n");
     let shown = if written.is_ok() { path.display().to_string() } else { "(not written)".into() };
     println!("  shrunk to {} calls and {} faults: {shown}", shrunk.calls, shrunk.faults.len());
-}
-
-fn print_table(seeds: &Range<u64>, totals: &Totals, elapsed: f64) {
-    let rate = totals.calls as f64 / elapsed.max(1e-9);
-    let speed = totals.simulated_ms as f64 / 1000.0 / elapsed.max(1e-9);
-    println!("| figure | value |");
-    println!("|---|---|");
-    println!("| seeds | {}..{} |", seeds.start, seeds.end);
-    println!("| violations | {} seed(s) {:?} |", totals.failing.len(), totals.failing);
-    println!("| calls | {} in {elapsed:.1} s ({rate:.0} calls/s) |", totals.calls);
-    println!(
-        "| over Streamable HTTP | {} seed(s), {} call(s); {} seed(s) with OAuth principals |",
-        totals.http_seeds, totals.http_calls, totals.principal_seeds
-    );
-    println!(
-        "| input requests | {} answered input_required; retries: {} served, {} refused, {} with an altered state refused |",
-        totals.inputs.asked, totals.inputs.served, totals.inputs.refused, totals.inputs.altered_refused
-    );
-    println!(
-        "| model calls | {} request(s) to the simulated provider in {} seed(s) (every 5th answered 429, every 7th 500, every 11th a proxy's error page, every 13th JSON without a completion, every 3rd without usage; each billed) |",
-        totals.model_requests, totals.model_seeds
-    );
-    println!(
-        "| PostgreSQL | {} statement(s) to the simulated server in {} seed(s) |",
-        totals.postgres_statements, totals.postgres_seeds
-    );
-    println!(
-        "| simulated time | {:.1} h ({speed:.0}x faster than wall time) |",
-        totals.simulated_ms as f64 / 3_600_000.0
-    );
-    for step in 1..=7 {
-        let never = if totals.crashes[step] == 0 { " (never hit)" } else { "" };
-        println!("| crashes after step {step} | {}{never} |", totals.crashes[step]);
-    }
-    println!("| crashes at a disk operation, or stops after a failed write | {} |", totals.crashes[0]);
-    for (kind, armed) in &totals.faults {
-        let fired = totals.fired.get(kind).copied().unwrap_or(0);
-        let states: Vec<String> = coverage::IN_FLIGHT
-            .iter()
-            .filter_map(|state| Some(format!("{state} {}", totals.fault_states.get(&coverage::window(kind, state))?)))
-            .collect();
-        println!("| fault: {kind} | {fired} fired of {armed} armed; armed with {} |", states.join(", "));
-    }
-    let places = Point::ALL.iter().map(|p| p.name()).chain(coverage::OTHER_PLACES.iter().copied());
-    for place in places {
-        let hits: Vec<String> = coverage::IN_FLIGHT
-            .iter()
-            .filter_map(|in_flight| {
-                let count = totals.windows.get(&coverage::window(place, in_flight))?;
-                Some(format!("{in_flight} {count}"))
-            })
-            .collect();
-        println!("| crash windows at {place} | {} |", if hits.is_empty() { "none".into() } else { hits.join(", ") });
-    }
-    let unhit = unhit_windows(totals);
-    println!(
-        "| required crash windows never hit | {} |",
-        if unhit.is_empty() { "none".into() } else { unhit.join("; ") }
-    );
-}
-
-fn json_report(seeds: &Range<u64>, totals: &Totals, elapsed: f64) -> serde_json::Value {
-    let crashes: serde_json::Map<String, serde_json::Value> = (1..=7)
-        .map(|step| (format!("step {step}"), json!(totals.crashes[step])))
-        .chain(std::iter::once(("disk operation".to_string(), json!(totals.crashes[0]))))
-        .collect();
-    json!({
-        "seeds": {"from": seeds.start, "to": seeds.end},
-        "violations": totals.failing,
-        "first_violation": totals.first_violation,
-        "calls": totals.calls,
-        "elapsed_s": elapsed,
-        "calls_per_s": totals.calls as f64 / elapsed.max(1e-9),
-        "simulated_ms": totals.simulated_ms,
-        "crashes": crashes,
-        "faults_armed": totals.faults,
-        "faults_fired": totals.fired,
-        "crash_windows": totals.windows,
-        "faults_by_state": totals.fault_states,
-        "required_windows_unhit": unhit_windows(totals),
-    })
 }

@@ -148,7 +148,7 @@ pub fn net_fault(kind: NetworkFault) -> NetFault {
 /// Arms one planned fault for the coming call. Returns lines the client sends first.
 pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
     *report.faults.entry(fault.kind()).or_insert(0) += 1;
-    report.events.push((world.clock.now(), "faults".into(), format!("{}: {fault:?}", fault.kind())));
+    report.events.push((world.clock.now(), "faults".into(), fault.to_string()));
     let state = crate::plan::coverage::window(fault.kind(), crate::plan::coverage::in_flight(world));
     *report.fault_states.entry(state).or_insert(0) += 1;
     match fault {

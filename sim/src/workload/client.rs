@@ -237,8 +237,7 @@ impl Client {
         }
         if self.unanswered.remove(&id).is_some() {
             report.answered += 1;
-            let text =
-                message["result"]["content"][0]["text"].as_str().unwrap_or("").chars().take(60).collect::<String>();
+            let text = message["result"]["content"][0]["text"].as_str().unwrap_or("");
             report.events.push((now, format!("call {id}"), format!("answered: {text}")));
             self.deadline_kept(id, &message["result"], now, report);
             self.answers.insert(id, message["result"].clone());
@@ -322,8 +321,7 @@ impl Client {
             report.events.push((now, format!("call {id}"), "answered: asked again for input".into()));
             self.asked.push((call, message["result"].clone()));
         } else if served {
-            let text: String =
-                message["result"]["content"][0]["text"].as_str().unwrap_or("").chars().take(60).collect();
+            let text = message["result"]["content"][0]["text"].as_str().unwrap_or("");
             report.events.push((now, format!("call {id}"), format!("answered: {text}")));
             self.answers.insert(id, message["result"].clone());
         } else {
