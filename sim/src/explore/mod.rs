@@ -59,11 +59,28 @@ pub fn in_seed_order(seeds: Range<u64>, jobs: usize, canary: Option<Canary>, mut
             });
         }
         drop(sender);
-        hand_out_in_order(&receiver, seeds.start, &cursor, &moved, &stop, &mut each);
-        // Wake any worker waiting for the window: it sees the stop and ends.
-        stop.store(true, Ordering::SeqCst);
-        moved.notify_all();
+        // However the handing out ends (done, stopped, or a panic in `each`), the workers are
+        // told, so none waits for the window forever and the scope can end.
+        let _stop = StopOnDrop { cursor: &cursor, moved: &moved, stop: &stop };
+        hand_out_in_order(&receiver, seeds.start, &cursor, &moved, &mut each);
     });
+}
+
+/// Tells the workers to stop when dropped: the flag is set under the cursor's lock, so a
+/// worker cannot check it, miss the change, and then wait for a wake-up already sent.
+struct StopOnDrop<'a> {
+    cursor: &'a Mutex<Cursor>,
+    moved: &'a Condvar,
+    stop: &'a AtomicBool,
+}
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        let guard = self.cursor.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.stop.store(true, Ordering::SeqCst);
+        drop(guard);
+        self.moved.notify_all();
+    }
 }
 
 /// The next seed for a worker, once it is within the window; `None` at the end or a stop.
@@ -87,7 +104,6 @@ fn hand_out_in_order(
     first: u64,
     cursor: &Mutex<Cursor>,
     moved: &Condvar,
-    stop: &AtomicBool,
     each: &mut impl FnMut(Report) -> Flow,
 ) {
     let mut waiting: BTreeMap<u64, Report> = BTreeMap::new();
@@ -99,7 +115,6 @@ fn hand_out_in_order(
             cursor.lock().expect("the cursor").next_to_hand_out = next;
             moved.notify_all();
             if each(report) == Flow::Stop {
-                stop.store(true, Ordering::SeqCst);
                 return;
             }
         }
@@ -134,5 +149,14 @@ mod tests {
             });
             assert_eq!(seen, vec![5, 6, 7, 8, 9], "{jobs} jobs");
         }
+    }
+
+    /// A panic while handing out (a failing shrink, say) ends the sweep instead of leaving the
+    /// worker waiting for the window forever.
+    #[test]
+    fn a_panic_while_handing_out_ends_the_sweep() {
+        let range = 0..WINDOW_PER_JOB + 4;
+        let outcome = std::panic::catch_unwind(|| in_seed_order(range, 1, None, |_| panic!("handing out failed")));
+        assert!(outcome.is_err(), "the panic reaches the caller");
     }
 }
