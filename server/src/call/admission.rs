@@ -129,8 +129,13 @@ async fn answered_from_earlier(
     if let Err(error) = runs.ledger.flush().await {
         return not_recorded(runs, error);
     }
-    // Read the entry again: the earlier run may have moved on during the wait.
+    // Read the entry again: the earlier run may have moved on during the wait (settled, say),
+    // and the event it moved by may itself still wait for its fsync: flush once more, so the
+    // answer depends on durable events only (found at seed 72234 of the 100,000-seed sweep).
     let earlier = runs.ledger.state().run(&earlier.run).cloned().unwrap_or(earlier);
+    if let Err(error) = runs.ledger.flush().await {
+        return not_recorded(runs, error);
+    }
     let same_arguments = earlier.once.as_ref().is_some_and(|o| o.arguments == once.arguments);
     if same_arguments {
         if let Some(reply) = crate::call::retry::ask_again(runs, tool, &earlier, inputs, principal, input_kinds).await {
