@@ -8,21 +8,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::payments::Payments;
-use common::{private_copy, repo_root, Era, Wire};
+use common::{Era, Wire};
 use serde_json::json;
 
 const SECRET: &str = "sk_test_WARDEN_SECRET_51HqLyj";
-
-fn shop(payments: &Payments) -> tempfile::TempDir {
-    let dir = private_copy(&repo_root().join("examples/shop"));
-    let manifest = dir.path().join("manifest.json");
-    let text = std::fs::read_to_string(&manifest).unwrap().replace("https://api.stripe.com", &payments.base());
-    std::fs::write(&manifest, text).unwrap();
-    let program = dir.path().join("refund.star");
-    let text = std::fs::read_to_string(&program).unwrap().replace("https://api.stripe.com", &payments.base());
-    std::fs::write(&program, text).unwrap();
-    dir
-}
 
 fn every_byte_under(dir: &Path, into: &mut Vec<u8>) {
     for path in common::walk(dir) {
@@ -33,7 +22,7 @@ fn every_byte_under(dir: &Path, into: &mut Vec<u8>) {
 #[test]
 fn the_shop_refunds_once_within_its_grant_and_never_writes_the_secret() {
     let payments = Payments::start();
-    let mut wire = Wire::start_dir(shop(&payments), &[("STRIPE_SECRET_KEY", SECRET)]);
+    let mut wire = Wire::start_dir(payments.shop(), &[("STRIPE_SECRET_KEY", SECRET)]);
     let arguments = json!({"order": "pi_1001", "amount": {"amount": "12.5", "currency": "USD"}});
     let done =
         wire.request(Era::Modern, json!(1), "tools/call", json!({"name": "refund_order", "arguments": arguments}));
@@ -110,7 +99,7 @@ fn the_shop_refunds_once_within_its_grant_and_never_writes_the_secret() {
 #[test]
 fn a_missing_secret_variable_stops_the_server_naming_it() {
     let payments = Payments::start();
-    let dir = shop(&payments);
+    let dir = payments.shop();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
         .arg("mcp")
         .arg(dir.path().join("manifest.json"))
@@ -128,7 +117,7 @@ fn a_missing_secret_variable_stops_the_server_naming_it() {
 #[test]
 fn progress_per_action_and_log_messages_at_the_level_asked() {
     let payments = Payments::start();
-    let dir = shop(&payments);
+    let dir = payments.shop();
     let program = dir.path().join("refund.star");
     let text = std::fs::read_to_string(&program).unwrap().replace(
         "    refund = refund_of_order.refund(order, amount)\n",
@@ -211,7 +200,7 @@ fn progress_per_action_and_log_messages_at_the_level_asked() {
 #[test]
 fn a_narrowing_wider_than_the_grant_fails_the_run_and_a_narrowed_action_is_journaled_so() {
     let payments = Payments::start();
-    let dir = shop(&payments);
+    let dir = payments.shop();
     let program = dir.path().join("refund.star");
     let original = std::fs::read_to_string(&program).unwrap();
     let wider = original
@@ -228,7 +217,7 @@ fn a_narrowing_wider_than_the_grant_fails_the_run_and_a_narrowed_action_is_journ
     assert_eq!(payments.refunded_minor(), 0);
 
     let payments = Payments::start();
-    let mut wire = Wire::start_dir(shop(&payments), &[("STRIPE_SECRET_KEY", SECRET)]);
+    let mut wire = Wire::start_dir(payments.shop(), &[("STRIPE_SECRET_KEY", SECRET)]);
     let done =
         wire.request(Era::Modern, json!(1), "tools/call", json!({"name": "refund_order", "arguments": arguments}));
     assert_eq!(done["result"]["isError"], json!(false), "{done}");

@@ -1,6 +1,6 @@
 //! Issue 25 item 2: the log (stderr) through `tracing`: a timestamp and a level on every line,
 //! `--log-format json` for one JSON object a line, `RUST_LOG` filters, a run's lines carrying
-//! its run and tool as fields, refusals logged with their reason, the exit saying why. Stdout
+//! its run and tool (and the action, for a line about one) as fields, refusals logged with their reason, the exit saying why. Stdout
 //! stays the protocol's alone.
 
 mod common;
@@ -12,7 +12,11 @@ use serde_json::{json, Value};
 
 /// Serves the toolbox example over stdio for `requests`, then closes stdin: (stdout, stderr).
 fn serve(args: &[&str], env: &[(&str, &str)], requests: &[Value]) -> (String, String) {
-    let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+    serve_in(&common::private_copy(&common::repo_root().join("examples/toolbox")), args, env, requests)
+}
+
+/// Serves the manifest in `dir` over stdio for `requests`, then closes stdin.
+fn serve_in(dir: &tempfile::TempDir, args: &[&str], env: &[(&str, &str)], requests: &[Value]) -> (String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
         .arg("mcp")
         .arg(dir.path().join("manifest.json"))
@@ -93,4 +97,31 @@ fn text_lines_have_a_level_and_rust_log_filters_them() {
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("is not a filter"), "{refused:?}");
+}
+
+#[test]
+fn a_line_about_an_action_names_it_with_its_run_and_tool() {
+    let payments = common::payments::Payments::start();
+    let dir = payments.shop();
+    let refund = call(1, "refund_order", json!({"order": "pi_1001", "amount": {"amount": "12.5", "currency": "USD"}}));
+    let env = [("STRIPE_SECRET_KEY", "sk_test_logs"), ("RUST_LOG", "debug")];
+    let (stdout, stderr) = serve_in(&dir, &["--log-format", "json"], &env, &[refund]);
+    let answer: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    let run = answer["result"]["_meta"]["dev.warden/run"]["run"].as_str().unwrap();
+    let lines: Vec<Value> = stderr.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let actions: Vec<&Value> = lines.iter().filter(|line| line["action"].is_string()).collect();
+    // The program reads the payment intent, then refunds: one line for each, in order.
+    let ops: Vec<&str> = actions.iter().map(|line| line["action"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["0", "1"], "{stderr}");
+    let host = format!("127.0.0.1:{}", payments.port);
+    let kind = "payments.stripe.refund";
+    let said = [format!("{kind} GET {host}: done (status 200) in "), format!("{kind} REFUND: done (status 200) in ")];
+    for (line, says) in actions.iter().zip(said) {
+        assert_eq!((line["run"].as_str(), line["tool"].as_str()), (Some(run), Some("refund_order")), "{line}");
+        assert_eq!(line["level"], json!("DEBUG"), "{line}");
+        let message = line["message"].as_str().unwrap();
+        assert!(message.contains(&says), "{line}");
+    }
+    assert!(!stderr.contains("sk_test_logs"), "{stderr}");
 }

@@ -1,6 +1,7 @@
-//! Issue 25 item 3: traces over OTLP. A call carrying a W3C `traceparent` in its `_meta` gets a
-//! span continuing that trace, with its run, each action and each durable write as spans below
-//! it, exported as OTLP/HTTP JSON to a receiver this test runs on loopback and decodes.
+//! Issue 25 item 3: traces over OTLP. A request carrying a W3C `traceparent` in its `_meta` (a
+//! tool call, a resource read, a prompt) gets a span continuing that trace, with a run, each
+//! action and each durable write as spans below it, exported as OTLP/HTTP JSON to a receiver
+//! this test runs on loopback and decodes.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-const PARENT_ID: &str = "00f067aa0ba902b7";
+const PARENT_ID: &str = "00f067aa0ba902b7"; // the HTTP test's
 
 /// An OTLP/HTTP receiver on loopback: every request's body, kept.
 fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
@@ -70,8 +71,9 @@ fn spans(received: &[Value]) -> Vec<(String, String, String, String, Value)> {
     all
 }
 
-#[test]
-fn a_call_continues_its_callers_trace_with_a_span_per_run_action_and_durable_write() {
+/// The support desk's requests over stdio, each with its own `traceparent` (parent span id
+/// `0000000000000001` for the first, and so on), then stdin closed: every span exported.
+fn desk_requests_traced(requests: &[(&str, Value)]) -> Vec<(String, String, String, String, Value)> {
     let (endpoint, received) = receiver();
     let dir = common::private_copy(&common::repo_root().join("examples/support-desk"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
@@ -83,19 +85,29 @@ fn a_call_continues_its_callers_trace_with_a_span_per_run_action_and_durable_wri
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "search_tickets", "arguments": {"query": "refund"},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
-                  "traceparent": format!("00-{TRACE_ID}-{PARENT_ID}-01")}}});
     let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{call}").unwrap();
+    for (index, (method, params)) in requests.iter().enumerate() {
+        let mut params = params.clone();
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}, "traceparent": format!("00-{TRACE_ID}-{:016x}-01", index + 1)});
+        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": index + 1, "method": method, "params": params})).unwrap();
+    }
     drop(stdin);
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let spans = spans(&received.lock().unwrap());
+    let answers = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(answers.lines().filter(|line| line.contains("\"result\"")).count(), requests.len(), "{answers}");
+    let exported = spans(&received.lock().unwrap());
+    exported
+}
+
+#[test]
+fn a_call_continues_its_callers_trace_with_a_span_per_run_action_and_durable_write() {
+    let spans =
+        desk_requests_traced(&[("tools/call", json!({"name": "search_tickets", "arguments": {"query": "refund"}}))]);
     let named = |name: &str| spans.iter().filter(|s| s.0 == name).cloned().collect::<Vec<_>>();
     let call_span = named("tools/call").pop().unwrap_or_else(|| panic!("no tools/call span in {spans:?}"));
-    assert_eq!((call_span.1.as_str(), call_span.3.as_str()), (TRACE_ID, PARENT_ID), "{call_span:?}");
+    assert_eq!((call_span.1.as_str(), call_span.3.as_str()), (TRACE_ID, "0000000000000001"), "{call_span:?}");
     assert_eq!(call_span.4["tool"]["stringValue"], "search_tickets", "{call_span:?}");
     assert_eq!(call_span.4["outcome"]["stringValue"], "done", "{call_span:?}");
     let run = named("run").pop().expect("a run span");
@@ -110,6 +122,29 @@ fn a_call_continues_its_callers_trace_with_a_span_per_run_action_and_durable_wri
         let written = named(durable);
         assert!(written.iter().any(|s| s.1 == TRACE_ID), "no {durable} span in the call's trace: {spans:?}");
     }
+}
+
+/// A resource read and a prompt are requests with spans of their own, each continuing its
+/// caller's trace; the read's program runs below its span.
+#[test]
+fn a_resource_read_and_a_prompt_each_continue_their_callers_trace() {
+    let spans = desk_requests_traced(&[
+        ("resources/read", json!({"uri": "ticket://2"})),
+        ("prompts/get", json!({"name": "triage", "arguments": {"ticket_id": "2"}})),
+    ]);
+    let only = |name: &str| {
+        let named: Vec<_> = spans.iter().filter(|s| s.0 == name).collect();
+        assert_eq!(named.len(), 1, "one {name} span: {spans:?}");
+        named[0].clone()
+    };
+    let read = only("resources/read");
+    assert_eq!((read.1.as_str(), read.3.as_str()), (TRACE_ID, "0000000000000001"), "{read:?}");
+    assert_eq!(read.4["uri"]["stringValue"], "ticket://2", "{read:?}");
+    let program = only("tools/call");
+    assert_eq!((program.1.as_str(), program.3.as_str()), (TRACE_ID, read.2.as_str()), "{program:?}");
+    let prompt = only("prompts/get");
+    assert_eq!((prompt.1.as_str(), prompt.3.as_str()), (TRACE_ID, "0000000000000002"), "{prompt:?}");
+    assert_eq!(prompt.4["prompt"]["stringValue"], "triage", "{prompt:?}");
 }
 
 /// Over HTTP, the request's `traceparent` header is the trace the call continues.

@@ -160,7 +160,13 @@ impl RunStore for MemoryStore {
         self.drain_at.get().is_some_and(|at| self.records() >= at)
     }
 
-    fn log<'a>(&'a self, _tool: &'a str, _run: &'a str, line: &'a str) -> LocalBoxFuture<'a, String> {
+    fn log<'a>(
+        &'a self,
+        _tool: &'a str,
+        _run: &'a str,
+        _action: Option<u64>,
+        line: &'a str,
+    ) -> LocalBoxFuture<'a, String> {
         self.log.borrow_mut().push(line.to_string());
         Box::pin(async move { line.to_string() })
     }

@@ -173,7 +173,9 @@ pub async fn call_tool(
     let span = tracing::info_span!(target: "warden", "tools/call", tool = %tool.config.name,
         principal = caller.principal.map(|p| p.subject.as_str()), run = tracing::field::Empty,
         outcome = tracing::field::Empty);
-    if let Some(traceparent) = caller.traceparent {
+    // Inside a request's own span (a resource read by a program), the call is its child;
+    // otherwise the call is the request, and continues its caller's trace.
+    if let Some(traceparent) = caller.traceparent.filter(|_| tracing::Span::current().is_none()) {
         crate::io::trace::continue_trace(&span, traceparent);
     }
     let traced = span.clone();

@@ -369,38 +369,60 @@ impl Connection {
                 }
             }
             CallJob::Read { uri } => {
-                let tool = self.catalog.tool(&call.tool).expect("routing found the resource");
-                let spec = tool.resource.as_ref().expect("a resource's tool");
-                match self.run_tool(tool, call, control, listener).await {
-                    CallReply::Result(answer, run) => match crate::call::surface::contents(spec, uri, &answer) {
-                        Ok(contents) => (Some((call.finish)(self, &call.id, contents)), run),
-                        Err(text) => (Some(failed(format!("reading {uri} failed: {text}"))), run),
-                    },
-                    CallReply::InputRequired(result, run) => (Some(self.input_required(call, result, &run)), Some(run)),
-                    CallReply::Invalid(message) => (Some(failed(message)), None),
-                    CallReply::Silent => (None, None),
-                }
+                let span = tracing::info_span!(target: "warden", "resources/read", uri = %uri,
+                    principal = self.principal.as_ref().map(|p| p.subject.as_str()));
+                let reading = self.read_resource(call, uri, control, listener);
+                traced(span, call, reading).await
             }
             CallJob::Prompt => {
-                let prompt = self.catalog.prompt(&call.tool).expect("routing found the prompt");
-                // An execution holds a server slot like a run (prompts share the name space
-                // `prompt:<name>`, which no tool can take).
-                let server_max = self.catalog.manifest.server.max_concurrent_runs;
-                let Some(_slot) = self.slots.take_named(&format!("prompt:{}", call.tool), server_max, server_max)
-                else {
-                    let busy = "the server is busy: its maximum of runs is in progress; try again later";
-                    return (
-                        Some(RpcError::new(Some(call.id.clone()), jsonrpc::INTERNAL_ERROR, busy).to_value()),
-                        None,
-                    );
-                };
-                let message = match crate::call::surface::get_prompt(&self.env, prompt, &call.arguments).await {
-                    Ok(result) => (call.finish)(self, &call.id, result),
-                    Err(text) => failed(format!("prompt `{}`: {text}", call.tool)),
-                };
-                (Some(message).filter(|_| !control.is_cancelled()), None)
+                let span = tracing::info_span!(target: "warden", "prompts/get", prompt = %call.tool,
+                    principal = self.principal.as_ref().map(|p| p.subject.as_str()));
+                traced(span, call, self.get_prompt(call, control)).await
             }
         }
+    }
+
+    /// A `resources/read` of a program's resource: its run's answer as the resource's contents.
+    async fn read_resource(
+        self: &Rc<Self>,
+        call: &PendingCall,
+        uri: &str,
+        control: &CallControl,
+        listener: Option<Rc<dyn crate::run::notice::Listener>>,
+    ) -> (Option<Value>, Option<String>) {
+        let failed =
+            |message: String| RpcError::new(Some(call.id.clone()), jsonrpc::INVALID_PARAMS, message).to_value();
+        let tool = self.catalog.tool(&call.tool).expect("routing found the resource");
+        let spec = tool.resource.as_ref().expect("a resource's tool");
+        match self.run_tool(tool, call, control, listener).await {
+            CallReply::Result(answer, run) => match crate::call::surface::contents(spec, uri, &answer) {
+                Ok(contents) => (Some((call.finish)(self, &call.id, contents)), run),
+                Err(text) => (Some(failed(format!("reading {uri} failed: {text}"))), run),
+            },
+            CallReply::InputRequired(result, run) => (Some(self.input_required(call, result, &run)), Some(run)),
+            CallReply::Invalid(message) => (Some(failed(message)), None),
+            CallReply::Silent => (None, None),
+        }
+    }
+
+    /// A `prompts/get`: the prompt rendered, holding a server slot like a run.
+    async fn get_prompt(self: &Rc<Self>, call: &PendingCall, control: &CallControl) -> (Option<Value>, Option<String>) {
+        let prompt = self.catalog.prompt(&call.tool).expect("routing found the prompt");
+        // An execution holds a server slot like a run (prompts share the name space
+        // `prompt:<name>`, which no tool can take).
+        let server_max = self.catalog.manifest.server.max_concurrent_runs;
+        let Some(_slot) = self.slots.take_named(&format!("prompt:{}", call.tool), server_max, server_max) else {
+            let busy = "the server is busy: its maximum of runs is in progress; try again later";
+            return (Some(RpcError::new(Some(call.id.clone()), jsonrpc::INTERNAL_ERROR, busy).to_value()), None);
+        };
+        let message = match crate::call::surface::get_prompt(&self.env, prompt, &call.arguments).await {
+            Ok(result) => (call.finish)(self, &call.id, result),
+            Err(text) => {
+                RpcError::new(Some(call.id.clone()), jsonrpc::INVALID_PARAMS, format!("prompt `{}`: {text}", call.tool))
+                    .to_value()
+            }
+        };
+        (Some(message).filter(|_| !control.is_cancelled()), None)
     }
 
     /// A tool call or a resource read through the call pipeline, as this connection's principal.
@@ -645,6 +667,15 @@ fn call_params(
         .filter(|token| token.is_string() || token.is_i64() || token.is_u64())
         .cloned();
     Ok((name, arguments, progress))
+}
+
+/// Carries out `work` inside `span`, a request's own span, continuing the caller's trace (a
+/// program's run inside it opens its spans as the request's children).
+async fn traced<T>(span: tracing::Span, call: &PendingCall, work: impl std::future::Future<Output = T>) -> T {
+    if let Some(traceparent) = call.traceparent.as_deref() {
+        crate::io::trace::continue_trace(&span, traceparent);
+    }
+    tracing::Instrument::instrument(work, span).await
 }
 
 /// The trace a call continues: its own `_meta.traceparent`, else its HTTP request's header.

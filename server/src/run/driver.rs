@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::broker::{scrub, usage_json, AskedRound, Broker, Completed};
+use crate::broker::{scrub, usage_json, Action, AskedRound, Broker, Completed, Performed};
 use crate::catalog::{Catalog, Tool};
 use crate::env::{Env, Point};
 use crate::limits::ACTIONS_PER_RUN_MAX;
@@ -17,7 +17,7 @@ use crate::run::machine::{self, Command, Event, Next, State};
 use crate::run::notice::Listeners;
 use crate::run::notice::Notice;
 use crate::run::perform;
-use crate::run::runs::Runs;
+use crate::run::runs::{LineOf, Runs};
 use crate::run::store::RunStore;
 use crate::run::store::{Fatal, RunEnd, Waiting};
 use crate::store::journal::{EndRecord, Journal, JournalRecord, RunOutcome};
@@ -117,7 +117,7 @@ impl<S: RunStore> Driver<'_, S> {
             // A stopping server lets a run finish the action it is in, never begin another:
             // stopped here, nothing is in doubt and the next start resumes the run.
             if self.store.draining() && commands.iter().any(begins_an_action) {
-                self.store.log(&tool.config.name, run, "stopped between actions: the server is stopping").await;
+                self.store.log(&tool.config.name, run, None, "stopped between actions: the server is stopping").await;
                 return Ok(RunEnd::Drained);
             }
             let mut produced = None;
@@ -226,6 +226,28 @@ impl<S: RunStore> Driver<'_, S> {
         Ok(self.store.fitted_end(end))
     }
 
+    /// A debug line of the server's log for each action performed: what, where, how it went.
+    fn log_performed(&self, cx: &Context<'_>, action: &Action, performed: &Performed, took_us: u64) {
+        let how = match performed {
+            Performed::Done(result) => match result.get("status").and_then(Value::as_u64) {
+                Some(status) => format!("done (status {status})"),
+                None => "done".to_string(),
+            },
+            Performed::InDoubt(_) => "in doubt".to_string(),
+        };
+        let to = match host_of(action) {
+            "" => String::new(),
+            host => format!(" {host}"),
+        };
+        let (op, kind, method) = (action.op, action.kind, action.method.name());
+        let line = format!("action {op}: {kind} {method}{to}: {how} in {} ms", took_us / 1000);
+        let line = scrub(&line, &cx.secrets);
+        let principal = self.store.principal(cx.run);
+        let op = op.to_string();
+        let of = LineOf { tool: &cx.tool.config.name, run: cx.run, action: Some(action.op) };
+        self.env.log_at(crate::env::Level::Debug, &line, &of.fields(principal.as_deref(), Some(&op)));
+    }
+
     async fn journal_of(&self, tool: &Tool, run: &str) -> Result<Journal, Fatal> {
         self.store.journal(tool, run).await
     }
@@ -256,6 +278,7 @@ impl<S: RunStore> Driver<'_, S> {
                 let took_us = self.env.clock.monotonic_us().saturating_sub(started_us);
                 self.store.observe_action(&action.kind.to_string(), took_us);
                 record_outcome(&span, &performed, took_us);
+                self.log_performed(cx, &action, &performed, took_us);
                 let performed = match performed {
                     crate::broker::Performed::Done(result) => {
                         crate::broker::Performed::Done(self.store.fitted_result(action.op, result))
@@ -285,8 +308,8 @@ impl<S: RunStore> Driver<'_, S> {
                 self.store.settle(cx.tool, run, &end).await?;
                 Ok(Some(Event::Settled))
             }
-            Command::Log(line) => {
-                self.store.log(name, run, &line).await;
+            Command::Log { op, line } => {
+                self.store.log(name, run, Some(op), &line).await;
                 Ok(None)
             }
         }
@@ -303,13 +326,13 @@ impl<S: RunStore> Driver<'_, S> {
         let (name, run) = (&cx.tool.config.name, cx.run);
         match record {
             JournalRecord::Print { text, .. } => {
-                let text = self.store.log(name, run, &format!("print: {text}")).await;
+                let text = self.store.log(name, run, None, &format!("print: {text}")).await;
                 let level = crate::run::notice::INFO;
                 self.listeners.tell(run, Notice::Log { level, text }).await;
             }
             JournalRecord::End(end) if end.outcome == RunOutcome::Failed(FailureKind::Internal) => {
                 let message = end.message.as_deref().unwrap_or("");
-                self.store.log(name, run, &format!("internal error: {message}")).await;
+                self.store.log(name, run, None, &format!("internal error: {message}")).await;
             }
             _ => {}
         }
@@ -551,11 +574,16 @@ fn stamped(record: JournalRecord, now_ms: u64) -> JournalRecord {
 
 /// An action's span: its number, kind, method and the host it goes to (never its path or
 /// query, which may carry what a program was given).
-fn action_span(action: &crate::broker::Action) -> tracing::Span {
-    let host = match action.kind {
+/// The host an action is sent to (none for a model call: the provider is the manifest's).
+fn host_of(action: &Action) -> &str {
+    match action.kind {
         crate::broker::Kind::Model => "",
         _ => action.target.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?']).next().unwrap_or("")),
-    };
+    }
+}
+
+fn action_span(action: &Action) -> tracing::Span {
+    let host = host_of(action);
     tracing::info_span!(target: "warden", "action", op = action.op, kind = %action.kind, method = action.method.name(),
         host, status = tracing::field::Empty, in_doubt = tracing::field::Empty, duration_ms = tracing::field::Empty,
         output_tokens = tracing::field::Empty)

@@ -146,8 +146,8 @@ pub enum Command {
     Notify,
     /// Append the settle event; remove the kept arguments and any waiting record (yields `Settled`).
     Settle(EndRecord),
-    /// A line for the run's log.
-    Log(String),
+    /// A line for the run's log about action `op`.
+    Log { op: u64, line: String },
 }
 
 /// A (state, event) cell the table does not have: a bug in the driver.
@@ -295,8 +295,9 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
         // A database write whose COMMIT got no answer: its own transaction tells whether it
         // happened, so ask the database before asking a person.
         (State::Begun(action), Event::Performed(Performed::InDoubt(problem))) if is_sql_write(&action) => {
-            let log = format!("action {}: {problem}; looking it up in warden_actions", action.op);
-            (State::LookingUp(action.clone()), vec![Command::Log(log), Command::LookUp(action)])
+            let line = format!("action {}: {problem}; looking it up in warden_actions", action.op);
+            let log = Command::Log { op: action.op, line };
+            (State::LookingUp(action.clone()), vec![log, Command::LookUp(action)])
         }
         (State::Begun(action), Event::Performed(Performed::InDoubt(problem))) => {
             let reason = format!(
@@ -309,9 +310,10 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
             (State::LookingUp(action.clone()), vec![resumed(at_ms), Command::LookUp(action)])
         }
         (State::InDoubt(action), Event::Resume { at_ms }) if resend_is_safe(&action) => {
-            let log = format!("action {}: begun before a crash; sending it again (safe)", action.op);
+            let line = format!("action {}: begun before a crash; sending it again (safe)", action.op);
+            let log = Command::Log { op: action.op, line };
             let perform = Command::Perform { action: action.clone(), resend: true };
-            (State::Begun(action), vec![resumed(at_ms), Command::Log(log), perform])
+            (State::Begun(action), vec![resumed(at_ms), log, perform])
         }
         (State::InDoubt(action), Event::Resume { at_ms }) => {
             let reason = format!(
@@ -333,16 +335,17 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
             let op = action.op;
             let recovered = json!({"rows": [], "changes": Value::Null, "recovered": true});
             let commands = vec![
-                Command::Log(format!("action {op}: found in warden_actions; not repeated")),
+                Command::Log { op, line: format!("action {op}: found in warden_actions; not repeated") },
                 Command::Journal(JournalRecord::Done { op, result: recovered, at_ms: None }),
                 Command::Execute,
             ];
             (State::Ready, commands)
         }
         (State::LookingUp(action), Event::LookedUp { committed: false }) => {
-            let log = format!("action {}: not in warden_actions; performing it", action.op);
+            let line = format!("action {}: not in warden_actions; performing it", action.op);
+            let log = Command::Log { op: action.op, line };
             let perform = Command::Perform { action: action.clone(), resend: false };
-            (State::Begun(action), vec![Command::Log(log), perform])
+            (State::Begun(action), vec![log, perform])
         }
         (State::LookingUp(action), Event::LookUpFailed(problem)) => {
             let reason = format!(

@@ -295,16 +295,16 @@ impl Runs {
     /// Writes one line of the run's log, scrubbed, to the server's log and the run's file;
     /// returns the line as written.
     pub(crate) async fn keep_log_line(&self, tool: &str, run: &str, line: &str) -> String {
-        self.keep_log_line_at(crate::env::Level::Info, tool, run, line).await
+        self.keep_log_line_at(crate::env::Level::Info, LineOf { tool, run, action: None }, line).await
     }
 
-    /// `keep_log_line` at `level` in the server's log.
-    pub(crate) async fn keep_log_line_at(&self, level: crate::env::Level, tool: &str, run: &str, line: &str) -> String {
+    /// `keep_log_line` at `level` in the server's log, with the fields of what it is about.
+    pub(crate) async fn keep_log_line_at(&self, level: crate::env::Level, of: LineOf<'_>, line: &str) -> String {
         let line = scrub(line, &self.secrets);
-        let principal = self.ledger.state().run(run).and_then(|entry| entry.principal.clone());
-        let mut fields = vec![("tool", tool), ("run", run)];
-        fields.extend(principal.as_deref().map(|principal| ("principal", principal)));
-        self.env.log_at(level, &line, &fields);
+        let principal = self.ledger.state().run(of.run).and_then(|entry| entry.principal.clone());
+        let action = of.action.map(|op| op.to_string());
+        self.env.log_at(level, &line, &of.fields(principal.as_deref(), action.as_deref()));
+        let (tool, run) = (of.tool, of.run);
         let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
         let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");
         bytes.push(b'\n');
@@ -417,7 +417,8 @@ impl Runs {
         }
         self.env.reached(Point::WaitingRecorded, run);
         let line = format!("stopped, waiting for an operator: {reason}; resolve with: {command}");
-        self.keep_log_line_at(crate::env::Level::Warn, name, run, &line).await;
+        let of = LineOf { tool: name, run, action: action.map(|_| op) };
+        self.keep_log_line_at(crate::env::Level::Warn, of, &line).await;
         Ok(())
     }
 
@@ -572,5 +573,23 @@ impl Drop for InProgress<'_> {
     fn drop(&mut self) {
         self.runs.in_progress.borrow_mut().remove(&self.run);
         self.runs.journals_executing.borrow_mut().remove(&self.run);
+    }
+}
+
+/// What a line of a run's log is about: its tool, its run, and the action, if any.
+#[derive(Clone, Copy, Debug)]
+pub struct LineOf<'a> {
+    pub tool: &'a str,
+    pub run: &'a str,
+    pub action: Option<u64>,
+}
+
+impl<'a> LineOf<'a> {
+    /// The line's fields in the server's log: tool, run, and principal and action where known.
+    pub fn fields(self, principal: Option<&'a str>, action: Option<&'a str>) -> Vec<(&'static str, &'a str)> {
+        let mut fields = vec![("tool", self.tool), ("run", self.run)];
+        fields.extend(principal.map(|principal| ("principal", principal)));
+        fields.extend(action.map(|action| ("action", action)));
+        fields
     }
 }

@@ -9,7 +9,7 @@ use crate::base::sync::MutexGuard;
 use crate::broker::Action;
 use crate::catalog::Tool;
 use crate::env::LocalBoxFuture;
-use crate::run::runs::{InProgress, Runs};
+use crate::run::runs::{InProgress, LineOf, Runs};
 use crate::store::journal::{EndRecord, Journal, JournalRecord};
 use crate::store::ledger::{Event, LedgerError};
 
@@ -155,8 +155,10 @@ pub trait RunStore {
     fn draining(&self) -> bool;
     /// An action of `kind` took `us` microseconds to perform (for metrics; a store may ignore it).
     fn observe_action(&self, _kind: &str, _us: u64) {}
-    /// Keeps one line of the run's log, scrubbed; returns the line as kept.
-    fn log<'a>(&'a self, tool: &'a str, run: &'a str, line: &'a str) -> LocalBoxFuture<'a, String>;
+    /// Keeps one line of the run's log (about its action `action`, if any), scrubbed;
+    /// returns the line as kept.
+    fn log<'a>(&'a self, tool: &'a str, run: &'a str, action: Option<u64>, line: &'a str)
+        -> LocalBoxFuture<'a, String>;
     /// Tells the operator that the run waits for a person (in the background, retried).
     fn notify(&self, tool: &Tool, run: &str);
     /// An action's result as a journal record can hold it.
@@ -239,8 +241,14 @@ impl RunStore for Runs {
         self.is_draining()
     }
 
-    fn log<'a>(&'a self, tool: &'a str, run: &'a str, line: &'a str) -> LocalBoxFuture<'a, String> {
-        Box::pin(self.keep_log_line(tool, run, line))
+    fn log<'a>(
+        &'a self,
+        tool: &'a str,
+        run: &'a str,
+        action: Option<u64>,
+        line: &'a str,
+    ) -> LocalBoxFuture<'a, String> {
+        Box::pin(self.keep_log_line_at(crate::env::Level::Info, LineOf { tool, run, action }, line))
     }
 
     fn notify(&self, tool: &Tool, run: &str) {

@@ -45,6 +45,17 @@ impl Payments {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// A private copy of the shop example whose payments service is this one.
+    pub fn shop(&self) -> tempfile::TempDir {
+        let dir = super::private_copy(&super::repo_root().join("examples/shop"));
+        for file in ["manifest.json", "refund.star"] {
+            let path = dir.path().join(file);
+            let text = std::fs::read_to_string(&path).unwrap().replace("https://api.stripe.com", &self.base());
+            std::fs::write(&path, text).unwrap();
+        }
+        dir
+    }
+
     pub fn refunded_minor(&self) -> i64 {
         self.ledger.lock().unwrap().refunds.iter().map(|(_, minor)| minor).sum()
     }

@@ -53,7 +53,7 @@ fn kinds(commands: &[Command]) -> Vec<&'static str> {
             Command::Wait { .. } => "Wait",
             Command::Notify => "Notify",
             Command::Settle(_) => "Settle",
-            Command::Log(_) => "Log",
+            Command::Log { .. } => "Log",
         })
         .collect()
 }
@@ -383,7 +383,7 @@ impl World {
                 self.waiting = true;
                 None
             }
-            Command::Notify | Command::Log(_) => None,
+            Command::Notify | Command::Log { .. } => None,
             Command::Settle(end) => {
                 self.settled = Some(end.clone());
                 self.waiting = false;
