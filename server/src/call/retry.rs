@@ -89,7 +89,7 @@ fn checked_claims(
     if !same_request || claims.principal.as_deref() != principal {
         return Err("requestState was issued for another request or another caller".to_string());
     }
-    if runs.env.clock.now_ms() > claims.expires_at_ms {
+    if crate::run::input::round_is_over(runs.env.clock.now_ms(), claims.expires_at_ms) {
         return Err("requestState has expired: the run no longer waits for this input".to_string());
     }
     // The seal alone is not trusted with whose run it is: a key read off the disk must not
@@ -177,6 +177,11 @@ pub async fn ask_again(
     input_kinds: &[String],
 ) -> Option<CallReply> {
     let awaited = runs.inputs.awaited(&entry.run)?;
+    // A round at its deadline is over, though its expiry may not have run yet: a state for
+    // it would be refused as expired the moment it was given (seed 36756).
+    if crate::run::input::round_is_over(runs.env.clock.now_ms(), awaited.expires_at_ms) {
+        return None;
+    }
     let run = entry.run.clone();
     if entry.principal.as_deref() != principal.map(|p| p.subject.as_str()) {
         let text = format!("run {run} waits for input from the caller that started it; nothing was run");

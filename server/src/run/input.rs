@@ -151,6 +151,12 @@ impl Inputs {
     }
 }
 
+/// Whether a round that expires at `expires_at_ms` is over at `now_ms`: its deadline is the
+/// first moment it is, as for the expiry, which ends the round when its time has come.
+pub fn round_is_over(now_ms: u64, expires_at_ms: u64) -> bool {
+    now_ms >= expires_at_ms
+}
+
 /// SHA-256 of a request as a `requestState` binds it.
 pub fn request_digest(tool: &str, arguments: &Map<String, Value>) -> String {
     crate::base::json::sha256_hex(crate::base::json::canonical_json(&json!([tool, arguments])).as_bytes())
