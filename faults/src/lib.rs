@@ -229,6 +229,22 @@ pub struct WorldFile {
     /// (`warden serve-http`, each message a request through the HTTP front).
     #[serde(default, skip_serializing_if = "Transport::is_stdio")]
     pub transport: Transport,
+    /// An operator's own world (`warden-sim explore --manifest`): what it needs beyond the
+    /// manifest and programs; absent for a generated world.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own: Option<OwnWorld>,
+}
+
+/// What an operator's own world adds: the files its grants name (a database's `init` SQL),
+/// and a value for each environment variable its manifest names (its secrets are made up,
+/// so the checker can search every output for them).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnWorld {
+    /// Path relative to the manifest -> text.
+    pub files: BTreeMap<String, String>,
+    /// Variable name -> value.
+    pub variables: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -257,6 +273,10 @@ pub struct ToolShape {
     /// Whether the client sends an unanswered call again after a restart (the tool has
     /// `once`, so the same logical call finds its run).
     pub resend: bool,
+    /// Arguments the client picks from (an operator's tool: its docstring's examples, or
+    /// values drawn from its input schema); empty for a template's tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<serde_json::Value>,
 }
 
 /// The program template a tool was drawn from; it fixes the arguments the tool takes.
@@ -278,6 +298,8 @@ pub enum Template {
     /// `style`: an HTTP read of a service that reflects the request's secret header back,
     /// escaped as PHP, Go or `\u` escapes would, or behind an anti-XSSI prefix.
     Reflect,
+    /// An operator's own tool: its arguments are the shape's `examples`.
+    Own,
 }
 
 impl Scenario {

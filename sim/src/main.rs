@@ -12,10 +12,10 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use warden_faults::{Canary, Expect, Scenario};
+use warden_faults::{Canary, Expect, Scenario, WorldFile};
 use warden_sim::explore::summary::Totals;
 use warden_sim::explore::{in_seed_order, Flow};
-use warden_sim::plan::plan_for_seed;
+use warden_sim::plan::{plan_for_seed, plan_in};
 use warden_sim::report::Report;
 use warden_sim::shrink::{shrink, without_unfired_faults};
 use warden_sim::sweep::simulate;
@@ -54,6 +54,9 @@ enum Command {
         /// answers, the faults and the crashes, each line with its simulated time.
         #[arg(long)]
         verbose: bool,
+        /// Simulate the seed in your own manifest's world (see `explore --manifest`).
+        #[arg(long, value_name = "MANIFEST")]
+        manifest: Option<PathBuf>,
     },
     /// Simulate a range of seeds; each failing seed is shrunk to a scenario file.
     Explore {
@@ -82,6 +85,11 @@ enum Command {
         /// Add a row per fault kind and per place a crash can land to the summary.
         #[arg(long)]
         details: bool,
+        /// Test your own manifest instead of generated worlds: its tools and programs run on the
+        /// simulated disk, clock and network, with services modelled from its grants and calls
+        /// drawn from its programs' docstring examples (or input schemas), under every fault.
+        #[arg(long, value_name = "MANIFEST")]
+        manifest: Option<PathBuf>,
     },
     /// Replay scenario files and check each one's stated expectation (pass, or fail naming an
     /// invariant).
@@ -140,10 +148,17 @@ fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run { seed, check_determinism, canary, verbose } => run(seed, check_determinism, canary, verbose),
-        Command::Explore { seeds, canary, expect_violation, out, json, require_coverage, jobs, details } => {
+        Command::Run { seed, check_determinism, canary, verbose, manifest } => match own_world(manifest.as_deref()) {
+            Ok(own) => run(seed, check_determinism, canary, verbose, own.as_ref()),
+            Err(code) => code,
+        },
+        Command::Explore { seeds, canary, expect_violation, out, json, require_coverage, jobs, details, manifest } => {
+            let own = match own_world(manifest.as_deref()) {
+                Ok(own) => own,
+                Err(code) => return code,
+            };
             let jobs = jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), usize::from);
-            let options = ExploreOptions { expect_violation, require_coverage, jobs, details };
+            let options = ExploreOptions { expect_violation, require_coverage, jobs, details, own };
             explore(seeds, canary.map(Canary::from), options, &out, json.as_deref())
         }
         Command::Replay { files } => {
@@ -177,8 +192,26 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(seed: u64, check_determinism: bool, canary: Option<CanaryArg>, verbose: bool) -> ExitCode {
-    let mut scenario = plan_for_seed(seed);
+/// The operator's world `--manifest` names, read once; a problem is printed, naming the file.
+fn own_world(manifest: Option<&Path>) -> Result<Option<WorldFile>, ExitCode> {
+    let Some(path) = manifest else { return Ok(None) };
+    match warden_sim::workload::own::load(path) {
+        Ok(world) => Ok(Some(world)),
+        Err(problem) => {
+            eprintln!("warden-sim: {problem}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+fn run(
+    seed: u64,
+    check_determinism: bool,
+    canary: Option<CanaryArg>,
+    verbose: bool,
+    own: Option<&WorldFile>,
+) -> ExitCode {
+    let mut scenario = plan_in(seed, own);
     scenario.canary = canary.map(Canary::from);
     let report = simulate(&scenario);
     if verbose {
@@ -233,6 +266,9 @@ fn print_summary(report: &Report) {
     for violation in &report.violations {
         println!("  VIOLATION {violation}");
     }
+    for finding in &report.findings {
+        println!("  FINDING ({}) in `{}`: {}", finding.kind, finding.tool, finding.message);
+    }
 }
 
 /// Replays a scenario file and checks its stated expectation.
@@ -247,7 +283,14 @@ fn replay(path: &Path) -> Result<String, String> {
     let found: Vec<u8> = report.violations.iter().map(|v| v.invariant).collect();
     match (&scenario.expect, found.first()) {
         (Expect::Pass, None) => {
-            Ok(format!("ok   {path}: passes ({} calls, trace {})", report.calls, report.trace_hash))
+            let findings: Vec<String> =
+                report.findings.iter().map(|f| format!("; finding ({}) in `{}`", f.kind, f.tool)).collect();
+            Ok(format!(
+                "ok   {path}: passes ({} calls, trace {}){}",
+                report.calls,
+                report.trace_hash,
+                findings.concat()
+            ))
         }
         (Expect::Fails { invariant }, Some(_)) if found.contains(invariant) => {
             Ok(format!("ok   {path}: fails with invariant {invariant}, as it should"))
@@ -261,6 +304,8 @@ struct ExploreOptions {
     require_coverage: bool,
     jobs: usize,
     details: bool,
+    /// The operator's world (`--manifest`), when not generated worlds.
+    own: Option<WorldFile>,
 }
 
 fn explore(
@@ -273,14 +318,20 @@ fn explore(
     let started = Instant::now();
     let mut totals = Totals::default();
     let progress = progress_bar(seeds.end - seeds.start);
-    in_seed_order(seeds.clone(), options.jobs, canary, |report| {
+    in_seed_order(seeds.clone(), options.jobs, (canary, options.own.as_ref()), |report| {
+        let new_findings = report.findings.iter().any(|f| !totals.findings.contains_key(&(f.kind, f.tool.clone())));
         totals.add(&report);
         progress.inc(1);
+        if new_findings {
+            // The first seed of each finding, written whole, replays it (`run --manifest` too).
+            let scenario = plan_in(report.seed, options.own.as_ref());
+            progress.suspend(|| write_finding(&scenario, &report, out));
+        }
         if report.violations.is_empty() {
             return Flow::Continue;
         }
         progress.set_message(format!("{} violation(s)", totals.failing_count));
-        let mut scenario = plan_for_seed(report.seed);
+        let mut scenario = plan_in(report.seed, options.own.as_ref());
         scenario.canary = canary;
         progress.suspend(|| write_shrunk(report.seed, scenario, &report, out));
         if options.expect_violation {
@@ -291,6 +342,7 @@ fn explore(
     });
     progress.finish_and_clear();
     print!("{}", totals.table(&seeds, options.details));
+    print!("{}", totals.findings_in_words());
     eprintln!("{}", totals.speed_line(started.elapsed().as_secs_f64(), options.jobs));
     if let Some(path) = json_out {
         let report = totals.json(&seeds);
@@ -304,10 +356,27 @@ fn explore(
         eprintln!("warden-sim: required crash windows never hit: {}", unhit.join("; "));
         return ExitCode::from(1);
     }
+    if !totals.findings.is_empty() && !options.expect_violation {
+        eprintln!("warden-sim: the manifest's settings let the findings above happen");
+        return ExitCode::from(1);
+    }
     match (options.expect_violation, totals.failing_count == 0) {
         (false, true) | (true, false) => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     }
+}
+
+/// Writes the seed of a new finding as a scenario file (its world whole) under `out`.
+fn write_finding(scenario: &Scenario, report: &Report, out: &Path) {
+    let mut scenario = without_unfired_faults(scenario.clone());
+    let first = &report.findings[0];
+    scenario.description =
+        format!("seed {}: finding ({}) in `{}`: {}", report.seed, first.kind, first.tool, first.message);
+    let _ = std::fs::create_dir_all(out);
+    let path = out.join(format!("finding-seed-{}.json", report.seed));
+    let written = std::fs::write(&path, serde_json::to_string_pretty(&scenario).expect("scenarios serialise") + "\n");
+    let shown = if written.is_ok() { path.display().to_string() } else { "(not written)".into() };
+    println!("seed {}: finding ({}) in `{}`: {shown}", report.seed, first.kind, first.tool);
 }
 
 /// A progress bar drawn at most twice a second (a redraw per seed would flood a log), with

@@ -18,6 +18,16 @@ impl std::fmt::Display for Violation {
     }
 }
 
+/// What an operator needs to hear about their own configuration (`explore --manifest`): not
+/// a broken invariant of Warden's, but what a setting let happen, with the setting named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub tool: String,
+    /// `done twice` or `waited for a person` (`checks/own.rs`).
+    pub kind: &'static str,
+    pub message: String,
+}
+
 /// What one simulation did and found.
 #[derive(Debug, Default, Clone)]
 pub struct Report {
@@ -33,6 +43,8 @@ pub struct Report {
     /// (plan position, kind) of planned faults that never fired.
     pub never_fired: Vec<(usize, &'static str)>,
     pub violations: Vec<Violation>,
+    /// In an operator's own world: what its settings let happen (`checks/own.rs`).
+    pub findings: Vec<Finding>,
     pub trace_hash: String,
     pub sim_ms: u64,
     pub restarts: u32,

@@ -69,6 +69,10 @@ fn disk_crashes(world: &World) -> u64 {
 
 fn restart(world: &World, instance: Instance, report: &mut Report) -> Instance {
     report.log.extend(instance.log_timed());
+    // A start refused (a damaged file, a manifest the server will not serve) says why.
+    if let Some(Err(why)) = instance.exited() {
+        report.log.push((world.clock.now(), format!("the server stopped: {why}")));
+    }
     report.log.push((world.clock.now(), "---- crash ----".into()));
     world.crash(instance);
     world.probes.crash_at.set(None);
@@ -676,6 +680,9 @@ impl Sim<'_> {
         note_violations(self.world, &mut self.report, known);
         self.report.log.extend(instance.log_timed());
         drop(instance);
+        if self.world.services.own_world.get() {
+            self.report.findings = crate::checks::own::findings(self.world, &self.report.log);
+        }
         let (world, mut report) = (self.world, self.report);
         report.sim_ms = world.clock.now();
         report.model_requests = world.services.effects_of("model") as u64;
@@ -892,7 +899,13 @@ fn no_secret_written(world: &World, client: &Client) -> Vec<Violation> {
         everything.extend(world.disk.peek(&path).unwrap_or_default());
     }
     let everything = String::from_utf8_lossy(&everything);
-    (SECRETS.iter().filter(|secret| leaks(&everything, secret)))
+    // An operator's world makes up its own secrets (`own.rs`).
+    let own: Vec<String> = (world.services.variables.borrow().values())
+        .filter(|value| value.starts_with(crate::workload::own::OWN_SECRET_PREFIX))
+        .cloned()
+        .collect();
+    (SECRETS.iter().copied().chain(own.iter().map(String::as_str)))
+        .filter(|secret| leaks(&everything, secret))
         .map(|secret| Violation {
             invariant: 9,
             message: format!("the secret {}... appears in a byte the server wrote", &secret[..3]),

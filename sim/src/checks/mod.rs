@@ -1,6 +1,8 @@
 //! The invariants: the ledger against the journals (`check`), every write against the
-//! services' records (`truth`), and the limits the checker reads from the manifest itself.
+//! services' records (`truth`), and the limits the checker reads from the manifest itself;
+//! and in an operator's own world, what its settings let happen (`own`).
 
 pub mod check;
 pub mod limits;
+pub mod own;
 pub mod truth;

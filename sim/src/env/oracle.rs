@@ -104,7 +104,8 @@ impl Oracle {
 
     /// Before a write request reaches a service: some journal holds its begin record, durably.
     pub fn before_request(&self, request: &HttpRequest) {
-        if request.url.starts_with(crate::names::MODEL_HOST) {
+        // The provider's path on any host: an operator's world keeps its provider's URL.
+        if request.url.starts_with(crate::names::MODEL_HOST) || request.url.ends_with("/v1/messages") {
             return self.before_model_request();
         }
         if request.method == "GET" || request.method == "HEAD" {

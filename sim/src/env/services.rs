@@ -99,6 +99,11 @@ pub struct Services {
     pub shutdown_armed: warden::base::sync::Notify,
     /// Shutdown signals delivered so far.
     pub shutdowns_sent: Cell<u64>,
+    /// The world is an operator's own (`own.rs`): requests are routed by path, whatever the
+    /// host, and a URL no modelled service answers reaches a recording HTTP service.
+    pub own_world: Cell<bool>,
+    /// The simulated disk, where a SQLite database made from its `init` file appears.
+    pub disk: RefCell<Option<Rc<crate::env::disk::SimDisk>>>,
 }
 
 fn response(status: u16, body: Value) -> HttpResponse {
@@ -156,40 +161,15 @@ impl Services {
     }
 
     fn serve(&self, request: &HttpRequest) -> HttpResponse {
+        if self.own_world.get() {
+            return self.serve_own(request);
+        }
         let url = request.url.as_str();
         if let Some(id) = url.strip_prefix(&format!("{PAYMENTS_HOST}/v1/payment_intents/")) {
-            return match self.intents.borrow().get(id) {
-                Some((amount, currency)) => {
-                    response(200, json!({"id": id, "amount": amount, "currency": currency, "status": "succeeded"}))
-                }
-                None => response(404, json!({"error": {"message": format!("No such payment_intent: {id}")}})),
-            };
+            return self.intent(id);
         }
         if url == format!("{PAYMENTS_HOST}/v1/refunds") && request.method == "POST" {
-            let key = Services::header(request, "idempotency-key").map(str::to_string);
-            if let (Some(key), false) = (&key, self.ignore_idempotency_keys.get()) {
-                if let Some(earlier) = self.idempotency.borrow().get(key) {
-                    return earlier.clone();
-                }
-            }
-            let form: BTreeMap<String, String> = form_urlencoded::parse(&request.body).into_owned().collect();
-            let minor: i64 = form.get("amount").and_then(|a| a.parse().ok()).unwrap_or(0);
-            let intent = form.get("payment_intent").cloned().unwrap_or_default();
-            let number = self.effects.borrow().len();
-            self.effects.borrow_mut().push(Effect {
-                kind: "refund".into(),
-                key: key.clone(),
-                detail: intent.clone(),
-                minor,
-            });
-            let answer = response(
-                200,
-                json!({"id": format!("re_{number}"), "amount": minor, "payment_intent": intent, "status": "succeeded"}),
-            );
-            if let Some(key) = key {
-                self.idempotency.borrow_mut().insert(key, answer.clone());
-            }
-            return answer;
+            return self.refund(request);
         }
         if let Some(path) = url.strip_prefix(ECHO_HOST) {
             return Services::echo(request, path);
@@ -220,6 +200,80 @@ impl Services {
             return answer;
         }
         response(404, json!({"error": "no such endpoint"}))
+    }
+
+    /// A payment intent by id: the services' own, and in an operator's world any other id
+    /// too (paid 50.00 in USD), but one that says it is missing.
+    fn intent(&self, id: &str) -> HttpResponse {
+        let known = self.intents.borrow().get(id).cloned();
+        let own = (self.own_world.get() && !id.contains("missing")).then(|| (5000, "usd".to_string()));
+        match known.or(own) {
+            Some((amount, currency)) => {
+                response(200, json!({"id": id, "amount": amount, "currency": currency, "status": "succeeded"}))
+            }
+            None => response(404, json!({"error": {"message": format!("No such payment_intent: {id}")}})),
+        }
+    }
+
+    /// A refund (form-encoded), made once per idempotency key.
+    fn refund(&self, request: &HttpRequest) -> HttpResponse {
+        let key = Services::header(request, "idempotency-key").map(str::to_string);
+        if let (Some(key), false) = (&key, self.ignore_idempotency_keys.get()) {
+            if let Some(earlier) = self.idempotency.borrow().get(key) {
+                return earlier.clone();
+            }
+        }
+        let form: BTreeMap<String, String> = form_urlencoded::parse(&request.body).into_owned().collect();
+        let minor: i64 = form.get("amount").and_then(|a| a.parse().ok()).unwrap_or(0);
+        let intent = form.get("payment_intent").cloned().unwrap_or_default();
+        let number = self.effects.borrow().len();
+        self.effects.borrow_mut().push(Effect {
+            kind: "refund".into(),
+            key: key.clone(),
+            detail: intent.clone(),
+            minor,
+        });
+        let answer = response(
+            200,
+            json!({"id": format!("re_{number}"), "amount": minor, "payment_intent": intent, "status": "succeeded"}),
+        );
+        if let Some(key) = key {
+            self.idempotency.borrow_mut().insert(key, answer.clone());
+        }
+        answer
+    }
+
+    /// An operator's world: the payments API and the model by their paths on any host; any
+    /// other URL a recording service (a read answers `{"ok": true}`; a write is an effect,
+    /// made once per idempotency key).
+    fn serve_own(&self, request: &HttpRequest) -> HttpResponse {
+        let url = request.url.as_str();
+        let path = url.split_once("://").map_or(url, |(_, rest)| rest.find('/').map_or("/", |at| &rest[at..]));
+        let path = path.split(['?', '#']).next().unwrap_or(path);
+        if let Some(id) = path.strip_prefix("/v1/payment_intents/") {
+            return self.intent(id);
+        }
+        match (path, request.method.as_str()) {
+            ("/v1/refunds", "POST") => self.refund(request),
+            ("/v1/messages", "POST") => self.model(request),
+            (_, "GET" | "HEAD") => response(200, json!({"ok": true})),
+            _ => self.recorded_write(request),
+        }
+    }
+
+    fn recorded_write(&self, request: &HttpRequest) -> HttpResponse {
+        let key = Services::header(request, "idempotency-key").map(str::to_string);
+        if let Some(earlier) = key.as_ref().and_then(|key| self.idempotency.borrow().get(key).cloned()) {
+            return earlier;
+        }
+        let body = String::from_utf8_lossy(&request.body);
+        let detail = format!("{} {} {body}", request.method, request.url);
+        self.effects.borrow_mut().push(Effect { kind: "http".into(), key: key.clone(), detail, minor: 0 });
+        let answer = response(200, json!({"ok": true}));
+        if let Some(key) = key {
+            self.idempotency.borrow_mut().insert(key, answer.clone());
+        }
+        answer
     }
 
     fn model(&self, request: &HttpRequest) -> HttpResponse {
@@ -430,7 +484,12 @@ impl Db for SimDb {
         let connection = databases
             .entry(path.to_path_buf())
             .or_insert_with(|| rusqlite::Connection::open_in_memory().expect("in-memory SQLite"));
-        Box::pin(std::future::ready(connection.execute_batch(sql).map_err(|e| e.to_string())))
+        let made = connection.execute_batch(sql).map_err(|e| e.to_string());
+        // The database's file exists from now on, as SQLite's would: the next start finds it.
+        if let (Ok(()), Some(disk)) = (&made, self.0.disk.borrow().as_ref()) {
+            disk.install(path, b"SQLite format 3\0");
+        }
+        Box::pin(std::future::ready(made))
     }
 
     fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, DbFailure>> {

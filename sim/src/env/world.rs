@@ -109,6 +109,7 @@ impl World {
         *services.clock.borrow_mut() = Some(Rc::clone(&clock));
         let oracle = Oracle::new(Rc::clone(&disk), World::path("journals"));
         *services.oracle.borrow_mut() = Some(Rc::clone(&oracle));
+        *services.disk.borrow_mut() = Some(Rc::clone(&disk));
         World {
             seed,
             rng: RefCell::new(rng),

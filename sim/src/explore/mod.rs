@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Condvar, Mutex};
 
-use warden_faults::Canary;
+use warden_faults::{Canary, WorldFile};
 
-use crate::plan::plan_for_seed;
+use crate::plan::plan_in;
 use crate::report::Report;
 use crate::sweep::simulate;
 
@@ -36,10 +36,15 @@ struct Cursor {
     next_to_hand_out: u64,
 }
 
-/// Simulates every seed of `seeds` (with `canary` planted) on `jobs` threads and calls
-/// `each` with the reports in seed order, until `each` says stop. Each report arrives without
-/// its log and events (a sweep keeps counts, not transcripts).
-pub fn in_seed_order(seeds: Range<u64>, jobs: usize, canary: Option<Canary>, mut each: impl FnMut(Report) -> Flow) {
+/// Simulates every seed of `seeds` (with `canary` planted; in the operator's world `own`, if
+/// given) on `jobs` threads and calls `each` with the reports in seed order, until `each` says
+/// stop. Each report arrives without its log and events (a sweep keeps counts, not transcripts).
+pub fn in_seed_order(
+    seeds: Range<u64>,
+    jobs: usize,
+    (canary, own): (Option<Canary>, Option<&WorldFile>),
+    mut each: impl FnMut(Report) -> Flow,
+) {
     assert!(jobs >= 1, "at least one job");
     let window = WINDOW_PER_JOB * jobs as u64;
     let cursor = Mutex::new(Cursor { next_to_take: seeds.start, next_to_hand_out: seeds.start });
@@ -52,7 +57,7 @@ pub fn in_seed_order(seeds: Range<u64>, jobs: usize, canary: Option<Canary>, mut
             let (cursor, moved, stop, end) = (&cursor, &moved, &stop, seeds.end);
             scope.spawn(move || {
                 while let Some(seed) = take_seed(cursor, moved, stop, end, window) {
-                    if sender.send(simulate_trimmed(seed, canary)).is_err() {
+                    if sender.send(simulate_trimmed(seed, canary, own)).is_err() {
                         return;
                     }
                 }
@@ -121,8 +126,8 @@ fn hand_out_in_order(
     }
 }
 
-fn simulate_trimmed(seed: u64, canary: Option<Canary>) -> Report {
-    let mut scenario = plan_for_seed(seed);
+fn simulate_trimmed(seed: u64, canary: Option<Canary>, own: Option<&WorldFile>) -> Report {
+    let mut scenario = plan_in(seed, own);
     scenario.canary = canary;
     let mut report = simulate(&scenario);
     report.log = Vec::new();
@@ -139,7 +144,7 @@ mod tests {
     fn reports_arrive_in_seed_order_and_stop_when_asked() {
         for jobs in [1, 3] {
             let mut seen = Vec::new();
-            in_seed_order(5..12, jobs, None, |report| {
+            in_seed_order(5..12, jobs, (None, None), |report| {
                 seen.push(report.seed);
                 if report.seed == 9 {
                     Flow::Stop
@@ -156,7 +161,8 @@ mod tests {
     #[test]
     fn a_panic_while_handing_out_ends_the_sweep() {
         let range = 0..WINDOW_PER_JOB + 4;
-        let outcome = std::panic::catch_unwind(|| in_seed_order(range, 1, None, |_| panic!("handing out failed")));
+        let outcome =
+            std::panic::catch_unwind(|| in_seed_order(range, 1, (None, None), |_| panic!("handing out failed")));
         assert!(outcome.is_err(), "the panic reaches the caller");
     }
 }

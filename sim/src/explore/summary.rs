@@ -47,6 +47,17 @@ pub struct Totals {
     pub windows: BTreeMap<String, u64>,
     /// Faults by kind x what was in flight when armed.
     pub fault_states: BTreeMap<String, u64>,
+    /// In an operator's world: each kind of finding by tool (`checks/own.rs`), with the seeds
+    /// it came up in and the first seed's message.
+    pub findings: BTreeMap<(&'static str, String), FindingSeen>,
+}
+
+/// One kind of finding about one tool, over a sweep.
+#[derive(Clone, Debug)]
+pub struct FindingSeen {
+    pub seeds: u64,
+    pub first_seed: u64,
+    pub message: String,
 }
 
 impl Totals {
@@ -83,6 +94,27 @@ impl Totals {
             }
             self.first_violation.get_or_insert_with(|| first.to_string());
         }
+        for finding in &report.findings {
+            let seen = self.findings.entry((finding.kind, finding.tool.clone())).or_insert_with(|| FindingSeen {
+                seeds: 0,
+                first_seed: report.seed,
+                message: finding.message.clone(),
+            });
+            seen.seeds += 1;
+        }
+    }
+
+    /// The findings about the operator's configuration, one paragraph each.
+    pub fn findings_in_words(&self) -> String {
+        let mut out = String::new();
+        for ((kind, tool), seen) in &self.findings {
+            let _ = writeln!(
+                out,
+                "finding ({kind}) in `{tool}`, at {} seed(s), first seed {}: {}",
+                seen.seeds, seen.first_seed, seen.message
+            );
+        }
+        out
     }
 
     /// The required crash windows the sweep never hit.
@@ -105,6 +137,14 @@ impl Totals {
         row("---", "---".into());
         row("seeds", format!("{}..{} ({} swept)", seeds.start, seeds.end, self.seeds));
         row("violations", self.violations_in_words());
+        if !self.findings.is_empty() {
+            let kinds: Vec<String> = self
+                .findings
+                .iter()
+                .map(|((kind, tool), seen)| format!("{kind} in `{tool}` at {} seed(s)", seen.seeds))
+                .collect();
+            row("findings", kinds.join("; "));
+        }
         row("calls", format!("{} sent, {} answered", self.calls, self.answered));
         row("worlds", self.worlds_in_words());
         row("simulated time", format!("{:.1} h, {} restarts", self.simulated_ms as f64 / 3_600_000.0, self.restarts));
@@ -221,6 +261,9 @@ impl Totals {
             "crash_windows": self.windows,
             "faults_by_state": self.fault_states,
             "required_windows_unhit": self.unhit_windows(),
+            "findings": self.findings.iter().map(|((kind, tool), seen)| json!({
+                "kind": kind, "tool": tool, "seeds": seen.seeds, "first_seed": seen.first_seed, "message": seen.message,
+            })).collect::<Vec<_>>(),
         })
     }
 

@@ -117,6 +117,16 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
     scenario
 }
 
+/// A seed's scenario in an operator's own world (`explore --manifest`: the seed draws the
+/// calls and faults, not the world), or else in the world the seed draws.
+pub fn plan_in(seed: u64, own: Option<&warden_faults::WorldFile>) -> Scenario {
+    let mut scenario = plan_for_seed(seed);
+    if let Some(world) = own {
+        scenario.world = Some(world.clone());
+    }
+    scenario
+}
+
 /// One seed in this many simulates the fixed world (`fixture.rs`); the others a generated one.
 pub const FIXED_WORLD_EVERY: u64 = 8;
 

@@ -438,7 +438,7 @@ pub fn generated_call(
     let shape = named.and_then(|name| world.tools.iter().find(|t| t.name == name)).or(world.tools.get(drawn));
     match shape {
         Some(shape) => {
-            let arguments = call_arguments(shape.template, rng, index);
+            let arguments = call_arguments(shape, rng, index);
             client.call(&shape.name, arguments, legacy)
         }
         None => client.call("none", json!({}), legacy),

@@ -75,11 +75,21 @@ pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) 
     }
     let url = crate::names::PG_URL;
     world.services.variables.borrow_mut().insert(crate::names::PG_URL_ENV.into(), url.into());
-    for db in [World::path("desk.db"), std::path::PathBuf::from(crate::names::PG_DESK)] {
+    // An operator's world makes its own SQLite databases, from their grants' `init`.
+    let own = file.is_some_and(|file| file.own.is_some());
+    let sqlite = (!own).then(|| World::path("desk.db"));
+    for db in sqlite.into_iter().chain([std::path::PathBuf::from(crate::names::PG_DESK)]) {
         world.services.sql(&db, "CREATE TABLE tickets (id INTEGER PRIMARY KEY, open INTEGER)");
         for n in 1..=20 {
             world.services.sql(&db, &format!("INSERT INTO tickets (id, open) VALUES ({n}, 1)"));
         }
+    }
+    if let Some(own) = file.and_then(|file| file.own.as_ref()) {
+        world.services.own_world.set(true);
+        for (name, text) in &own.files {
+            world.install(name, text.as_bytes());
+        }
+        world.services.variables.borrow_mut().extend(own.variables.clone());
     }
     match canary {
         Some(Canary::LyingFsync) => world.disk.faults.borrow_mut().lying_fsync = true,

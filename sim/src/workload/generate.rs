@@ -99,7 +99,8 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
     if transport == Transport::HttpOauth {
         per_principal(&mut manifest, seed);
     }
-    WorldFile { manifest: serde_json::to_string_pretty(&manifest).expect("JSON"), programs, tools: shapes, transport }
+    let manifest = serde_json::to_string_pretty(&manifest).expect("JSON");
+    WorldFile { manifest, programs, tools: shapes, transport, own: None }
 }
 
 /// The tool at `index`: a template drawn, its program (added to `programs`) and its
@@ -122,7 +123,7 @@ fn draw_tool(
     if calls_model(seed, index, template) {
         grant_model(&mut tool, seed, index);
     }
-    let shape = ToolShape { name, template, resend: tool.get("once").is_some() };
+    let shape = ToolShape { name, template, resend: tool.get("once").is_some(), examples: Vec::new() };
     (shape, tool)
 }
 
@@ -361,6 +362,7 @@ fn template_name(template: Template) -> &'static str {
         Template::Lookup => "lookup",
         Template::Fetch => "fetch",
         Template::Reflect => "reflect",
+        Template::Own => "own",
     }
 }
 
@@ -373,6 +375,7 @@ pub fn arguments(template: Template) -> &'static [&'static str] {
         Template::Close | Template::Lookup => &["ticket"],
         Template::Fetch => &["order"],
         Template::Reflect => &["style"],
+        Template::Own => &[],
     }
 }
 
@@ -479,7 +482,7 @@ fn worst_case_cents(grants: &Map<String, Value>) -> Option<u64> {
 fn grants(template: Template, draw: &mut Draw) -> Map<String, Value> {
     let mut grants = Map::new();
     match template {
-        Template::Echo => {}
+        Template::Echo | Template::Own => {}
         Template::Refund => {
             // Mostly dollars; some grants in euros (the services hold one intent in EUR).
             let currency = if draw.chance(15) { "EUR" } else { "USD" };
@@ -567,7 +570,7 @@ fn program_text(template: Template, draw: &mut Draw) -> String {
 /// statements after the prelude `program_text` adds).
 fn template_source(template: Template, draw: &mut Draw) -> (String, String) {
     match template {
-        Template::Echo => echo_source(draw),
+        Template::Echo | Template::Own => echo_source(draw),
         Template::Refund => refund_source(draw),
         Template::Notes => notes_source(draw),
         Template::Close => {
@@ -673,11 +676,11 @@ fn notes_source(draw: &mut Draw) -> (String, String) {
 
 /// The arguments of the workload's call number `index` to a tool of `template`: `once` keys
 /// repeat sometimes, amounts are sometimes over the grant's limits, some orders do not exist.
-pub fn call_arguments(template: Template, rng: &mut ChaCha8Rng, index: u32) -> Value {
+pub fn call_arguments(shape: &ToolShape, rng: &mut ChaCha8Rng, index: u32) -> Value {
     let mut below = |n: u64| rng.next_u64() % n;
     let repeat = index > 0 && below(4) == 0;
     let label = if repeat { below(index as u64) } else { index as u64 };
-    match template {
+    match shape.template {
         Template::Echo => json!({"text": format!("e{label}")}),
         Template::Refund => {
             // Some orders do not exist; pi_2001 is in EUR (the refund must be refused).
@@ -699,5 +702,9 @@ pub fn call_arguments(template: Template, rng: &mut ChaCha8Rng, index: u32) -> V
             let style = ["php", "go", "unicode", "xssi", "plain"][below(5) as usize];
             json!({"style": style})
         }
+        Template::Own => match shape.examples.len() as u64 {
+            0 => json!({}),
+            count => shape.examples[below(count) as usize].clone(),
+        },
     }
 }

@@ -1,7 +1,8 @@
-//! What the world is asked to do: generated and fixed worlds, the client model and the
-//! operator model.
+//! What the world is asked to do: generated, fixed and operators' own worlds, the client
+//! model and the operator model.
 
 pub mod client;
 pub mod fixture;
 pub mod generate;
 pub mod operator;
+pub mod own;

@@ -1,0 +1,159 @@
+//! Findings about an operator's own configuration (`explore --manifest`): not broken
+//! invariants of Warden's, but what its settings let happen, with the setting that prevents
+//! it named. Two kinds:
+//! - `done twice`: one request's effect (a refund of one order, one HTTP write) made by two
+//!   runs, as a call sent again starts a second run when its tool has no `once`;
+//! - `waited for a person`: a run stopped on an action in doubt that was not safe to send
+//!   again (a write without an idempotency key).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::checks::check;
+use crate::env::services::Effect;
+use crate::env::world::World;
+use crate::report::Finding;
+
+/// The most characters of a request shown in a finding.
+const SHOWN_MAX: usize = 160;
+
+/// The findings of one seed in an operator's world, one per kind and tool at most.
+pub fn findings(world: &World, log: &[(u64, String)]) -> Vec<Finding> {
+    let manifest: Value = (world.disk.peek(&World::path("manifest.json")))
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or(Value::Null);
+    let mut found = done_twice(world, &manifest);
+    found.extend(waited_for_a_person(log));
+    let mut seen = BTreeSet::new();
+    found.retain(|finding| seen.insert((finding.kind, finding.tool.clone())));
+    found
+}
+
+/// Effects made more than once for one request, by more than one run.
+fn done_twice(world: &World, manifest: &Value) -> Vec<Finding> {
+    let effects = world.services.effects.borrow();
+    let mut by_request: BTreeMap<(&str, &str), Vec<&Effect>> = BTreeMap::new();
+    for effect in effects.iter().filter(|effect| effect.kind == "refund" || effect.kind == "http") {
+        by_request.entry((effect.kind.as_str(), effect.detail.as_str())).or_default().push(effect);
+    }
+    let journals = World::path("journals");
+    let state = check::ledger_state(&world.disk, &journals).ok();
+    let tool_of = |run: &str| state.as_ref().and_then(|state| state.run(run)).map(|entry| entry.tool.clone());
+    let mut found = Vec::new();
+    for ((kind, detail), made) in by_request.into_iter().filter(|(_, made)| made.len() > 1) {
+        let runs: BTreeSet<&str> = made.iter().filter_map(|effect| run_of_key(effect.key.as_deref()?)).collect();
+        let keyed = made.iter().all(|effect| effect.key.is_some());
+        if keyed && runs.len() < 2 {
+            continue; // one run's action, sent again with its key: made once by the service
+        }
+        let tools: BTreeSet<String> = match keyed {
+            true => runs.iter().filter_map(|run| tool_of(run)).collect(),
+            false => tools_reaching(manifest, kind),
+        };
+        let what = match kind {
+            "refund" => format!("a refund of {detail}"),
+            _ => shown(detail),
+        };
+        for tool in tools {
+            let message = done_twice_message(&tool, &what, made.len(), once_of(manifest, &tool));
+            found.push(Finding { tool, kind: "done twice", message });
+        }
+    }
+    found
+}
+
+/// The run an idempotency key Warden made names (`warden-<run>-<op>`).
+fn run_of_key(key: &str) -> Option<&str> {
+    key.strip_prefix("warden-")?.rsplit_once('-').map(|(run, _)| run)
+}
+
+fn done_twice_message(tool: &str, what: &str, times: usize, once: Option<&Value>) -> String {
+    match once {
+        None => format!(
+            "{what} was made {times} times by separate runs of `{tool}`. `{tool}` has no `once`, so a call sent \
+             again (a client resending after a restart, a model asking twice) starts another run, which does it \
+             again. Add `\"once\": {{\"by\": [...]}}` to `{tool}`, naming the arguments that say what it acts on \
+             (an order, a ticket): a repeat then finds the first run and gets its answer"
+        ),
+        Some(once) => format!(
+            "{what} was made {times} times by separate runs of `{tool}`, whose `once` is {once}: the calls differed \
+             in an argument outside `once.by`, or came after `once.keep`; name in `once.by` every argument that \
+             says what the tool acts on"
+        ),
+    }
+}
+
+fn once_of<'a>(manifest: &'a Value, tool: &str) -> Option<&'a Value> {
+    let tools = manifest["tools"].as_array()?;
+    tools.iter().find(|t| t["name"] == tool).and_then(|t| t.get("once"))
+}
+
+/// The tools whose grants can make an effect of `kind` (a keyless write names no run).
+fn tools_reaching(manifest: &Value, kind: &str) -> BTreeSet<String> {
+    let reaches = |cap: &str| match kind {
+        "refund" => cap == "payments.stripe.refund",
+        _ => cap.starts_with("net.http."),
+    };
+    let tools = manifest["tools"].as_array().into_iter().flatten();
+    tools
+        .filter(|tool| {
+            let grants = tool["grants"].as_object().into_iter().flat_map(|grants| grants.values());
+            grants.into_iter().any(|grant| reaches(grant["cap"].as_str().unwrap_or_default()))
+        })
+        .filter_map(|tool| tool["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Runs that stopped on an action in doubt that was not safe to send again, from the
+/// server's warnings.
+fn waited_for_a_person(log: &[(u64, String)]) -> Vec<Finding> {
+    let mut found = Vec::new();
+    for (_, line) in log {
+        let Some((head, reason)) = line.split_once(": stopped, waiting for an operator: ") else { continue };
+        // A halted run, and an action safe to send again whose resend failed too, wait by
+        // the design's rule whatever the settings: no setting of the operator's prevents it.
+        if reason.contains("without getting further") || reason.contains("sending it again failed") {
+            continue;
+        }
+        let Some(tool) = head.strip_prefix("tool ").and_then(|rest| rest.split(" run ").next()) else { continue };
+        let reason = reason.split("; resolve with:").next().unwrap_or(reason);
+        let message = format!(
+            "a run of `{tool}` waited for a person: {reason}. An action a crash or a lost answer leaves in doubt \
+             waits for an operator unless it is safe to send again: a read, or a write with an idempotency key \
+             (`\"idempotency_key\": true` on its grant, for a service that honours one)"
+        );
+        found.push(Finding { tool: tool.to_string(), kind: "waited for a person", message });
+    }
+    found
+}
+
+fn shown(text: &str) -> String {
+    match text.char_indices().nth(SHOWN_MAX) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_warden_made_names_its_run() {
+        assert_eq!(run_of_key("warden-3e09f1b4-1"), Some("3e09f1b4"));
+        assert_eq!(run_of_key("client-key"), None);
+    }
+
+    #[test]
+    fn a_halted_run_is_no_finding_and_an_action_in_doubt_is() {
+        let log = vec![
+            (1, "tool t run r: stopped, waiting for an operator: the run was found unfinished at 3 starts in a row without getting further; resolve with: x".to_string()),
+            (2, "tool pay run q: stopped, waiting for an operator: action 1 (POST net.http.post) may have reached the service: timeout; resolve with: y".to_string()),
+        ];
+        let found = waited_for_a_person(&log);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].tool, "pay");
+        assert!(found[0].message.contains("action 1 (POST net.http.post) may have reached the service: timeout."));
+    }
+}

@@ -1,0 +1,244 @@
+//! An operator's own world (`warden-sim explore --manifest`): their manifest, programs and the
+//! files their grants name, read from disk once and then served on the simulated `Env` as a
+//! generated world is. The services are modelled from what the grants reach (`services.rs`
+//! routes an own world's requests by path: a Stripe-shaped payments API, a model provider, and
+//! a recording HTTP service for every other URL). The client's arguments come from each
+//! program's docstring examples (`e.g. "pi_3Mtw..."`), else from its input schema. Each secret
+//! the manifest names is given a made-up value, which the checker searches every output for.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+
+use serde_json::{json, Map, Value};
+use warden::manifest::{Manifest, ToolConfig};
+use warden::program::Program;
+use warden_faults::{OwnWorld, Template, ToolShape, Transport, WorldFile};
+
+/// The largest file of an operator's world read (a manifest, a program, an `init` script).
+pub const OWN_FILE_BYTES_MAX: u64 = 1 << 20;
+/// How every made-up secret of an operator's world begins (the checker searches for each).
+pub const OWN_SECRET_PREFIX: &str = "SimOwnSecret";
+/// The most argument sets the client picks from for one tool.
+const EXAMPLES_PER_TOOL: usize = 6;
+
+/// Reads the operator's world from `manifest_path`: every problem names its file.
+pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
+    let text = read_bounded(manifest_path)?;
+    let manifest = Manifest::parse(manifest_path, text.as_bytes()).map_err(|e| e.to_string())?;
+    let raw: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    let folder = manifest_path.parent().unwrap_or(Path::new("."));
+    let mut programs = BTreeMap::new();
+    let mut tools = Vec::new();
+    for tool in &manifest.tools {
+        let source = read_program(folder, tool, &mut programs)?;
+        let grant_names: Vec<String> = tool.grants.keys().cloned().collect();
+        let program = Program::load(&tool.program, &source, &tool.entry, &grant_names)?;
+        let examples = examples_of(&program.input_schema());
+        tools.push(ToolShape { name: tool.name.clone(), template: Template::Own, resend: true, examples });
+    }
+    // Resources and prompts are served (the server loads their programs), not called.
+    for tool in manifest.resources.iter().map(|resource| &resource.tool) {
+        read_program(folder, tool, &mut programs)?;
+    }
+    for prompt in &manifest.prompts {
+        let source = read_bounded(&prompt.program)?;
+        programs.insert(relative_to(folder, &prompt.program)?, source);
+    }
+    let mut files = BTreeMap::new();
+    for init in strings_under(&raw, "init") {
+        let path = folder.join(&init);
+        files.insert(relative_to(folder, &path)?, read_bounded(&path)?);
+    }
+    let variables = variables_of(&raw);
+    let own = Some(OwnWorld { files, variables });
+    Ok(WorldFile { manifest: with_journals_here(text, raw), programs, tools, transport: Transport::Stdio, own })
+}
+
+/// The manifest with its journals in `journals` beside it, where the checker reads them.
+fn with_journals_here(text: String, mut raw: Value) -> String {
+    if raw["server"]["journals"] == json!("journals") {
+        return text;
+    }
+    raw["server"]["journals"] = json!("journals");
+    serde_json::to_string_pretty(&raw).expect("JSON values serialise")
+}
+
+fn read_program(folder: &Path, tool: &ToolConfig, programs: &mut BTreeMap<String, String>) -> Result<String, String> {
+    let source = read_bounded(&tool.program)?;
+    programs.insert(relative_to(folder, &tool.program)?, source.clone());
+    Ok(source)
+}
+
+/// A file's text, refused past `OWN_FILE_BYTES_MAX` or when it is not UTF-8.
+fn read_bounded(path: &Path) -> Result<String, String> {
+    let size = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
+    if size > OWN_FILE_BYTES_MAX {
+        return Err(format!("{}: {size} bytes, over the {OWN_FILE_BYTES_MAX} a world's file may have", path.display()));
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `path` relative to the manifest's folder, as the simulated disk holds it; a file outside
+/// that folder is refused (the world is the folder).
+fn relative_to(folder: &Path, path: &Path) -> Result<String, String> {
+    let relative = path.strip_prefix(folder).unwrap_or(path);
+    let inside = relative.components().all(|part| matches!(part, Component::Normal(_)));
+    match inside {
+        true => Ok(relative.display().to_string()),
+        false => Err(format!("{}: outside the manifest's folder {}", path.display(), folder.display())),
+    }
+}
+
+/// Every string value under a key named `key`, anywhere in `value`.
+fn strings_under(value: &Value, key: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    match value {
+        Value::Object(object) => {
+            for (name, inner) in object {
+                match (name == key, inner) {
+                    (true, Value::String(text)) => found.push(text.clone()),
+                    _ => found.extend(strings_under(inner, key)),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| found.extend(strings_under(item, key))),
+        _ => {}
+    }
+    found
+}
+
+/// A value for every `{"env": NAME}` of the manifest: a PostgreSQL grant's URL reaches the
+/// simulated server, the model's key is the one the simulated provider takes, and any other
+/// is a made-up secret.
+fn variables_of(raw: &Value) -> BTreeMap<String, String> {
+    let mut variables = BTreeMap::new();
+    for name in env_names(raw) {
+        // One run of letters and digits: the checker also searches for each such run of a
+        // secret, so a word like `secret` must not be one.
+        let letters: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
+        variables.insert(name.clone(), format!("{OWN_SECRET_PREFIX}{letters}7f3a91c2"));
+    }
+    for grant in grants_of(raw).filter(|grant| grant["cap"] == json!("db.postgres")) {
+        if let Some(name) = grant["url"]["env"].as_str() {
+            variables.insert(name.to_string(), crate::names::PG_URL.to_string());
+        }
+    }
+    if let Some(name) = raw["model"]["api_key"]["env"].as_str() {
+        variables.insert(name.to_string(), crate::names::MODEL_KEY.to_string());
+    }
+    variables
+}
+
+fn env_names(value: &Value) -> Vec<String> {
+    match value {
+        Value::Object(object) => match (object.get("env"), object.len()) {
+            (Some(Value::String(name)), _) => vec![name.clone()],
+            _ => object.values().flat_map(env_names).collect(),
+        },
+        Value::Array(items) => items.iter().flat_map(env_names).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn grants_of(raw: &Value) -> impl Iterator<Item = &Value> {
+    let tools = ["tools", "resources"].into_iter().flat_map(|key| raw[key].as_array().into_iter().flatten());
+    tools.flat_map(|tool| tool["grants"].as_object().into_iter().flat_map(Map::values))
+}
+
+/// Argument sets for a tool: its docstring's examples where it gives them (`e.g. <JSON>` in a
+/// parameter's description), else values drawn from each parameter's schema; a few sets, so
+/// the workload repeats some (a `once` key met again).
+pub fn examples_of(input_schema: &Value) -> Vec<Value> {
+    let Some(properties) = input_schema["properties"].as_object() else { return vec![json!({})] };
+    (0..EXAMPLES_PER_TOOL)
+        .map(|variant| {
+            let arguments: Map<String, Value> =
+                properties.iter().map(|(name, schema)| (name.clone(), value_for(schema, variant))).collect();
+            Value::Object(arguments)
+        })
+        .collect()
+}
+
+/// The `variant`th value for a parameter: its example first (then small variations of it),
+/// else one its type allows.
+fn value_for(schema: &Value, variant: usize) -> Value {
+    if let Some(example) = schema["description"].as_str().and_then(example_in) {
+        return vary(example, variant);
+    }
+    drawn(schema, variant)
+}
+
+/// The JSON value after `e.g. ` in a description, if one parses there.
+fn example_in(description: &str) -> Option<Value> {
+    let (_, after) = description.split_once("e.g. ")?;
+    let mut values = serde_json::Deserializer::from_str(after).into_iter::<Value>();
+    values.next()?.ok()
+}
+
+/// An example, or a variation of it: the same shape, with another number or suffix.
+fn vary(example: Value, variant: usize) -> Value {
+    match (example, variant) {
+        (example, 0) => example,
+        (Value::String(text), n) => json!(format!("{text}{n}")),
+        (Value::Number(number), n) => json!(number.as_i64().unwrap_or(1).saturating_add(n as i64)),
+        (Value::Object(mut object), n) => {
+            // A money amount varies within the cents, so it stays within what grants allow.
+            if let Some(Value::String(amount)) = object.get("amount") {
+                let cents = format!("{}.{:02}", amount.split('.').next().unwrap_or("1"), n * 7 % 100);
+                object.insert("amount".into(), json!(cents));
+            }
+            Value::Object(object)
+        }
+        (example, _) => example,
+    }
+}
+
+fn drawn(schema: &Value, variant: usize) -> Value {
+    let money = schema["properties"]["amount"].is_object() && schema["properties"]["currency"].is_object();
+    match schema["type"].as_str() {
+        _ if money => json!({"amount": format!("{}.00", 1 + variant * 3), "currency": "USD"}),
+        Some("string") => json!(format!("x{variant}")),
+        Some("integer") => json!(1 + variant),
+        Some("number") => json!(1.5 + variant as f64),
+        Some("boolean") => json!(variant % 2 == 0),
+        Some("array") => json!([]),
+        Some("object") => json!({}),
+        _ => match schema["anyOf"].get(0) {
+            Some(inner) => drawn(inner, variant),
+            None => Value::Null,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_docstring_example_comes_first_then_variations_of_it() {
+        let schema = json!({"properties": {
+            "order": {"type": "string", "description": "The intent, e.g. \"pi_3Mtw\"."},
+            "amount": {"type": "object", "properties": {"amount": {}, "currency": {}},
+                       "description": "How much, e.g. {\"amount\": \"12.50\", \"currency\": \"USD\"}."},
+            "count": {"type": "integer", "description": "How many."}}});
+        let examples = examples_of(&schema);
+        assert_eq!(
+            examples[0],
+            json!({"order": "pi_3Mtw", "amount": {"amount": "12.50", "currency": "USD"}, "count": 1})
+        );
+        assert_eq!(
+            examples[2],
+            json!({"order": "pi_3Mtw2", "amount": {"amount": "12.14", "currency": "USD"}, "count": 3})
+        );
+    }
+
+    #[test]
+    fn every_env_name_gets_a_value_and_a_database_url_reaches_the_simulated_server() {
+        let raw = json!({"tools": [{"grants": {
+            "pay": {"cap": "payments.stripe.refund", "needs": {"key": {"env": "STRIPE_SECRET_KEY"}}},
+            "db": {"cap": "db.postgres", "url": {"env": "DESK_URL"}}}}]});
+        let variables = variables_of(&raw);
+        assert_eq!(variables["DESK_URL"], crate::names::PG_URL);
+        assert!(variables["STRIPE_SECRET_KEY"].starts_with(OWN_SECRET_PREFIX));
+    }
+}

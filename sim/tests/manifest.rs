@@ -1,0 +1,89 @@
+//! Issue 26 item 1: `explore --manifest` tests an operator's own manifest under faults. The
+//! bundled examples as shipped come out clean (no violation, no finding); a copy of the shop
+//! without `once` is told that a resent call refunded one order twice, naming `once`; a copy
+//! whose refunds carry no idempotency key is told that a refund in doubt waited for a person,
+//! naming `idempotency_key`.
+
+use std::path::{Path, PathBuf};
+
+use warden_sim::explore::{in_seed_order, Flow};
+use warden_sim::report::Report;
+use warden_sim::workload::own;
+
+const SEEDS: std::ops::Range<u64> = 0..120;
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name)
+}
+
+/// Every report of `SEEDS` in the world of `manifest`.
+fn sweep(manifest: &Path) -> Vec<Report> {
+    let world = own::load(manifest).unwrap_or_else(|problem| panic!("{problem}"));
+    let mut reports = Vec::new();
+    in_seed_order(SEEDS, 2, (None, Some(&world)), |report| {
+        reports.push(report);
+        Flow::Continue
+    });
+    reports
+}
+
+/// A private copy of the shop example with `edit` applied to its manifest's text.
+fn shop_edited(edit: impl Fn(String) -> String) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["manifest.json", "refund.star"] {
+        let text = std::fs::read_to_string(example("shop").join(file)).unwrap();
+        let text = if file == "manifest.json" { edit(text) } else { text };
+        std::fs::write(dir.path().join(file), text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_examples_as_shipped_keep_every_invariant_and_raise_no_finding() {
+    for name in ["shop", "support-desk", "ticket-summary", "toolbox"] {
+        let reports = sweep(&example(name).join("manifest.json"));
+        let calls: u32 = reports.iter().map(|report| report.answered).sum();
+        assert!(calls > 1000, "{name}: only {calls} calls answered");
+        for report in &reports {
+            assert!(report.violations.is_empty(), "{name} seed {}: {:?}", report.seed, report.violations);
+            assert!(report.findings.is_empty(), "{name} seed {}: {:?}", report.seed, report.findings);
+        }
+    }
+}
+
+#[test]
+fn a_shop_without_once_is_told_a_resent_call_refunded_an_order_twice() {
+    let copy = shop_edited(|text| text.replace(r#""once": { "by": ["order"], "keep": "30d" },"#, ""));
+    let reports = sweep(&copy.path().join("manifest.json"));
+    let finding = reports.iter().flat_map(|report| &report.findings).find(|finding| finding.kind == "done twice");
+    let finding = finding.expect("a refund made twice is found");
+    assert_eq!(finding.tool, "refund_order");
+    assert!(finding.message.contains("`refund_order` has no `once`"), "{}", finding.message);
+    assert!(finding.message.contains(r#"Add `"once": {"by": [...]}`"#), "{}", finding.message);
+    assert!(reports.iter().all(|report| report.violations.is_empty()), "a finding is not a violation of Warden's");
+}
+
+#[test]
+fn refunds_without_an_idempotency_key_are_told_to_wait_for_a_person() {
+    let copy = shop_edited(|text| text.replace(r#", "idempotency_key": true"#, ""));
+    let reports = sweep(&copy.path().join("manifest.json"));
+    let found = reports.iter().flat_map(|report| &report.findings);
+    let finding = found.clone().find(|finding| finding.kind == "waited for a person");
+    let finding = finding.expect("a refund in doubt is found");
+    assert_eq!(finding.tool, "refund_order");
+    assert!(finding.message.contains("may have happened"), "{}", finding.message);
+    assert!(finding.message.contains(r#"`"idempotency_key": true` on its grant"#), "{}", finding.message);
+}
+
+#[test]
+fn a_manifest_that_does_not_load_is_refused_naming_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("manifest.json");
+    std::fs::write(
+        &manifest,
+        r#"{"server": {"name": "x", "journals": "journals"}, "tools": [{"name": "t", "program": "missing.star"}]}"#,
+    )
+    .unwrap();
+    let problem = own::load(&manifest).expect_err("a missing program is refused");
+    assert!(problem.contains("missing.star"), "{problem}");
+}
