@@ -57,6 +57,9 @@ enum Command {
         /// Simulate the seed in your own manifest's world (see `explore --manifest`).
         #[arg(long, value_name = "MANIFEST")]
         manifest: Option<PathBuf>,
+        /// Start from this journals directory (see `explore --from-journals`).
+        #[arg(long, value_name = "DIR", requires = "manifest")]
+        from_journals: Option<PathBuf>,
     },
     /// Simulate a range of seeds; each failing seed is shrunk to a scenario file.
     Explore {
@@ -90,6 +93,11 @@ enum Command {
         /// drawn from its programs' docstring examples (or input schemas), under every fault.
         #[arg(long, value_name = "MANIFEST")]
         manifest: Option<PathBuf>,
+        /// Start from a journals directory as a server left it (killed, or copied from
+        /// production): every seed starts the manifest's server on it, so recovery, crashes
+        /// during recovery, the operator's resolutions and further calls are explored from there.
+        #[arg(long, value_name = "DIR", requires = "manifest")]
+        from_journals: Option<PathBuf>,
     },
     /// Replay scenario files and check each one's stated expectation (pass, or fail naming an
     /// invariant).
@@ -148,12 +156,25 @@ fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run { seed, check_determinism, canary, verbose, manifest } => match own_world(manifest.as_deref()) {
-            Ok(own) => run(seed, check_determinism, canary, verbose, own.as_ref()),
-            Err(code) => code,
-        },
-        Command::Explore { seeds, canary, expect_violation, out, json, require_coverage, jobs, details, manifest } => {
-            let own = match own_world(manifest.as_deref()) {
+        Command::Run { seed, check_determinism, canary, verbose, manifest, from_journals } => {
+            match own_world(manifest.as_deref(), from_journals.as_deref()) {
+                Ok(own) => run(seed, check_determinism, canary, verbose, own.as_ref()),
+                Err(code) => code,
+            }
+        }
+        Command::Explore {
+            seeds,
+            canary,
+            expect_violation,
+            out,
+            json,
+            require_coverage,
+            jobs,
+            details,
+            manifest,
+            from_journals,
+        } => {
+            let own = match own_world(manifest.as_deref(), from_journals.as_deref()) {
                 Ok(own) => own,
                 Err(code) => return code,
             };
@@ -192,16 +213,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// The operator's world `--manifest` names, read once; a problem is printed, naming the file.
-fn own_world(manifest: Option<&Path>) -> Result<Option<WorldFile>, ExitCode> {
+/// The operator's world `--manifest` names (from the journals `--from-journals` names, if
+/// given), read once; a problem is printed, naming the file.
+fn own_world(manifest: Option<&Path>, journals: Option<&Path>) -> Result<Option<WorldFile>, ExitCode> {
     let Some(path) = manifest else { return Ok(None) };
-    match warden_sim::workload::own::load(path) {
-        Ok(world) => Ok(Some(world)),
-        Err(problem) => {
-            eprintln!("warden-sim: {problem}");
-            Err(ExitCode::from(2))
+    let loaded = warden_sim::workload::own::load(path).and_then(|mut world| {
+        if let Some(dir) = journals {
+            warden_sim::workload::own::with_journals(&mut world, dir)?;
         }
-    }
+        Ok(world)
+    });
+    loaded.map(Some).map_err(|problem| {
+        eprintln!("warden-sim: {problem}");
+        ExitCode::from(2)
+    })
 }
 
 fn run(

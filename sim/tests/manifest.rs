@@ -2,7 +2,8 @@
 //! bundled examples as shipped come out clean (no violation, no finding); a copy of the shop
 //! without `once` is told that a resent call refunded one order twice, naming `once`; a copy
 //! whose refunds carry no idempotency key is told that a refund in doubt waited for a person,
-//! naming `idempotency_key`.
+//! naming `idempotency_key`. Item 2: `--from-journals` starts every seed from the journals a
+//! real `kill -9` of the support desk left (`scripts/killed-journals.sh` makes them).
 
 use std::path::{Path, PathBuf};
 
@@ -18,9 +19,12 @@ fn example(name: &str) -> PathBuf {
 
 /// Every report of `SEEDS` in the world of `manifest`.
 fn sweep(manifest: &Path) -> Vec<Report> {
-    let world = own::load(manifest).unwrap_or_else(|problem| panic!("{problem}"));
+    sweep_world(&own::load(manifest).unwrap_or_else(|problem| panic!("{problem}")))
+}
+
+fn sweep_world(world: &warden_faults::WorldFile) -> Vec<Report> {
     let mut reports = Vec::new();
-    in_seed_order(SEEDS, 2, (None, Some(&world)), |report| {
+    in_seed_order(SEEDS, 2, (None, Some(world)), |report| {
         reports.push(report);
         Flow::Continue
     });
@@ -86,4 +90,30 @@ fn a_manifest_that_does_not_load_is_refused_naming_its_file() {
     .unwrap();
     let problem = own::load(&manifest).expect_err("a missing program is refused");
     assert!(problem.contains("missing.star"), "{problem}");
+}
+
+#[test]
+fn a_journals_directory_a_real_kill_left_is_explored_from() {
+    let journals = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/killed-support-desk/journals");
+    let mut world = own::load(&example("support-desk").join("manifest.json")).unwrap();
+    own::with_journals(&mut world, &journals).unwrap();
+    // The runs the kill left unfinished: reserved in the ledger, never settled.
+    let ledger = &world.own.as_ref().unwrap().files["journals/server.ledger"];
+    let events: Vec<serde_json::Value> = ledger.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    let runs_of = |event: &str| -> Vec<String> {
+        let of = events.iter().filter(|line| line["rec"]["event"] == event);
+        of.filter_map(|line| line["rec"]["run"].as_str().map(str::to_string)).collect()
+    };
+    let settled = runs_of("settle");
+    let unfinished: Vec<String> = runs_of("reserve").into_iter().filter(|run| !settled.contains(run)).collect();
+    assert!(!unfinished.is_empty(), "the fixture holds unfinished runs");
+    for report in sweep_world(&world) {
+        assert!(report.violations.is_empty(), "seed {}: {:?}", report.seed, report.violations);
+        assert!(report.findings.is_empty(), "seed {}: {:?}", report.seed, report.findings);
+    }
+    let report = warden_sim::sweep::simulate(&warden_sim::plan::plan_in(0, Some(&world)));
+    for run in &unfinished {
+        let ended = report.log.iter().any(|(_, line)| line.contains(run.as_str()) && line.contains(": settled ("));
+        assert!(ended, "run {run} of the killed server was not finished after the restart");
+    }
 }

@@ -129,7 +129,10 @@ pub fn effects(world: &World) -> BTreeMap<String, u32> {
         };
         *seen.entry(signature).or_insert(0) += 1;
     }
-    for desk in [World::path("desk.db"), std::path::PathBuf::from(crate::names::PG_DESK)] {
+    for (signature, times) in world.services.inherited.borrow().iter() {
+        *seen.entry(signature.clone()).or_insert(0) += times;
+    }
+    for desk in world.services.database_keys() {
         world.services.sql(&desk, crate::env::services::ACTIONS_TABLE);
         for row in world.services.sql(&desk, "SELECT run, action FROM warden_actions") {
             let run = row.get("run").and_then(Value::as_str).unwrap_or_default();
@@ -138,6 +141,16 @@ pub fn effects(world: &World) -> BTreeMap<String, u32> {
         }
     }
     seen
+}
+
+/// Credits the services with the writes done in the journals the world starts from: the
+/// services that really made them are not simulated, and they were made once.
+pub fn inherit(world: &World) {
+    let Ok(state) = check::ledger_state(&world.disk, &World::path("journals")) else { return };
+    let mut inherited = world.services.inherited.borrow_mut();
+    for op in write_ops(world, &state).into_iter().filter(|op| op.status == Status::Happened) {
+        *inherited.entry(signature(&op.action, &op.run)).or_insert(0) += 1;
+    }
 }
 
 /// Invariants 2 and 5: the services saw each action the journals say happened exactly once,

@@ -104,6 +104,9 @@ pub struct Services {
     pub own_world: Cell<bool>,
     /// The simulated disk, where a SQLite database made from its `init` file appears.
     pub disk: RefCell<Option<Rc<crate::env::disk::SimDisk>>>,
+    /// Effects made before the simulation began, by signature (`truth::signature`): the
+    /// writes done in the journals a world starts from (`--from-journals`).
+    pub inherited: RefCell<BTreeMap<String, u32>>,
 }
 
 fn response(status: u16, body: Value) -> HttpResponse {
@@ -125,6 +128,11 @@ impl Services {
 
     pub fn fault_next(&self, url_contains: &str, fault: NetFault) {
         self.faults.borrow_mut().push((url_contains.to_string(), fault));
+    }
+
+    /// Every database the services hold (SQLite by path, PostgreSQL by URL).
+    pub fn database_keys(&self) -> Vec<PathBuf> {
+        self.databases.borrow().keys().cloned().collect()
     }
 
     /// Takes the next fault for `url` only if it is a refusal (a lookup that is refused

@@ -90,6 +90,9 @@ pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) 
             world.install(name, text.as_bytes());
         }
         world.services.variables.borrow_mut().extend(own.variables.clone());
+        if own.files.keys().any(|name| name.starts_with("journals/")) {
+            crate::checks::truth::inherit(world);
+        }
     }
     match canary {
         Some(Canary::LyingFsync) => world.disk.faults.borrow_mut().lying_fsync = true,

@@ -54,6 +54,58 @@ pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
     Ok(WorldFile { manifest: with_journals_here(text, raw), programs, tools, transport: Transport::Stdio, own })
 }
 
+/// The most files `--from-journals` reads from a journals directory.
+pub const JOURNALS_FILES_MAX: usize = 10_000;
+/// The most bytes, all files together, `--from-journals` reads.
+pub const JOURNALS_BYTES_MAX: u64 = 64 << 20;
+
+/// Adds a journals directory as a server left it (a ledger, run journals, kept arguments,
+/// waiting records) to `world`: the first instance starts on it, so recovery, resolutions,
+/// retention and further calls are explored from that state. The lock and the admin socket
+/// are a live server's, not state, and are left out.
+pub fn with_journals(world: &mut WorldFile, dir: &Path) -> Result<(), String> {
+    let own = world.own.get_or_insert_with(OwnWorld::default);
+    let mut files = Vec::new();
+    files_under(dir, &mut files)?;
+    files.sort();
+    let mut bytes = 0u64;
+    for path in files {
+        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+        if name == warden::base::layout::SERVER_LOCK_FILE || !path.is_file() {
+            continue;
+        }
+        bytes = bytes.saturating_add(std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?.len());
+        if bytes > JOURNALS_BYTES_MAX {
+            return Err(format!(
+                "{}: over the {JOURNALS_BYTES_MAX} bytes a journals directory may hold",
+                dir.display()
+            ));
+        }
+        let relative = relative_to(dir, &path)?;
+        own.files.insert(format!("journals/{relative}"), read_bounded(&path)?);
+    }
+    Ok(())
+}
+
+fn files_under(dir: &Path, into: &mut Vec<std::path::PathBuf>) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| format!("{}: {e}", dir.display()))?.path();
+        if path.is_dir() {
+            files_under(&path, into)?;
+        } else {
+            into.push(path);
+        }
+        if into.len() > JOURNALS_FILES_MAX {
+            return Err(format!(
+                "{}: over the {JOURNALS_FILES_MAX} files a journals directory may hold",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The manifest with its journals in `journals` beside it, where the checker reads them.
 fn with_journals_here(text: String, mut raw: Value) -> String {
     if raw["server"]["journals"] == json!("journals") {
@@ -197,7 +249,7 @@ fn drawn(schema: &Value, variant: usize) -> Value {
     let money = schema["properties"]["amount"].is_object() && schema["properties"]["currency"].is_object();
     match schema["type"].as_str() {
         _ if money => json!({"amount": format!("{}.00", 1 + variant * 3), "currency": "USD"}),
-        Some("string") => json!(format!("x{variant}")),
+        Some("string") => json!(format!("sample text {variant}")),
         Some("integer") => json!(1 + variant),
         Some("number") => json!(1.5 + variant as f64),
         Some("boolean") => json!(variant % 2 == 0),
