@@ -113,11 +113,14 @@ enum Command {
         #[arg(long)]
         seed: u64,
     },
-    /// Draw one seed's timeline as self-contained HTML on stdout.
+    /// Draw one seed's (or one scenario file's) timeline as self-contained HTML on stdout.
     Timeline {
         /// The seed to draw.
-        #[arg(long)]
-        seed: u64,
+        #[arg(long, required_unless_present = "scenario", conflicts_with = "scenario")]
+        seed: Option<u64>,
+        /// A scenario file to draw (as `explore` and `scenario` write them).
+        #[arg(long, value_name = "FILE")]
+        scenario: Option<PathBuf>,
         /// Plant a bug the checker must find.
         #[arg(long, value_enum)]
         canary: Option<CanaryArg>,
@@ -204,13 +207,29 @@ fn main() -> ExitCode {
             println!("{}", serde_json::to_string_pretty(&scenario).expect("scenarios serialise"));
             ExitCode::SUCCESS
         }
-        Command::Timeline { seed, canary } => {
-            let mut scenario = plan_for_seed(seed);
-            scenario.canary = canary.map(Canary::from);
-            print!("{}", warden_sim::timeline::html(&simulate(&scenario)));
-            ExitCode::SUCCESS
-        }
+        Command::Timeline { seed, scenario, canary } => timeline(seed, scenario.as_deref(), canary),
     }
+}
+
+/// Prints the timeline of a seed or of a scenario file.
+fn timeline(seed: Option<u64>, scenario: Option<&Path>, canary: Option<CanaryArg>) -> ExitCode {
+    let planned = match (seed, scenario) {
+        (Some(seed), _) => Ok(plan_for_seed(seed)),
+        (None, Some(path)) => read_scenario(path),
+        (None, None) => Err("name a --seed or a --scenario file".to_string()),
+    };
+    let mut scenario = match planned {
+        Ok(scenario) => scenario,
+        Err(problem) => {
+            eprintln!("warden-sim: {problem}");
+            return ExitCode::from(2);
+        }
+    };
+    if canary.is_some() {
+        scenario.canary = canary.map(Canary::from);
+    }
+    print!("{}", warden_sim::timeline::html(&simulate(&scenario)));
+    ExitCode::SUCCESS
 }
 
 /// The operator's world `--manifest` names (from the journals `--from-journals` names, if
@@ -296,11 +315,25 @@ fn print_summary(report: &Report) {
     }
 }
 
+/// The most bytes a scenario file may have (one carries its world: manifest, programs, and
+/// with `--from-journals` the journals).
+const SCENARIO_BYTES_MAX: u64 = 96 << 20;
+
+/// A scenario file, refused past `SCENARIO_BYTES_MAX` or when it does not parse, naming it.
+fn read_scenario(path: &Path) -> Result<Scenario, String> {
+    let shown = path.display();
+    let size = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?.len();
+    if size > SCENARIO_BYTES_MAX {
+        return Err(format!("{shown}: {size} bytes, over the {SCENARIO_BYTES_MAX} a scenario file may have"));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))
+}
+
 /// Replays a scenario file and checks its stated expectation.
 fn replay(path: &Path) -> Result<String, String> {
+    let scenario = read_scenario(path).map_err(|problem| format!("FAIL {problem}"))?;
     let path = path.display();
-    let text = std::fs::read_to_string(path.to_string()).map_err(|e| format!("FAIL {path}: {e}"))?;
-    let scenario: Scenario = serde_json::from_str(&text).map_err(|e| format!("FAIL {path}: {e}"))?;
     let report = simulate(&scenario);
     if let Some((position, kind)) = report.never_fired.first() {
         return Err(format!("FAIL {path}: fault {position} ({kind}) never fired"));

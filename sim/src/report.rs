@@ -28,6 +28,11 @@ pub struct Finding {
     pub message: String,
 }
 
+/// The most runs whose journals a report keeps.
+pub const JOURNALS_KEPT_MAX: usize = 200;
+/// The most bytes of one journal a report keeps.
+pub const JOURNAL_KEPT_BYTES_MAX: usize = 64 << 10;
+
 /// What one simulation did and found.
 #[derive(Debug, Default, Clone)]
 pub struct Report {
@@ -50,6 +55,9 @@ pub struct Report {
     pub restarts: u32,
     /// (simulated ms, lane, label) for the timeline.
     pub events: Vec<(u64, String, String)>,
+    /// Each run's journal as the simulation left it, by run id (the timeline; at most
+    /// `JOURNALS_KEPT_MAX` runs, each cut at `JOURNAL_KEPT_BYTES_MAX`).
+    pub journals: BTreeMap<String, String>,
     /// Every server log line, all instances, with its simulated ms (`--verbose`, the timeline).
     pub log: Vec<(u64, String)>,
     /// Crashes by window (`coverage.rs`): where each landed x what was in flight.

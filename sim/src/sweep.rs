@@ -683,6 +683,7 @@ impl Sim<'_> {
         if self.world.services.own_world.get() {
             self.report.findings = crate::checks::own::findings(self.world, &self.report.log);
         }
+        self.report.journals = kept_journals(self.world);
         let (world, mut report) = (self.world, self.report);
         report.sim_ms = world.clock.now();
         report.model_requests = world.services.effects_of("model") as u64;
@@ -694,6 +695,21 @@ impl Sim<'_> {
         report.trace_hash = warden::base::json::sha256_hex(&trace)[..16].to_string();
         report
     }
+}
+
+/// The runs' journals on the simulated disk at the end, bounded (for the timeline).
+fn kept_journals(world: &World) -> BTreeMap<String, String> {
+    let files = world.disk.files();
+    let journals = files.iter().filter(|path| path.extension().is_some_and(|e| e == "journal"));
+    journals
+        .take(crate::report::JOURNALS_KEPT_MAX)
+        .filter_map(|path| {
+            let run = path.file_stem()?.to_str()?.to_string();
+            let mut bytes = world.disk.peek(path)?;
+            bytes.truncate(crate::report::JOURNAL_KEPT_BYTES_MAX);
+            Some((run, String::from_utf8_lossy(&bytes).into_owned()))
+        })
+        .collect()
 }
 
 /// A client that reads slowly must slow the server down, not make it hold ever more answers

@@ -117,3 +117,40 @@ fn a_journals_directory_a_real_kill_left_is_explored_from() {
         assert!(ended, "run {run} of the killed server was not finished after the restart");
     }
 }
+
+/// Found by attacking `--manifest` (kept): an HTTP write was recorded under another name than
+/// the checker gave its journal record (a false invariant 2 on every such tool), and a tool
+/// with only a read grant was blamed for a write made twice. Here a webhook without `once` is
+/// told it posted twice, and the read-only tool is not named.
+#[test]
+fn a_webhook_without_once_is_told_it_posted_twice_and_a_reader_is_not_blamed() {
+    let reports = sweep(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/own-hooks/manifest.json"));
+    for report in &reports {
+        assert!(report.violations.is_empty(), "seed {}: {:?}", report.seed, report.violations);
+        assert!(report.findings.iter().all(|finding| finding.tool == "post_message"), "{:?}", report.findings);
+    }
+    let twice = reports.iter().flat_map(|report| &report.findings).find(|finding| finding.kind == "done twice");
+    assert!(twice.expect("a post made twice").message.contains("an HTTP write of {\"text\":"), "{twice:?}");
+}
+
+/// What the simulator cannot serve is refused at load, once, saying what to do.
+#[test]
+fn what_the_simulator_cannot_serve_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = |from: &str| std::fs::copy(example("ticket-summary").join(from), dir.path().join(from)).unwrap();
+    copy("summarize_ticket.star");
+    copy("desk.sql");
+    let text = std::fs::read_to_string(example("ticket-summary").join("manifest.json")).unwrap();
+    let manifest = dir.path().join("manifest.json");
+    std::fs::write(&manifest, text.replace("\"anthropic\"", "\"openai\"").replace("claude-haiku-4-5", "gpt-4o"))
+        .unwrap();
+    let problem = own::load(&manifest).expect_err("an OpenAI provider is refused");
+    assert!(problem.contains("models Anthropic's API only"), "{problem}");
+    std::fs::write(&manifest, text).unwrap();
+    std::fs::write(dir.path().join("desk.sql"), "CREATE TABLE").unwrap();
+    let problem = own::load(&manifest).expect_err("init SQL that does not run is refused");
+    assert!(problem.contains("desk.sql: the init SQL does not run"), "{problem}");
+    let mut world = own::load(&example("support-desk").join("manifest.json")).unwrap();
+    let problem = own::with_journals(&mut world, dir.path()).expect_err("a folder without a ledger is refused");
+    assert!(problem.contains("name the journals directory itself"), "{problem}");
+}

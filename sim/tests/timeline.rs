@@ -1,7 +1,9 @@
 //! The timeline page in a real browser: headless Chromium loads the HTML of a seed that has
 //! everything (faults, crashes, restarts, recovery, an operator's resolution, a violation),
-//! runs its script, and the rendered DOM must hold each element; the page's self-test clicks
-//! the violation and the log panel must show the server's lines of that moment.
+//! runs its script, and the rendered DOM must hold each element: distinct instants on the
+//! axis, a lane per run with its actions, labelled faults, crash bands. The page's self-test
+//! clicks the violation (the panel shows the server's lines of that instant) and then a run
+//! (the panel shows that run's journal, log and answers, and nothing of another run's).
 //!
 //! Ignored by plain `cargo test` (it needs Chromium): `scripts/test-all.sh` installs Chromium
 //! when missing and runs it with `--ignored`.
@@ -64,13 +66,18 @@ fn the_timeline_renders_every_kind_of_event_and_shows_the_log_of_a_clicked_one()
     for element in [
         "id=\"axis\"",
         "class=\"tick\"",
+        "class=\"lane run",
         "class=\"call answered\"",
         "data-tool=\"",
         "class=\"event fault\"",
+        "class=\"fault-label\"",
+        "class=\"band crash\"",
         "class=\"event crash\"",
         "class=\"event restart\"",
         "class=\"event recovery\"",
         "class=\"event resolution\"",
+        "class=\"event action done\"",
+        "class=\"event settled\"",
         "class=\"event violation",
         "id=\"log\"",
     ] {
@@ -78,9 +85,42 @@ fn the_timeline_renders_every_kind_of_event_and_shows_the_log_of_a_clicked_one()
     }
     // A crash names the step or disk operation it hit, and what was in flight.
     assert!(dom.contains("in flight"), "crashes are labelled");
-    // The self-test clicked the violation: the log panel shows lines of that moment.
-    let shown = dom.split("data-selftest=\"").nth(1).and_then(|rest| rest.split('"').next()).unwrap_or("");
+    // Each tick names a distinct instant.
+    let ticks: Vec<&str> = (dom.split("class=\"tick\"").skip(1))
+        .filter_map(|tick| tick.split("</text>").next()?.rsplit('>').next())
+        .collect();
+    let distinct: std::collections::BTreeSet<&&str> = ticks.iter().collect();
+    assert!(ticks.len() > 3 && distinct.len() == ticks.len(), "ticks repeat an instant: {ticks:?}");
+    // The self-test clicked the violation: the log panel showed lines of that instant.
+    let attribute =
+        |name: &str| dom.split(&format!("{name}=\"")).nth(1).and_then(|rest| rest.split('"').next()).unwrap_or("");
+    let shown = attribute("data-selftest");
     assert!(shown.parse::<usize>().is_ok_and(|n| n > 0), "the log panel showed {shown:?} lines");
-    assert!(dom.contains(" ms  "), "log lines carry their simulated time");
-    assert!(dom.contains("class=\"event violation selected\""), "the clicked violation is selected");
+    // Then it clicked the first run: the panel holds that run's lines and no other run's.
+    let run_lines = attribute("data-selftest-run");
+    assert!(run_lines.parse::<usize>().is_ok_and(|n| n > 0), "the run panel showed {run_lines:?} lines");
+    let panel = attribute("data-selftest-panel");
+    let first_run = dom.split("data-run=\"").nth(1).and_then(|rest| rest.split('"').next()).unwrap();
+    assert!(panel.contains("journal:") && panel.contains(first_run), "{panel}");
+    // Its log part holds that run's lines only.
+    let log_part = panel.split("log:\n").nth(1).and_then(|rest| rest.split("\n\nanswers:").next()).unwrap_or("");
+    assert!(!log_part.trim().is_empty(), "{panel}");
+    for line in log_part.lines() {
+        assert!(line.contains(first_run), "run {first_run}'s panel shows a line of another: {line}");
+    }
+}
+
+/// A scenario file is drawn as a seed is, without a browser: the page names its lanes.
+#[test]
+fn a_scenario_file_s_timeline_has_a_lane_per_run_and_no_empty_heading() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scenarios/step-5-crash-after-waiting-recorded.json"
+    ))
+    .unwrap();
+    let scenario: warden_faults::Scenario = serde_json::from_str(&text).unwrap();
+    let html = warden_sim::timeline::html(&simulate(&scenario));
+    assert!(html.contains("class=\"lane run\" data-run=\""), "no run lane");
+    assert!(html.contains("class=\"event action"), "no action mark");
+    assert!(!html.contains("<h2>violations</h2>"), "a passing scenario has no violations heading");
 }

@@ -53,7 +53,7 @@ fn done_twice(world: &World, manifest: &Value) -> Vec<Finding> {
         };
         let what = match kind {
             "refund" => format!("a refund of {detail}"),
-            _ => shown(detail),
+            _ => format!("an HTTP write of {}", shown(detail)),
         };
         for tool in tools {
             let message = done_twice_message(&tool, &what, made.len(), once_of(manifest, &tool));
@@ -93,7 +93,7 @@ fn once_of<'a>(manifest: &'a Value, tool: &str) -> Option<&'a Value> {
 fn tools_reaching(manifest: &Value, kind: &str) -> BTreeSet<String> {
     let reaches = |cap: &str| match kind {
         "refund" => cap == "payments.stripe.refund",
-        _ => cap.starts_with("net.http."),
+        _ => cap.starts_with("net.http.") && cap != "net.http.get",
     };
     let tools = manifest["tools"].as_array().into_iter().flatten();
     tools

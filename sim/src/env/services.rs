@@ -263,7 +263,7 @@ impl Services {
         }
         match (path, request.method.as_str()) {
             ("/v1/refunds", "POST") => self.refund(request),
-            ("/v1/messages", "POST") => self.model(request),
+            (path, "POST") if path.ends_with("/v1/messages") => self.model(request),
             (_, "GET" | "HEAD") => response(200, json!({"ok": true})),
             _ => self.recorded_write(request),
         }
@@ -274,8 +274,8 @@ impl Services {
         if let Some(earlier) = key.as_ref().and_then(|key| self.idempotency.borrow().get(key).cloned()) {
             return earlier;
         }
-        let body = String::from_utf8_lossy(&request.body);
-        let detail = format!("{} {} {body}", request.method, request.url);
+        // Named by its body, as the checker names a journal's write (`truth::signature`).
+        let detail = String::from_utf8_lossy(&request.body).into_owned();
         self.effects.borrow_mut().push(Effect { kind: "http".into(), key: key.clone(), detail, minor: 0 });
         let answer = response(200, json!({"ok": true}));
         if let Some(key) = key {

@@ -132,6 +132,7 @@ fn simulate_trimmed(seed: u64, canary: Option<Canary>, own: Option<&WorldFile>) 
     let mut report = simulate(&scenario);
     report.log = Vec::new();
     report.events = Vec::new();
+    report.journals = BTreeMap::new();
     report.sent_tools = Vec::new();
     report
 }

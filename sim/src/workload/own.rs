@@ -26,6 +26,13 @@ pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
     let text = read_bounded(manifest_path)?;
     let manifest = Manifest::parse(manifest_path, text.as_bytes()).map_err(|e| e.to_string())?;
     let raw: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    let shown = manifest_path.display();
+    if manifest.tools.is_empty() {
+        return Err(format!("{shown}: serves no tool; explore --manifest calls a manifest's tools"));
+    }
+    if let Some(problem) = model_not_modelled(&raw) {
+        return Err(format!("{shown}: {problem}"));
+    }
     let folder = manifest_path.parent().unwrap_or(Path::new("."));
     let mut programs = BTreeMap::new();
     let mut tools = Vec::new();
@@ -36,18 +43,26 @@ pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
         let examples = examples_of(&program.input_schema());
         tools.push(ToolShape { name: tool.name.clone(), template: Template::Own, resend: true, examples });
     }
-    // Resources and prompts are served (the server loads their programs), not called.
+    // Resources and prompts are served (the server loads their programs), not called; a
+    // program that does not load would stop every start, so it is refused here, once.
     for tool in manifest.resources.iter().map(|resource| &resource.tool) {
-        read_program(folder, tool, &mut programs)?;
+        let source = read_program(folder, tool, &mut programs)?;
+        let grant_names: Vec<String> = tool.grants.keys().cloned().collect();
+        Program::load(&tool.program, &source, &tool.entry, &grant_names)?;
     }
     for prompt in &manifest.prompts {
         let source = read_bounded(&prompt.program)?;
+        Program::load(&prompt.program, &source, &prompt.entry, &[])?;
         programs.insert(relative_to(folder, &prompt.program)?, source);
     }
     let mut files = BTreeMap::new();
     for init in strings_under(&raw, "init") {
         let path = folder.join(&init);
-        files.insert(relative_to(folder, &path)?, read_bounded(&path)?);
+        let sql = read_bounded(&path)?;
+        // SQL that does not run would stop every start: refused here, naming the file.
+        let check = rusqlite::Connection::open_in_memory().and_then(|db| db.execute_batch(&sql));
+        check.map_err(|e| format!("{}: the init SQL does not run: {e}", path.display()))?;
+        files.insert(relative_to(folder, &path)?, sql);
     }
     let variables = variables_of(&raw);
     let own = Some(OwnWorld { files, variables });
@@ -64,6 +79,14 @@ pub const JOURNALS_BYTES_MAX: u64 = 64 << 20;
 /// retention and further calls are explored from that state. The lock and the admin socket
 /// are a live server's, not state, and are left out.
 pub fn with_journals(world: &mut WorldFile, dir: &Path) -> Result<(), String> {
+    let ledger = dir.join(warden::store::ledger::LEDGER_FILE);
+    if !ledger.is_file() {
+        return Err(format!(
+            "{}: holds no {}; name the journals directory itself (the manifest's server.journals)",
+            dir.display(),
+            warden::store::ledger::LEDGER_FILE
+        ));
+    }
     let own = world.own.get_or_insert_with(OwnWorld::default);
     let mut files = Vec::new();
     files_under(dir, &mut files)?;
@@ -82,7 +105,10 @@ pub fn with_journals(world: &mut WorldFile, dir: &Path) -> Result<(), String> {
             ));
         }
         let relative = relative_to(dir, &path)?;
-        own.files.insert(format!("journals/{relative}"), read_bounded(&path)?);
+        // A torn last line can end inside a character; recovery drops a torn tail whatever
+        // its bytes, so an invalid sequence is carried as U+FFFD rather than refused.
+        let text = String::from_utf8_lossy(&read_bytes_bounded(&path)?).into_owned();
+        own.files.insert(format!("journals/{relative}"), text);
     }
     Ok(())
 }
@@ -90,7 +116,12 @@ pub fn with_journals(world: &mut WorldFile, dir: &Path) -> Result<(), String> {
 fn files_under(dir: &Path, into: &mut Vec<std::path::PathBuf>) -> Result<(), String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for entry in entries {
-        let path = entry.map_err(|e| format!("{}: {e}", dir.display()))?.path();
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = entry.path();
+        // A server writes no links: one is not state, and following it could loop.
+        if entry.file_type().map_err(|e| format!("{}: {e}", path.display()))?.is_symlink() {
+            continue;
+        }
         if path.is_dir() {
             files_under(&path, into)?;
         } else {
@@ -115,6 +146,18 @@ fn with_journals_here(text: String, mut raw: Value) -> String {
     serde_json::to_string_pretty(&raw).expect("JSON values serialise")
 }
 
+/// Why the manifest's model provider is not one the simulator models, if it is not: an
+/// Anthropic-shaped API (`POST .../v1/messages`).
+fn model_not_modelled(raw: &Value) -> Option<String> {
+    let provider = raw["model"]["provider"].as_str()?;
+    (provider != "anthropic").then(|| {
+        format!(
+            "model.provider is {provider:?}; the simulator models Anthropic's API only: test with \"anthropic\", or \
+             without the model section"
+        )
+    })
+}
+
 fn read_program(folder: &Path, tool: &ToolConfig, programs: &mut BTreeMap<String, String>) -> Result<String, String> {
     let source = read_bounded(&tool.program)?;
     programs.insert(relative_to(folder, &tool.program)?, source.clone());
@@ -123,21 +166,36 @@ fn read_program(folder: &Path, tool: &ToolConfig, programs: &mut BTreeMap<String
 
 /// A file's text, refused past `OWN_FILE_BYTES_MAX` or when it is not UTF-8.
 fn read_bounded(path: &Path) -> Result<String, String> {
-    let size = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
-    if size > OWN_FILE_BYTES_MAX {
-        return Err(format!("{}: {size} bytes, over the {OWN_FILE_BYTES_MAX} a world's file may have", path.display()));
+    String::from_utf8(read_bytes_bounded(path)?).map_err(|_| format!("{}: is not UTF-8 text", path.display()))
+}
+
+/// A file's bytes, at most `OWN_FILE_BYTES_MAX` (the read itself is capped: a device or a file
+/// growing meanwhile reports a size it does not keep to).
+fn read_bytes_bounded(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(OWN_FILE_BYTES_MAX + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > OWN_FILE_BYTES_MAX {
+        let shown = path.display();
+        return Err(format!("{shown}: over the {OWN_FILE_BYTES_MAX} bytes a world's file may have; make it smaller"));
     }
-    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+    Ok(bytes)
 }
 
 /// `path` relative to the manifest's folder, as the simulated disk holds it; a file outside
 /// that folder is refused (the world is the folder).
 fn relative_to(folder: &Path, path: &Path) -> Result<String, String> {
     let relative = path.strip_prefix(folder).unwrap_or(path);
-    let inside = relative.components().all(|part| matches!(part, Component::Normal(_)));
-    match inside {
-        true => Ok(relative.display().to_string()),
-        false => Err(format!("{}: outside the manifest's folder {}", path.display(), folder.display())),
+    // `./refund.star` beside a manifest named from its own folder is inside it.
+    let parts: Vec<Component> = relative.components().filter(|part| *part != Component::CurDir).collect();
+    match parts.iter().all(|part| matches!(part, Component::Normal(_))) {
+        true => Ok(parts.iter().collect::<std::path::PathBuf>().display().to_string()),
+        false => Err(format!(
+            "{}: outside the manifest's folder {}; the simulator serves the folder alone, so move the file into it",
+            path.display(),
+            folder.display()
+        )),
     }
 }
 
@@ -282,6 +340,13 @@ mod tests {
             examples[2],
             json!({"order": "pi_3Mtw2", "amount": {"amount": "12.14", "currency": "USD"}, "count": 3})
         );
+    }
+
+    #[test]
+    fn a_file_beside_a_manifest_named_from_its_own_folder_is_inside_it() {
+        assert_eq!(relative_to(Path::new(""), Path::new("./refund.star")).as_deref(), Ok("refund.star"));
+        assert_eq!(relative_to(Path::new("shop"), Path::new("shop/lib/a.star")).as_deref(), Ok("lib/a.star"));
+        assert!(relative_to(Path::new("shop"), Path::new("shop/../x.star")).is_err());
     }
 
     #[test]
