@@ -414,7 +414,7 @@ fn explore(
         eprintln!("warden-sim: required crash windows never hit: {}", unhit.join("; "));
         return ExitCode::from(1);
     }
-    if !totals.findings.is_empty() && !options.expect_violation {
+    if totals.has_findings() && !options.expect_violation {
         eprintln!("warden-sim: the manifest's settings let the findings above happen");
         return ExitCode::from(1);
     }

@@ -28,6 +28,24 @@ pub struct Finding {
     pub message: String,
 }
 
+/// How one tool's calls went.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ToolOutcome {
+    pub answered: u64,
+    pub succeeded: u64,
+    pub first_failure: Option<String>,
+}
+
+impl ToolOutcome {
+    pub fn add(&mut self, other: &ToolOutcome) {
+        self.answered += other.answered;
+        self.succeeded += other.succeeded;
+        if self.first_failure.is_none() {
+            self.first_failure.clone_from(&other.first_failure);
+        }
+    }
+}
+
 /// The most runs whose journals a report keeps.
 pub const JOURNALS_KEPT_MAX: usize = 200;
 /// The most bytes of one journal a report keeps.
@@ -50,6 +68,9 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// In an operator's own world: what its settings let happen (`checks/own.rs`).
     pub findings: Vec<Finding>,
+    /// In an operator's own world: each tool's answered calls, how many succeeded, and the
+    /// first failure's text (a tool that never succeeds is a finding of the sweep's).
+    pub tool_outcomes: BTreeMap<String, ToolOutcome>,
     pub trace_hash: String,
     pub sim_ms: u64,
     pub restarts: u32,

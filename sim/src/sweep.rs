@@ -86,11 +86,16 @@ fn restart(world: &World, instance: Instance, report: &mut Report) -> Instance {
 /// Runs the instance until it is quiet, restarting it after every crash or stop; the client
 /// resends what was not answered after each restart.
 fn settle_down(world: &World, mut instance: Instance, client: &mut Client, report: &mut Report) -> Instance {
+    // Why the server last stopped by itself: a start refused again and again is that reason.
+    let mut last_stop = None;
     for _ in 0..RESTARTS_MAX {
         let flips = world.disk.injected.borrow().get("flipped read").copied().unwrap_or(0);
         let before = CrashesBefore { disk: disk_crashes(world), poison: world.sandbox.poison_crashes.get() };
         let signals = world.services.shutdowns_sent.get();
         let stop = instance.run();
+        if let Some(Err(why)) = instance.exited() {
+            last_stop = Some(why);
+        }
         stopped_on_a_bug(&instance, report);
         drained_leaves_nothing_new_in_doubt(world, &instance, signals, report);
         flipped_read_refused(world, &instance, flips, report);
@@ -122,7 +127,10 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
         client.connect(&instance);
         client.resend_after_restart(&instance);
     }
-    report.violations.push(Violation { invariant: 10, message: format!("no progress after {RESTARTS_MAX} restarts") });
+    let why = last_stop.map(|why| format!("; the server's last stop: {why}")).unwrap_or_default();
+    report
+        .violations
+        .push(Violation { invariant: 10, message: format!("no progress after {RESTARTS_MAX} restarts{why}") });
     instance
 }
 
@@ -682,6 +690,7 @@ impl Sim<'_> {
         drop(instance);
         if self.world.services.own_world.get() {
             self.report.findings = crate::checks::own::findings(self.world, &self.report.log);
+            self.report.tool_outcomes = crate::checks::own::tool_outcomes(&self.client.tools, &self.client.answers);
         }
         self.report.journals = kept_journals(self.world);
         let (world, mut report) = (self.world, self.report);

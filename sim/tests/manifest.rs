@@ -48,9 +48,19 @@ fn the_examples_as_shipped_keep_every_invariant_and_raise_no_finding() {
         let reports = sweep(&example(name).join("manifest.json"));
         let calls: u32 = reports.iter().map(|report| report.answered).sum();
         assert!(calls > 1000, "{name}: only {calls} calls answered");
+        let mut outcomes: std::collections::BTreeMap<String, warden_sim::report::ToolOutcome> = Default::default();
         for report in &reports {
             assert!(report.violations.is_empty(), "{name} seed {}: {:?}", report.seed, report.violations);
             assert!(report.findings.is_empty(), "{name} seed {}: {:?}", report.seed, report.findings);
+            report
+                .tool_outcomes
+                .iter()
+                .for_each(|(tool, outcome)| outcomes.entry(tool.clone()).or_default().add(outcome));
+        }
+        // Every tool is exercised, and succeeds but the one that fails by design (a warning).
+        for (tool, outcome) in &outcomes {
+            let warned = warden_sim::checks::own::never_succeeded(tool, outcome);
+            assert_eq!(warned.is_some(), tool == "always_fails", "{name} {tool}: {outcome:?}");
         }
     }
 }

@@ -30,6 +30,39 @@ pub fn findings(world: &World, log: &[(u64, String)]) -> Vec<Finding> {
     found
 }
 
+/// How each tool's calls went, from the client's answers.
+pub fn tool_outcomes(
+    tools: &BTreeMap<i64, String>,
+    answers: &BTreeMap<i64, Value>,
+) -> BTreeMap<String, crate::report::ToolOutcome> {
+    let mut outcomes: BTreeMap<String, crate::report::ToolOutcome> = BTreeMap::new();
+    for (id, answer) in answers {
+        let Some(tool) = tools.get(id) else { continue };
+        let outcome = outcomes.entry(tool.clone()).or_default();
+        outcome.answered += 1;
+        match answer["isError"] == Value::Bool(true) {
+            false => outcome.succeeded += 1,
+            true if outcome.first_failure.is_none() => {
+                outcome.first_failure = Some(shown(answer["content"][0]["text"].as_str().unwrap_or_default()));
+            }
+            true => {}
+        }
+    }
+    outcomes
+}
+
+/// The finding of a sweep whose calls to `tool` all failed, if they did.
+pub fn never_succeeded(tool: &str, outcome: &crate::report::ToolOutcome) -> Option<String> {
+    (outcome.answered > 0 && outcome.succeeded == 0).then(|| {
+        format!(
+            "none of the {} answered calls of `{tool}` succeeded; the first said: {}. Check the examples its docstring \
+             gives (`e.g.`), its grants' `only` patterns, and its database's tables (an `init` file)",
+            outcome.answered,
+            outcome.first_failure.as_deref().unwrap_or("(nothing)")
+        )
+    })
+}
+
 /// Effects made more than once for one request, by more than one run.
 fn done_twice(world: &World, manifest: &Value) -> Vec<Finding> {
     let effects = world.services.effects.borrow();

@@ -50,6 +50,8 @@ pub struct Totals {
     /// In an operator's world: each kind of finding by tool (`checks/own.rs`), with the seeds
     /// it came up in and the first seed's message.
     pub findings: BTreeMap<(&'static str, String), FindingSeen>,
+    /// In an operator's world: how each tool's calls went, over the sweep.
+    pub tool_outcomes: BTreeMap<String, crate::report::ToolOutcome>,
 }
 
 /// One kind of finding about one tool, over a sweep.
@@ -94,6 +96,9 @@ impl Totals {
             }
             self.first_violation.get_or_insert_with(|| first.to_string());
         }
+        for (tool, outcome) in &report.tool_outcomes {
+            self.tool_outcomes.entry(tool.clone()).or_default().add(outcome);
+        }
         for finding in &report.findings {
             let seen = self.findings.entry((finding.kind, finding.tool.clone())).or_insert_with(|| FindingSeen {
                 seeds: 0,
@@ -104,9 +109,26 @@ impl Totals {
         }
     }
 
-    /// The findings about the operator's configuration, one paragraph each.
+    /// Whether the sweep found anything about the operator's configuration.
+    pub fn has_findings(&self) -> bool {
+        !self.findings.is_empty()
+    }
+
+    /// A warning for each tool none of whose calls succeeded (a tool may fail by design, as
+    /// the toolbox's `always_fails` does, so it is told, not counted as a finding).
+    fn never_succeeded(&self) -> Vec<String> {
+        (self.tool_outcomes.iter())
+            .filter_map(|(tool, outcome)| crate::checks::own::never_succeeded(tool, outcome))
+            .collect()
+    }
+
+    /// The findings about the operator's configuration, one paragraph each, after a warning
+    /// for each tool that never succeeded.
     pub fn findings_in_words(&self) -> String {
         let mut out = String::new();
+        for message in self.never_succeeded() {
+            let _ = writeln!(out, "warning: {message}");
+        }
         for ((kind, tool), seen) in &self.findings {
             let _ = writeln!(
                 out,
@@ -137,6 +159,12 @@ impl Totals {
         row("---", "---".into());
         row("seeds", format!("{}..{} ({} swept)", seeds.start, seeds.end, self.seeds));
         row("violations", self.violations_in_words());
+        if !self.tool_outcomes.is_empty() {
+            let calls: Vec<String> = (self.tool_outcomes.iter())
+                .map(|(tool, outcome)| format!("`{tool}` {} of {}", outcome.succeeded, outcome.answered))
+                .collect();
+            row("calls that succeeded", calls.join(", "));
+        }
         if !self.findings.is_empty() {
             let kinds: Vec<String> = self
                 .findings
