@@ -377,13 +377,14 @@ fn explore(
     let mut totals = Totals::default();
     let progress = progress_bar(seeds.end - seeds.start);
     in_seed_order(seeds.clone(), options.jobs, (canary, options.own.as_ref()), |report| {
-        let new_findings = report.findings.iter().any(|f| !totals.findings.contains_key(&(f.kind, f.tool.clone())));
+        let new_finding = report.findings.iter().position(|f| !totals.findings.contains_key(&(f.kind, f.tool.clone())));
         totals.add(&report);
         progress.inc(1);
-        if new_findings {
+        if let Some(index) = new_finding {
             // The first seed of each finding, written whole, replays it (`run --manifest` too).
-            let scenario = plan_in(report.seed, options.own.as_ref());
-            progress.suspend(|| write_finding(&scenario, &report, out));
+            let mut scenario = plan_in(report.seed, options.own.as_ref());
+            scenario.canary = canary;
+            progress.suspend(|| write_finding(&scenario, &report, index, out));
         }
         if report.violations.is_empty() {
             return Flow::Continue;
@@ -425,9 +426,9 @@ fn explore(
 }
 
 /// Writes the seed of a new finding as a scenario file (its world whole) under `out`.
-fn write_finding(scenario: &Scenario, report: &Report, out: &Path) {
+fn write_finding(scenario: &Scenario, report: &Report, index: usize, out: &Path) {
     let mut scenario = without_unfired_faults(scenario.clone());
-    let first = &report.findings[0];
+    let first = &report.findings[index];
     scenario.description =
         format!("seed {}: finding ({}) in `{}`: {}", report.seed, first.kind, first.tool, first.message);
     let _ = std::fs::create_dir_all(out);

@@ -140,7 +140,13 @@ fn a_webhook_without_once_is_told_it_posted_twice_and_a_reader_is_not_blamed() {
         assert!(report.findings.iter().all(|finding| finding.tool == "post_message"), "{:?}", report.findings);
     }
     let twice = reports.iter().flat_map(|report| &report.findings).find(|finding| finding.kind == "done twice");
-    assert!(twice.expect("a post made twice").message.contains("an HTTP write of {\"text\":"), "{twice:?}");
+    assert!(
+        twice
+            .expect("a post made twice")
+            .message
+            .contains("an HTTP write of POST https://hooks.example.com/services/T000/B000 {\"text\":"),
+        "{twice:?}"
+    );
 }
 
 /// What the simulator cannot serve is refused at load, once, saying what to do.

@@ -177,14 +177,19 @@ pub async fn ask_again(
     input_kinds: &[String],
 ) -> Option<CallReply> {
     let awaited = runs.inputs.awaited(&entry.run)?;
-    // A round at its deadline is over, though its expiry may not have run yet: a state for
-    // it would be refused as expired the moment it was given (seed 36756).
-    if crate::run::input::round_is_over(runs.env.clock.now_ms(), awaited.expires_at_ms) {
-        return None;
-    }
     let run = entry.run.clone();
     if entry.principal.as_deref() != principal.map(|p| p.subject.as_str()) {
         let text = format!("run {run} waits for input from the caller that started it; nothing was run");
+        return Some(CallReply::Result(crate::call::answer::error_result(text), Some(run)));
+    }
+    // A round at its deadline is over, though its expiry may not have run yet: a state for
+    // it would be refused the moment it was given (seed 36756). The expiry goes by the
+    // monotonic clock, so a round is over by either clock.
+    let over_by_wall = crate::run::input::round_is_over(runs.env.clock.now_ms(), awaited.expires_at_ms);
+    if over_by_wall || runs.env.clock.monotonic_ms() >= awaited.ends_at_monotonic_ms {
+        let text = format!(
+            "run {run}'s request for input has just expired; the run ends without it (warden_run_status tells how)"
+        );
         return Some(CallReply::Result(crate::call::answer::error_result(text), Some(run)));
     }
     let journal = runs.read_journal(&tool.config.name, &run).await.ok()??;

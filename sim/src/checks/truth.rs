@@ -22,6 +22,7 @@ use warden::store::ledger::{RunPhase, State};
 use crate::checks::limits::{amount, GrantLimits, ToolLimits};
 
 use crate::checks::check;
+use crate::env::services::http_write;
 use crate::env::world::World;
 use crate::report::Violation;
 
@@ -54,7 +55,8 @@ pub fn signature(action: &Action, run: &str) -> String {
     let key = action.idempotency_key.as_ref().map(|key| format!("key {key} ")).unwrap_or_default();
     match (action.method, action.money()) {
         (Method::Refund, Some(money)) => format!("refund {key}{} {}", action.body, money.minor),
-        _ => format!("post {key}{}", action.body),
+        // Where it was sent too: two writes of one body to two URLs are two effects.
+        _ => format!("post {key}{}", http_write(action.method.name(), &action.target, &action.body)),
     }
 }
 

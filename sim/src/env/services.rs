@@ -36,6 +36,11 @@ pub fn database_key(database: &Database) -> PathBuf {
     }
 }
 
+/// How the services and the checker name an HTTP write: its method, URL and body.
+pub fn http_write(method: &str, url: &str, body: &str) -> String {
+    format!("{method} {url} {body}")
+}
+
 /// A fault for the next matching request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NetFault {
@@ -195,10 +200,11 @@ impl Services {
                     return earlier.clone();
                 }
             }
+            let body = String::from_utf8_lossy(&request.body);
             self.effects.borrow_mut().push(Effect {
                 kind: "note".into(),
                 key: key.clone(),
-                detail: String::from_utf8_lossy(&request.body).into_owned(),
+                detail: http_write(&request.method, &request.url, &body),
                 minor: 0,
             });
             let answer = response(201, json!({"saved": true}));
@@ -274,8 +280,9 @@ impl Services {
         if let Some(earlier) = key.as_ref().and_then(|key| self.idempotency.borrow().get(key).cloned()) {
             return earlier;
         }
-        // Named by its body, as the checker names a journal's write (`truth::signature`).
-        let detail = String::from_utf8_lossy(&request.body).into_owned();
+        // Named as the checker names a journal's write (`truth::signature`).
+        let body = String::from_utf8_lossy(&request.body);
+        let detail = http_write(&request.method, &request.url, &body);
         self.effects.borrow_mut().push(Effect { kind: "http".into(), key: key.clone(), detail, minor: 0 });
         let answer = response(200, json!({"ok": true}));
         if let Some(key) = key {

@@ -92,6 +92,17 @@ pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) 
         world.services.variables.borrow_mut().extend(own.variables.clone());
         if own.files.keys().any(|name| name.starts_with("journals/")) {
             crate::checks::truth::inherit(world);
+            // The world's clock starts where the journals' did: a `once.keep`, a quota window or
+            // an input round's deadline counts from when the state was written.
+            let ledger = own.files.get(&format!("journals/{}", warden::store::ledger::LEDGER_FILE));
+            let latest = ledger
+                .into_iter()
+                .flat_map(|text| text.lines())
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()?["rec"]["at_ms"].as_u64());
+            if let Some(latest) = latest.max() {
+                let wall_now = crate::env::clock::EPOCH_MS + world.clock.now();
+                world.clock.advance(latest.saturating_sub(wall_now));
+            }
         }
     }
     match canary {

@@ -107,7 +107,7 @@ pub fn with_journals(world: &mut WorldFile, dir: &Path) -> Result<(), String> {
         let relative = relative_to(dir, &path)?;
         // A torn last line can end inside a character; recovery drops a torn tail whatever
         // its bytes, so an invalid sequence is carried as U+FFFD rather than refused.
-        let text = String::from_utf8_lossy(&read_bytes_bounded(&path)?).into_owned();
+        let text = String::from_utf8_lossy(&read_bytes_capped(&path, JOURNALS_BYTES_MAX)?).into_owned();
         own.files.insert(format!("journals/{relative}"), text);
     }
     Ok(())
@@ -172,13 +172,16 @@ fn read_bounded(path: &Path) -> Result<String, String> {
 /// A file's bytes, at most `OWN_FILE_BYTES_MAX` (the read itself is capped: a device or a file
 /// growing meanwhile reports a size it does not keep to).
 fn read_bytes_bounded(path: &Path) -> Result<Vec<u8>, String> {
+    read_bytes_capped(path, OWN_FILE_BYTES_MAX)
+}
+
+fn read_bytes_capped(path: &Path, cap: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut bytes = Vec::new();
-    file.take(OWN_FILE_BYTES_MAX + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    if bytes.len() as u64 > OWN_FILE_BYTES_MAX {
-        let shown = path.display();
-        return Err(format!("{shown}: over the {OWN_FILE_BYTES_MAX} bytes a world's file may have; make it smaller"));
+    file.take(cap + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > cap {
+        return Err(format!("{}: over the {cap} bytes the simulator reads of one file", path.display()));
     }
     Ok(bytes)
 }
