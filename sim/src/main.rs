@@ -2,8 +2,9 @@
 //!
 //!   warden-sim run --seed 7 [--check-determinism] [--canary lying-fsync|ignore-idempotency-keys]
 //!   warden-sim explore --seeds 0..10000 [--canary ...] [--expect-violation] [--out scenarios/found] [--json FILE]
+//!   warden-sim explore --manifest path/to/manifest.json [--from-journals DIR] --seeds 0..1000
 //!   warden-sim replay scenarios/crash-after-settle.json
-//!   warden-sim timeline --seed 7 > run.html
+//!   warden-sim timeline --seed 7 > run.html   (or --scenario FILE)
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
