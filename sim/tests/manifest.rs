@@ -2,8 +2,10 @@
 //! bundled examples as shipped come out clean (no violation, no finding); a copy of the shop
 //! without `once` is told that a resent call refunded one order twice, naming `once`; a copy
 //! whose refunds carry no idempotency key is told that a refund in doubt waited for a person,
-//! naming `idempotency_key`. Item 2: `--from-journals` starts every seed from the journals a
-//! real `kill -9` of the support desk left (`scripts/killed-journals.sh` makes them).
+//! naming `idempotency_key`; a copy whose program refunds before it reads the intent is told that
+//! the payment service refused a refund of more than was paid, with the seed's scenario. Item 2:
+//! `--from-journals` starts every seed from the journals a real `kill -9` of the support desk
+//! left (`scripts/killed-journals.sh` makes them).
 
 use std::path::{Path, PathBuf};
 
@@ -33,11 +35,15 @@ fn sweep_world(world: &warden_faults::WorldFile) -> Vec<Report> {
 
 /// A private copy of the shop example with `edit` applied to its manifest's text.
 fn shop_edited(edit: impl Fn(String) -> String) -> tempfile::TempDir {
+    shop_with(edit, |program| program)
+}
+
+/// A private copy of the shop example with its manifest's and its program's texts edited.
+fn shop_with(manifest: impl Fn(String) -> String, program: impl Fn(String) -> String) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for file in ["manifest.json", "refund.star"] {
+    for (file, edit) in [("manifest.json", &manifest as &dyn Fn(String) -> String), ("refund.star", &program)] {
         let text = std::fs::read_to_string(example("shop").join(file)).unwrap();
-        let text = if file == "manifest.json" { edit(text) } else { text };
-        std::fs::write(dir.path().join(file), text).unwrap();
+        std::fs::write(dir.path().join(file), edit(text)).unwrap();
     }
     dir
 }
@@ -87,6 +93,33 @@ fn refunds_without_an_idempotency_key_are_told_to_wait_for_a_person() {
     assert_eq!(finding.tool, "refund_order");
     assert!(finding.message.contains("may have happened"), "{}", finding.message);
     assert!(finding.message.contains(r#"`"idempotency_key": true` on its grant"#), "{}", finding.message);
+}
+
+/// The shop's program with its body replaced: it refunds at once, before reading the intent
+/// (whether it exists, what was paid on it) and narrowing its grant to it.
+fn refunding_before_reading(program: String) -> String {
+    let (docstring, _) = program.split_once("    intent = ").expect("the shop reads the intent first");
+    format!(
+        "{docstring}    refund = pay.refund(order, amount)\n    if refund.get(\"status\") != 200:\n        \
+         fail(\"the payment provider refused the refund: %s\" % refund.get(\"body\", refund.get(\"error\")))\n    \
+         return {{\"order\": order, \"refund\": refund[\"json\"][\"id\"]}}\n"
+    )
+}
+
+#[test]
+fn a_shop_refunding_before_it_reads_the_intent_is_told_the_service_refused_a_refund() {
+    let copy = shop_with(|manifest| manifest, refunding_before_reading);
+    let reports = sweep(&copy.path().join("manifest.json"));
+    let found = reports.iter().flat_map(|report| report.findings.iter().map(move |finding| (report.seed, finding)));
+    let (seed, finding) = found.clone().find(|(_, finding)| finding.kind == "refused by the service").expect("found");
+    assert_eq!(finding.tool, "refund_order");
+    assert!(finding.message.contains("greater than the amount paid"), "{}", finding.message);
+    assert!(finding.message.contains("read what it acts on"), "{}", finding.message);
+    assert!(reports.iter().all(|report| report.violations.is_empty()), "a finding is not a violation of Warden's");
+    // The finding comes with its seed's scenario: replayed, it finds the same.
+    let scenario = warden_sim::plan::plan_in(seed, Some(&own::load(&copy.path().join("manifest.json")).unwrap()));
+    let replayed = warden_sim::sweep::simulate(&scenario);
+    assert!(replayed.findings.iter().any(|finding| finding.kind == "refused by the service"), "seed {seed}");
 }
 
 #[test]

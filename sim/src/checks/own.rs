@@ -1,10 +1,12 @@
 //! Findings about an operator's own configuration (`explore --manifest`): not broken
 //! invariants of Warden's, but what its settings let happen, with the setting that prevents
-//! it named. Two kinds:
+//! it named. Three kinds:
 //! - `done twice`: one request's effect (a refund of one order, one HTTP write) made by two
 //!   runs, as a call sent again starts a second run when its tool has no `once`;
 //! - `waited for a person`: a run stopped on an action in doubt that was not safe to send
-//!   again (a write without an idempotency key).
+//!   again (a write without an idempotency key);
+//! - `refused by the service`: a write the service refused on its own account (not a fault),
+//!   as a program that sends before it reads what it acts on does.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,6 +27,7 @@ pub fn findings(world: &World, log: &[(u64, String)]) -> Vec<Finding> {
         .unwrap_or(Value::Null);
     let mut found = done_twice(world, &manifest);
     found.extend(waited_for_a_person(log));
+    found.extend(refused_by_the_service(world, &manifest));
     let mut seen = BTreeSet::new();
     found.retain(|finding| seen.insert((finding.kind, finding.tool.clone())));
     found
@@ -136,6 +139,35 @@ fn tools_reaching(manifest: &Value, kind: &str) -> BTreeSet<String> {
         })
         .filter_map(|tool| tool["name"].as_str().map(str::to_string))
         .collect()
+}
+
+/// Writes a service refused on its own account: the program sent what the service could not
+/// do, where reading first (and narrowing its grant to what it read) fails the call before
+/// anything is sent.
+fn refused_by_the_service(world: &World, manifest: &Value) -> Vec<Finding> {
+    let journals = World::path("journals");
+    let state = check::ledger_state(&world.disk, &journals).ok();
+    let tool_of = |run: &str| state.as_ref().and_then(|state| state.run(run)).map(|entry| entry.tool.clone());
+    let refused = world.services.refused.borrow();
+    let mut found = Vec::new();
+    for refusal in refused.iter() {
+        let tools: BTreeSet<String> = match refusal.key.as_deref().and_then(run_of_key).and_then(tool_of) {
+            Some(tool) => BTreeSet::from([tool]),
+            None => tools_reaching(manifest, "refund"),
+        };
+        for tool in tools {
+            let message = format!(
+                "{} sent by `{tool}` was refused by the service: {}. The program sent it without checking first: read \
+                 what it acts on (the payment intent: that it exists, what was paid, in which currency) and narrow \
+                 its grant to what it read (`pay.narrow(only = [order], max = paid)`), so a call the service would \
+                 refuse fails before anything is sent",
+                refusal.what,
+                shown(&refusal.answer)
+            );
+            found.push(Finding { tool, kind: "refused by the service", message });
+        }
+    }
+    found
 }
 
 /// Runs that stopped on an action in doubt that was not safe to send again, from the

@@ -55,6 +55,18 @@ pub enum NetFault {
     Slow(u64),
 }
 
+/// A write a service refused on its own account (not a fault): in an operator's world, a
+/// refund of an intent the payment API does not know, or of more than was paid on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The idempotency key the request carried, which names its run when Warden made it.
+    pub key: Option<String>,
+    /// What was asked: `a refund of <intent>`.
+    pub what: String,
+    /// The service's answer, as its status and error message.
+    pub answer: String,
+}
+
 /// One effect the outside world really saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Effect {
@@ -112,6 +124,8 @@ pub struct Services {
     /// Effects made before the simulation began, by signature (`truth::signature`): the
     /// writes done in the journals a world starts from (`--from-journals`).
     pub inherited: RefCell<BTreeMap<String, u32>>,
+    /// The writes a service refused on its own account, in an operator's world.
+    pub refused: RefCell<Vec<Refused>>,
 }
 
 fn response(status: u16, body: Value) -> HttpResponse {
@@ -216,12 +230,9 @@ impl Services {
         response(404, json!({"error": "no such endpoint"}))
     }
 
-    /// A payment intent by id: the services' own, and in an operator's world any other id
-    /// too (paid 50.00 in USD), but one that says it is missing.
+    /// A payment intent by id (`paid_on`).
     fn intent(&self, id: &str) -> HttpResponse {
-        let known = self.intents.borrow().get(id).cloned();
-        let own = (self.own_world.get() && !id.contains("missing")).then(|| (5000, "usd".to_string()));
-        match known.or(own) {
+        match self.paid_on(id) {
             Some((amount, currency)) => {
                 response(200, json!({"id": id, "amount": amount, "currency": currency, "status": "succeeded"}))
             }
@@ -240,6 +251,9 @@ impl Services {
         let form: BTreeMap<String, String> = form_urlencoded::parse(&request.body).into_owned().collect();
         let minor: i64 = form.get("amount").and_then(|a| a.parse().ok()).unwrap_or(0);
         let intent = form.get("payment_intent").cloned().unwrap_or_default();
+        if let Some(answer) = self.refund_refused(&intent, minor, key.as_deref()) {
+            return answer;
+        }
         let number = self.effects.borrow().len();
         self.effects.borrow_mut().push(Effect {
             kind: "refund".into(),
@@ -255,6 +269,46 @@ impl Services {
             self.idempotency.borrow_mut().insert(key, answer.clone());
         }
         answer
+    }
+
+    /// In an operator's world, a refund the payment API refuses as Stripe does: of an intent
+    /// it does not know (404), or of more than was paid on it (400). Refused once per key.
+    fn refund_refused(&self, intent: &str, minor: i64, key: Option<&str>) -> Option<HttpResponse> {
+        if !self.own_world.get() {
+            return None;
+        }
+        let paid = self.paid_on(intent);
+        let (status, message) = match paid {
+            None => (404, format!("No such payment_intent: '{intent}'")),
+            Some((paid, _)) if minor > paid => {
+                (400, format!("Refund amount ({minor}) is greater than the amount paid on {intent} ({paid})"))
+            }
+            Some(_) => return None,
+        };
+        let answer = response(status, json!({"error": {"type": "invalid_request_error", "message": message}}));
+        let what = format!("a refund of {intent}");
+        self.refused.borrow_mut().push(Refused {
+            key: key.map(str::to_string),
+            what,
+            answer: format!("{status} {message}"),
+        });
+        if let Some(key) = key {
+            self.idempotency.borrow_mut().insert(key.to_string(), answer.clone());
+        }
+        Some(answer)
+    }
+
+    /// What was paid on an intent: the services' own, and in an operator's world any other
+    /// id too (from 1.00 to 50.00 USD, as its id's hash says: orders differ in size), but one
+    /// that says it is missing.
+    fn paid_on(&self, id: &str) -> Option<(i64, String)> {
+        let known = self.intents.borrow().get(id).cloned();
+        let fnv1a = id
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3));
+        let paid = 100 * (1 + (fnv1a % 50) as i64);
+        let own = (self.own_world.get() && !id.contains("missing")).then(|| (paid, "usd".to_string()));
+        known.or(own)
     }
 
     /// An operator's world: the payments API and the model by their paths on any host; any

@@ -21,6 +21,9 @@ pub const OWN_SECRET_PREFIX: &str = "SimOwnSecret";
 /// The most argument sets the client picks from for one tool.
 const EXAMPLES_PER_TOOL: usize = 6;
 
+/// The variation of a text example that names something not there (`vary`).
+const MISSING_VARIANT: usize = EXAMPLES_PER_TOOL - 1;
+
 /// Reads the operator's world from `manifest_path`: every problem names its file.
 pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
     let text = read_bounded(manifest_path)?;
@@ -288,10 +291,13 @@ fn example_in(description: &str) -> Option<Value> {
     values.next()?.ok()
 }
 
-/// An example, or a variation of it: the same shape, with another number or suffix.
+/// An example, or a variation of it: the same shape, with another number or suffix. The last
+/// variation of a text names something that is not there (the payment API knows no intent
+/// whose id says `missing`), as a model's guess at an id can.
 fn vary(example: Value, variant: usize) -> Value {
     match (example, variant) {
         (example, 0) => example,
+        (Value::String(text), MISSING_VARIANT) => json!(format!("{text}_missing")),
         (Value::String(text), n) => json!(format!("{text}{n}")),
         (Value::Number(number), n) => json!(number.as_i64().unwrap_or(1).saturating_add(n as i64)),
         (Value::Object(mut object), n) => {
@@ -343,6 +349,7 @@ mod tests {
             examples[2],
             json!({"order": "pi_3Mtw2", "amount": {"amount": "12.14", "currency": "USD"}, "count": 3})
         );
+        assert_eq!(examples[MISSING_VARIANT]["order"], json!("pi_3Mtw_missing"), "the last names no intent");
     }
 
     #[test]
