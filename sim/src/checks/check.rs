@@ -9,6 +9,7 @@ use warden::base::layout::RunFiles;
 use warden::store::journal::Journal;
 use warden::store::ledger::{self, RunPhase, State, LEDGER_FILE};
 
+use crate::checks::ledger_reader;
 use crate::env::disk::SimDisk;
 use crate::report::Violation;
 
@@ -16,11 +17,27 @@ fn violation(invariant: u8, message: String) -> Violation {
     Violation { invariant, message }
 }
 
-/// The ledger as it is on the disk now (a torn tail dropped, as recovery would).
+/// The ledger as it is on the disk now (a torn tail dropped, as recovery would), read by the
+/// server's reader and by the checker's own (`ledger_reader`): they must agree.
 pub fn ledger_state(disk: &SimDisk, journals: &Path) -> Result<State, Violation> {
     let file = journals.join(LEDGER_FILE);
     let bytes = disk.peek(&file).unwrap_or_default();
-    ledger::parse(&file, &bytes).map(|(state, _)| state).map_err(|e| violation(6, e.to_string()))
+    let server = ledger::parse(&file, &bytes).map(|(state, _)| state);
+    match (server, ledger_reader::read(&bytes)) {
+        (Ok(state), Ok(read)) => match read.disagreement(&state) {
+            None => Ok(state),
+            Some(difference) => {
+                Err(violation(6, format!("the server's ledger reader and the checker's differ: {difference}")))
+            }
+        },
+        (Err(damage), Err(_)) => Err(violation(6, damage.to_string())),
+        (Ok(_), Err(problem)) => {
+            Err(violation(6, format!("the server reads a ledger the checker finds damaged at {problem}")))
+        }
+        (Err(damage), Ok(_)) => {
+            Err(violation(6, format!("the server refuses a ledger the checker reads whole: {damage}")))
+        }
+    }
 }
 
 pub fn journal(disk: &SimDisk, journals: &Path, tool: &str, run: &str) -> Option<Result<Journal, String>> {
