@@ -25,7 +25,7 @@ pub fn ledger_state(disk: &SimDisk, journals: &Path) -> Result<State, Violation>
     let server = ledger::parse(&file, &bytes).map(|(state, _)| state);
     match (server, ledger_reader::read(&bytes)) {
         (Ok(state), Ok(read)) => match read.disagreement(&state) {
-            None => Ok(state),
+            None => Ok(with_dropped_runs(disk, &file, state)),
             Some(difference) => {
                 Err(violation(6, format!("the server's ledger reader and the checker's differ: {difference}")))
             }
@@ -40,9 +40,37 @@ pub fn ledger_state(disk: &SimDisk, journals: &Path) -> Result<State, Violation>
     }
 }
 
+/// The state with the ended runs compaction dropped from the ledger, as the file held them
+/// before: the checker remembers what retention forgets, since an answer it judges or an
+/// effect a service saw may come from a run settled longer ago than `server.keep`.
+fn with_dropped_runs(disk: &SimDisk, file: &Path, mut state: State) -> State {
+    let earlier_versions = disk.unlinked(file);
+    if earlier_versions.is_empty() {
+        return state;
+    }
+    for bytes in earlier_versions {
+        let Ok((earlier, _)) = ledger::parse(file, &bytes) else { continue };
+        for (run, entry) in earlier.runs.into_iter().filter(|(_, entry)| !entry.is_open()) {
+            state.runs.entry(run).or_insert(entry);
+        }
+    }
+    // A compacted ledger numbers its reserves afresh: order them all again by their stamps,
+    // which never go back (a later reserve is stamped no earlier than any event before it).
+    let mut order: Vec<(u64, bool, u64, String)> = (state.runs.values())
+        .map(|entry| (entry.reserved_at_ms, !entry.is_open(), entry.sequence, entry.run.clone()))
+        .collect();
+    order.sort();
+    for (sequence, (.., run)) in order.into_iter().enumerate() {
+        state.runs.get_mut(&run).expect("a run just listed").sequence = sequence as u64;
+    }
+    state
+}
+
+/// A run's journal: on the disk, or as it was when retention deleted it.
 pub fn journal(disk: &SimDisk, journals: &Path, tool: &str, run: &str) -> Option<Result<Journal, String>> {
     let path = RunFiles::new(journals, tool, run).journal;
-    disk.peek(&path).map(|bytes| Journal::parse(&path, &bytes))
+    let bytes = disk.peek(&path).or_else(|| disk.unlinked(&path).pop())?;
+    Some(Journal::parse(&path, &bytes))
 }
 
 /// Invariants 3 and 6 at rest (no server running, or between calls): one reserve per run is

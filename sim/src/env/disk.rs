@@ -54,6 +54,9 @@ struct State {
     dirs: BTreeSet<PathBuf>,
     durable_dirs: BTreeSet<PathBuf>,
     locks: LockTable,
+    /// The inodes a name held before `remove` or a `rename` over it unlinked them, oldest
+    /// first (an inode is never reused, so its contents stay as they were).
+    unlinked: BTreeMap<PathBuf, Vec<usize>>,
 }
 
 /// The locks held, by path, each with the number of the taking that holds it. Shared with
@@ -224,6 +227,14 @@ impl SimDisk {
     pub fn peek(&self, path: &Path) -> Option<Vec<u8>> {
         let state = self.state.borrow();
         state.names.get(path).map(|&i| state.inodes[i].current.clone())
+    }
+
+    /// What `path` held before each `remove` or `rename` over it, oldest first: the checker
+    /// remembers what retention deleted and compaction dropped (`checks::check`).
+    pub fn unlinked(&self, path: &Path) -> Vec<Vec<u8>> {
+        let state = self.state.borrow();
+        let inodes = state.unlinked.get(path).into_iter().flatten();
+        inodes.map(|&inode| state.inodes[inode].current.clone()).collect()
     }
 
     /// How many leading bytes of `path` would survive a crash now: 0 unless its name and
@@ -507,7 +518,9 @@ impl Disk for SimDiskHandle {
         let mut state = self.0.state.borrow_mut();
         let result = match state.names.remove(from) {
             Some(inode) => SimDisk::parent_exists(&state, to).map(|()| {
-                state.names.insert(to.to_path_buf(), inode);
+                if let Some(replaced) = state.names.insert(to.to_path_buf(), inode) {
+                    state.unlinked.entry(to.to_path_buf()).or_default().push(replaced);
+                }
             }),
             None => Err(SimDisk::not_found(from)),
         };
@@ -519,7 +532,11 @@ impl Disk for SimDiskHandle {
             return pending_forever();
         }
         let mut state = self.0.state.borrow_mut();
-        self.0.complete(state.names.remove(path).map(|_| ()).ok_or_else(|| SimDisk::not_found(path)))
+        let removed = state.names.remove(path);
+        if let Some(inode) = removed {
+            state.unlinked.entry(path.to_path_buf()).or_default().push(inode);
+        }
+        self.0.complete(removed.map(|_| ()).ok_or_else(|| SimDisk::not_found(path)))
     }
 
     fn create_dir_all(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
