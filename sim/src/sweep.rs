@@ -23,6 +23,8 @@ use crate::report::{Report, Violation};
 use crate::workload::client::{generated_call, workload_call, Client};
 use crate::workload::fixture::{install, SECRETS};
 use crate::workload::operator::{operator, resolved_runs_moved_on, waiting_records};
+use serde_json::Value;
+use warden::base::layout::RunFiles;
 use warden::run::store::FatalCause;
 use warden::store::ledger::QuotaLimit;
 
@@ -827,6 +829,7 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
     if let Ok(state) = check::ledger_state(&world.disk, &journals) {
         report.violations.extend(answers_backed_by_settled_runs(client, &state));
         report.violations.extend(runs_are_their_callers(world, limits, client, &state));
+        report.violations.extend(repeats_get_their_runs_answer(world, client, &state));
     }
     report.violations.extend(no_secret_written(world, client));
 }
@@ -870,6 +873,44 @@ fn answers_backed_by_settled_runs(client: &Client, state: &State) -> Vec<Violati
                 invariant: 7,
                 message: format!("call {id} was answered from run {run}, which the ledger holds as {other:?}"),
             }),
+        }
+    }
+    found
+}
+
+/// 3 (seed 000 section 5): a `once` repeat of a settled run gets that run's answer. Every
+/// answer naming a settled run says the same; and a repeat is never told the run's journal is
+/// no longer kept while the journal is still on the disk (retention only deletes).
+fn repeats_get_their_runs_answer(world: &World, client: &Client, state: &State) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut first_answer: BTreeMap<&str, (i64, Value)> = BTreeMap::new();
+    for (id, run) in &client.answered_by {
+        let Some(answer) = client.answers.get(id) else { continue };
+        let settled = matches!(state.run(run).map(|entry| &entry.phase), Some(RunPhase::Settled { .. }));
+        // An answer from a run's end names its outcome (others: waiting, interrupted).
+        let ended = !answer["_meta"][warden::call::answer::META_RUN]["outcome"].is_null();
+        if !settled || !ended {
+            continue;
+        }
+        let said = json!([answer["content"], answer["structuredContent"], answer["isError"]]);
+        match first_answer.get(run.as_str()) {
+            Some((first, earlier)) if earlier != &said => found.push(Violation {
+                invariant: 3,
+                message: format!("calls {first} and {id} were both answered from run {run}, differently"),
+            }),
+            Some(_) => {}
+            None => _ = first_answer.insert(run, (*id, said)),
+        }
+    }
+    for (id, answer) in &client.answers {
+        let text = answer["content"][0]["text"].as_str().unwrap_or_default();
+        let Some(run) = text.strip_prefix("run ").and_then(|rest| rest.split(' ').next()) else { continue };
+        let Some(entry) = state.run(run).filter(|_| text.contains("its journal is no longer kept")) else { continue };
+        if world.disk.peek(&RunFiles::new(&World::path("journals"), &entry.tool, run).journal).is_some() {
+            found.push(Violation {
+                invariant: 3,
+                message: format!("call {id} was told run {run}'s journal is no longer kept, and it is on the disk"),
+            });
         }
     }
     found
