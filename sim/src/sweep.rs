@@ -902,6 +902,7 @@ fn repeats_get_their_runs_answer(world: &World, client: &Client, state: &State) 
             None => _ = first_answer.insert(run, (*id, said)),
         }
     }
+    found.extend(repeats_keep_their_runs_arguments(client));
     for (id, answer) in &client.answers {
         let text = answer["content"][0]["text"].as_str().unwrap_or_default();
         let Some(run) = text.strip_prefix("run ").and_then(|rest| rest.split(' ').next()) else { continue };
@@ -910,6 +911,40 @@ fn repeats_get_their_runs_answer(world: &World, client: &Client, state: &State) 
             found.push(Violation {
                 invariant: 3,
                 message: format!("call {id} was told run {run}'s journal is no longer kept, and it is on the disk"),
+            });
+        }
+    }
+    found
+}
+
+/// 3 (seed 000 section 5): a call answered from a run another call made repeated that call's
+/// arguments, and a call refused for differing from a run's arguments differed from them.
+fn repeats_keep_their_runs_arguments(client: &Client) -> Vec<Violation> {
+    let made_by: BTreeMap<&str, i64> =
+        client.runs.iter().flat_map(|(id, runs)| runs.iter().map(move |run| (run.as_str(), *id))).collect();
+    let arguments_of = |id: &i64| client.arguments.get(id).unwrap_or(&Value::Null);
+    let mut found = Vec::new();
+    for (id, run) in &client.answered_by {
+        let Some(maker) = made_by.get(run.as_str()).filter(|maker| *maker != id) else { continue };
+        if arguments_of(id) != arguments_of(maker) {
+            found.push(Violation {
+                invariant: 3,
+                message: format!("call {id} was answered from run {run}, which call {maker} made with other arguments"),
+            });
+        }
+    }
+    for (id, answer) in &client.answers {
+        let text = answer["content"][0]["text"].as_str().unwrap_or_default();
+        let Some(rest) = text.strip_prefix("refused: run ").filter(|_| text.contains("with different arguments"))
+        else {
+            continue;
+        };
+        let run = rest.split(' ').next().unwrap_or_default();
+        let Some(maker) = made_by.get(run) else { continue };
+        if arguments_of(id) == arguments_of(maker) {
+            found.push(Violation {
+                invariant: 3,
+                message: format!("call {id} was refused for differing from run {run}'s arguments, which it repeats"),
             });
         }
     }

@@ -48,6 +48,8 @@ pub struct Client {
     /// id -> the run an answer names (`_meta["dev.warden/run"]`): a `once` repeat's is the
     /// earlier run's.
     pub answered_by: BTreeMap<i64, String>,
+    /// id -> the arguments each call was sent with (a retry's are its call's).
+    pub arguments: BTreeMap<i64, Value>,
     /// Events of retries sent, for the report at the next read.
     pub pending_events: Vec<(u64, String, String)>,
 }
@@ -131,6 +133,7 @@ impl Client {
         let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": meta}});
         self.unanswered.insert(id, message.clone());
         self.tools.insert(id, tool.to_string());
+        self.arguments.insert(id, message["params"]["arguments"].clone());
         message
     }
 
@@ -405,6 +408,7 @@ impl Client {
         retry["params"]["_meta"]["progressToken"] = json!(id);
         let tool = call["params"]["name"].as_str().unwrap_or_default().to_string();
         self.tools.insert(id, tool);
+        self.arguments.insert(id, retry["params"]["arguments"].clone());
         self.unanswered.insert(id, retry.clone());
         self.rounds.entry(round.clone()).or_default().sent.push(id);
         let asked_at = self.sent.get(&original).map_or(now, |(_, at)| *at);
