@@ -544,7 +544,15 @@ impl Sim<'_> {
             None => workload_call(&mut self.draws.calls, &mut self.client, index, scenario.tools.as_ref()),
         };
         instance.send(&message);
-        self.client.sent_now(message["id"].as_i64().unwrap_or(0), self.world.clock.now());
+        let id = message["id"].as_i64().unwrap_or(0);
+        self.client.sent_now(id, self.world.clock.now());
+        let tool = message["params"]["name"].as_str().unwrap_or_default();
+        if self.limits.get(tool).is_some_and(|limits| limits.once_keep_ms.is_some()) {
+            let ledger = World::path("journals").join(warden::store::ledger::LEDGER_FILE);
+            let bytes = self.world.disk.peek(&ledger).unwrap_or_default();
+            let durable = &bytes[..self.world.disk.surviving_len(&ledger).min(bytes.len())];
+            self.client.sent_floor.insert(id, crate::checks::ledger_reader::latest_stamp(durable));
+        }
         message
     }
 
@@ -830,6 +838,7 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
         report.violations.extend(answers_backed_by_settled_runs(client, &state));
         report.violations.extend(runs_are_their_callers(world, limits, client, &state));
         report.violations.extend(repeats_get_their_runs_answer(world, client, &state));
+        report.violations.extend(repeats_within_once_keep(limits, client, &state));
     }
     report.violations.extend(no_secret_written(world, client));
 }
@@ -911,6 +920,31 @@ fn repeats_get_their_runs_answer(world: &World, client: &Client, state: &State) 
             found.push(Violation {
                 invariant: 3,
                 message: format!("call {id} was told run {run}'s journal is no longer kept, and it is on the disk"),
+            });
+        }
+    }
+    found
+}
+
+/// 3 (seed 000 section 5): a `once` key stops holding `keep` after its run ends, so a call is
+/// not answered from a run whose key had expired by the time it was sent. That time is the
+/// checker's own lower bound on the server's: the latest stamp of the ledger's durable bytes
+/// then (the server decides no earlier, whatever its wall clock does; `sent_floor`).
+fn repeats_within_once_keep(limits: &BTreeMap<String, ToolLimits>, client: &Client, state: &State) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for (id, run) in &client.answered_by {
+        let (Some(&sent), Some(entry)) = (client.sent_floor.get(id), state.run(run)) else { continue };
+        let RunPhase::Settled { at_ms: settled, .. } = entry.phase else { continue };
+        let Some(keep) = limits.get(&entry.tool).and_then(|tool| tool.once_keep_ms) else { continue };
+        let made_here = client.runs.get(id).is_some_and(|runs| runs.contains(run));
+        let expired_at = settled.saturating_add(keep);
+        if !made_here && !client.retries.contains_key(id) && sent >= expired_at {
+            found.push(Violation {
+                invariant: 3,
+                message: format!(
+                    "call {id} was answered from run {run}, whose `once` key expired {} ms before it was sent",
+                    sent - expired_at
+                ),
             });
         }
     }

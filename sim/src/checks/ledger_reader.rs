@@ -56,6 +56,18 @@ pub fn read(bytes: &[u8]) -> Result<ReadLedger, String> {
     Ok(ledger)
 }
 
+/// The latest stamp among the whole, sound lines of `bytes` (0 when none): a server that
+/// read this ledger stamps nothing earlier, and decides nothing at an earlier time.
+pub fn latest_stamp(bytes: &[u8]) -> u64 {
+    let whole = &bytes[..bytes.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1)];
+    whole
+        .split(|&b| b == b'\n')
+        .filter_map(|line| record_of(line).ok())
+        .filter_map(|r| r["at_ms"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
 /// The JSON a record line holds, its sum checked.
 fn record_of(line: &[u8]) -> Result<Value, String> {
     let text = std::str::from_utf8(line).map_err(|_| "not UTF-8")?;

@@ -50,6 +50,9 @@ pub struct Client {
     pub answered_by: BTreeMap<i64, String>,
     /// id -> the arguments each call was sent with (a retry's are its call's).
     pub arguments: BTreeMap<i64, Value>,
+    /// id -> the latest stamp of the durable ledger when each call of a tool with `once` was
+    /// first sent: the time its admission decides at is no earlier.
+    pub sent_floor: BTreeMap<i64, u64>,
     /// Events of retries sent, for the report at the next read.
     pub pending_events: Vec<(u64, String, String)>,
 }
