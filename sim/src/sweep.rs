@@ -699,7 +699,7 @@ impl Sim<'_> {
         self.report.log.extend(instance.log_timed());
         drop(instance);
         if self.world.services.own_world.get() {
-            self.report.findings = crate::checks::own::findings(self.world, &self.report.log);
+            self.report.findings = crate::checks::own::findings(self.world, &self.report.log, self.limits);
             self.report.tool_outcomes = crate::checks::own::tool_outcomes(&self.client.tools, &self.client.answers);
         }
         self.report.journals = kept_journals(self.world);

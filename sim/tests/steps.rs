@@ -78,7 +78,7 @@ fn crash_after(seed: u64, point: Point) -> (Option<Value>, Value, World) {
 }
 
 fn runs_of(world: &World) -> Vec<(String, RunPhase)> {
-    let state = check::ledger_state(&world.disk, &journals()).unwrap();
+    let state = check::ledger_file_state(&world.disk, &journals()).unwrap();
     let mut runs: Vec<_> = state.runs.values().map(|e| (e.sequence, e.run.clone(), e.phase.clone())).collect();
     runs.sort_by_key(|(sequence, _, _)| *sequence);
     runs.into_iter().map(|(_, run, phase)| (run, phase)).collect()

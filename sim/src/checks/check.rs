@@ -18,14 +18,21 @@ fn violation(invariant: u8, message: String) -> Violation {
 }
 
 /// The ledger as it is on the disk now (a torn tail dropped, as recovery would), read by the
-/// server's reader and by the checker's own (`ledger_reader`): they must agree.
+/// server's reader and by the checker's own (`ledger_reader`), which must agree, with the
+/// runs compaction dropped merged back (`with_dropped_runs`).
 pub fn ledger_state(disk: &SimDisk, journals: &Path) -> Result<State, Violation> {
+    let state = ledger_file_state(disk, journals)?;
+    Ok(with_dropped_runs(disk, &journals.join(LEDGER_FILE), state))
+}
+
+/// The ledger as the file holds it now, without what compaction dropped, read both ways.
+pub fn ledger_file_state(disk: &SimDisk, journals: &Path) -> Result<State, Violation> {
     let file = journals.join(LEDGER_FILE);
     let bytes = disk.peek(&file).unwrap_or_default();
     let server = ledger::parse(&file, &bytes).map(|(state, _)| state);
     match (server, ledger_reader::read(&bytes)) {
         (Ok(state), Ok(read)) => match read.disagreement(&state) {
-            None => Ok(with_dropped_runs(disk, &file, state)),
+            None => Ok(state),
             Some(difference) => {
                 Err(violation(6, format!("the server's ledger reader and the checker's differ: {difference}")))
             }

@@ -12,7 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
+use warden::store::ledger::{RunEntry, RunPhase, State};
+
 use crate::checks::check;
+use crate::checks::limits::ToolLimits;
 use crate::env::services::Effect;
 use crate::env::world::World;
 use crate::report::Finding;
@@ -21,11 +24,11 @@ use crate::report::Finding;
 const SHOWN_MAX: usize = 160;
 
 /// The findings of one seed in an operator's world, one per kind and tool at most.
-pub fn findings(world: &World, log: &[(u64, String)]) -> Vec<Finding> {
+pub fn findings(world: &World, log: &[(u64, String)], limits: &BTreeMap<String, ToolLimits>) -> Vec<Finding> {
     let manifest: Value = (world.disk.peek(&World::path("manifest.json")))
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or(Value::Null);
-    let mut found = done_twice(world, &manifest);
+    let mut found = done_twice(world, &manifest, limits);
     found.extend(waited_for_a_person(log));
     found.extend(refused_by_the_service(world, &manifest));
     let mut seen = BTreeSet::new();
@@ -66,8 +69,10 @@ pub fn never_succeeded(tool: &str, outcome: &crate::report::ToolOutcome) -> Opti
     })
 }
 
-/// Effects made more than once for one request, by more than one run.
-fn done_twice(world: &World, manifest: &Value) -> Vec<Finding> {
+/// Effects made more than once for one request, by more than one run, each run begun while the
+/// `once` key of the run before it held (a run begun after it expired is a new request by the
+/// operator's own `once.keep`).
+fn done_twice(world: &World, manifest: &Value, limits: &BTreeMap<String, ToolLimits>) -> Vec<Finding> {
     let effects = world.services.effects.borrow();
     let mut by_request: BTreeMap<(&str, &str), Vec<&Effect>> = BTreeMap::new();
     for effect in effects.iter().filter(|effect| effect.kind == "refund" || effect.kind == "http") {
@@ -82,6 +87,9 @@ fn done_twice(world: &World, manifest: &Value) -> Vec<Finding> {
         let keyed = made.iter().all(|effect| effect.key.is_some());
         if keyed && runs.len() < 2 {
             continue; // one run's action, sent again with its key: made once by the service
+        }
+        if keyed && state.as_ref().is_some_and(|state| each_begun_after_a_key_expired(state, &runs, limits)) {
+            continue;
         }
         let tools: BTreeSet<String> = match keyed {
             true => runs.iter().filter_map(|run| tool_of(run)).collect(),
@@ -99,6 +107,21 @@ fn done_twice(world: &World, manifest: &Value) -> Vec<Finding> {
     found
 }
 
+/// Whether each of `runs` after the first, in the order they were reserved, began once the run
+/// before it had settled and its tool's `once.keep` had passed.
+fn each_begun_after_a_key_expired(state: &State, runs: &BTreeSet<&str>, limits: &BTreeMap<String, ToolLimits>) -> bool {
+    let mut entries: Vec<&RunEntry> = runs.iter().filter_map(|run| state.run(run)).collect();
+    if entries.len() < runs.len() {
+        return false;
+    }
+    entries.sort_by_key(|entry| entry.reserved_at_ms);
+    entries.windows(2).all(|pair| {
+        let RunPhase::Settled { at_ms: settled, .. } = pair[0].phase else { return false };
+        let keep = limits.get(&pair[0].tool).and_then(|tool| tool.once_keep_ms);
+        keep.is_some_and(|keep| pair[1].reserved_at_ms >= settled.saturating_add(keep))
+    })
+}
+
 /// The run an idempotency key Warden made names (`warden-<run>-<op>`).
 fn run_of_key(key: &str) -> Option<&str> {
     key.strip_prefix("warden-")?.rsplit_once('-').map(|(run, _)| run)
@@ -114,8 +137,7 @@ fn done_twice_message(tool: &str, what: &str, times: usize, once: Option<&Value>
         ),
         Some(once) => format!(
             "{what} was made {times} times by separate runs of `{tool}`, whose `once` is {once}: the calls differed \
-             in an argument outside `once.by`, or came after `once.keep`; name in `once.by` every argument that \
-             says what the tool acts on"
+             in an argument outside `once.by`; name in `once.by` every argument that says what the tool acts on"
         ),
     }
 }
