@@ -546,3 +546,17 @@ fn an_action_waiting_for_a_verdict_is_never_halted_but_a_sql_write_is() {
     write.target = "UPDATE t SET a = 1".into();
     assert!(matches!(State::from_journal(&journal_of(&write, 1)).unwrap(), State::Halted { .. }));
 }
+
+/// Only a database write records itself in `warden_actions`, so only a write is looked up
+/// there after a crash; a read begun before a crash is sent again (it changes nothing), and
+/// an HTTP action is never looked up in a database (a mutant cargo-mutants found missed:
+/// `&&` read as `||` sent a read to a lookup that could never find it).
+#[test]
+fn a_database_read_begun_before_a_crash_is_sent_again_not_looked_up() {
+    let mut read = action(0, Kind::Sqlite, Method::Query, false);
+    read.target = "SELECT a FROM t".into();
+    assert!(!is_sql_write(&read));
+    assert!(!is_sql_write(&action(0, Kind::HttpPost, Method::Post, false)));
+    let (state, commands) = step(State::InDoubt(read), Event::Resume { at_ms: 1 }).unwrap();
+    assert_eq!((state.name(), kinds(&commands)), ("Begun", vec!["Journal(Resumed)", "Log", "Perform"]));
+}

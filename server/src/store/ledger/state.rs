@@ -483,8 +483,10 @@ mod tests {
         assert_eq!(refused.limit, QuotaLimit::Calls);
         assert!(refused.message.contains("2 calls per 10s"), "{}", refused.message);
         assert!(refused.message.contains("in 9s"), "{}", refused.message);
-        // After the settled run leaves the window, only the open run counts.
-        assert_eq!(state.quota_use("t", 10_000, 12_001, Counting::AllRuns).0, 1);
+        // A window is (now - window, now]: a whole window after its reserve, the settled run
+        // has left it and only the open run counts.
+        assert_eq!(state.quota_use("t", 10_000, 11_999, Counting::AllRuns).0, 2);
+        assert_eq!(state.quota_use("t", 10_000, 12_000, Counting::AllRuns).0, 1);
     }
 
     #[test]
@@ -505,6 +507,87 @@ mod tests {
         state.apply(&Event::Settle { run: "a".into(), at_ms: 1500, charged: vec![], outcome, tokens: 40 }).unwrap();
         assert!(admits(&state, 460).is_ok(), "settled, the run counts the 40 it used");
         assert!(admits(&state, u64::MAX).is_err(), "overflow is over");
+        // As with money, a full quota refuses even a call that asks for nothing, and one
+        // that is not full admits it.
+        assert!(admits(&state, 0).is_ok());
+        let full = reserve("b", 1600, &[]);
+        let Event::Reserve { run, tool, at_ms, calls, money, once, principal, .. } = full else { unreachable!() };
+        state.apply(&Event::Reserve { run, tool, at_ms, calls, money, once, principal, tokens: 460 }).unwrap();
+        assert!(admits(&state, 0).is_err(), "full: 0 more is refused");
+    }
+
+    /// What an append asks before it writes: `check` refuses what `apply` would (a writer never
+    /// writes what its reader refuses), and applies nothing.
+    #[test]
+    fn check_refuses_an_event_out_of_order_or_with_bad_money_and_applies_nothing() {
+        let mut state = State::default();
+        let release = Event::Release { run: "a".into(), at_ms: 3 };
+        assert!(state.check(&release).unwrap_err().contains("has no reserve"));
+        let bad_money = reserve("a", 1, &[("ten", "USD")]);
+        assert!(state.check(&bad_money).unwrap_err().contains("bad money"));
+        assert!(state.apply(&bad_money).unwrap_err().contains("bad money"));
+        state.apply(&reserve("a", 1, &[])).unwrap();
+        assert!(state.check(&reserve("a", 2, &[])).unwrap_err().contains("a second reserve"));
+        state.check(&release).unwrap();
+        assert!(state.run("a").unwrap().is_open(), "checked, not applied");
+        state.apply(&release).unwrap();
+        assert!(state.check(&release).unwrap_err().contains("a second settle or release"));
+    }
+
+    /// A released run never ran: its key goes at once, which admission relies on (a run
+    /// found by its key is never a released one). A settled run holds its key for `keep`.
+    #[test]
+    fn a_released_run_lets_its_once_key_go_and_a_settled_one_holds_it_for_keep() {
+        let mut state = State::default();
+        let keyed = |run: &str, at_ms: u64| {
+            let Event::Reserve { run, tool, calls, money, principal, tokens, .. } = reserve(run, at_ms, &[]) else {
+                unreachable!()
+            };
+            let once = Some(OnceRecord { key: "k".into(), arguments: "x".into() });
+            Event::Reserve { run, tool, at_ms, calls, money, once, principal, tokens }
+        };
+        state.apply(&keyed("a", 1)).unwrap();
+        assert!(matches!(state.once_lookup("k", 100, 2), OnceLookup::Found(entry) if entry.run == "a"));
+        state.apply(&Event::Release { run: "a".into(), at_ms: 3 }).unwrap();
+        assert!(!state.once.contains_key("k"));
+        assert!(matches!(state.once_lookup("k", 100, 3), OnceLookup::None));
+        state.apply(&keyed("b", 4)).unwrap();
+        let outcome = crate::store::journal::RunOutcome::Done;
+        state.apply(&Event::Settle { run: "b".into(), at_ms: 10, charged: vec![], outcome, tokens: 0 }).unwrap();
+        assert!(matches!(state.once_lookup("k", 100, 109), OnceLookup::Found(entry) if entry.run == "b"));
+        assert!(matches!(state.once_lookup("k", 100, 110), OnceLookup::None));
+    }
+
+    #[test]
+    fn compaction_keeps_the_runs_selected_in_ledger_order_and_counts_those_dropped() {
+        let mut state = State::default();
+        for (run, at_ms) in [("c", 1), ("a", 2), ("b", 3)] {
+            state.apply(&reserve(run, at_ms, &[])).unwrap();
+        }
+        state.apply(&Event::Release { run: "a".into(), at_ms: 4 }).unwrap();
+        let (events, dropped) = state.compacted_events(&|entry| entry.is_open());
+        assert_eq!(dropped, 1);
+        assert_eq!(events.iter().map(Event::run).collect::<Vec<_>>(), ["c", "b"]);
+    }
+
+    #[test]
+    fn a_duration_reads_in_its_largest_whole_unit_rounded_up_to_a_minute_past_one() {
+        let cases = [
+            (0, "0s"),
+            (1, "1s"),
+            (59_000, "59s"),
+            (59_001, "1m"),
+            (60_000, "1m"),
+            (90_000, "2m"),
+            (3_600_000, "1h"),
+            (5_400_000, "90m"),
+            (86_400_000, "1d"),
+            (90_000_000, "25h"),
+            (172_800_000, "2d"),
+        ];
+        for (ms, text) in cases {
+            assert_eq!(duration_text(ms), text, "{ms} ms");
+        }
     }
 
     #[test]
