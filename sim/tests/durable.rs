@@ -193,6 +193,27 @@ fn once_repeated_when_done_failed_running_and_with_other_arguments() {
     assert!(violations.is_empty(), "{violations:?}");
 }
 
+/// A settled run's journal whose end was lost to damage (rot, not a crash: the end is durable
+/// before the settle): a once repeat is told the journal cannot be read, and the server keeps
+/// serving (a mutant cargo-mutants found missed took the end for present and panicked).
+#[test]
+fn a_repeat_of_a_settled_run_whose_journal_lost_its_end_is_refused_not_a_panic() {
+    let world = world(11, r#", "once": { "by": ["text"], "keep": "1h" }"#);
+    let instance = world.start("manifest.json");
+    assert_eq!(ask(&instance, &call(1, json!({"text": "a"})))["isError"], json!(false));
+    let run = started(&world)[0].clone();
+    let journal = warden::base::layout::RunFiles::new(&journals(), "echo", &run).journal;
+    let bytes = world.disk.peek(&journal).unwrap();
+    let without_end = &bytes[..bytes[..bytes.len() - 1].iter().rposition(|b| *b == b'\n').unwrap() + 1];
+    world.disk.corrupt(&journal, without_end.to_vec());
+    let repeat = ask(&instance, &call(2, json!({"text": "a"})));
+    assert_eq!(repeat["isError"], json!(true), "{repeat}");
+    assert!(text(&repeat).contains(&format!("run {run} already did this operation; its journal holds no answer")));
+    assert!(instance.log().iter().any(|line| line.contains("holds no end record")), "{:?}", instance.log());
+    assert!(instance.exited().is_none(), "{:?}", instance.exited());
+    assert_eq!(ask(&instance, &call(3, json!({"text": "b"})))["isError"], json!(false), "still serving");
+}
+
 #[test]
 fn a_hundred_concurrent_calls_against_eight_slots() {
     for seed in 0..5 {

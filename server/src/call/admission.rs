@@ -245,7 +245,14 @@ async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecor
             Ok(Some(journal)) if journal.end.is_some() => {
                 answer(run, journal.end.as_ref().expect("checked"), tool.program.returns_content())
             }
-            Ok(_) => error_result(format!("run {run} already did this operation; its journal is no longer kept")),
+            // The end is durable before the settle: only damage to the journal loses it.
+            Ok(Some(_)) => {
+                runs.env.log(&format!("run {run} is settled, but its journal holds no end record: is it damaged?"));
+                error_result(format!(
+                    "run {run} already did this operation; its journal holds no answer (see the server's log)"
+                ))
+            }
+            Ok(None) => error_result(format!("run {run} already did this operation; its journal is no longer kept")),
             Err(problem) => {
                 runs.env.log(&format!("reading the journal of run {run}: {problem}"));
                 error_result(format!(
@@ -254,5 +261,24 @@ async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecor
             }
         },
         RunPhase::Released { .. } => unreachable!("released runs hold no once key"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot needs room under both limits: the tool's own and the server's (a mutant
+    /// cargo-mutants found missed refused only when both were full).
+    #[test]
+    fn a_slot_needs_room_under_the_tools_limit_and_the_servers() {
+        let slots = Rc::new(Slots::default());
+        let first = slots.take_named("a", 1, 3).expect("room under both");
+        assert!(slots.take_named("a", 1, 3).is_none(), "the tool's limit, the server's not reached");
+        let b = [slots.take_named("b", 5, 3), slots.take_named("b", 5, 3)];
+        assert!(b.iter().all(Option::is_some));
+        assert!(slots.take_named("b", 5, 3).is_none(), "the server's limit, the tool's not reached");
+        drop(first);
+        assert!(slots.take_named("a", 1, 3).is_some(), "a slot given back is free again");
     }
 }
