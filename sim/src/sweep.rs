@@ -889,7 +889,8 @@ fn answers_backed_by_settled_runs(client: &Client, state: &State) -> Vec<Violati
 
 /// 3 (seed 000 section 5): a `once` repeat of a settled run gets that run's answer. Every
 /// answer naming a settled run says the same; and a repeat is never told the run's journal is
-/// no longer kept while the journal is still on the disk (retention only deletes).
+/// no longer kept, or holds no answer, while the journal is still on the disk with its end
+/// (retention only deletes).
 fn repeats_get_their_runs_answer(world: &World, client: &Client, state: &State) -> Vec<Violation> {
     let mut found = Vec::new();
     let mut first_answer: BTreeMap<&str, (i64, Value)> = BTreeMap::new();
@@ -915,11 +916,17 @@ fn repeats_get_their_runs_answer(world: &World, client: &Client, state: &State) 
     for (id, answer) in &client.answers {
         let text = answer["content"][0]["text"].as_str().unwrap_or_default();
         let Some(run) = text.strip_prefix("run ").and_then(|rest| rest.split(' ').next()) else { continue };
-        let Some(entry) = state.run(run).filter(|_| text.contains("its journal is no longer kept")) else { continue };
-        if world.disk.peek(&RunFiles::new(&World::path("journals"), &entry.tool, run).journal).is_some() {
+        let (gone, endless) =
+            (text.contains("its journal is no longer kept"), text.contains("journal holds no answer"));
+        let Some(entry) = state.run(run).filter(|_| gone || endless) else { continue };
+        let path = RunFiles::new(&World::path("journals"), &entry.tool, run).journal;
+        let Some(bytes) = world.disk.peek(&path) else { continue };
+        let has_end = || warden::store::journal::Journal::parse(&path, &bytes).is_ok_and(|j| j.end.is_some());
+        if gone || has_end() {
+            let told = if gone { "is no longer kept" } else { "holds no answer" };
             found.push(Violation {
                 invariant: 3,
-                message: format!("call {id} was told run {run}'s journal is no longer kept, and it is on the disk"),
+                message: format!("call {id} was told run {run}'s journal {told}, and it is on the disk whole"),
             });
         }
     }
