@@ -921,7 +921,7 @@ fn repeats_get_their_runs_answer(world: &World, client: &Client, state: &State) 
         let Some(entry) = state.run(run).filter(|_| gone || endless) else { continue };
         let path = RunFiles::new(&World::path("journals"), &entry.tool, run).journal;
         let Some(bytes) = world.disk.peek(&path) else { continue };
-        let has_end = || warden::store::journal::Journal::parse(&path, &bytes).is_ok_and(|j| j.end.is_some());
+        let has_end = || crate::checks::journal_reader::read(&bytes).is_ok_and(|journal| journal.end.is_some());
         if gone || has_end() {
             let told = if gone { "is no longer kept" } else { "holds no answer" };
             found.push(Violation {

@@ -9,7 +9,7 @@ use warden::base::layout::RunFiles;
 use warden::store::journal::Journal;
 use warden::store::ledger::{self, RunPhase, State, LEDGER_FILE};
 
-use crate::checks::ledger_reader;
+use crate::checks::{journal_reader, ledger_reader};
 use crate::env::disk::SimDisk;
 use crate::report::Violation;
 
@@ -73,11 +73,29 @@ fn with_dropped_runs(disk: &SimDisk, file: &Path, mut state: State) -> State {
     state
 }
 
-/// A run's journal: on the disk, or as it was when retention deleted it.
+/// A run's journal: on the disk, or as it was when retention deleted it, read by the server's
+/// reader and by the checker's own (`journal_reader`), which must agree.
 pub fn journal(disk: &SimDisk, journals: &Path, tool: &str, run: &str) -> Option<Result<Journal, String>> {
     let path = RunFiles::new(journals, tool, run).journal;
     let bytes = disk.peek(&path).or_else(|| disk.unlinked(&path).pop())?;
-    Some(Journal::parse(&path, &bytes))
+    Some(journal_read_both_ways(&path, &bytes))
+}
+
+fn journal_read_both_ways(path: &Path, bytes: &[u8]) -> Result<Journal, String> {
+    let file = path.display();
+    match (Journal::parse(path, bytes), journal_reader::read(bytes)) {
+        (Ok(journal), Ok(read)) => match read.disagreement(&journal) {
+            None => Ok(journal),
+            Some(difference) => {
+                Err(format!("{file}: the server's journal reader and the checker's differ: {difference}"))
+            }
+        },
+        (Err(damage), Err(_)) => Err(damage),
+        (Ok(_), Err(problem)) => {
+            Err(format!("{file}: the server reads a journal the checker finds damaged at {problem}"))
+        }
+        (Err(damage), Ok(_)) => Err(format!("the server refuses a journal the checker reads whole: {damage}")),
+    }
 }
 
 /// Invariants 3 and 6 at rest (no server running, or between calls): one reserve per run is

@@ -68,8 +68,8 @@ pub fn latest_stamp(bytes: &[u8]) -> u64 {
         .unwrap_or(0)
 }
 
-/// The JSON a record line holds, its sum checked.
-fn record_of(line: &[u8]) -> Result<Value, String> {
+/// The JSON a record line holds, its sum checked (journals are framed the same way).
+pub(crate) fn record_of(line: &[u8]) -> Result<Value, String> {
     let text = std::str::from_utf8(line).map_err(|_| "not UTF-8")?;
     let rest = text.strip_prefix(r#"{"sum":""#).ok_or("not a record line")?;
     let (sum, rest) = rest.split_at_checked(16).ok_or("too short")?;
