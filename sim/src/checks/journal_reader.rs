@@ -173,8 +173,40 @@ impl ReadJournal {
             rounds: journal.rounds.iter().map(|round| round.answered.is_some()).collect(),
             end: journal.end.as_ref().map(|end| (end.outcome.to_string(), end.result.clone())),
         };
-        (&server != self).then(|| format!("the server reads {server:?}, the checker {self:?}"))
+        server.first_difference(self)
     }
+
+    /// The first field in which `self` (the server's reading) and `checker` differ, in words.
+    fn first_difference(&self, checker: &ReadJournal) -> Option<String> {
+        if self.run != checker.run {
+            return Some(format!("the server reads the header's run as {:?}, the checker {:?}", self.run, checker.run));
+        }
+        let ops = self.actions.keys().chain(checker.actions.keys());
+        if let Some(op) = ops.copied().find(|op| self.actions.get(op) != checker.actions.get(op)) {
+            let (server, read) = (self.actions.get(&op), checker.actions.get(&op));
+            return Some(format!("action {op}: the server reads {}, the checker {}", state(server), state(read)));
+        }
+        if self.rounds != checker.rounds {
+            return Some(format!(
+                "the server reads rounds {:?}, the checker {:?} (answered or not)",
+                self.rounds, checker.rounds
+            ));
+        }
+        (self.end != checker.end)
+            .then(|| format!("the server reads the end {:?}, the checker {:?}", self.end, checker.end))
+    }
+}
+
+/// An action's state in words, its result shown in full (shortened past 200 characters).
+fn state(action: Option<&ReadAction>) -> String {
+    let text = match action {
+        None => "nothing".to_string(),
+        Some(ReadAction::Begun(_)) => "begun".to_string(),
+        Some(ReadAction::NotHappened(_)) => "resolved as not happened".to_string(),
+        Some(ReadAction::Done { result, happened: false, .. }) => format!("done with {result}"),
+        Some(ReadAction::Done { result, happened: true, .. }) => format!("resolved as happened with {result}"),
+    };
+    text.chars().take(200).collect()
 }
 
 #[cfg(test)]
@@ -187,7 +219,7 @@ mod tests {
     }
 
     fn header() -> Value {
-        json!({"record": "header", "run": "r1", "tool": "t", "binding": {}, "inputs": "x", "at_ms": 1})
+        json!({"record": "header", "run": "r1", "tool": "t", "binding": {"program": "p", "config": "c", "version": "v"}, "inputs": "x", "at_ms": 1})
     }
 
     #[test]
@@ -209,6 +241,19 @@ mod tests {
             ReadAction::Done { action: json!({"a": 1}), result: json!(7), happened: false }
         );
         assert_eq!((journal.rounds, journal.end), (vec![true], Some(("done".into(), Some(Value::Null)))));
+    }
+
+    #[test]
+    fn a_difference_names_the_first_field_in_words() {
+        let begin = json!({"record": "begin", "op": 0, "action": {}});
+        let resolved = json!({"record": "resolved", "op": 0, "happened": true, "result": 1, "at_ms": 2});
+        let bytes = lines(&[header(), begin, resolved]);
+        let read = read(&bytes).unwrap();
+        let mut server = Journal::parse(std::path::Path::new("j"), &bytes).unwrap();
+        assert_eq!(read.disagreement(&server), None);
+        server.ops.insert(0, OpState::Done { action: json!({}), result: json!(1), happened: false });
+        let said = read.disagreement(&server).unwrap();
+        assert_eq!(said, "action 0: the server reads done with 1, the checker resolved as happened with 1");
     }
 
     #[test]
