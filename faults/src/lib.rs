@@ -85,6 +85,11 @@ pub enum Fault {
     /// Before the call, the client sends `calls` status calls at once (a hostile client
     /// flooding the server); their answers are not the workload's.
     Flood { calls: u32 },
+    /// Beside the call, the client sends it twice more as calls the server must refuse before
+    /// anything runs: with one argument more, which is no parameter of the tool, and with a
+    /// string argument replaced by a secret the manifest names. Their answers are not the
+    /// workload's; the checker holds that each was refused and made no run.
+    RefusableCalls,
     /// The client goes away right after sending the call (its stdin closes, writes to it
     /// fail), then connects to a new server and sends again what `once` lets it.
     ClientGone,
@@ -159,6 +164,7 @@ impl Fault {
             Fault::Cancel => "cancellation",
             Fault::Flood { .. } => "a flood of calls",
             Fault::ClientGone => "client gone mid-call",
+            Fault::RefusableCalls => "calls that must be refused",
             Fault::Shutdown { .. } => "a shutdown signal",
             Fault::RotByte { .. } => "a durable byte rots",
             Fault::FlipLedgerRead { .. } => "a flipped byte read",

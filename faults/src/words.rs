@@ -100,6 +100,9 @@ impl fmt::Display for Fault {
             Fault::Cancel => write!(f, "the client cancels the call right after sending it"),
             Fault::Flood { calls } => write!(f, "the client floods the server with {calls} status calls"),
             Fault::ClientGone => write!(f, "the client goes away mid-call, then sends again"),
+            Fault::RefusableCalls => {
+                write!(f, "the client sends the call again with an unknown argument, and with a secret")
+            }
             Fault::Shutdown { after_ms } => write!(f, "a shutdown signal {} after the call", duration(*after_ms)),
             Fault::RotByte { file, at } => write!(f, "a durable byte of {} rots (byte {at})", file.words()),
             Fault::FlipLedgerRead { at } => write!(f, "a read of the ledger returns byte {at} flipped"),

@@ -369,6 +369,8 @@ struct ClientFaults {
     gone: bool,
     /// Status calls sent ahead of the call.
     flood: u32,
+    /// Calls to refuse, sent behind it (`workload/refusable.rs`).
+    refusable: bool,
 }
 
 impl ClientFaults {
@@ -377,6 +379,7 @@ impl ClientFaults {
         self.oversized |= *fault == Fault::OversizedLine;
         self.cancel |= *fault == Fault::Cancel;
         self.gone |= *fault == Fault::ClientGone;
+        self.refusable |= *fault == Fault::RefusableCalls;
         if let Fault::Flood { calls } = *fault {
             self.flood += calls;
         }
@@ -556,8 +559,15 @@ impl Sim<'_> {
         message
     }
 
-    /// The client's own faults on the call just sent: it goes away, or cancels the call.
+    /// The client's own faults on the call just sent: calls made from it that the server must
+    /// refuse, then it goes away, or cancels the call.
     fn client_faults(&mut self, instance: &Instance, faults: &ClientFaults, message: &serde_json::Value) {
+        if faults.refusable {
+            let secret = crate::workload::refusable::manifest_secrets(self.world).into_iter().next();
+            for call in crate::workload::refusable::calls_from(message, secret.as_deref()) {
+                instance.send(&call);
+            }
+        }
         if faults.gone {
             instance.pipe.broken.set(true);
             instance.close_stdin();
@@ -841,6 +851,7 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
         report.violations.extend(repeats_within_once_keep(limits, client, &state));
     }
     report.violations.extend(no_secret_written(world, client));
+    report.violations.extend(crate::workload::refusable::not_refused(&client.refusable_answers));
 }
 
 /// 10 and 3 after the liveness phase: every call was answered, some retry of each input

@@ -97,6 +97,9 @@ const FAULT_KINDS: &[FaultKind] = &[
     FaultKind { draw: |r| Fault::Flood { calls: 10 + pick(r, 60) as u32 }, rarity: 1 },
     // An operator's stop, at some moment of the call (a drain, then a start).
     FaultKind { draw: |r| Fault::Shutdown { after_ms: [0, 10, 100, 1_000, 5_000][pick(r, 5) as usize] }, rarity: 2 },
+    // Calls the server must refuse before running anything (last, so the kinds before it are
+    // switched on for the same seeds as before it was added).
+    FaultKind { draw: |_| Fault::RefusableCalls, rarity: 1 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only
@@ -194,9 +197,12 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::NotifyHangs { times } => world.services.notify_hangs.set(*times),
         Fault::DriftClock { ppm } => world.clock.set_drift_ppm(*ppm),
         Fault::Shutdown { after_ms } => world.services.arm_shutdown(*after_ms),
-        Fault::MalformedLine | Fault::Cancel | Fault::OversizedLine | Fault::ClientGone | Fault::Flood { .. } => {
-            return true
-        }
+        Fault::MalformedLine
+        | Fault::Cancel
+        | Fault::OversizedLine
+        | Fault::ClientGone
+        | Fault::Flood { .. }
+        | Fault::RefusableCalls => return true,
         // Applied by the sweep, which stops the server first (`sweep::rot`).
         Fault::RotByte { .. } => {}
         Fault::FlipLedgerRead { at } => {

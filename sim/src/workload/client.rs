@@ -53,6 +53,8 @@ pub struct Client {
     /// id -> the latest stamp of the durable ledger when each call of a tool with `once` was
     /// first sent: the time its admission decides at is no earlier.
     pub sent_floor: BTreeMap<i64, u64>,
+    /// The answers to the calls the server had to refuse (`refusable.rs`), by id.
+    pub refusable_answers: BTreeMap<String, Value>,
     /// Events of retries sent, for the report at the next read.
     pub pending_events: Vec<(u64, String, String)>,
 }
@@ -196,6 +198,10 @@ impl Client {
                 continue;
             }
             prompt_answered_by_its_program(&message, report);
+            let refusable = message["id"].as_str().filter(|id| id.starts_with(crate::workload::refusable::ID_PREFIX));
+            if let Some(id) = refusable.filter(|_| message.get("result").is_some() || message.get("error").is_some()) {
+                self.refusable_answers.insert(id.to_string(), message.clone());
+            }
             if let Some(id) = message.get("id").and_then(Value::as_i64) {
                 self.answered(id, &message, report, now);
             }

@@ -6,3 +6,4 @@ pub mod fixture;
 pub mod generate;
 pub mod operator;
 pub mod own;
+pub mod refusable;
