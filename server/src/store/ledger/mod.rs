@@ -336,3 +336,29 @@ impl Ledger {
         Ok(dropped)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An event the fold refuses (a second reserve) is named by its line, as a line that
+    /// fails its sum is (a mutant cargo-mutants found missed numbered it wrong).
+    #[test]
+    fn an_event_the_fold_refuses_is_named_by_its_line() {
+        let reserve = Event::Reserve {
+            run: "a".into(),
+            tool: "t".into(),
+            at_ms: 1,
+            calls: 1,
+            money: vec![],
+            once: None,
+            principal: None,
+            tokens: 0,
+        };
+        let mut bytes = record::encode(&reserve);
+        bytes.extend(record::encode(&Event::Release { run: "a".into(), at_ms: 2 }));
+        bytes.extend(record::encode(&reserve));
+        let error = parse(Path::new("server.ledger"), &bytes).map(|_| ()).unwrap_err().to_string();
+        assert!(error.starts_with("server.ledger:3: the ledger is damaged: a second reserve"), "{error}");
+    }
+}
