@@ -264,6 +264,7 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
     let mut report = Report { seed: scenario.seed, calls: scenario.calls, ..Report::default() };
     let world = World::new(scenario.seed);
     install(&world, scenario.world.as_ref(), scenario.canary);
+    *world.probe_watch.borrow_mut() = Some(crate::checks::slots::SlotWatch::for_each_instance(&world));
     report.over_http = world.transport.get() != warden_faults::Transport::Stdio;
     report.with_principals = world.transport.get() == warden_faults::Transport::HttpOauth;
     if let Err(problem) = truth::manifest(&world) {

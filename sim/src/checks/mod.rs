@@ -8,4 +8,5 @@ pub mod journal_reader;
 pub mod ledger_reader;
 pub mod limits;
 pub mod own;
+pub mod slots;
 pub mod truth;

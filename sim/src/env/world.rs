@@ -39,9 +39,19 @@ pub struct Probes {
     pub crashes: RefCell<Vec<Point>>,
 }
 
+/// A check that watches one server instance's probes: the checks room makes one for each
+/// instance (`World::probe_watch`), which this room cannot name.
+pub trait ProbeWatch {
+    fn reached(&self, point: Point, run: &str);
+}
+
+/// Makes a fresh `ProbeWatch` for each instance started.
+pub type ProbeWatchFactory = Box<dyn Fn() -> Box<dyn ProbeWatch>>;
+
 struct SimProbe {
     probes: Rc<Probes>,
     crashed: Rc<Cell<bool>>,
+    watch: Option<Box<dyn ProbeWatch>>,
 }
 
 impl Probe for SimProbe {
@@ -50,6 +60,9 @@ impl Probe for SimProbe {
             return;
         }
         self.probes.seen.borrow_mut().push((point, run.to_string()));
+        if let Some(watch) = &self.watch {
+            watch.reached(point, run);
+        }
         if let Some(at) = self.probes.crash_at.get() {
             let count = self.probes.seen.borrow().iter().filter(|(p, _)| *p == point).count() as u32;
             if at.point == point && at.nth == count {
@@ -89,6 +102,8 @@ pub struct World {
     pub principals: Rc<RefCell<std::collections::BTreeMap<i64, &'static str>>>,
     /// The live server's admin channel, which `warden resolve` beside it reaches.
     pub admin: Rc<crate::env::admin::SimAdmin>,
+    /// What watches each instance's probes, if anything (the sweep's checks).
+    pub probe_watch: RefCell<Option<ProbeWatchFactory>>,
 }
 
 pub struct Instance {
@@ -125,6 +140,7 @@ impl World {
             transport: Cell::new(Transport::Stdio),
             principals: Rc::default(),
             admin: Rc::default(),
+            probe_watch: RefCell::default(),
         }
     }
 
@@ -166,7 +182,11 @@ impl World {
                 crashed: Rc::clone(&self.crashed),
             }),
             process: Rc::new(SimProcess::new(Rc::clone(&self.services))),
-            probe: Rc::new(SimProbe { probes: Rc::clone(&self.probes), crashed: Rc::clone(&self.crashed) }),
+            probe: Rc::new(SimProbe {
+                probes: Rc::clone(&self.probes),
+                crashed: Rc::clone(&self.crashed),
+                watch: self.probe_watch.borrow().as_ref().map(|make| make()),
+            }),
             http,
             admin: Rc::new(crate::env::admin::SimAdminHandle(Rc::clone(&self.admin))),
         }
