@@ -144,6 +144,23 @@ mod tests {
         assert!(parse_file::<Value>(&merged).is_err());
     }
 
+    /// The limits at their edges (mutants cargo-mutants found missed): a line of exactly the
+    /// most bytes is read, one byte more is refused for its length; a line one byte shorter
+    /// than the shortest record line is "too short", and one of that length is not.
+    #[test]
+    fn a_lines_length_is_checked_at_its_edges() {
+        let empty = encode(&json!(""));
+        let padding = RECORD_LINE_BYTES_MAX - (empty.len() - 1);
+        let longest = encode(&json!("x".repeat(padding)));
+        assert_eq!(longest.len() - 1, RECORD_LINE_BYTES_MAX);
+        assert_eq!(decode::<Value>(&longest[..longest.len() - 1]), Ok(json!("x".repeat(padding))));
+        let over = encode(&json!("x".repeat(padding + 1)));
+        assert!(decode::<Value>(&over[..over.len() - 1]).unwrap_err().contains("over the limit"));
+        let shortest = [PREFIX, b"0123456789abcdef".as_slice(), MIDDLE, b"}"].concat();
+        assert_eq!(decode::<Value>(&shortest[..shortest.len() - 1]), Err("record line too short".to_string()));
+        assert_ne!(decode::<Value>(&shortest), Err("record line too short".to_string()));
+    }
+
     #[test]
     fn damage_before_the_tail_names_its_line() {
         let mut bytes = file(&[json!({"a": 1}), json!({"b": 2}), json!({"c": 3})]);
