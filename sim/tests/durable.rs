@@ -275,6 +275,22 @@ fn files_that_are_no_runs_records_do_not_stop_a_start() {
     assert!(instance.exited().is_none(), "{:?}", instance.exited());
 }
 
+/// A tool's folder that cannot be listed (an I/O error, not absence) stops the start naming
+/// it: a run's files recovery could not see would be taken as absent (a mutant cargo-mutants
+/// found missed took every listing error for absence).
+#[test]
+fn a_folder_that_cannot_be_listed_stops_the_start_naming_it() {
+    let world = world(13, "");
+    let setup = world.start("manifest.json");
+    assert_eq!(ask(&setup, &call(1, json!({"text": "a"})))["isError"], json!(false));
+    drop(setup);
+    let run = started(&world)[0].clone();
+    let shard = journals().join("echo").join(&run[..2]);
+    *world.disk.fail_list_containing.borrow_mut() = Some(shard.display().to_string());
+    let refusal = start_refused(&world);
+    assert!(refusal.contains(&format!("{}: cannot list", shard.display())), "{refusal}");
+}
+
 #[test]
 fn an_upgrade_with_an_unfinished_run_refuses_to_start_naming_it() {
     let world = world(7, "");

@@ -95,6 +95,9 @@ pub struct SimDisk {
     pub fail_next_fsync: Cell<bool>,
     /// `exists` of a path containing this text fails with an I/O error (not "absent").
     pub fail_exists_containing: RefCell<Option<String>>,
+    /// `list` of a directory whose path contains this text fails with an I/O error (not
+    /// "absent").
+    pub fail_list_containing: RefCell<Option<String>>,
     /// Shared with the executor: set when a fault crashed the instance.
     pub crashed: Rc<Cell<bool>>,
     /// Counts of injected faults by kind, for the simulator's report.
@@ -161,6 +164,7 @@ impl SimDisk {
             crash_at_operation: Cell::new(None),
             fail_next_fsync: Cell::new(false),
             fail_exists_containing: RefCell::new(None),
+            fail_list_containing: RefCell::new(None),
             crashed,
             injected: RefCell::new(BTreeMap::new()),
             flip_next_read_of: RefCell::new(None),
@@ -555,6 +559,11 @@ impl Disk for SimDiskHandle {
     fn list(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<Vec<String>>> {
         if self.0.crash_now() {
             return pending_forever();
+        }
+        let failing = self.0.fail_list_containing.borrow().clone();
+        if failing.is_some_and(|part| dir.to_string_lossy().contains(part.as_str())) {
+            self.0.count("list failure");
+            return self.0.complete(Err(io::Error::other("simulated I/O error")));
         }
         let state = self.0.state.borrow();
         if !state.dirs.contains(dir) {
