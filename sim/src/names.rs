@@ -51,7 +51,23 @@ pub const OAUTH_ISSUER: &str = "https://issuer.sim";
 
 pub const OAUTH_AUDIENCE: &str = "http://127.0.0.1:8931/mcp";
 
-pub const OAUTH_JWKS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","x":"glTzCnjywYeqn6jxrrMK8mRQlQo3otPeXatBMU8frx8","y":"KhMS3G1XqqOPcwFwU73gVyeKNLXB_M0AlPRGMG4tKc8","kid":"sim","alg":"ES256","use":"sig"}]}"#;
+pub const OAUTH_JWKS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","x":"glTzCnjywYeqn6jxrrMK8mRQlQo3otPeXatBMU8frx8","y":"KhMS3G1XqqOPcwFwU73gVyeKNLXB_M0AlPRGMG4tKc8","kid":"sim","alg":"ES256","use":"sig"},{"kty":"EC","crv":"P-256","x":"WqhzTdg_hZ4CRkbHPI94vCN9gLRjdTuX9yLV8RYYDxw","y":"5dmXN5O6se7lprxoTbZkQL-9-9M-dZoNkKgjU7i8dmY","kid":"sim2","alg":"ES256","use":"sig"}]}"#;
+
+/// A principal whose token grants the scope `other` alone (no tool of a world asks for it),
+/// signed with a second key of the issuer: its calls are the ones a tool's `scopes` refuse.
+pub const UNSCOPED_PRINCIPAL: (&str, &str) = ("carol", "eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCIsImtpZCI6InNpbTIifQ.eyJpc3MiOiJodHRwczovL2lzc3Vlci5zaW0iLCJhdWQiOiJodHRwOi8vMTI3LjAuMC4xOjg5MzEvbWNwIiwic3ViIjoiY2Fyb2wiLCJleHAiOjQxMDI0NDQ4MDAsInNjb3BlIjoib3RoZXIifQ.YNdrXe0sFR8mxmb4KAgSrC_xvbICT_pbDf2Ucpahk5bPvMPFsWFGz3RExTY8rw6Tz3M4KfKezPEpf1ZsjkODPQ");
+
+/// The scope the world's principals' tokens grant and every tool of an OAuth world asks for.
+pub const TOOL_SCOPE: &str = "notes";
+
+/// How the ids of the calls the server must refuse begin (`workload/refusable.rs`; string
+/// ids: their answers are not the workload's).
+pub const REFUSABLE_ID_PREFIX: &str = "refuse-";
+
+/// Whether a call of this id is sent as the principal no tool's `scopes` admit.
+pub fn is_sent_unscoped(id: &str) -> bool {
+    id.starts_with(REFUSABLE_ID_PREFIX) && id.ends_with("-scope")
+}
 
 pub const PRINCIPALS: [(&str, &str); 2] = [
     ("alice", "eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCIsImtpZCI6InNpbSJ9.eyJpc3MiOiJodHRwczovL2lzc3Vlci5zaW0iLCJhdWQiOiJodHRwOi8vMTI3LjAuMC4xOjg5MzEvbWNwIiwic3ViIjoiYWxpY2UiLCJleHAiOjQxMDI0NDQ4MDAsInNjb3BlIjoibm90ZXMifQ.ZA6c5H-LRTJ2p5gEhvWfG60pst8mnB-9GBWFtW89phdT9khDy7wzBbH_lKejlBbb7Y5Ur83QxRoC_1D2qMnNVw"),

@@ -565,7 +565,8 @@ impl Sim<'_> {
     fn client_faults(&mut self, instance: &Instance, faults: &ClientFaults, message: &serde_json::Value) {
         if faults.refusable {
             let secret = crate::workload::refusable::manifest_secrets(self.world).into_iter().next();
-            for call in crate::workload::refusable::calls_from(message, secret.as_deref()) {
+            let scoped = self.world.transport.get() == warden_faults::Transport::HttpOauth;
+            for call in crate::workload::refusable::calls_from(message, secret.as_deref(), scoped) {
                 instance.send(&call);
             }
         }

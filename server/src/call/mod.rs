@@ -238,8 +238,7 @@ fn refused_before_running(
 ) -> Result<Map<String, Value>, CallReply> {
     let name = &tool.config.name;
     if let Some(principal) = principal {
-        let missing: Vec<&str> =
-            tool.config.scopes.iter().filter(|scope| !principal.scopes.contains(scope)).map(String::as_str).collect();
+        let missing = principal.missing(&tool.config.scopes);
         if !missing.is_empty() {
             let text = format!(
                 "`{name}` needs the scope(s) {}, which the caller's token does not grant; nothing was run",
@@ -338,4 +337,12 @@ pub(crate) fn reply_of(
 pub struct Principal {
     pub subject: String,
     pub scopes: Vec<String>,
+}
+
+impl Principal {
+    /// The scopes of `wanted` (a tool's) this principal's token does not grant: the HTTP
+    /// front answers 403 for them, and a call reaching a run refuses them again.
+    pub fn missing<'a>(&self, wanted: &'a [String]) -> Vec<&'a str> {
+        wanted.iter().filter(|scope| !self.scopes.contains(scope)).map(String::as_str).collect()
+    }
 }

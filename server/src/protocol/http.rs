@@ -663,8 +663,7 @@ impl Front {
             }
             _ => None,
         }?;
-        let missing: Vec<&str> =
-            tool.config.scopes.iter().filter(|scope| !principal.scopes.contains(scope)).map(String::as_str).collect();
+        let missing = principal.missing(&tool.config.scopes);
         if missing.is_empty() {
             return None;
         }

@@ -179,6 +179,18 @@ impl Bridge {
         if let Some(id) = message.get("id") {
             self.closers.borrow_mut().remove(&id.to_string());
         }
+        // A call sent without the scope its tool asks for is refused by HTTP (403), before
+        // JSON-RPC: the client model hears it as an error for that call, as a real client
+        // surfaces it. Any other 403 is delivered as it came (and breaks the stream).
+        let unscoped = message["id"].as_str().is_some_and(crate::names::is_sent_unscoped);
+        if answer.status == 403 && unscoped {
+            let said = String::from_utf8_lossy(&answer.body).into_owned();
+            let error = serde_json::json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32600, "message": format!("HTTP 403: {said}")}});
+            let mut line = serde_json::to_vec(&error).expect("JSON");
+            line.push(b'\n');
+            self.pipe.output.borrow_mut().push(line);
+            return;
+        }
         self.deliver(answer);
     }
 
@@ -254,9 +266,13 @@ impl Bridge {
 /// The principal a message is sent as, and its token: a 2025-11-25 message as the session's
 /// (the session `initialize` opened is the first principal's and no other may use it); a
 /// 2026-07-28 call as the first principal for an even id, the second for an odd one, so a
-/// resent call is the same principal's again.
+/// resent call is the same principal's again; a call to refuse for its scopes as a principal
+/// whose token grants none a tool asks for.
 fn principal_for(message: &Value, modern: bool) -> (&'static str, &'static str) {
     let [first, second] = crate::names::PRINCIPALS;
+    if message["id"].as_str().is_some_and(crate::names::is_sent_unscoped) {
+        return crate::names::UNSCOPED_PRINCIPAL;
+    }
     match message.get("id").and_then(Value::as_i64) {
         Some(id) if modern && id % 2 == 1 => second,
         _ => first,

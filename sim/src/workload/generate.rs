@@ -98,6 +98,7 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
     let transport = transport_for_seed(seed);
     if transport == Transport::HttpOauth {
         per_principal(&mut manifest, seed);
+        scoped(&mut manifest);
     }
     let manifest = serde_json::to_string_pretty(&manifest).expect("JSON");
     WorldFile { manifest, programs, tools: shapes, transport, own: None }
@@ -306,6 +307,14 @@ fn per_principal(manifest: &mut Value, seed: u64) {
                 }
             }
         }
+    }
+}
+
+/// In an OAuth world, every tool asks for the scope its principals' tokens grant (a third
+/// principal's does not: `refusable.rs`).
+fn scoped(manifest: &mut Value) {
+    for tool in manifest["tools"].as_array_mut().into_iter().flatten() {
+        tool["scopes"] = json!([crate::names::TOOL_SCOPE]);
     }
 }
 

@@ -1,7 +1,8 @@
 //! Calls the server must refuse before anything runs (the `calls that must be refused`
 //! fault), made from a workload call just sent: the same call with one argument more that is
 //! no parameter of the tool, and with a string argument replaced by a secret the manifest
-//! names. The checker holds that each was refused and made no run: a promise the manifest
+//! names, and in an OAuth world as a principal without the scope the tools ask for. The
+//! checker holds that each was refused and made no run: a promise the manifest
 //! makes by what it leaves out, checked where nothing else would notice it broken (the
 //! arguments check and the secret check each stand alone behind the other).
 
@@ -12,8 +13,7 @@ use serde_json::{json, Value};
 use crate::env::world::World;
 use crate::report::Violation;
 
-/// How the ids of these calls begin (string ids: their answers are not the workload's).
-pub const ID_PREFIX: &str = "refuse-";
+pub use crate::names::{is_sent_unscoped, REFUSABLE_ID_PREFIX as ID_PREFIX};
 
 /// The argument no generated tool takes.
 const UNKNOWN_ARGUMENT: &str = "not_a_parameter_of_this_tool";
@@ -52,10 +52,11 @@ fn env_names(value: &Value, names: &mut Vec<String>) {
     }
 }
 
-/// The calls to refuse, made from `message` (a workload call): with an unknown argument,
-/// and, when it has a string argument and the manifest a secret, with that secret in it.
+/// The calls to refuse, made from `message` (a workload call): with an unknown argument;
+/// when it has a string argument and the manifest a secret, with that secret in it; and in a
+/// world whose tools ask for scopes (OAuth), as a 2026-07-28 call of a principal without them.
 /// No progress token: nothing they do may be taken for the workload call's progress.
-pub fn calls_from(message: &Value, secret: Option<&str>) -> Vec<Value> {
+pub fn calls_from(message: &Value, secret: Option<&str>, scoped: bool) -> Vec<Value> {
     let id = &message["id"];
     let arguments = message["params"]["arguments"].as_object().cloned().unwrap_or_default();
     let mut meta = message["params"]["_meta"].clone();
@@ -66,9 +67,14 @@ pub fn calls_from(message: &Value, secret: Option<&str>) -> Vec<Value> {
         json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}{id}-{suffix}"), "method": "tools/call",
             "params": {"name": message["params"]["name"], "arguments": arguments, "_meta": meta}})
     };
+    let modern = message["params"]["_meta"].get("io.modelcontextprotocol/protocolVersion").is_some();
+    let mut calls = Vec::new();
+    if scoped && modern {
+        calls.push(call("scope", arguments.clone()));
+    }
     let mut unknown = arguments.clone();
     unknown.insert(UNKNOWN_ARGUMENT.into(), json!(1));
-    let mut calls = vec![call("unknown", unknown)];
+    calls.push(call("unknown", unknown));
     let text_argument = arguments.iter().find(|(_, value)| value.is_string()).map(|(name, _)| name.clone());
     if let (Some(name), Some(secret)) = (text_argument, secret) {
         let mut with_secret = arguments;
@@ -105,12 +111,18 @@ mod tests {
     fn a_call_gives_one_with_an_unknown_argument_and_one_with_the_secret_and_no_progress_token() {
         let message = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo",
             "arguments": {"n": 1, "text": "a"}, "_meta": {"progressToken": 7}}});
-        let calls = calls_from(&message, Some("s3cret-value"));
+        let calls = calls_from(&message, Some("s3cret-value"), false);
         assert_eq!(calls[0]["id"], json!("refuse-7-unknown"));
         assert_eq!(calls[0]["params"]["arguments"], json!({"n": 1, "text": "a", UNKNOWN_ARGUMENT: 1}));
         assert_eq!(calls[1]["params"]["arguments"], json!({"n": 1, "text": "s3cret-value"}));
         assert_eq!(calls[1]["params"]["_meta"], json!({}));
-        assert_eq!(calls_from(&message, None).len(), 1);
+        assert_eq!(calls_from(&message, None, false).len(), 1);
+        assert_eq!(calls_from(&message, None, true).len(), 1, "a 2025-11-25 call is its session's principal's");
+        let mut modern = message.clone();
+        modern["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+        let calls = calls_from(&modern, None, true);
+        assert_eq!(calls[0]["id"], json!("refuse-7-scope"));
+        assert!(is_sent_unscoped("refuse-7-scope") && !is_sent_unscoped("refuse-7-unknown"));
     }
 
     #[test]
