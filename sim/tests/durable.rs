@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 use warden::env::Point;
-use warden::store::ledger::Event;
+use warden::store::ledger::{Event, RunPhase};
 use warden::store::record;
 use warden_sim::checks::check;
 use warden_sim::env::executor::Stop;
@@ -289,6 +289,39 @@ fn a_folder_that_cannot_be_listed_stops_the_start_naming_it() {
     *world.disk.fail_list_containing.borrow_mut() = Some(shard.display().to_string());
     let refusal = start_refused(&world);
     assert!(refusal.contains(&format!("{}: cannot list", shard.display())), "{refusal}");
+}
+
+/// Crashed after its journal was created (step 3), an unfinished run is resumed; with its
+/// journal emptied (a header a crash lost) it had not begun and is released; with its kept
+/// arguments gone it is refused, naming them. Each cell of the recovery table its own way (two
+/// mutants cargo-mutants found missed read a headless journal as begun, or any as ended).
+#[test]
+fn an_unfinished_run_is_resumed_released_or_refused_by_what_its_files_hold() {
+    let crashed_after_step_3 = |seed: u64| {
+        let world = world(seed, "");
+        world.probes.crash_at.set(Some(CrashAt { point: Point::JournalCreated, nth: 1 }));
+        let first = world.start("manifest.json");
+        first.send(&call(1, json!({"text": "a"})));
+        assert_eq!(first.run(), Stop::Crashed);
+        world.crash(first);
+        world.probes.crash_at.set(None);
+        let run = started(&world)[0].clone();
+        (world, run)
+    };
+    let (world, run) = crashed_after_step_3(14);
+    let files = warden::base::layout::RunFiles::new(&journals(), "echo", &run);
+    world.disk.corrupt(&files.journal, Vec::new());
+    let again = world.start("manifest.json");
+    assert_eq!(again.run(), Stop::Quiet);
+    assert!(again.exited().is_none(), "{:?}", again.exited());
+    // Released (then dropped by the start's compaction: the checker's view keeps it).
+    let state = check::ledger_state(&world.disk, &journals()).unwrap();
+    assert!(matches!(state.run(&run).unwrap().phase, RunPhase::Released { .. }), "{:?}", state.run(&run));
+
+    let (world, run) = crashed_after_step_3(15);
+    world.disk.delete(&warden::base::layout::RunFiles::new(&journals(), "echo", &run).inputs);
+    let refusal = start_refused(&world);
+    assert!(refusal.contains(&format!("run {run} of tool `echo`: an unfinished run whose kept arguments are gone")));
 }
 
 #[test]

@@ -276,6 +276,13 @@ impl SimDisk {
         }
     }
 
+    /// Removes `path` outright, durably (a file an operator or damage took away).
+    pub fn delete(&self, path: &Path) {
+        let mut state = self.state.borrow_mut();
+        state.names.remove(path);
+        state.durable_names.remove(path);
+    }
+
     /// Frees every lock (an instance ended).
     pub fn release_locks(&self) {
         self.state.borrow().locks.table().1.clear();
