@@ -262,14 +262,15 @@ fn a_journal_with_no_reservation_stops_the_server() {
     );
 }
 
-/// Files in a tool's folder that are no run's records, a run's log left alone and a journal
-/// whose name is no run id, are not taken for a run at start (a mutant cargo-mutants found
+/// Files in a tool's folder that are no run's records, a run's log left alone and journals
+/// whose names are no run ids (not 32 characters, not hexadecimal), are not taken for a run at start (a mutant cargo-mutants found
 /// missed read them so, and files of a run with no reservation stop the server).
 #[test]
 fn files_that_are_no_runs_records_do_not_stop_a_start() {
     let world = world(12, "");
     world.disk.install(&journals().join("echo/cd/cd000000000000000000000000000000.log"), b"a line\n");
     world.disk.install(&journals().join("echo/no/notes.journal"), b"");
+    world.disk.install(&journals().join("echo/ab/abc.journal"), b"");
     let instance = world.start("manifest.json");
     assert_eq!(ask(&instance, &call(1, json!({"text": "a"})))["isError"], json!(false));
     assert!(instance.exited().is_none(), "{:?}", instance.exited());
