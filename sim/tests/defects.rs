@@ -540,6 +540,20 @@ fn resolve_beside_a_live_server_goes_through_it_and_refuses_a_run_not_waiting() 
     assert!(refused.contains("not waiting for an operator"), "{refused}");
 }
 
+/// A stopped run whose kept arguments vanished before the operator's word (damage while the
+/// server runs) is not resumed without them (a mutant cargo-mutants found missed resumed it
+/// with none).
+#[test]
+fn a_stopped_run_whose_kept_arguments_vanished_is_not_resumed_without_them() {
+    let world = world(12);
+    let (instance, run) = waiting_run(&world);
+    world.disk.delete(&warden::base::layout::RunFiles::new(&journals(), "slow_note", &run).inputs);
+    let answered = resolve(&world, &run, "slow_note", None);
+    instance.run();
+    let said = format!("{answered:?} {:?} {:?}", instance.exited(), instance.log());
+    assert!(said.contains("its kept arguments vanished"), "{said}");
+}
+
 /// Sends one raw line to the live server's admin channel, as a process of the operator's
 /// account could: what it answered.
 fn admin_line(world: &World, line: String) -> String {
