@@ -5,7 +5,10 @@
 //! did not stop to wait for a person and do not wait for input. Each of those holds its slot
 //! (a slot is taken before the reserve and given back after the settle), so a count over a
 //! limit is a violation; runs resumed at start and prompts also hold slots and are not
-//! counted, which keeps the bound low, never high.
+//! counted, which keeps the bound low, never high. A stop (a failed write, a shutdown's drain)
+//! ends runs without a mark the checker sees, giving their slots back while the ledger holds
+//! them open: so an instance is counted only until the first write fault or shutdown signal in
+//! its life. A resource's read is a run of its own name and holds a slot like a tool's.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,11 +25,13 @@ use crate::env::oracle::Oracle;
 use crate::env::world::{ProbeWatch, World};
 use crate::report::Violation;
 
-/// The limits a manifest sets, read by the checker itself.
+/// The limits a manifest sets, read by the checker itself, and the names of its tools and
+/// resources (each a run's tool).
 #[derive(Debug, Default)]
 struct Limits {
     server: u64,
     tools: BTreeMap<String, u64>,
+    names: BTreeSet<String>,
 }
 
 /// One server instance's runs, watched from its probes.
@@ -37,26 +42,45 @@ pub struct SlotWatch {
     stopped: RefCell<BTreeSet<String>>,
     /// Where violations go: the oracle's list, which the sweep reports.
     oracle: Rc<Oracle>,
+    /// Write faults and shutdown signals so far, and how many there were when it began.
+    stops: Box<dyn Fn() -> u64>,
+    stops_at_start: u64,
 }
 
 impl SlotWatch {
     /// A watch for an instance serving the world's manifest as it is now on the disk.
-    pub fn new(disk: Rc<SimDisk>, oracle: Rc<Oracle>) -> SlotWatch {
+    pub fn new(disk: Rc<SimDisk>, oracle: Rc<Oracle>, stops: Box<dyn Fn() -> u64>) -> SlotWatch {
         let manifest = (disk.peek(&World::path("manifest.json")))
             .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
             .unwrap_or_default();
         let server = manifest["server"]["max_concurrent_runs"].as_u64().unwrap_or(SERVER_DEFAULT);
-        let tools = (manifest["tools"].as_array().into_iter().flatten())
+        let (tools, resources) = (manifest["tools"].as_array(), manifest["resources"].as_array());
+        let declared = tools.into_iter().flatten().chain(resources.into_iter().flatten());
+        let tools = (declared.clone())
             .filter_map(|tool| Some((tool["name"].as_str()?.to_string(), tool["max_concurrent_runs"].as_u64()?)))
             .collect();
-        let limits = Limits { server, tools };
-        SlotWatch { disk, limits, reserved: RefCell::default(), stopped: RefCell::default(), oracle }
+        let names = declared.filter_map(|tool| tool["name"].as_str().map(str::to_string)).collect();
+        let limits = Limits { server, tools, names };
+        let stops_at_start = stops();
+        let (reserved, stopped) = (RefCell::default(), RefCell::default());
+        SlotWatch { disk, limits, reserved, stopped, oracle, stops, stops_at_start }
     }
 
     /// The factory the sweep gives a world: a fresh watch for each instance.
     pub fn for_each_instance(world: &World) -> crate::env::world::ProbeWatchFactory {
-        let (disk, oracle) = (Rc::clone(&world.disk), Rc::clone(&world.oracle));
-        Box::new(move || Box::new(SlotWatch::new(Rc::clone(&disk), Rc::clone(&oracle))))
+        let (disk, oracle, services) = (Rc::clone(&world.disk), Rc::clone(&world.oracle), Rc::clone(&world.services));
+        Box::new(move || {
+            let (counted_disk, services) = (Rc::clone(&disk), Rc::clone(&services));
+            let stops = move || {
+                let injected = counted_disk.injected.borrow();
+                let faults: u64 = ["fsync failure", "write failure", "disk full"]
+                    .iter()
+                    .map(|kind| injected.get(kind).copied().unwrap_or(0))
+                    .sum();
+                faults + services.shutdowns_sent.get()
+            };
+            Box::new(SlotWatch::new(Rc::clone(&disk), Rc::clone(&oracle), Box::new(stops)))
+        })
     }
 }
 
@@ -76,13 +100,17 @@ impl ProbeWatch for SlotWatch {
 impl SlotWatch {
     /// Counts the runs in progress now, by tool and in all, against their limits.
     fn check(&self) {
+        if (self.stops)() != self.stops_at_start {
+            return; // the instance may be stopping: its interrupted runs hold no slot
+        }
         let journals = World::path("journals");
         let bytes = self.disk.peek(&journals.join(LEDGER_FILE)).unwrap_or_default();
         let Ok(ledger) = ledger_reader::read(&bytes) else { return };
         let (stopped, reserved) = (self.stopped.borrow(), self.reserved.borrow());
         let mut by_tool: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for run in reserved.iter().filter(|run| !stopped.contains(*run)) {
-            let Some(entry) = ledger.runs.get(run).filter(|entry| entry.ended.is_none()) else { continue };
+            let open = ledger.runs.get(run).filter(|entry| entry.ended.is_none());
+            let Some(entry) = open.filter(|entry| self.limits.names.contains(&entry.tool)) else { continue };
             if !self.awaits_input(&journals, &entry.tool, run) {
                 by_tool.entry(&entry.tool).or_default().push(run);
             }
