@@ -83,3 +83,35 @@ impl Event {
 fn is_zero(value: &u64) -> bool {
     *value == 0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run with no model tokens writes no `tokens` field, the same line as before token
+    /// quotas (a mutant cargo-mutants found missed wrote `"tokens":0` on every line); a run
+    /// with tokens writes them.
+    #[test]
+    fn tokens_are_written_only_when_there_are_some() {
+        let reserve = |tokens| Event::Reserve {
+            run: "a".into(),
+            tool: "t".into(),
+            at_ms: 1,
+            calls: 1,
+            money: vec![],
+            once: None,
+            principal: None,
+            tokens,
+        };
+        assert!(!serde_json::to_string(&reserve(0)).unwrap().contains("tokens"));
+        assert!(serde_json::to_string(&reserve(7)).unwrap().contains(r#""tokens":7"#));
+        let settle = Event::Settle {
+            run: "a".into(),
+            at_ms: 2,
+            charged: vec![],
+            outcome: crate::store::journal::RunOutcome::Done,
+            tokens: 0,
+        };
+        assert!(!serde_json::to_string(&settle).unwrap().contains("tokens"));
+    }
+}
