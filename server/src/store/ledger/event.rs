@@ -84,6 +84,21 @@ fn is_zero(value: &u64) -> bool {
     *value == 0
 }
 
+/// A plain reserve of run `run` of tool `t` at 1 ms, for the ledger's unit tests.
+#[cfg(test)]
+pub(crate) fn test_reserve(run: &str, tokens: u64) -> Event {
+    Event::Reserve {
+        run: run.into(),
+        tool: "t".into(),
+        at_ms: 1,
+        calls: 1,
+        money: vec![],
+        once: None,
+        principal: None,
+        tokens,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,16 +108,7 @@ mod tests {
     /// with tokens writes them.
     #[test]
     fn tokens_are_written_only_when_there_are_some() {
-        let reserve = |tokens| Event::Reserve {
-            run: "a".into(),
-            tool: "t".into(),
-            at_ms: 1,
-            calls: 1,
-            money: vec![],
-            once: None,
-            principal: None,
-            tokens,
-        };
+        let reserve = |tokens| test_reserve("a", tokens);
         assert!(!serde_json::to_string(&reserve(0)).unwrap().contains("tokens"));
         assert!(serde_json::to_string(&reserve(7)).unwrap().contains(r#""tokens":7"#));
         let settle = Event::Settle {

@@ -345,16 +345,7 @@ mod tests {
     /// fails its sum is (a mutant cargo-mutants found missed numbered it wrong).
     #[test]
     fn an_event_the_fold_refuses_is_named_by_its_line() {
-        let reserve = Event::Reserve {
-            run: "a".into(),
-            tool: "t".into(),
-            at_ms: 1,
-            calls: 1,
-            money: vec![],
-            once: None,
-            principal: None,
-            tokens: 0,
-        };
+        let reserve = event::test_reserve("a", 0);
         let mut bytes = record::encode(&reserve);
         bytes.extend(record::encode(&Event::Release { run: "a".into(), at_ms: 2 }));
         bytes.extend(record::encode(&reserve));
