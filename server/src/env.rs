@@ -157,7 +157,36 @@ pub struct OutboundAnswer {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The rest of the body, written as it comes after `body` (an event stream); none for
+    /// an answer whose body is whole.
+    pub more: Option<MoreBody>,
 }
+
+/// Where a streamed answer's later chunks come from. The listener writes each chunk `next`
+/// gives until it gives none, and drops the source when the client is gone or has taken no
+/// bytes for `ListenLimits::body_write_ms` (then the connection is closed, not ended
+/// cleanly, so the client cannot mistake a cut stream for a whole one).
+pub trait BodySource {
+    fn next(&self) -> LocalBoxFuture<'static, Option<Vec<u8>>>;
+}
+
+/// A streamed answer's source, shared by nothing else: its drop tells it the stream ended.
+#[derive(Clone)]
+pub struct MoreBody(pub Rc<dyn BodySource>);
+
+impl std::fmt::Debug for MoreBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MoreBody(..)")
+    }
+}
+
+impl PartialEq for MoreBody {
+    fn eq(&self, other: &MoreBody) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for MoreBody {}
 
 /// What serves the requests a listener takes.
 pub trait InboundService {
@@ -191,6 +220,8 @@ pub struct ListenLimits {
     /// The memory bodies being read take, in bodies of `body_bytes_max`: counted as bytes
     /// arrive; a request past it is refused at once.
     pub bodies_read_at_once: usize,
+    /// A streamed answer whose client takes none of its bytes for this long is cut off.
+    pub body_write_ms: u64,
 }
 
 /// Serving HTTP: sockets and the HTTP/1.1 codec, nothing of MCP.

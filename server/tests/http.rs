@@ -24,7 +24,12 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+        Server::start_in("examples/toolbox", extra, env)
+    }
+
+    /// A server of the bundled manifest in `folder` (a private copy).
+    fn start_in(folder: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let dir = common::private_copy(&common::repo_root().join(folder));
         let manifest = dir.path().join("manifest.json");
         let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
         command.arg("serve-http").arg(&manifest).args(["--listen", "127.0.0.1:0"]).args(extra);
@@ -85,6 +90,85 @@ impl Server {
 
     fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+}
+
+/// A streamed answer read as it arrives: its status and headers, then one SSE event at a time
+/// out of the chunked body.
+struct EventStream {
+    reader: BufReader<TcpStream>,
+    status: u16,
+    headers: Vec<(String, String)>,
+    pending: String,
+}
+
+/// One SSE event: its id (if any) and its data.
+#[derive(Debug)]
+struct Event {
+    id: Option<String>,
+    data: String,
+}
+
+impl EventStream {
+    /// Sends a request and reads the answer's head.
+    fn open(server: &Server, method: &str, headers: &[(&str, &str)], body: &[u8]) -> EventStream {
+        let mut stream = TcpStream::connect(server.address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut request =
+            format!("{method} /mcp HTTP/1.1\r\nhost: {}\r\ncontent-length: {}\r\n", server.address, body.len());
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut status_line = String::new();
+        reader.read_line(&mut status_line).unwrap();
+        let status = status_line.split(' ').nth(1).unwrap().parse().unwrap();
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (name, value) = line.split_once(':').unwrap();
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+        }
+        EventStream { reader, status, headers, pending: String::new() }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The next event carrying data (comments skipped); none at the end of the body.
+    fn next_event(&mut self) -> Option<Event> {
+        loop {
+            if let Some(end) = self.pending.find("\n\n") {
+                let block: String = self.pending.drain(..end + 2).collect();
+                let field = |name: &str| {
+                    block.lines().find_map(|line| line.strip_prefix(name)).map(|value| value.trim_start().to_string())
+                };
+                if let Some(data) = field("data:") {
+                    return Some(Event { id: field("id:"), data });
+                }
+                continue;
+            }
+            let mut size = String::new();
+            if self.reader.read_line(&mut size).ok()? == 0 {
+                return None;
+            }
+            let size = usize::from_str_radix(size.trim(), 16).ok()?;
+            if size == 0 {
+                return None;
+            }
+            let mut chunk = vec![0u8; size + 2];
+            self.reader.read_exact(&mut chunk).ok()?;
+            self.pending.push_str(&String::from_utf8_lossy(&chunk[..size]));
+        }
     }
 }
 
@@ -332,7 +416,9 @@ fn limits_and_wrong_requests_get_clear_http_errors() {
     assert_eq!(server.send("GET", "/other", &[], b"").status, 404);
     let get = server.send("GET", "/mcp", &[], b"");
     assert_eq!(get.status, 405);
-    assert_eq!(get.header("allow"), Some("POST, DELETE"));
+    assert_eq!(get.header("allow"), Some("POST, GET, DELETE"));
+    assert!(get.text().contains("Last-Event-ID"), "{}", get.text());
+    assert_eq!(server.send("PUT", "/mcp", &[], b"").status, 405);
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}});
     let plain = server.send("POST", "/mcp", &[("content-type", "text/plain")], list.to_string().as_bytes());
     assert_eq!(plain.status, 415);
@@ -577,4 +663,62 @@ fn one_address_cannot_take_every_body_read() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(tools_list(&server, Duration::from_secs(10)), 200, "one address took every body read");
     drop(held);
+}
+
+/// Over HTTP a 2025-11-25 session hears its call's progress and the run's request for input
+/// live, before the answer exists (the run cannot end until the client answers); a client
+/// whose stream broke resumes it with `Last-Event-ID` and gets the rest, the answer included.
+#[test]
+fn a_session_call_streams_live_and_resumes_after_its_last_event() {
+    let server = Server::start_in("conformance", &[], &[]);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "test", "version": "1"}}});
+    let session = server.post(&initialize, &[]).header("mcp-session-id").expect("a session").to_string();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "test_elicitation", "arguments": {"message": "Who are you?"}, "_meta": {"progressToken": "p"}}});
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let mut stream = EventStream::open(&server, "POST", &headers, call.to_string().as_bytes());
+    assert_eq!((stream.status, stream.header("content-type")), (200, Some("text/event-stream")));
+    let mut seen = Vec::new();
+    let asked = loop {
+        let event = stream.next_event().expect("the stream goes on until the run is answered");
+        let message: Value = serde_json::from_str(&event.data).unwrap();
+        assert!(message.get("result").is_none(), "no answer before the client answered: {message}");
+        seen.push(message["method"].as_str().unwrap_or("").to_string());
+        if message["method"] == "elicitation/create" {
+            break (event.id.expect("a session stream's events carry ids"), message);
+        }
+    };
+    assert!(seen.contains(&"notifications/progress".to_string()), "progress came live first: {seen:?}");
+    assert_valid(&asked.1, Era::Legacy, None);
+    // The stream breaks; in a session that does not cancel the call.
+    drop(stream);
+    let response = json!({"jsonrpc": "2.0", "id": asked.1["id"],
+        "result": {"action": "accept", "content": {"username": "ada", "email": "ada@example.com"}}});
+    assert_eq!(server.post(&response, &[("mcp-session-id", &session)]).status, 202);
+    let resume = [("accept", "text/event-stream"), ("mcp-session-id", session.as_str()), ("last-event-id", &asked.0)];
+    let mut resumed = EventStream::open(&server, "GET", &resume, b"");
+    assert_eq!(resumed.status, 200);
+    let answer = loop {
+        let event = resumed.next_event().expect("the rest of the stream, the answer last");
+        let message: Value = serde_json::from_str(&event.data).unwrap();
+        if message["id"] == json!(2) {
+            break message;
+        }
+    };
+    assert_valid(&answer, Era::Legacy, Some("tools/call"));
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains("accept") && text.contains("ada@example.com"), "{answer}");
+    assert!(resumed.next_event().is_none(), "the stream ends after the answer");
+
+    let gone = server.send("GET", "/mcp", &[("mcp-session-id", &session), ("last-event-id", "999-1")], b"");
+    assert_eq!(gone.status, 410, "{}", gone.text());
+    let bad = server.send("GET", "/mcp", &[("mcp-session-id", &session), ("last-event-id", "nonsense")], b"");
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    let foreign = server.send("GET", "/mcp", &[("mcp-session-id", "0f"), ("last-event-id", &asked.0)], b"");
+    assert_eq!(foreign.status, 404);
 }

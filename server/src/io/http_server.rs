@@ -10,8 +10,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -19,7 +20,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::task::AbortHandle;
 
-use crate::env::{HttpServe, InboundHandler, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer};
+use crate::env::{HttpServe, InboundHandler, InboundRequest, ListenLimits, LocalBoxFuture, MoreBody, OutboundAnswer};
+
+/// An answer's body: whole, or streamed as its source gives it.
+type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 
 pub struct RealHttp;
 
@@ -86,13 +90,17 @@ fn serve_connection(
     graceful: &hyper_util::server::graceful::GracefulShutdown,
 ) -> tokio::task::JoinHandle<()> {
     let watcher = graceful.watcher();
+    // Set when a streamed answer's client stopped reading: the connection is closed under it.
+    let cut = Rc::new(tokio::sync::Notify::new());
     tokio::task::spawn_local(async move {
         let _left = left;
+        let cut_off = Rc::clone(&cut);
         let service = service_fn(move |request| {
             let (handler, bodies, seen) = (Rc::clone(&handler), Rc::clone(&bodies), Rc::clone(&seen));
+            let cut = Rc::clone(&cut);
             async move {
                 seen.in_flight.set(seen.in_flight.get() + 1);
-                let answered = answer(handler, (bodies, peer), request, limits).await;
+                let answered = answer(handler, (bodies, peer, cut), request, limits).await;
                 seen.in_flight.set(seen.in_flight.get() - 1);
                 // Only an answered request earns the connection its place: one
                 // refused (unauthenticated, malformed) leaves it as idle as before.
@@ -109,8 +117,12 @@ fn serve_connection(
             // A client that half-closes after its request still gets the answer.
             .half_close(true)
             .serve_connection(TokioIo::new(stream), service);
-        // A connection's failure (a reset, a malformed request) ends it alone.
-        let _ = watcher.watch(served).await;
+        // A connection's failure (a reset, a malformed request) ends it alone; a client that
+        // stopped reading a stream has its connection dropped, unanswered requests and all.
+        tokio::select! {
+            _ = watcher.watch(served) => {}
+            () = cut_off.notified() => {}
+        }
     })
 }
 
@@ -222,10 +234,10 @@ fn connections_within_descriptors(wanted: usize) -> usize {
 
 async fn answer(
     handler: InboundHandler,
-    (bodies, peer): (Rc<BodyBudget>, IpAddr),
+    (bodies, peer, cut): (Rc<BodyBudget>, IpAddr, Rc<tokio::sync::Notify>),
     request: Request<Incoming>,
     limits: ListenLimits,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<Body>, Infallible> {
     let (parts, body) = request.into_parts();
     let mut headers: Vec<(String, String)> = parts
         .headers
@@ -261,9 +273,51 @@ async fn answer(
         Err(_) => return Ok(respond(refusal(408, "the request body did not arrive in time"))),
     };
     // The body's bytes are held of the budget until the request is answered.
-    let answered = handler.answer(inbound).await;
+    let mut answered = handler.answer(inbound).await;
     drop(held);
-    Ok(respond(answered))
+    let more = answered.more.take();
+    let mut response = respond(answered);
+    if let Some(more) = more {
+        *response.body_mut() = streamed(std::mem::take(response.body_mut()), more, limits.body_write_ms, cut);
+    }
+    Ok(response)
+}
+
+/// A streamed body: what the answer holds, then each chunk of its source as it comes,
+/// through a channel of one chunk, so a client that stops reading stops the pump within
+/// `write_ms` and has its connection cut. The source is dropped when the pump ends.
+fn streamed(first: Body, source: MoreBody, write_ms: u64, cut: Rc<tokio::sync::Notify>) -> Body {
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
+    tokio::task::spawn_local(async move {
+        let first = first.collect().await.map(|whole| whole.to_bytes()).unwrap_or_default();
+        let mut chunk = Some(first);
+        loop {
+            if let Some(bytes) = chunk.take().filter(|bytes| !bytes.is_empty()) {
+                match tokio::time::timeout(Duration::from_millis(write_ms), sender.send(bytes)).await {
+                    Ok(Ok(())) => {}
+                    // The connection is gone: its body was dropped.
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        cut.notify_one();
+                        return;
+                    }
+                }
+            }
+            let next = tokio::select! {
+                next = source.0.next() => next,
+                () = sender.closed() => return,
+            };
+            match next {
+                Some(bytes) => chunk = Some(Bytes::from(bytes)),
+                None => return,
+            }
+        }
+    });
+    let frames = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        let bytes = receiver.recv().await?;
+        Some((Ok::<_, std::io::Error>(Frame::data(bytes)), receiver))
+    });
+    StreamBody::new(frames).boxed_unsync()
 }
 
 /// What request bodies take of memory: a budget of bytes shared by all, of which one peer
@@ -355,16 +409,18 @@ fn refusal(status: u16, text: &str) -> OutboundAnswer {
         status,
         headers: vec![("content-type".into(), "application/json".into())],
         body: serde_json::to_vec(&serde_json::json!({"error": text})).expect("JSON values serialise"),
+        more: None,
     }
 }
 
-fn respond(answer: OutboundAnswer) -> Response<Full<Bytes>> {
+fn respond(answer: OutboundAnswer) -> Response<Body> {
+    let whole = |bytes: Bytes| Full::new(bytes).map_err(|never| match never {}).boxed_unsync();
     let mut response = Response::builder().status(answer.status);
     for (name, value) in &answer.headers {
         response = response.header(name.as_str(), value.as_str());
     }
-    response.body(Full::new(Bytes::from(answer.body))).unwrap_or_else(|_| {
-        let mut broken = Response::new(Full::new(Bytes::from_static(b"an answer could not be built")));
+    response.body(whole(Bytes::from(answer.body))).unwrap_or_else(|_| {
+        let mut broken = Response::new(whole(Bytes::from_static(b"an answer could not be built")));
         *broken.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
         broken
     })

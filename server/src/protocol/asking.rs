@@ -3,7 +3,8 @@
 //! the session, their responses gathered, and the run continued exactly as a 2026-07-28
 //! client's retry continues it (`retry.rs`, with the state the server sealed). Only kinds the
 //! client declared at `initialize` are asked, and only on a connection that can carry server
-//! requests (stdio; an HTTP exchange cannot yet).
+//! requests: stdio, or an HTTP exchange of a session whose answer is a live stream (the
+//! client's responses arrive as POSTs of their own, routed here by the session).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -31,7 +32,35 @@ pub(crate) fn declared_kinds(capabilities: Option<&Value>) -> Vec<String> {
         .collect()
 }
 
+/// The input kinds a 2025-11-25 session's client declared, kept between its exchanges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Kinds {
+    elicitation: bool,
+    sampling: bool,
+    roots: bool,
+}
+
+impl Kinds {
+    pub(crate) fn of(names: &[String]) -> Kinds {
+        let has = |kind: &str| names.iter().any(|name| name == kind);
+        Kinds { elicitation: has("elicitation"), sampling: has("sampling"), roots: has("roots") }
+    }
+
+    pub(crate) fn names(self) -> Vec<String> {
+        [("elicitation", self.elicitation), ("sampling", self.sampling), ("roots", self.roots)]
+            .into_iter()
+            .filter(|(_, declared)| *declared)
+            .map(|(kind, _)| kind.to_string())
+            .collect()
+    }
+}
+
 impl Connection {
+    /// Whether a request of this connection's to the client waits for the response `id`.
+    pub(crate) fn awaits(&self, id: &Value) -> bool {
+        self.asked_client.borrow().contains_key(&id.to_string())
+    }
+
     /// A response from the client: handed to the request it answers, if one waits for it.
     pub(crate) fn response(&self, id: &Value, body: Map<String, Value>) {
         match self.asked_client.borrow_mut().remove(&id.to_string()) {
@@ -87,7 +116,7 @@ impl Connection {
         for (key, request) in requests.as_object()? {
             let number = self.next_request.get();
             self.next_request.set(number + 1);
-            let id: RequestId = json!(format!("warden-input-{number}"));
+            let id: RequestId = json!(format!("{}{number}", self.request_prefix.borrow()));
             let awaited = Rc::new(Awaited::default());
             self.asked_client.borrow_mut().insert(id.to_string(), Rc::clone(&awaited));
             let method = request["method"].clone();

@@ -2,12 +2,17 @@
 //! over the same call pipeline, journals, ledger and recovery as stdio (seed 004).
 //!
 //! Each POST carries one JSON-RPC message and is served by a `Connection` of its own whose
-//! messages are collected for the answer: the answer alone as `application/json`, or a
-//! call's notifications and then its answer as an SSE stream when the client accepts one.
+//! messages are kept by its `Exchange`: the answer alone as `application/json`, or, when the
+//! client accepts a stream, a call's notifications live as they happen and then its answer
+//! (`exchange.rs`). In a 2025-11-25 session a stream's events carry ids, a GET with
+//! `Last-Event-ID` resumes a broken one, and the session's client is asked for a run's input
+//! on its call's stream (its responses arrive as POSTs of their own).
 //! A 2026-07-28 request is self-contained, and its `Mcp-Method` and `Mcp-Name` headers must
 //! match its body. A 2025-11-25 client opens a session with `initialize` and names it in
 //! `Mcp-Session-Id` afterwards. A client that closes its connection before the answer
-//! cancels the request's calls (a run already begun goes on, as after a cancellation).
+//! cancels the request's calls (a run already begun goes on, as after a cancellation), except
+//! once a session's stream began: that client can resume it, and cancels with
+//! `notifications/cancelled`.
 //!
 //! Before anything else: the endpoint's path, the Host and Origin headers (on loopback, DNS
 //! rebinding protection), then the bearer token when one is configured. Listening beyond
@@ -15,7 +20,7 @@
 
 use core::net::SocketAddr;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::rc::{Rc, Weak};
 
 use serde_json::{json, Value};
@@ -24,11 +29,12 @@ use crate::base::sync::{select, Either};
 use crate::call::Principal;
 use crate::env::{Env, InboundRequest, ListenLimits, LocalBoxFuture, OutboundAnswer};
 use crate::limits::LINE_BYTES_MAX;
+use crate::protocol::exchange::{self, CancelOnDrop, Exchange, Replay, Reply, StreamStart};
 use crate::protocol::framing::Frame;
 use crate::protocol::jsonrpc::{self, Incoming, Notification};
 use crate::protocol::metrics::METRICS_PATH;
 use crate::protocol::oauth::OAuthConfig;
-use crate::protocol::{Connection, LegacySession, Outlet, Shared, META_PROTOCOL_VERSION};
+use crate::protocol::{Connection, LegacySession, Shared, META_PROTOCOL_VERSION};
 use crate::run::runs::Runs;
 
 /// The one MCP endpoint.
@@ -55,9 +61,6 @@ pub const BODIES_READ_AT_ONCE: usize = 16;
 pub const SESSIONS_PER_PRINCIPAL_MAX: usize = 64;
 /// 2025-11-25 sessions kept; a new one past this ends the least recently used.
 pub const SESSIONS_MAX: usize = 1_024;
-/// Messages one exchange keeps for its answer (a call's notifications, then its answer);
-/// past this the oldest notifications are dropped.
-pub const EXCHANGE_MESSAGES_MAX: usize = 256;
 /// The shortest bearer token accepted: a shorter one is guessable, and is scrubbed from
 /// outputs unreliably.
 pub const TOKEN_BYTES_MIN: usize = 16;
@@ -134,6 +137,8 @@ pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions
         uses: Cell::new(0),
         sessions_ended: Cell::new(0),
         exchanges: crate::base::sync::WaitGroup::new(),
+        next_stream: Cell::new(0),
+        replay: Replay::default(),
     });
     let handler: crate::env::InboundHandler = Rc::new(Served(Rc::clone(&front)));
     let limits = ListenLimits {
@@ -145,6 +150,7 @@ pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions
         body_read_ms: BODY_READ_MS,
         head_bytes_max: HEAD_BYTES_MAX,
         bodies_read_at_once: BODIES_READ_AT_ONCE,
+        body_write_ms: exchange::STREAM_WRITE_MS,
     };
     let log_env = env.clone();
     let ready = Box::new(move |bound: SocketAddr| log_env.log(&format!("listening on http://{bound}{ENDPOINT}")));
@@ -265,6 +271,10 @@ struct Front {
     sessions_ended: Cell<u64>,
     /// Requests being answered: a drain waits for none left.
     exchanges: crate::base::sync::WaitGroup,
+    /// The number of the next session stream (its events' ids begin with it).
+    next_stream: Cell<u64>,
+    /// Sessions' ended streams, kept for a while for resumptions.
+    replay: Replay,
 }
 
 /// A 2025-11-25 session: its state, and the exchanges in progress (for a cancellation sent
@@ -275,6 +285,8 @@ struct Session {
     subject: Option<String>,
     last_use: u64,
     exchanges: Vec<Weak<Connection>>,
+    /// Its streams in progress or kept for a resumption.
+    streams: Vec<Weak<Exchange>>,
 }
 
 /// The listener's view of the front: a request is screened from its headers before its body
@@ -356,9 +368,9 @@ impl Front {
         if request.path == METRICS_PATH {
             return Ok(principal);
         }
-        if request.method != "POST" && request.method != "DELETE" {
-            let mut answer = plain(405, "this endpoint takes POST (and DELETE to end a session); it opens no stream");
-            answer.headers.push(("allow".into(), "POST, DELETE".into()));
+        if !matches!(request.method.as_str(), "POST" | "DELETE" | "GET") {
+            let mut answer = plain(405, "this endpoint takes POST (GET to resume a stream, DELETE to end a session)");
+            answer.headers.push(("allow".into(), "POST, GET, DELETE".into()));
             return Err(answer);
         }
         Ok(principal)
@@ -383,6 +395,7 @@ impl Front {
         let _exchange = self.exchanges.enter();
         match request.method.as_str() {
             "POST" => self.post(request, principal).await,
+            "GET" => self.resume(&request, principal.as_ref()),
             _ => self.end_session(&request, principal.as_ref()),
         }
     }
@@ -502,8 +515,11 @@ impl Front {
         // The stdio classifier: the same limits (depth) and the same errors.
         match jsonrpc::classify(&Frame::Line(request.body.clone())) {
             Incoming::Invalid(error) => json_answer(400, &error.to_value()),
-            // A response: this server sends no requests, so there is nothing to match it to.
-            Incoming::Response { .. } => accepted(),
+            // A response to a request the server sent on a session's stream.
+            Incoming::Response { id, body } => {
+                self.client_response(&request, &id, body, principal.as_ref());
+                accepted()
+            }
             Incoming::Notification(notification) => {
                 self.notification(&request, notification, principal.as_ref());
                 accepted()
@@ -561,32 +577,149 @@ impl Front {
             Err(refused) => return refused,
         };
         let state_before = state;
-        let outlet = Rc::new(Collected::default());
-        let connection = Connection::with_outlet(Rc::clone(&self.runs), &self.shared, outlet.clone(), state, principal);
-        *connection.traceparent.borrow_mut() = request.header("traceparent").map(str::to_string);
-        if let Some(session_id) = &session_id {
-            if let Some(session) = self.sessions.borrow_mut().get_mut(session_id) {
-                session.exchanges.retain(|exchange| exchange.strong_count() > 0);
-                session.exchanges.push(Rc::downgrade(&connection));
-            }
-        }
+        // A session's call streamed live gets a stream number: its events carry ids, it can be
+        // resumed, and its client can be asked for input on it.
+        let live = reply != Reply::Json && STREAMED_METHODS.contains(&method);
+        let stream = (live && session_id.is_some()).then(|| {
+            let number = self.next_stream.get();
+            self.next_stream.set(number + 1);
+            number
+        });
+        let (exchange, connection) = self.open_exchange(request, (session_id.as_deref(), state), stream, principal);
+        connection
+            .allow_asking(method == "initialize" || stream.is_some(), format!("warden-input-{}-", stream.unwrap_or(0)));
         let body = serde_json::to_vec(message).expect("JSON values serialise");
         // A client that closes its connection first drops this future: its calls are
         // cancelled (what a run has begun goes on, as after notifications/cancelled).
         let mut on_close = CancelOnDrop { connection: Rc::clone(&connection), armed: true };
-        connection.handle_message(body).await;
+        let handled = Rc::clone(&connection);
+        let mut handling: LocalBoxFuture<'static, ()> = Box::pin(async move { handled.handle_message(body).await });
+        if live {
+            let wanted = Box::pin(exchange.stream_wanted());
+            if let Either::Right(start) = select(&mut handling, wanted).await {
+                on_close.armed = stream.is_none();
+                return self.stream_live(exchange, handling, start, on_close);
+            }
+        } else {
+            (&mut handling).await;
+        }
         on_close.armed = false;
         let state = connection.legacy_session();
         let extra_headers = match session_id {
             Some(session_id) => self.keep_session(session_id, method, (state_before, state), subject),
             None => Vec::new(),
         };
-        let mut answer = outlet.answer(reply);
+        let mut answer = exchange.answer(reply);
         if stateless && answer.status == 200 {
-            answer.status = outlet.error_status().unwrap_or(200);
+            answer.status = exchange.error_status().unwrap_or(200);
         }
         answer.headers.extend(extra_headers);
         answer
+    }
+
+    /// The exchange of a request and the connection serving it, known to its session (for a
+    /// cancellation, a client's response or a resumption sent in another request).
+    fn open_exchange(
+        &self,
+        request: &InboundRequest,
+        (session_id, state): (Option<&str>, LegacySession),
+        stream: Option<u64>,
+        principal: Option<Principal>,
+    ) -> (Rc<Exchange>, Rc<Connection>) {
+        let exchange = Exchange::new(&self.env.clock, stream);
+        let connection =
+            Connection::with_outlet(Rc::clone(&self.runs), &self.shared, exchange.clone(), state, principal);
+        *connection.traceparent.borrow_mut() = request.header("traceparent").map(str::to_string);
+        let mut sessions = self.sessions.borrow_mut();
+        if let Some(session) = session_id.and_then(|id| sessions.get_mut(id)) {
+            session.exchanges.retain(|exchange| exchange.strong_count() > 0);
+            session.exchanges.push(Rc::downgrade(&connection));
+            session.streams.retain(|stream| stream.strong_count() > 0);
+            session.streams.push(Rc::downgrade(&exchange));
+        }
+        drop(sessions);
+        (exchange, connection)
+    }
+
+    /// Answers with a live stream of the exchange's messages: the call goes on in a task of
+    /// its own, and the stream follows it. `on_close` goes with the stream (armed, a client
+    /// closing it cancels the calls; a session's client may resume it instead).
+    fn stream_live(
+        self: &Rc<Self>,
+        exchange: Rc<Exchange>,
+        handling: LocalBoxFuture<'static, ()>,
+        start: StreamStart,
+        on_close: CancelOnDrop,
+    ) -> OutboundAnswer {
+        let guard = self.exchanges.enter();
+        let front = Rc::clone(self);
+        let ended = Rc::clone(&exchange);
+        self.env.spawn.spawn(Box::pin(async move {
+            let _guard = guard;
+            handling.await;
+            ended.end();
+            if ended.stream().is_some() {
+                front.replay.keep(ended, front.env.clock.monotonic_ms());
+            }
+        }));
+        exchange.live(start, Some(Box::new(on_close)))
+    }
+
+    /// A GET: the rest of a session's stream after the event `Last-Event-ID` names. This
+    /// server sends nothing outside a request's stream, so a GET without one opens none.
+    fn resume(&self, request: &InboundRequest, principal: Option<&Principal>) -> OutboundAnswer {
+        let (Some(session_id), Some(last)) = (request.header("mcp-session-id"), request.header("last-event-id")) else {
+            let mut answer = plain(
+                405,
+                "this server sends messages only on a request's own stream; GET resumes one, with Mcp-Session-Id and Last-Event-ID",
+            );
+            answer.headers.push(("allow".into(), "POST, GET, DELETE".into()));
+            return answer;
+        };
+        if !accepts(request.header("accept").unwrap_or("*/*"), "text/event-stream") {
+            return plain(406, "not acceptable: a resumed stream is text/event-stream");
+        }
+        self.replay.expire(self.env.clock.monotonic_ms());
+        let sessions = self.sessions.borrow();
+        let subject = principal.map(|p| p.subject.as_str());
+        let Some(session) = sessions.get(session_id).filter(|s| s.subject.as_deref() == subject) else {
+            return plain(404, "session not found: it ended or was never opened; send initialize again");
+        };
+        let Some((number, seq)) = exchange::parse_event_id(last) else {
+            return plain(400, "bad request: Last-Event-ID is not an event id this server gave");
+        };
+        match exchange::find_stream(&session.streams, number) {
+            Some(stream) => stream.resumed(seq),
+            None => plain(
+                410,
+                &format!(
+                    "the stream of event {last} is no longer kept (an ended stream is kept {} s): ask \
+                     warden_run_status about its run, or call again",
+                    exchange::REPLAY_WINDOW_MS / 1000
+                ),
+            ),
+        }
+    }
+
+    /// A client's response to a request the server sent on one of the session's streams.
+    fn client_response(
+        &self,
+        request: &InboundRequest,
+        id: &Value,
+        body: serde_json::Map<String, Value>,
+        principal: Option<&Principal>,
+    ) {
+        let Some(session_id) = request.header("mcp-session-id") else { return };
+        let sessions = self.sessions.borrow();
+        let Some(session) = sessions.get(session_id) else { return };
+        if session.subject.as_deref() != principal.map(|p| p.subject.as_str()) {
+            return;
+        }
+        let waiting = session.exchanges.iter().filter_map(Weak::upgrade).find(|exchange| exchange.awaits(id));
+        match waiting {
+            Some(exchange) => exchange.response(id, body),
+            None => self.env.log("dropped a response from the client to no request of this server's"),
+        }
     }
 
     /// The session a request belongs to, and its state: none for a 2026-07-28 request (whose
@@ -715,8 +848,10 @@ impl Front {
                 }
             }
         }
-        sessions
-            .insert(session_id.to_string(), Session { state, subject, last_use: use_number, exchanges: Vec::new() });
+        sessions.insert(
+            session_id.to_string(),
+            Session { state, subject, last_use: use_number, exchanges: Vec::new(), streams: Vec::new() },
+        );
     }
 
     fn end_session(&self, request: &InboundRequest, principal: Option<&Principal>) -> OutboundAnswer {
@@ -730,21 +865,7 @@ impl Front {
             return plain(404, "session not found");
         }
         sessions.remove(session_id);
-        OutboundAnswer { status: 204, headers: vec![], body: vec![] }
-    }
-}
-
-/// Cancels an exchange's calls when its future is dropped before the answer.
-struct CancelOnDrop {
-    connection: Rc<Connection>,
-    armed: bool,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            self.connection.cancel_all();
-        }
+        OutboundAnswer { status: 204, headers: vec![], body: vec![], more: None }
     }
 }
 
@@ -776,9 +897,20 @@ fn headers_match(request: &InboundRequest, message: &Value, method: &str) -> Res
     }
 }
 
+/// The requests whose answer may be a live stream: the ones that start runs.
+const STREAMED_METHODS: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
+
 /// Headers a request may carry once: what routes it, authorises it or names its session.
-const SINGLE_HEADERS: [&str; 7] =
-    ["host", "origin", "authorization", "mcp-method", "mcp-name", "mcp-protocol-version", "mcp-session-id"];
+const SINGLE_HEADERS: [&str; 8] = [
+    "host",
+    "origin",
+    "authorization",
+    "mcp-method",
+    "mcp-name",
+    "mcp-protocol-version",
+    "mcp-session-id",
+    "last-event-id",
+];
 
 /// `localhost`, `127.0.0.1` (any 127/8 address), `[::1]`, each alone or with `:port`, and
 /// nothing else (no userinfo, no trailing text).
@@ -813,83 +945,6 @@ fn same_secret(presented: &[u8], expected: &[u8]) -> bool {
     difference == 0
 }
 
-/// One exchange's messages, in order, bounded.
-#[derive(Default)]
-struct Collected {
-    lines: RefCell<VecDeque<Vec<u8>>>,
-}
-
-impl Outlet for Collected {
-    fn write_line(&self, mut line: Vec<u8>) -> LocalBoxFuture<'static, std::io::Result<()>> {
-        if line.last() == Some(&b'\n') {
-            line.pop();
-        }
-        let mut lines = self.lines.borrow_mut();
-        if lines.len() >= EXCHANGE_MESSAGES_MAX {
-            lines.pop_front();
-        }
-        lines.push_back(line);
-        Box::pin(std::future::ready(Ok(())))
-    }
-}
-
-impl Collected {
-    /// The HTTP status an error answer takes outside a session: 404 for a method not found,
-    /// 400 for a request refused as malformed or unsupported, 500 for an internal error.
-    fn error_status(&self) -> Option<u16> {
-        let lines = self.lines.borrow();
-        let answer: Value = serde_json::from_slice(lines.iter().rev().find(|line| is_response(line))?).ok()?;
-        let code = answer.pointer("/error/code")?.as_i64()?;
-        Some(match code {
-            jsonrpc::METHOD_NOT_FOUND => 404,
-            jsonrpc::INTERNAL_ERROR => 500,
-            _ => 400,
-        })
-    }
-
-    /// The exchange's answer. As JSON: the response alone (a client that takes no stream
-    /// misses the notifications). As an SSE stream: every message, the response last. With
-    /// no response (the request was cancelled): the notifications on a stream, or 202.
-    fn answer(&self, reply: Reply) -> OutboundAnswer {
-        let lines = self.lines.borrow();
-        let response = lines.iter().rev().find(|line| is_response(line));
-        let stream = match reply {
-            Reply::Stream => !lines.is_empty(),
-            Reply::Either => lines.len() > 1 || (response.is_none() && !lines.is_empty()),
-            Reply::Json => false,
-        };
-        match response {
-            _ if stream => {
-                let mut body = Vec::new();
-                for line in lines.iter() {
-                    body.extend_from_slice(b"event: message\ndata: ");
-                    body.extend_from_slice(line);
-                    body.extend_from_slice(b"\n\n");
-                }
-                OutboundAnswer {
-                    status: 200,
-                    headers: vec![
-                        ("content-type".into(), "text/event-stream".into()),
-                        ("cache-control".into(), "no-store".into()),
-                    ],
-                    body,
-                }
-            }
-            Some(response) => json_bytes(200, response.clone()),
-            None => accepted(),
-        }
-    }
-}
-
-/// How the client takes answers (its Accept header).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reply {
-    Json,
-    Stream,
-    /// JSON for a lone response, a stream when there is more.
-    Either,
-}
-
 /// Whether an Accept header takes `wanted` (a `q=0` range refuses it).
 fn accepts(accept: &str, wanted: &str) -> bool {
     let family = wanted.split('/').next().unwrap_or("");
@@ -901,14 +956,8 @@ fn accepts(accept: &str, wanted: &str) -> bool {
     })
 }
 
-/// A JSON-RPC response line (an answer with an id), not a notification.
-fn is_response(line: &[u8]) -> bool {
-    serde_json::from_slice::<Value>(line)
-        .is_ok_and(|m| m.get("method").is_none() && (m.get("result").is_some() || m.get("error").is_some()))
-}
-
-fn accepted() -> OutboundAnswer {
-    OutboundAnswer { status: 202, headers: vec![], body: vec![] }
+pub(super) fn accepted() -> OutboundAnswer {
+    OutboundAnswer { status: 202, headers: vec![], body: vec![], more: None }
 }
 
 fn plain(status: u16, text: &str) -> OutboundAnswer {
@@ -919,8 +968,8 @@ fn json_answer(status: u16, value: &Value) -> OutboundAnswer {
     json_bytes(status, serde_json::to_vec(value).expect("JSON values serialise"))
 }
 
-fn json_bytes(status: u16, body: Vec<u8>) -> OutboundAnswer {
-    OutboundAnswer { status, headers: vec![("content-type".into(), "application/json".into())], body }
+pub(super) fn json_bytes(status: u16, body: Vec<u8>) -> OutboundAnswer {
+    OutboundAnswer { status, headers: vec![("content-type".into(), "application/json".into())], body, more: None }
 }
 
 #[cfg(test)]
@@ -949,32 +998,6 @@ mod tests {
         ] {
             assert!(!is_loopback_authority(bad), "{bad}");
         }
-    }
-
-    /// The answer is the response, never a notification; a cancelled request (no response)
-    /// gets its notifications on a stream, or 202.
-    #[test]
-    fn an_exchange_answers_with_its_response_alone() {
-        let collected = |lines: &[&str]| {
-            let outlet = Collected::default();
-            for line in lines {
-                // The line is collected when the call is made; the future only reports it.
-                drop(outlet.write_line(line.as_bytes().to_vec()));
-            }
-            outlet
-        };
-        let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
-        let response = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
-        let both = collected(&[note, response]);
-        assert_eq!(both.answer(Reply::Json).body, response.as_bytes());
-        assert_eq!(both.answer(Reply::Either).status, 200);
-        assert!(String::from_utf8(both.answer(Reply::Either).body).unwrap().starts_with("event: message"));
-        let cancelled = collected(&[note]);
-        assert_eq!(cancelled.answer(Reply::Json).status, 202);
-        assert!(cancelled.answer(Reply::Json).body.is_empty());
-        assert!(String::from_utf8(cancelled.answer(Reply::Either).body).unwrap().contains("notifications/message"));
-        assert_eq!(collected(&[response]).answer(Reply::Either).body, response.as_bytes());
-        assert_eq!(collected(&[]).answer(Reply::Stream).status, 202);
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub async fn scrape(runs: &Runs) -> OutboundAnswer {
         status: 200,
         headers: vec![("content-type".into(), METRICS_MEDIA_TYPE.into())],
         body: text.into_bytes(),
+        more: None,
     }
 }
 
@@ -45,6 +46,7 @@ pub fn spawn_listener(env: &Env, runs: &Rc<Runs>, address: SocketAddr) {
         body_chunk_wait_ms: 10_000,
         head_bytes_max: 16 * 1024,
         bodies_read_at_once: 1,
+        body_write_ms: 10_000,
     };
     let handler: crate::env::InboundHandler = Rc::new(MetricsOnly(Rc::clone(runs)));
     let log = env.clone();
@@ -67,6 +69,7 @@ impl crate::env::InboundService for MetricsOnly {
             status,
             headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())],
             body: format!("{text}\n").into_bytes(),
+            more: None,
         };
         match (head.path.as_str(), head.method.as_str()) {
             (METRICS_PATH, "GET") => None,

@@ -7,6 +7,7 @@
 //! `modern.rs`); they share the catalog listing and the call pipeline, never message code.
 
 mod asking;
+mod exchange;
 pub mod framing;
 pub mod http;
 pub mod jsonrpc;
@@ -91,14 +92,16 @@ pub struct Connection {
     client_gone: Signal,
     /// Results that never change while the server runs, serialised once (scrubbed).
     statics: Rc<StaticResults>,
-    /// Whether requests to the client can be sent and answered (stdio: a 2025-11-25 client
-    /// is asked for a run's input; an HTTP exchange's answer is written when its call ends).
+    /// Whether requests to the client can be sent and answered (a 2025-11-25 client is asked
+    /// for a run's input over stdio, or on an HTTP session's live stream).
     can_ask: Cell<bool>,
     /// The input kinds the 2025-11-25 client declared at `initialize` (when it can be asked).
     legacy_kinds: RefCell<Vec<String>>,
     /// Requests sent to the client, by id (as JSON text), awaiting their responses.
     asked_client: RefCell<BTreeMap<String, Rc<asking::Awaited>>>,
     next_request: Cell<u64>,
+    /// What the ids of requests to the client begin with: unique within a session.
+    request_prefix: RefCell<String>,
     /// Set when the connection reads no more: nothing will answer a request sent to the client.
     reading_ended: Signal,
     /// An HTTP request's `traceparent` header: the trace its calls continue (a call's own
@@ -112,6 +115,8 @@ pub struct LegacySession {
     pub initialized: bool,
     /// The level `logging/setLevel` set (none: no log messages).
     pub log_level: Option<usize>,
+    /// The input kinds the client declared at `initialize` (when it can be asked).
+    pub kinds: asking::Kinds,
 }
 
 /// The serialised results that are the same for every request of their kind: the manifest
@@ -173,9 +178,10 @@ impl Connection {
             tasks: WaitGroup::new(),
             client_gone: Signal::new(),
             can_ask: Cell::new(false),
-            legacy_kinds: RefCell::new(Vec::new()),
+            legacy_kinds: RefCell::new(session.kinds.names()),
             asked_client: RefCell::new(BTreeMap::new()),
             next_request: Cell::new(0),
+            request_prefix: RefCell::new("warden-input-".to_string()),
             reading_ended: Signal::new(),
             traceparent: RefCell::new(None),
         })
@@ -183,7 +189,22 @@ impl Connection {
 
     /// The legacy session state now (after an HTTP exchange, for its session).
     pub fn legacy_session(&self) -> LegacySession {
-        LegacySession { initialized: self.legacy_initialized.get(), log_level: self.legacy_log_level.get() }
+        LegacySession {
+            initialized: self.legacy_initialized.get(),
+            log_level: self.legacy_log_level.get(),
+            kinds: asking::Kinds::of(&self.legacy_kinds.borrow()),
+        }
+    }
+
+    /// Whether this connection can send requests to its client and hear the answers (an HTTP
+    /// exchange of a 2025-11-25 session whose answer is a live stream), naming its requests
+    /// with `prefix` (unique within the session). A connection that cannot asks nothing.
+    pub fn allow_asking(&self, can: bool, prefix: String) {
+        self.can_ask.set(can);
+        if !can {
+            self.legacy_kinds.borrow_mut().clear();
+        }
+        *self.request_prefix.borrow_mut() = prefix;
     }
 
     /// Handles one whole message (an HTTP body), then waits for the calls it started.

@@ -2,8 +2,10 @@
 //! (the same `http.rs` front, sessions, screening and collected answers as in production),
 //! and a bridge turns each message the client model sends into a request through that front,
 //! as a real client would: the headers a 2026-07-28 request needs, the session a 2025-11-25
-//! `initialize` opened, the bearer token, a cancellation as a connection closed before the answer. The answers
-//! (a JSON body, or the events of a stream) come back to the client model as lines through
+//! `initialize` opened, the bearer token, a cancellation as a connection closed before the
+//! answer (and in a session, as `notifications/cancelled` too: a session's live stream can be
+//! resumed, so closing it does not cancel). The answers (a JSON body, or the events of a
+//! stream, taken as the server writes them) come back to the client model as lines through
 //! the protocol stream's own path, so the oracle checks each one and every checker reads
 //! them as it reads stdio.
 
@@ -135,6 +137,9 @@ impl Bridge {
         let message: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
         let method = message["method"].as_str().unwrap_or("").to_string();
         if method == "notifications/cancelled" {
+            if self.session.borrow().is_some() {
+                self.exchange(line, message.clone(), None).await;
+            }
             let id = message["params"]["requestId"].to_string();
             if let Some(closer) = self.closers.borrow_mut().remove(&id) {
                 closer.set();
@@ -166,7 +171,7 @@ impl Bridge {
             Some(refused) => refused,
             None => {
                 let answering = handler.answer(request);
-                match closer {
+                match &closer {
                     Some(closer) => match select(answering, Box::pin(closer.wait())).await {
                         Either::Left(answer) => answer,
                         // The client closed the connection: the exchange is dropped.
@@ -176,9 +181,6 @@ impl Bridge {
                 }
             }
         };
-        if let Some(id) = message.get("id") {
-            self.closers.borrow_mut().remove(&id.to_string());
-        }
         // A call sent without the scope its tool asks for is refused by HTTP (403), before
         // JSON-RPC: the client model hears it as an error for that call, as a real client
         // surfaces it. Any other 403 is delivered as it came (and breaks the stream).
@@ -191,7 +193,10 @@ impl Bridge {
             self.pipe.output.borrow_mut().push(line);
             return;
         }
-        self.deliver(answer);
+        self.deliver(answer, closer).await;
+        if let Some(id) = message.get("id") {
+            self.closers.borrow_mut().remove(&id.to_string());
+        }
     }
 
     /// The request a real client sends for `message`.
@@ -229,8 +234,9 @@ impl Bridge {
         InboundRequest { method: "POST".to_string(), path: "/mcp".to_string(), headers, body }
     }
 
-    /// The answer's messages, as lines on the protocol stream.
-    fn deliver(&self, answer: OutboundAnswer) {
+    /// The answer's messages, as lines on the protocol stream: a live stream's as they come,
+    /// until it ends or the client closes the connection (`closer`).
+    async fn deliver(&self, mut answer: OutboundAnswer, closer: Option<Signal>) {
         // Refused while the server drains: nothing was run, and the client hears nothing, as
         // when a crash takes its call (a real one waits `Retry-After` and sends it again; here
         // the client's resending after the restart does).
@@ -241,26 +247,54 @@ impl Bridge {
         if let Some(session) = header("mcp-session-id") {
             *self.session.borrow_mut() = Some(session);
         }
-        let lines: Vec<Vec<u8>> = match header("content-type").as_deref() {
-            Some("text/event-stream") => String::from_utf8_lossy(&answer.body)
-                .lines()
-                .filter_map(|line| line.strip_prefix("data: "))
-                .map(|data| data.as_bytes().to_vec())
-                .collect(),
-            _ if answer.body.is_empty() => Vec::new(),
-            _ => vec![answer.body],
+        let streamed = header("content-type").as_deref() == Some("text/event-stream");
+        let more = answer.more.take();
+        let lines = match streamed {
+            true => events(&answer.body),
+            false if answer.body.is_empty() => Vec::new(),
+            false => vec![answer.body],
         };
-        // Straight to the client model: a slow reader slows only its own connections here,
-        // and the server holds nothing for it but the exchange (invariant 10 is stdio's).
+        if !self.hand_over(lines) {
+            return;
+        }
+        let Some(more) = more else { return };
+        let closed = closer.unwrap_or_default();
+        loop {
+            let chunk = match select(more.0.next(), Box::pin(closed.wait())).await {
+                Either::Left(Some(chunk)) => chunk,
+                // The stream ended, or the client closed it (the source is dropped).
+                Either::Left(None) | Either::Right(()) => return,
+            };
+            if !self.hand_over(events(&chunk)) {
+                return;
+            }
+        }
+    }
+
+    /// Gives the client model each line, checked by the oracle; false once the client or
+    /// the world is gone. Straight to the client model: a slow reader slows only its own
+    /// connections here, and the server holds nothing for it but the exchange (invariant 10
+    /// is stdio's).
+    fn hand_over(&self, lines: Vec<Vec<u8>>) -> bool {
         for mut line in lines {
             if self.crashed.get() || self.pipe.broken.get() {
-                return;
+                return false;
             }
             line.push(b'\n');
             self.stdio.oracle.before_answer(&line);
             self.pipe.output.borrow_mut().push(line);
         }
+        true
     }
+}
+
+/// The messages of an event stream's chunk (whole events: the server writes no event in parts).
+fn events(chunk: &[u8]) -> Vec<Vec<u8>> {
+    String::from_utf8_lossy(chunk)
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| data.as_bytes().to_vec())
+        .collect()
 }
 
 /// The principal a message is sent as, and its token: a 2025-11-25 message as the session's
