@@ -90,6 +90,11 @@ pub enum Fault {
     /// string argument replaced by a secret the manifest names. Their answers are not the
     /// workload's; the checker holds that each was refused and made no run.
     RefusableCalls,
+    /// In an HTTP world, the next live stream of a 2025-11-25 session is cut after `after`
+    /// events (when `stalls`, the client first stops reading it until the server's write
+    /// timeout passes); the client then asks for the rest with `Last-Event-ID`, which must
+    /// bring every event after the last one it read, the answer included.
+    StreamCut { after: u32, stalls: bool },
     /// The client goes away right after sending the call (its stdin closes, writes to it
     /// fail), then connects to a new server and sends again what `once` lets it.
     ClientGone,
@@ -165,6 +170,7 @@ impl Fault {
             Fault::Flood { .. } => "a flood of calls",
             Fault::ClientGone => "client gone mid-call",
             Fault::RefusableCalls => "calls that must be refused",
+            Fault::StreamCut { .. } => "a live stream cut and resumed",
             Fault::Shutdown { .. } => "a shutdown signal",
             Fault::RotByte { .. } => "a durable byte rots",
             Fault::FlipLedgerRead { .. } => "a flipped byte read",

@@ -100,6 +100,13 @@ impl fmt::Display for Fault {
             Fault::Cancel => write!(f, "the client cancels the call right after sending it"),
             Fault::Flood { calls } => write!(f, "the client floods the server with {calls} status calls"),
             Fault::ClientGone => write!(f, "the client goes away mid-call, then sends again"),
+            Fault::StreamCut { after, stalls: false } => {
+                write!(f, "the next live stream breaks after {after} events, and the client resumes it")
+            }
+            Fault::StreamCut { after, stalls: true } => write!(
+                f,
+                "the client stops reading the next live stream after {after} events until it is cut off, then resumes it"
+            ),
             Fault::RefusableCalls => {
                 write!(f, "the client sends the call again with an unknown argument, and with a secret")
             }

@@ -7,7 +7,7 @@
 //! `modern.rs`); they share the catalog listing and the call pipeline, never message code.
 
 mod asking;
-mod exchange;
+pub mod exchange;
 pub mod framing;
 pub mod http;
 pub mod jsonrpc;

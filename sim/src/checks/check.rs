@@ -158,7 +158,10 @@ pub fn at_rest_since(
                 )),
                 None => found.push(violation(6, format!("run {} is settled but its journal has no end", entry.run))),
             },
-            (RunPhase::Released { .. }, Some(Ok(_))) => {
+            // A journal whose header never became durable (a crash between its write and its
+            // fsync, the name made durable by another run's directory fsync) is what recovery
+            // releases as never started, removing it: the checker reads removed files too.
+            (RunPhase::Released { .. }, Some(Ok(journal))) if journal.header.is_some() => {
                 found.push(violation(6, format!("run {} was released as never started but has a journal", entry.run)))
             }
             _ => {}

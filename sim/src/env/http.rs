@@ -83,6 +83,47 @@ pub struct Bridge {
     exchanges: WaitGroup,
     /// In an OAuth world: the principal each call was sent as, by id (the checker's record).
     principals: Option<Rc<RefCell<BTreeMap<i64, &'static str>>>>,
+    stream_cut: Rc<StreamCut>,
+    clock: crate::env::clock::SimClockHandle,
+}
+
+/// The live-stream fault (`Fault::StreamCut`), shared by every instance's bridge.
+#[derive(Default)]
+pub struct StreamCut {
+    /// (events read before the cut, whether the client stops reading first): for the next
+    /// live stream of a session.
+    pub armed: Cell<Option<(u32, bool)>>,
+    /// Streams cut so far (all instances): the fault fired.
+    pub cuts: Cell<u64>,
+    /// Resumptions answered with a stream.
+    pub resumed: Cell<u64>,
+}
+
+/// The ids of one stream's events read so far: each must follow the one before (an event
+/// lost on a resumption is a violation of the stream's invariant).
+#[derive(Default)]
+struct EventTrail {
+    last: Option<(u64, u64)>,
+    gaps: Vec<String>,
+}
+
+impl EventTrail {
+    fn read(&mut self, id: &str) {
+        let Some((stream, seq)) = id.split_once('-').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))) else {
+            self.gaps.push(format!("an event id `{id}` this server never gives"));
+            return;
+        };
+        if let Some((last_stream, last_seq)) = self.last {
+            if (stream, seq) != (last_stream, last_seq + 1) {
+                self.gaps.push(format!("event {stream}-{seq} came after {last_stream}-{last_seq}"));
+            }
+        }
+        self.last = Some((stream, seq));
+    }
+
+    fn last_id(&self) -> Option<String> {
+        self.last.map(|(stream, seq)| format!("{stream}-{seq}"))
+    }
 }
 
 impl Bridge {
@@ -93,6 +134,7 @@ impl Bridge {
         http: &SimHttp,
         spawn: crate::env::executor::SimSpawn,
         principals: Option<Rc<RefCell<BTreeMap<i64, &'static str>>>>,
+        (stream_cut, clock): (Rc<StreamCut>, Rc<crate::env::clock::SimClock>),
     ) -> Rc<Bridge> {
         Rc::new(Bridge {
             pipe,
@@ -106,6 +148,8 @@ impl Bridge {
             closers: RefCell::new(BTreeMap::new()),
             exchanges: WaitGroup::new(),
             principals,
+            stream_cut,
+            clock: crate::env::clock::SimClockHandle(clock),
         })
     }
 
@@ -235,39 +279,116 @@ impl Bridge {
     }
 
     /// The answer's messages, as lines on the protocol stream: a live stream's as they come,
-    /// until it ends or the client closes the connection (`closer`).
+    /// until it ends or the client closes the connection (`closer`). A session's stream cut
+    /// by the fault is resumed with `Last-Event-ID`, and its events must follow on.
     async fn deliver(&self, mut answer: OutboundAnswer, closer: Option<Signal>) {
-        // Refused while the server drains: nothing was run, and the client hears nothing, as
-        // when a crash takes its call (a real one waits `Retry-After` and sends it again; here
-        // the client's resending after the restart does).
-        if answer.status == 503 {
-            return;
-        }
-        let header = |name: &str| answer.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
-        if let Some(session) = header("mcp-session-id") {
-            *self.session.borrow_mut() = Some(session);
-        }
-        let streamed = header("content-type").as_deref() == Some("text/event-stream");
-        let more = answer.more.take();
-        let lines = match streamed {
-            true => events(&answer.body),
-            false if answer.body.is_empty() => Vec::new(),
-            false => vec![answer.body],
-        };
-        if !self.hand_over(lines) {
-            return;
-        }
-        let Some(more) = more else { return };
         let closed = closer.unwrap_or_default();
+        let mut trail = EventTrail::default();
         loop {
-            let chunk = match select(more.0.next(), Box::pin(closed.wait())).await {
-                Either::Left(Some(chunk)) => chunk,
-                // The stream ended, or the client closed it (the source is dropped).
-                Either::Left(None) | Either::Right(()) => return,
-            };
-            if !self.hand_over(events(&chunk)) {
+            // Refused while the server drains: nothing was run, and the client hears nothing,
+            // as when a crash takes its call (a real one waits `Retry-After` and sends it
+            // again; here the client's resending after the restart does).
+            if answer.status == 503 {
                 return;
             }
+            let header = |name: &str| answer.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+            if let Some(session) = header("mcp-session-id") {
+                *self.session.borrow_mut() = Some(session);
+            }
+            let streamed = header("content-type").as_deref() == Some("text/event-stream");
+            let more = answer.more.take();
+            let lines = match streamed {
+                true => self.events(&answer.body, &mut trail),
+                false if answer.body.is_empty() => Vec::new(),
+                false => vec![std::mem::take(&mut answer.body)],
+            };
+            let mut read = lines.len() as u32;
+            if !self.hand_over(lines) {
+                return;
+            }
+            let Some(more) = more else { return };
+            let cut = self.stream_cut.armed.get().filter(|_| self.session.borrow().is_some());
+            loop {
+                if let Some((_, stalls)) = cut.filter(|(after, _)| read >= *after) {
+                    // Only a stream whose events carry ids can be resumed.
+                    if trail.last.is_some() {
+                        self.stream_cut.armed.set(None);
+                        self.stream_cut.cuts.set(self.stream_cut.cuts.get() + 1);
+                        if stalls {
+                            // Nothing is read until the listener's write timeout cuts it off.
+                            warden::env::Clock::sleep(&self.clock, warden::protocol::exchange::STREAM_WRITE_MS).await;
+                        }
+                        drop(more);
+                        break;
+                    }
+                }
+                let chunk = match select(more.0.next(), Box::pin(closed.wait())).await {
+                    Either::Left(Some(chunk)) => chunk,
+                    // The stream ended, or the client closed it (the source is dropped).
+                    Either::Left(None) | Either::Right(()) => {
+                        self.report_gaps(&trail);
+                        return;
+                    }
+                };
+                let lines = self.events(&chunk, &mut trail);
+                read += lines.len() as u32;
+                if !self.hand_over(lines) {
+                    return;
+                }
+            }
+            answer = match self.resume(&trail).await {
+                Some(answer) => answer,
+                None => return,
+            };
+            self.stream_cut.resumed.set(self.stream_cut.resumed.get() + 1);
+        }
+    }
+
+    /// Asks for the rest of a cut stream, after the last event read.
+    async fn resume(&self, trail: &EventTrail) -> Option<OutboundAnswer> {
+        let handler = self.handler.borrow().clone()?;
+        let session = self.session.borrow().clone()?;
+        let token = match &self.principals {
+            None => crate::names::HTTP_TOKEN,
+            Some(_) => crate::names::PRINCIPALS[0].1,
+        };
+        let headers = vec![
+            ("host".to_string(), ADDRESS.to_string()),
+            ("accept".to_string(), "text/event-stream".to_string()),
+            ("authorization".to_string(), format!("Bearer {token}")),
+            ("mcp-session-id".to_string(), session),
+            ("last-event-id".to_string(), trail.last_id()?),
+        ];
+        let request = InboundRequest { method: "GET".to_string(), path: "/mcp".to_string(), headers, body: Vec::new() };
+        if let Some(refused) = handler.screen(&request) {
+            return Some(refused);
+        }
+        Some(handler.answer(request).await)
+    }
+
+    /// The messages of an event stream's chunk (whole events: the server writes no event in
+    /// parts), their ids read on the stream's trail.
+    fn events(&self, chunk: &[u8], trail: &mut EventTrail) -> Vec<Vec<u8>> {
+        let text = String::from_utf8_lossy(chunk);
+        let mut lines = Vec::new();
+        for event in text.split("\n\n") {
+            for line in event.lines() {
+                if let Some(id) = line.strip_prefix("id: ") {
+                    trail.read(id);
+                }
+                if let Some(data) = line.strip_prefix("data: ") {
+                    lines.push(data.as_bytes().to_vec());
+                }
+            }
+        }
+        lines
+    }
+
+    /// An event lost or repeated on a stream breaks the stream's invariant (8).
+    fn report_gaps(&self, trail: &EventTrail) {
+        for gap in &trail.gaps {
+            let message = format!("a live stream's events did not follow on: {gap}");
+            self.stdio.oracle.violations.borrow_mut().push(crate::report::Violation { invariant: 8, message });
         }
     }
 
@@ -286,15 +407,6 @@ impl Bridge {
         }
         true
     }
-}
-
-/// The messages of an event stream's chunk (whole events: the server writes no event in parts).
-fn events(chunk: &[u8]) -> Vec<Vec<u8>> {
-    String::from_utf8_lossy(chunk)
-        .lines()
-        .filter_map(|line| line.strip_prefix("data: "))
-        .map(|data| data.as_bytes().to_vec())
-        .collect()
 }
 
 /// The principal a message is sent as, and its token: a 2025-11-25 message as the session's

@@ -96,6 +96,8 @@ pub struct World {
     pub oracle: Rc<Oracle>,
     /// A client that reads the server's lines slowly (a fault).
     pub slow_reader: Rc<crate::env::stdio::SlowReader>,
+    /// The live-stream fault, shared by every instance's HTTP bridge.
+    pub stream_cut: Rc<crate::env::http::StreamCut>,
     /// How the client reaches each server instance.
     pub transport: Cell<Transport>,
     /// In an OAuth world, the principal each call (by id) was sent as.
@@ -137,6 +139,7 @@ impl World {
             sandbox: Rc::new(crate::env::sandbox::SandboxFaults::default()),
             oracle,
             slow_reader: Rc::default(),
+            stream_cut: Rc::default(),
             transport: Cell::new(Transport::Stdio),
             principals: Rc::default(),
             admin: Rc::default(),
@@ -225,6 +228,7 @@ impl World {
                     &http,
                     executor.spawner(),
                     oauth.then(|| Rc::clone(&self.principals)),
+                    (Rc::clone(&self.stream_cut), Rc::clone(&self.clock)),
                 );
                 let env = self.env(&executor, &pipe, http);
                 let options = warden::protocol::http::HttpOptions {

@@ -45,6 +45,9 @@ enum Witness {
     Shutdown {
         before: u64,
     },
+    StreamCut {
+        before: u64,
+    },
     Injected {
         kind: &'static str,
         before: u64,
@@ -96,6 +99,7 @@ impl Pending {
             Fault::PoisonRun => Witness::PoisonRun { before: world.sandbox.poison_crashes.get() },
             Fault::SlowReader { .. } => Witness::SlowReader { before: world.slow_reader.lines_read.get() },
             Fault::Shutdown { .. } => Witness::Shutdown { before: world.services.shutdowns_sent.get() },
+            Fault::StreamCut { .. } => Witness::StreamCut { before: world.stream_cut.cuts.get() },
             Fault::SlowDisk { .. } => {
                 Witness::Injected { kind: "slow operation", before: injected(world, "slow operation") }
             }
@@ -147,6 +151,7 @@ fn has_fired(world: &World, armed: &Armed) -> bool {
         Witness::PoisonRun { before } => world.sandbox.poison_crashes.get() > *before,
         Witness::SlowReader { before } => world.slow_reader.lines_read.get() > *before,
         Witness::Shutdown { before } => world.services.shutdowns_sent.get() > *before,
+        Witness::StreamCut { before } => world.stream_cut.cuts.get() > *before,
         Witness::Injected { kind, before } => injected(world, kind) > *before,
     }
 }

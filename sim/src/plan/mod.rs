@@ -100,6 +100,7 @@ const FAULT_KINDS: &[FaultKind] = &[
     // Calls the server must refuse before running anything (last, so the kinds before it are
     // switched on for the same seeds as before it was added).
     FaultKind { draw: |_| Fault::RefusableCalls, rarity: 1 },
+    FaultKind { draw: |r| Fault::StreamCut { after: pick(r, 4) as u32, stalls: pick(r, 2) == 1 }, rarity: 1 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only
@@ -197,6 +198,7 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::NotifyHangs { times } => world.services.notify_hangs.set(*times),
         Fault::DriftClock { ppm } => world.clock.set_drift_ppm(*ppm),
         Fault::Shutdown { after_ms } => world.services.arm_shutdown(*after_ms),
+        Fault::StreamCut { after, stalls } => world.stream_cut.armed.set(Some((*after, *stalls))),
         Fault::MalformedLine
         | Fault::Cancel
         | Fault::OversizedLine
