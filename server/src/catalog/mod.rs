@@ -178,6 +178,9 @@ impl Tool {
             tool.insert("outputSchema".into(), output);
         }
         tool.insert("annotations".into(), self.annotations());
+        if self.config.task != crate::manifest::TaskSupport::Forbidden {
+            tool.insert("execution".into(), json!({"taskSupport": self.config.task.name()}));
+        }
         // The digest a client can pin (and `warden.lock` records): a rewritten description
         // or schema changes it.
         tool.insert(

@@ -168,11 +168,38 @@ pub struct ToolConfig {
     pub quota: Option<QuotaConfig>,
     /// Scopes an authenticated remote principal must hold to call the tool.
     pub scopes: Vec<String>,
+    /// Client capabilities a call must declare (`sampling`, `elicitation`, `roots`).
+    pub requires: Vec<String>,
+    /// Whether a call may, or must, become a task (the 2026-07-28 tasks extension).
+    pub task: TaskSupport,
     pub max_steps: u64,
     /// The wall-clock limit of one execution of the program (`limits.execution_ms`).
     pub execution_ms: u64,
     /// The tool's config as canonical JSON, hashed into each journal's header.
     pub config_json: String,
+}
+
+/// The client capabilities a tool may require (`requires`): what a program's `ask` uses.
+pub const CLIENT_CAPABILITIES: [&str; 3] = ["elicitation", "sampling", "roots"];
+
+/// A tool's support of tasks: a call of a client that negotiated the extension becomes a task
+/// (optional, required), or never does; a required one refuses other clients (-32021).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskSupport {
+    #[default]
+    Forbidden,
+    Optional,
+    Required,
+}
+
+impl TaskSupport {
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskSupport::Forbidden => "forbidden",
+            TaskSupport::Optional => "optional",
+            TaskSupport::Required => "required",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

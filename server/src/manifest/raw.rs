@@ -71,6 +71,8 @@ impl RawResource {
             quota: self.quota,
             limits: self.limits,
             scopes: self.scopes,
+            requires: Vec::new(),
+            task: None,
         };
         let address = ResourceAddress {
             uri: self.uri,
@@ -148,6 +150,14 @@ pub struct RawTool {
     /// Scopes an authenticated remote principal must hold to call the tool.
     #[serde(default)]
     pub scopes: Vec<String>,
+    /// Client capabilities a call must declare (`sampling`, `elicitation`, `roots`); a call
+    /// without one is refused (-32021) before any run. Last, with `task`: a tool without
+    /// either keeps the binding it had before they existed (`canonical_tool_json`).
+    #[serde(default)]
+    pub requires: Vec<String>,
+    /// Whether a 2026-07-28 call of a client that negotiated the tasks extension becomes a
+    /// task: "optional" or "required".
+    pub task: Option<String>,
 }
 
 /// A grant, or (inside `needs`) a secret reference `{ "env": NAME }`.

@@ -552,6 +552,8 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
     }
     let config_json = canonical_tool_json(raw, &entry);
     let scopes = scopes(&raw.scopes, &format!("{at}.scopes"), problems);
+    let requires = requires(&raw.requires, &format!("{at}.requires"), problems);
+    let task = task_support(raw.task.as_deref(), &format!("{at}.task"), problems);
     ToolConfig {
         name: raw.name.clone(),
         title: raw.title.clone(),
@@ -565,9 +567,40 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
         once,
         quota,
         scopes,
+        requires,
+        task,
         max_steps,
         execution_ms,
         config_json,
+    }
+}
+
+/// A tool's `requires`: client capabilities, each once.
+fn requires(raw: &[String], at: &str, problems: &mut Problems) -> Vec<String> {
+    let kinds = crate::manifest::CLIENT_CAPABILITIES;
+    for (index, kind) in raw.iter().enumerate() {
+        if !kinds.contains(&kind.as_str()) {
+            problems
+                .add(&format!("{at}[{index}]"), format!("`{kind}` is not a client capability ({})", kinds.join(", ")));
+        } else if raw[..index].contains(kind) {
+            problems.add(&format!("{at}[{index}]"), format!("`{kind}` is named twice"));
+        }
+    }
+    raw.to_vec()
+}
+
+/// A tool's `task`: "optional" or "required".
+fn task_support(raw: Option<&str>, at: &str, problems: &mut Problems) -> crate::manifest::TaskSupport {
+    use crate::manifest::TaskSupport;
+    match raw {
+        None => TaskSupport::Forbidden,
+        Some("optional") => TaskSupport::Optional,
+        Some("required") => TaskSupport::Required,
+        Some(other) => {
+            problems
+                .add(at, format!("`{other}` is not a task support: \"optional\" or \"required\" (or leave it out)"));
+            TaskSupport::Forbidden
+        }
     }
 }
 
@@ -1011,8 +1044,12 @@ pub const SCOPE_BYTES_MAX: usize = 128;
 /// The tool's config, re-serialised canonically (sorted keys) for hashing into journals.
 fn canonical_tool_json(raw: &RawTool, entry: &str) -> String {
     // Debug output of the raw structs is stable (field order is declaration order, maps
-    // are BTreeMaps), deterministic and covers every key the operator wrote.
-    format!("{raw:?}|entry={entry}")
+    // are BTreeMaps), deterministic and covers every key the operator wrote. The keys added
+    // last are left out when not written, so a tool without them keeps its binding (runs in
+    // progress across an upgrade resume, and `warden.lock` digests hold).
+    let text = format!("{raw:?}");
+    let text = text.strip_suffix(", requires: [], task: None }").map(|kept| format!("{kept} }}")).unwrap_or(text);
+    format!("{text}|entry={entry}")
 }
 
 #[cfg(test)]
@@ -1039,6 +1076,27 @@ mod tests {
             &tool(r#"{"env":"DESK_URL"}"#).replace(r#""net":{"timeout_ms":1000,"connect_timeout_ms":1000},"#, ""),
         );
         assert!(found.concat().contains("net.timeout_ms"), "{found:?}");
+    }
+
+    /// A tool that writes neither `requires` nor `task` keeps the binding it had before they
+    /// existed: runs in progress across an upgrade resume, and `warden.lock` digests hold.
+    #[test]
+    fn keys_added_later_leave_an_unwritten_tool_s_binding_alone() {
+        let parse = |extra: &str| {
+            let text = format!(
+                r#"{{"server":{{"name":"s","journals":"j"}},"tools":[{{"name":"t","program":"t.star"{extra}}}]}}"#
+            );
+            Manifest::parse(Path::new("m.json"), text.as_bytes()).expect("a valid manifest").tools[0]
+                .config_json
+                .clone()
+        };
+        let plain = parse("");
+        assert!(plain.ends_with(r#"scopes: [] }|entry=main"#), "{plain}");
+        assert!(!plain.contains("requires"), "{plain}");
+        assert_ne!(parse(r#","task":"optional""#), plain);
+        assert_ne!(parse(r#","requires":["sampling"]"#), plain);
+        assert!(problems(r#"{"server":{"name":"s","journals":"j"},"tools":[{"name":"t","program":"t.star","task":"maybe","requires":["roots","roots","files"]}]}"#)
+            .len() == 3);
     }
 
     fn problems(text: &str) -> Vec<String> {

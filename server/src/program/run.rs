@@ -46,10 +46,12 @@ pub enum FailureKind {
     Deadline,
     Capability,
     Internal,
+    /// Its client cancelled the task between actions (`tasks/cancel`).
+    Cancelled,
 }
 
 impl FailureKind {
-    pub const ALL: [FailureKind; 8] = [
+    pub const ALL: [FailureKind; 9] = [
         FailureKind::Validation,
         FailureKind::Action,
         FailureKind::Value,
@@ -58,6 +60,7 @@ impl FailureKind {
         FailureKind::Deadline,
         FailureKind::Capability,
         FailureKind::Internal,
+        FailureKind::Cancelled,
     ];
 
     pub fn parse(name: &str) -> Option<FailureKind> {
@@ -74,6 +77,7 @@ impl FailureKind {
             FailureKind::Deadline => "deadline",
             FailureKind::Capability => "capability",
             FailureKind::Internal => "internal",
+            FailureKind::Cancelled => "cancelled",
         }
     }
 }

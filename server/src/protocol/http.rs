@@ -887,6 +887,7 @@ fn headers_match(request: &InboundRequest, message: &Value, method: &str) -> Res
     let named = match method {
         "tools/call" | "prompts/get" => message.pointer("/params/name"),
         "resources/read" => message.pointer("/params/uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => message.pointer("/params/taskId"),
         _ => return Ok(()),
     };
     let Some(named) = named.and_then(Value::as_str) else { return Ok(()) };

@@ -17,6 +17,9 @@ pub const INTERNAL_ERROR: i64 = -32603;
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// HTTP only: a request's headers do not match its body (2026-07-28).
 pub const HEADER_MISMATCH: i64 = -32020;
+/// The request did not declare a client capability the server needs to serve it (2026-07-28);
+/// its data names them (`requiredCapabilities`).
+pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 
 /// A request id: a string or an integer, kept as the client wrote it.
 pub type RequestId = Value;

@@ -30,7 +30,13 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
             "missing _meta[\"io.modelcontextprotocol/protocolVersion\"]: send `initialize` first, or use the 2026-07-28 per-request envelope",
         )),
         "tools/list" => return Routed::Static { id, result: Rc::clone(&connection.statics.legacy_tools_list) },
-        "tools/call" => match call_params(connection, &request) {
+        "tools/call" => match call_params(connection, &request).and_then(|call| {
+            let kinds = connection.legacy_kinds.borrow();
+            match connection.catalog.callable(&call.0) {
+                Some(tool) => super::refuse_undeclared(&id, tool, &kinds).map(|()| call),
+                None => Ok(call),
+            }
+        }) {
             Ok((tool, arguments, progress)) => {
                 let log_level = connection.legacy_log_level.get();
                 let input = InputTurn::new(connection.legacy_kinds.borrow().clone(), None, None);
@@ -46,6 +52,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
                     job,
                     input,
                     traceparent,
+                    task: false,
                 });
             }
             Err(error) => Err(error),

@@ -16,6 +16,7 @@ mod listener;
 pub mod metrics;
 mod modern;
 pub mod oauth;
+mod tasks;
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -61,6 +62,7 @@ impl Outlet for StdioOutlet {
 pub struct Shared {
     slots: Rc<Slots>,
     statics: Rc<StaticResults>,
+    task_answers: Rc<tasks::PartialAnswers>,
 }
 
 impl Shared {
@@ -68,6 +70,7 @@ impl Shared {
         Rc::new(Shared {
             slots: Rc::new(Slots::default()),
             statics: Rc::new(StaticResults::new(&runs.catalog, &runs.secrets)),
+            task_answers: Rc::default(),
         })
     }
 }
@@ -92,6 +95,8 @@ pub struct Connection {
     client_gone: Signal,
     /// Results that never change while the server runs, serialised once (scrubbed).
     statics: Rc<StaticResults>,
+    /// The answers tasks' rounds have had so far (`tasks/update`), shared by every connection.
+    task_answers: Rc<tasks::PartialAnswers>,
     /// Whether requests to the client can be sent and answered (a 2025-11-25 client is asked
     /// for a run's input over stdio, or on an HTTP session's live stream).
     can_ask: Cell<bool>,
@@ -140,7 +145,7 @@ impl StaticResults {
         StaticResults {
             legacy_tools_list: bytes(legacy::tools_list(Value::Array(tools.clone()))),
             modern_tools_list: bytes(modern::tools_list(&info, Value::Array(tools))),
-            modern_discover: bytes(modern::discover(&info, capabilities(catalog))),
+            modern_discover: bytes(modern::discover(&info, modern_capabilities(catalog))),
         }
     }
 }
@@ -168,6 +173,7 @@ impl Connection {
             env: runs.env.clone(),
             catalog: Rc::clone(&runs.catalog),
             statics: Rc::clone(&shared.statics),
+            task_answers: Rc::clone(&shared.task_answers),
             runs,
             slots: Rc::clone(&shared.slots),
             outlet,
@@ -304,6 +310,10 @@ impl Connection {
         let routed = if modern { modern::route(self, request) } else { legacy::route(self, request) };
         match routed {
             Routed::Reply(reply) => self.send(reply).await,
+            Routed::Task(task) => {
+                let reply = self.serve_task(task).await;
+                self.send(reply).await
+            }
             Routed::Static { id, result } => self.send_static(&id, &result).await,
             Routed::Call(call) => {
                 let traceparent = traceparent_of(&request_meta_traceparent, self.traceparent.borrow().as_deref());
@@ -369,6 +379,7 @@ impl Connection {
         let failed =
             |message: String| RpcError::new(Some(call.id.clone()), jsonrpc::INVALID_PARAMS, message).to_value();
         match &call.job {
+            CallJob::Tool if call.task => self.start_task(call).await,
             CallJob::Tool if call.tool == RUN_STATUS_TOOL => {
                 let result =
                     crate::call::status::run_status(&self.runs, &call.arguments, self.principal.as_ref()).await;
@@ -535,6 +546,17 @@ fn capabilities(catalog: &Catalog) -> Value {
     capabilities
 }
 
+/// The capabilities `server/discover` names: the era's own, and the tasks extension when a
+/// tool supports tasks.
+fn modern_capabilities(catalog: &Catalog) -> Value {
+    let mut capabilities = capabilities(catalog);
+    let tasks = catalog.tools.iter().any(|tool| tool.config.task != crate::manifest::TaskSupport::Forbidden);
+    if tasks {
+        capabilities["extensions"] = serde_json::json!({tasks::TASKS_EXTENSION: {}});
+    }
+    capabilities
+}
+
 fn server_info(catalog: &Catalog) -> Value {
     serde_json::json!({"name": catalog.manifest.server.name, "version": crate::VERSION})
 }
@@ -552,6 +574,8 @@ pub(crate) struct PendingCall {
     input: InputTurn,
     /// The caller's W3C trace context (`_meta.traceparent`, or an HTTP request's header).
     traceparent: Option<String>,
+    /// The call becomes a task (2026-07-28, a tool that supports them, the extension declared).
+    task: bool,
 }
 
 /// What a call brings for input requests (2026-07-28 only): the kinds its client declared,
@@ -609,6 +633,7 @@ fn read_call(
         job,
         input,
         traceparent: None,
+        task: false,
     })
 }
 
@@ -649,6 +674,7 @@ fn prompt_call(
         job: CallJob::Prompt,
         input: InputTurn::default(),
         traceparent: None,
+        task: false,
     })
 }
 
@@ -660,6 +686,25 @@ pub(crate) enum Routed {
         result: Rc<[u8]>,
     },
     Call(PendingCall),
+    /// `tasks/get`, `tasks/update`, `tasks/cancel`.
+    Task(tasks::TaskRequest),
+}
+
+/// -32021 for a call whose tool requires client capabilities the client did not declare
+/// (`kinds`), naming them.
+fn refuse_undeclared(id: &RequestId, tool: &crate::catalog::Tool, kinds: &[String]) -> Result<(), RpcError> {
+    let missing: Vec<&String> = tool.config.requires.iter().filter(|kind| !kinds.contains(kind)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let required: Map<String, Value> = missing.iter().map(|kind| (kind.to_string(), serde_json::json!({}))).collect();
+    let names: Vec<&str> = missing.iter().map(|kind| kind.as_str()).collect();
+    let what = format!(
+        "`{}` needs the client capability {}, which the request did not declare; nothing was run",
+        tool.config.name,
+        names.join(", ")
+    );
+    Err(tasks::missing_capability(id, Value::Object(required), &what))
 }
 
 /// Reads `tools/call` params shared by both eras: a string `name` naming a known tool and

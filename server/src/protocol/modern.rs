@@ -23,31 +23,13 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
     let outcome = match request.method.as_str() {
         "server/discover" => return Routed::Static { id, result: Rc::clone(&connection.statics.modern_discover) },
         "tools/list" => return Routed::Static { id, result: Rc::clone(&connection.statics.modern_tools_list) },
-        "tools/call" => match call_params(connection, &request) {
-            Ok((tool, arguments, progress)) => {
-                // Without `logLevel` the server sends no log message for the request.
-                let log_level = request_meta(&request)
-                    .and_then(|meta| meta.get(META_LOG_LEVEL))
-                    .and_then(Value::as_str)
-                    .and_then(crate::run::notice::log_level);
-                let input = match input_turn(&request) {
-                    Ok(input) => input,
-                    Err(error) => return Routed::Reply(error.to_value()),
-                };
-                return Routed::Call(PendingCall {
-                    id,
-                    tool,
-                    arguments,
-                    progress,
-                    log_level,
-                    finish,
-                    job: CallJob::Tool,
-                    input,
-                    traceparent: None,
-                });
+        "tools/call" => return tool_call(connection, request),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => {
+            match super::tasks::route(&request.method, &id, request.params.as_ref()) {
+                Ok(task) => return Routed::Task(task),
+                Err(error) => Err(error),
             }
-            Err(error) => Err(error),
-        },
+        }
         "resources/list" if has_resources(connection) => Ok(cacheable(
             json!({"resources": crate::call::surface::resources(&connection.catalog)}),
             LIST_TTL_MS,
@@ -83,6 +65,57 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
     Routed::Reply(match outcome {
         Ok(result) => jsonrpc::response(&id, complete(connection, result)),
         Err(error) => error.to_value(),
+    })
+}
+
+/// Routes `tools/call`: a call of a known tool, as a task or not, or the refusal.
+fn tool_call(connection: &Connection, request: Request) -> Routed {
+    let id = request.id.clone();
+    match call_params(connection, &request) {
+        Ok((tool, arguments, progress)) => {
+            // Without `logLevel` the server sends no log message for the request.
+            let log_level = request_meta(&request)
+                .and_then(|meta| meta.get(META_LOG_LEVEL))
+                .and_then(Value::as_str)
+                .and_then(crate::run::notice::log_level);
+            let input = match input_turn(&request) {
+                Ok(input) => input,
+                Err(error) => return Routed::Reply(error.to_value()),
+            };
+            let task = match declared_enough(connection, &request, &tool, &input.kinds) {
+                Ok(task) => task,
+                Err(error) => return Routed::Reply(error.to_value()),
+            };
+            Routed::Call(PendingCall {
+                id,
+                tool,
+                arguments,
+                progress,
+                log_level,
+                finish,
+                job: CallJob::Tool,
+                input,
+                traceparent: None,
+                task,
+            })
+        }
+        Err(error) => Routed::Reply(error.to_value()),
+    }
+}
+
+/// Whether a call may run as the request declared its client: the capabilities its tool
+/// requires, and the tasks extension a task-only tool needs (-32021 naming what is missing,
+/// before anything runs). `Ok`: whether the call becomes a task.
+fn declared_enough(connection: &Connection, request: &Request, tool: &str, kinds: &[String]) -> Result<bool, RpcError> {
+    let Some(tool) = connection.catalog.callable(tool) else { return Ok(false) };
+    super::refuse_undeclared(&request.id, tool, kinds)?;
+    super::tasks::becomes_task(tool.config.task, super::tasks::declared(request_meta(request))).map_err(|()| {
+        let what = format!(
+            "`{}` runs only as a task: declare the tasks extension ({})",
+            tool.config.name,
+            super::tasks::TASKS_EXTENSION
+        );
+        super::tasks::missing_capability(&request.id, super::tasks::extension_required(), &what)
     })
 }
 

@@ -46,6 +46,9 @@ struct Context<'a> {
     client_kinds: &'a [String],
 }
 
+/// The end of a run cancelled while it awaited its client's input.
+const CANCELLED_WHILE_ASKING: &str = "its client cancelled the run while it waited for input";
+
 /// How a run is taken up by this call of `execute_to_end`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Entry {
@@ -59,6 +62,8 @@ pub enum Entry {
     Expired,
     /// The round the run awaits can never be answered (why): it ends so.
     Abandoned(String),
+    /// Its client cancelled the run while it awaited a round (`tasks/cancel`).
+    Cancelled,
 }
 
 /// Drives runs through their state machine over a store: every durable record goes through
@@ -190,6 +195,11 @@ impl<S: RunStore> Driver<'_, S> {
                 Event::Expired(self.expired_end(tool, run, journal, at_ms, why)?)
             }
             Entry::Abandoned(why) => Event::Expired(self.expired_end(tool, run, journal, at_ms, why)?),
+            Entry::Cancelled => {
+                let mut end = self.expired_end(tool, run, journal, at_ms, CANCELLED_WHILE_ASKING.to_string())?;
+                end.outcome = RunOutcome::Failed(FailureKind::Cancelled);
+                Event::Expired(end)
+            }
         })
     }
 
@@ -385,6 +395,15 @@ impl<S: RunStore> Driver<'_, S> {
                 let deadline = crate::store::ledger::duration_text(tool.config.deadline_ms.unwrap_or_default());
                 let message = crate::broker::deadline_refusal(&deadline, action.op);
                 let failure = crate::program::Failure { kind: FailureKind::Deadline, message };
+                let mut end = end_record(&Outcome::Failed(failure), at_ms);
+                end.usage = usage_json(&usage);
+                Next::End(self.store.fitted_end(end))
+            }
+            // A cancellation is taken between actions: at the next one to begin, or the next
+            // round to ask.
+            Outcome::Suspended(_) | Outcome::Asking(_) if self.store.cancel_requested(run) => {
+                let message = "its client cancelled the run; it ended between actions".to_string();
+                let failure = crate::program::Failure { kind: FailureKind::Cancelled, message };
                 let mut end = end_record(&Outcome::Failed(failure), at_ms);
                 end.usage = usage_json(&usage);
                 Next::End(self.store.fitted_end(end))

@@ -74,6 +74,9 @@ pub struct Runs {
     pub inputs: crate::run::input::Inputs,
     /// What `/metrics` reports (`run::metrics`).
     pub metrics: crate::run::metrics::Metrics,
+    /// Runs in progress whose client cancelled them (`tasks/cancel`): each ends at its next
+    /// point between actions, as `cancelled`. At most the runs in progress; one leaves at its settle.
+    cancelled: RefCell<BTreeSet<String>>,
 }
 
 /// The binding of a tool's current code: what a journal written now will carry.
@@ -94,6 +97,7 @@ impl Runs {
             secrets.extend(env.process.var(&model.api_key_env).filter(|key| !key.is_empty()));
         }
         Runs {
+            cancelled: RefCell::new(BTreeSet::new()),
             secrets,
             env,
             catalog,
@@ -437,7 +441,23 @@ impl Runs {
     }
 
     /// Step 6: the settle event, then the kept arguments and any waiting record go.
+    /// Asks run `run`, executing in this process, to end at its next point between actions
+    /// (its client cancelled it); false when it is not executing here.
+    pub fn request_cancel(&self, run: &str) -> bool {
+        if !self.is_in_progress(run) {
+            return false;
+        }
+        self.cancelled.borrow_mut().insert(run.to_string());
+        true
+    }
+
+    /// Whether the client of run `run` cancelled it.
+    pub fn cancel_requested(&self, run: &str) -> bool {
+        self.cancelled.borrow().contains(run)
+    }
+
     pub async fn settle(&self, tool: &Tool, run: &str, end: &EndRecord) -> Result<(), Fatal> {
+        self.cancelled.borrow_mut().remove(run);
         // Settled only after the end is durable: a settle the journal does not explain would
         // be a run that charged without an outcome. (Checked where the journal is in memory.)
         if let Some(journal) = self.journals_executing.borrow().get(run) {

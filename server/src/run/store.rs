@@ -153,6 +153,10 @@ pub trait RunStore {
     fn principal(&self, run: &str) -> Option<String>;
     /// Whether the server stops: a run begins no new action.
     fn draining(&self) -> bool;
+    /// Whether the run's client cancelled it: it ends at its next point between actions.
+    fn cancel_requested(&self, _run: &str) -> bool {
+        false
+    }
     /// An action of `kind` took `us` microseconds to perform (for metrics; a store may ignore it).
     fn observe_action(&self, _kind: &str, _us: u64) {}
     /// Keeps one line of the run's log (about its action `action`, if any), scrubbed;
@@ -239,6 +243,10 @@ impl RunStore for Runs {
 
     fn draining(&self) -> bool {
         self.is_draining()
+    }
+
+    fn cancel_requested(&self, run: &str) -> bool {
+        Runs::cancel_requested(self, run)
     }
 
     fn log<'a>(

@@ -1,0 +1,399 @@
+//! The 2026-07-28 tasks extension (SEP-2663) over durable runs: a task is a run. A call of a
+//! tool that supports tasks, from a client whose request declares the extension, returns a
+//! `CreateTaskResult` naming the run once it is reserved, and the run goes on without the
+//! request. `tasks/get` reads what the run's ledger entry and journal say (so a task outlives
+//! the process that created it), `tasks/update` carries the answers to the round the run
+//! awaits (each key as it comes; the run goes on once every key is answered), and
+//! `tasks/cancel` ends the run at its next point between actions, never inside one.
+//!
+//! A principal sees only its own tasks: another's is unknown (-32602), as an absent one.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use serde_json::{json, Map, Value};
+
+use super::jsonrpc::{self, RequestId, RpcError};
+use super::{Connection, PendingCall};
+use crate::base::sync::{select, Signal};
+use crate::call::{CallControl, CallReply, Caller, Retry};
+use crate::env::LocalBoxFuture;
+use crate::manifest::{Keep, TaskSupport};
+use crate::program::FailureKind;
+use crate::run::notice::{Listener, Notice};
+use crate::run::runs::Runs;
+use crate::store::journal::{Journal, RunOutcome};
+use crate::store::ledger::RunPhase;
+
+/// The extension's id, under `capabilities.extensions` (the server's and a request's).
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// How often a client is asked to poll a task.
+pub const POLL_INTERVAL_MS: u64 = 1_000;
+/// The longest task id taken (a run id is 32 characters).
+const TASK_ID_BYTES_MAX: usize = 64;
+
+/// A `tasks/*` request, its envelope checked.
+pub(crate) struct TaskRequest {
+    id: RequestId,
+    method: TaskMethod,
+    task: String,
+    responses: Option<Value>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TaskMethod {
+    Get,
+    Update,
+    Cancel,
+}
+
+/// The answers given so far to the rounds runs await, by run: a round's answers reach its
+/// run once every key is answered. At most one entry per run awaiting input.
+#[derive(Default)]
+pub(crate) struct PartialAnswers(RefCell<BTreeMap<String, Map<String, Value>>>);
+
+/// Whether a request's `_meta` declares the tasks extension among its client's capabilities.
+pub(super) fn declared(meta: Option<&Map<String, Value>>) -> bool {
+    let capabilities = meta.and_then(|meta| meta.get(super::META_CLIENT_CAPABILITIES));
+    capabilities.and_then(|c| c.get("extensions")).and_then(|e| e.get(TASKS_EXTENSION)).is_some_and(Value::is_object)
+}
+
+/// -32021: the request lacks a client capability the server needs (`required`, shaped as
+/// client capabilities); answered with HTTP 400 over HTTP.
+pub(super) fn missing_capability(id: &RequestId, required: Value, what: &str) -> RpcError {
+    RpcError::new(Some(id.clone()), jsonrpc::MISSING_CLIENT_CAPABILITY, what.to_string())
+        .with_data(json!({"requiredCapabilities": required}))
+}
+
+/// The requirement of the extension itself.
+pub(super) fn extension_required() -> Value {
+    json!({"extensions": {TASKS_EXTENSION: {}}})
+}
+
+/// Routes `tasks/get`, `tasks/update` and `tasks/cancel`: the extension first (a client that
+/// did not declare it learns nothing of any task), then the task id.
+pub(super) fn route(
+    method: &str,
+    id: &RequestId,
+    params: Option<&Map<String, Value>>,
+) -> Result<TaskRequest, RpcError> {
+    let method = match method {
+        "tasks/get" => TaskMethod::Get,
+        "tasks/update" => TaskMethod::Update,
+        _ => TaskMethod::Cancel,
+    };
+    if !declared(params.and_then(|p| p.get("_meta")).and_then(Value::as_object)) {
+        let what = format!("tasks are an extension the request must declare ({TASKS_EXTENSION})");
+        return Err(missing_capability(id, extension_required(), &what));
+    }
+    let invalid = |message: &str| RpcError::new(Some(id.clone()), jsonrpc::INVALID_PARAMS, message.to_string());
+    let task = match params.and_then(|p| p.get("taskId")) {
+        Some(Value::String(task)) if !task.is_empty() && task.len() <= TASK_ID_BYTES_MAX => task.clone(),
+        _ => return Err(invalid("`taskId` must be the string a CreateTaskResult gave")),
+    };
+    let responses = params.and_then(|p| p.get("inputResponses")).cloned();
+    if method == TaskMethod::Update && !responses.as_ref().is_some_and(Value::is_object) {
+        return Err(invalid("tasks/update needs an object `inputResponses`"));
+    }
+    Ok(TaskRequest { id: id.clone(), method, task, responses })
+}
+
+/// Whether a call of `support` becomes a task for a request that declared the extension or not;
+/// `Err` for a required one the request cannot take.
+pub(super) fn becomes_task(support: TaskSupport, declared: bool) -> Result<bool, ()> {
+    match (support, declared) {
+        (TaskSupport::Required, false) => Err(()),
+        (TaskSupport::Forbidden, _) | (TaskSupport::Optional, false) => Ok(false),
+        _ => Ok(true),
+    }
+}
+
+/// Hears the one notice a task waits for: its run was reserved and is starting.
+#[derive(Default)]
+struct Started {
+    run: RefCell<Option<String>>,
+    heard: Signal,
+}
+
+impl Listener for Started {
+    fn hear(&self, run: &str, notice: Notice) -> LocalBoxFuture<'_, ()> {
+        if matches!(notice, Notice::Started) && self.run.borrow().is_none() {
+            *self.run.borrow_mut() = Some(run.to_string());
+            self.heard.set();
+        }
+        Box::pin(std::future::ready(()))
+    }
+}
+
+impl Connection {
+    /// A call that becomes a task: its run is admitted as any call's, then goes on without
+    /// the request, which is answered with the task once the run is reserved (durably). A
+    /// call answered before any run starts (refused, a `once` repeat) is answered so.
+    pub(super) async fn start_task(self: &Rc<Self>, call: &PendingCall) -> (Option<Value>, Option<String>) {
+        let started = Rc::new(Started::default());
+        let replied: Rc<RefCell<Option<CallReply>>> = Rc::default();
+        let done = Signal::new();
+        let listener: Rc<dyn Listener> = started.clone();
+        let (runs, slots) = (Rc::clone(&self.runs), Rc::clone(&self.slots));
+        let (name, arguments, kinds) = (call.tool.clone(), call.arguments.clone(), call.input.kinds.clone());
+        let (principal, traceparent) = (self.principal.clone(), call.traceparent.clone());
+        let (reply_slot, finished) = (Rc::clone(&replied), done.clone());
+        self.env.spawn.spawn(Box::pin(async move {
+            let tool = runs.catalog.callable(&name).expect("routing checked the tool exists");
+            // The task's run is not the request's: nothing the request's end does cancels it.
+            let control = CallControl::default();
+            let caller = Caller {
+                principal: principal.as_ref(),
+                input_kinds: &kinds,
+                retry: None,
+                traceparent: traceparent.as_deref(),
+            };
+            let reply = crate::call::call_tool(&runs, &slots, tool, &arguments, &control, Some(listener), caller).await;
+            *reply_slot.borrow_mut() = Some(reply);
+            finished.set();
+        }));
+        let _ = select(Box::pin(started.heard.wait()), Box::pin(done.wait())).await;
+        let run = started.run.borrow().clone();
+        let Some(run) = run else {
+            let reply = replied.borrow_mut().take().unwrap_or(CallReply::Silent);
+            return self.answer_untasked(call, reply);
+        };
+        // The reserve is durable before the task is told: a task named is a run the ledger holds.
+        if let Err(error) = self.runs.ledger.flush().await {
+            self.env.log(&format!("task {run}: {error}"));
+        }
+        let now = crate::base::time::utc_timestamp(self.env.clock.now_ms());
+        let mut result = json!({
+            "resultType": "task",
+            "taskId": run,
+            "status": "working",
+            "createdAt": now,
+            "lastUpdatedAt": now,
+            "ttlMs": ttl_ms(&self.runs),
+            "pollIntervalMs": POLL_INTERVAL_MS,
+        });
+        result["_meta"] = json!({super::META_SERVER_INFO: self.server_info()});
+        (Some(jsonrpc::response(&call.id, result)), Some(run))
+    }
+
+    /// The answer to a task call that started no run, as a plain call's.
+    fn answer_untasked(&self, call: &PendingCall, reply: CallReply) -> (Option<Value>, Option<String>) {
+        match reply {
+            CallReply::Result(result, run) => (Some((call.finish)(self, &call.id, result)), run),
+            CallReply::InputRequired(result, run) => (Some(self.input_required(call, result, &run)), Some(run)),
+            CallReply::Invalid(message) => {
+                (Some(RpcError::new(Some(call.id.clone()), jsonrpc::INVALID_PARAMS, message).to_value()), None)
+            }
+            CallReply::Silent => (None, None),
+        }
+    }
+
+    /// Answers a `tasks/*` request.
+    pub(super) async fn serve_task(self: &Rc<Self>, request: TaskRequest) -> Value {
+        // What a task is said to be is only what is durable.
+        if let Err(error) = self.runs.ledger.flush().await {
+            self.env.log(&format!("tasks: {error}"));
+            let text = "the server could not read its ledger durably";
+            return RpcError::new(Some(request.id), jsonrpc::INTERNAL_ERROR, text).to_value();
+        }
+        let Some((tool, phase)) = self.task_run(&request.task) else {
+            let text = format!("unknown task `{}`: no run of this server for this caller has that id", request.task);
+            return RpcError::new(Some(request.id), jsonrpc::INVALID_PARAMS, text).to_value();
+        };
+        let outcome = match request.method {
+            TaskMethod::Get => self.task_status(&request.task, &tool, &phase).await,
+            TaskMethod::Update => self.update_task(&request.task, &tool, request.responses.as_ref()).await,
+            TaskMethod::Cancel => self.cancel_task(&request.task, &tool, &phase).await,
+        };
+        match outcome {
+            Ok(result) => jsonrpc::response(&request.id, result),
+            Err(message) => RpcError::new(Some(request.id), jsonrpc::INVALID_PARAMS, message).to_value(),
+        }
+    }
+
+    /// The tool and ledger phase of the run `task` names, if it is this caller's.
+    fn task_run(&self, task: &str) -> Option<(String, RunPhase)> {
+        let state = self.runs.ledger.state();
+        let entry = state.run(task)?;
+        let principal = self.principal.as_ref().map(|p| p.subject.as_str());
+        (principal.is_none() || entry.principal.as_deref() == principal)
+            .then(|| (entry.tool.clone(), entry.phase.clone()))
+    }
+
+    /// `tasks/get`: the task's status, with its result, its error or the input it awaits.
+    async fn task_status(&self, run: &str, tool: &str, phase: &RunPhase) -> Result<Value, String> {
+        let journal = match self.runs.read_journal(tool, run).await {
+            Ok(journal) => journal,
+            Err(problem) => {
+                self.env.log(&format!("tasks/get {run}: {problem}"));
+                None
+            }
+        };
+        let created = journal.as_ref().map_or(0, |journal| journal.header_at_ms);
+        let mut status = match phase {
+            RunPhase::Released { .. } => {
+                failed("the run never started: the server stopped before it began; nothing was done")
+            }
+            RunPhase::Open => self.open_status(run, journal.as_ref()),
+            RunPhase::Settled { .. } => match journal.as_ref().and_then(|journal| journal.end.as_ref()) {
+                Some(end) => self.ended_status(run, tool, end),
+                None => return Err(format!("task `{run}` has expired: its records are no longer kept")),
+            },
+        };
+        let updated = journal.as_ref().and_then(|j| j.end.as_ref()).map_or(self.env.clock.now_ms(), |end| end.at_ms);
+        status["resultType"] = json!("complete");
+        status["taskId"] = json!(run);
+        status["createdAt"] = json!(crate::base::time::utc_timestamp(created));
+        status["lastUpdatedAt"] = json!(crate::base::time::utc_timestamp(updated.max(created)));
+        status["ttlMs"] = ttl_ms(&self.runs);
+        status["pollIntervalMs"] = json!(POLL_INTERVAL_MS);
+        Ok(status)
+    }
+
+    /// An open run: awaiting input (the keys not yet answered), executing, or stopped for a person.
+    fn open_status(&self, run: &str, journal: Option<&Journal>) -> Value {
+        if self.runs.inputs.awaited(run).is_some() {
+            let round = journal.and_then(|journal| journal.rounds.last()).filter(|round| round.answered.is_none());
+            if let Some(round) = round {
+                let given = self.task_answers.0.borrow().get(run).cloned().unwrap_or_default();
+                let pending: Map<String, Value> = (round.sent.iter())
+                    .filter(|key| !given.contains_key(*key))
+                    .map(|key| (key.clone(), round.requests[key].clone()))
+                    .collect();
+                return json!({"status": "input_required", "inputRequests": pending});
+            }
+        }
+        if self.runs.is_in_progress(run) {
+            return json!({"status": "working"});
+        }
+        json!({"status": "working", "statusMessage":
+            "an action may have happened and only an operator can tell: the run waits for a person (`warden mcp status` on the server says what to do)"})
+    }
+
+    /// A settled run: completed with its result (a tool error too), cancelled, or failed.
+    fn ended_status(&self, run: &str, tool: &str, end: &crate::store::journal::EndRecord) -> Value {
+        let content = self.catalog.tool(tool).is_some_and(|tool| tool.program.returns_content());
+        let answer = crate::broker::scrub_value(&crate::call::answer::answer(run, end, content), &self.runs.secrets);
+        match end.outcome {
+            RunOutcome::Failed(FailureKind::Cancelled) => json!({"status": "cancelled"}),
+            // The run could not finish its work: a protocol error, not a result.
+            RunOutcome::Failed(FailureKind::Budget | FailureKind::Deadline | FailureKind::Internal) => {
+                failed(answer["content"][0]["text"].as_str().unwrap_or("the run failed"))
+            }
+            _ => json!({"status": "completed", "result": crate::call::answer::bounded(answer, run)}),
+        }
+    }
+
+    /// `tasks/update`: keeps the answers to keys the run's round asked (others are ignored);
+    /// once every key is answered, the run goes on with them.
+    async fn update_task(self: &Rc<Self>, run: &str, tool: &str, responses: Option<&Value>) -> Result<Value, String> {
+        let ack = json!({"resultType": "complete"});
+        let Some(awaited) = self.runs.inputs.awaited(run) else { return Ok(ack) };
+        let journal = self.runs.read_journal(tool, run).await?.ok_or("the task's journal is gone")?;
+        let Some(round) = journal.rounds.last().filter(|round| round.answered.is_none()) else { return Ok(ack) };
+        let responses = responses.and_then(Value::as_object).cloned().unwrap_or_default();
+        let mut given = self.task_answers.0.borrow().get(run).cloned().unwrap_or_default();
+        for key in round.sent.iter().filter(|key| responses.contains_key(*key)) {
+            let method = round.requests[key]["method"].as_str().unwrap_or_default();
+            crate::program::ask::check_answer(method, &responses[key])
+                .map_err(|problem| format!("inputResponses[\"{key}\"]: {problem}"))?;
+            given.insert(key.clone(), responses[key].clone());
+        }
+        if !round.sent.iter().all(|key| given.contains_key(key)) {
+            self.keep_answers(run, given);
+            return Ok(ack);
+        }
+        self.task_answers.0.borrow_mut().remove(run);
+        self.continue_task(run, tool, awaited, Value::Object(given)).await?;
+        Ok(ack)
+    }
+
+    /// Keeps a round's answers so far, within one entry per run awaiting input.
+    fn keep_answers(&self, run: &str, given: Map<String, Value>) {
+        let mut kept = self.task_answers.0.borrow_mut();
+        kept.retain(|run, _| self.runs.inputs.awaited(run).is_some());
+        if kept.len() < crate::limits::AWAITING_RUNS_MAX {
+            kept.insert(run.to_string(), given);
+        }
+    }
+
+    /// Goes on with a task's run: its round answered, as a client's retry would with the
+    /// state the server seals for it now, in a task of its own.
+    async fn continue_task(
+        self: &Rc<Self>,
+        run: &str,
+        tool: &str,
+        awaited: crate::run::input::Awaited,
+        answers: Value,
+    ) -> Result<(), String> {
+        let inputs = self.runs.read_inputs(tool, run).await?.ok_or("the task's arguments are no longer kept")?;
+        let claims = crate::run::input::Claims {
+            run: run.to_string(),
+            round: awaited.round,
+            tool: tool.to_string(),
+            principal: awaited.principal.clone(),
+            expires_at_ms: awaited.expires_at_ms,
+            request: crate::run::input::request_digest(tool, &inputs),
+        };
+        let retry = Retry { request_state: json!(self.runs.inputs.seal(&claims)), input_responses: Some(answers) };
+        let (runs, slots, principal) = (Rc::clone(&self.runs), Rc::clone(&self.slots), self.principal.clone());
+        let (tool, run) = (tool.to_string(), run.to_string());
+        self.env.spawn.spawn(Box::pin(async move {
+            let Some(tool) = runs.catalog.callable(&tool) else { return };
+            let control = CallControl::default();
+            let kinds = crate::program::ask::INPUT_KINDS.map(str::to_string);
+            let caller =
+                Caller { principal: principal.as_ref(), input_kinds: &kinds, retry: Some(&retry), traceparent: None };
+            let reply = crate::call::call_tool(&runs, &slots, tool, &inputs, &control, None, caller).await;
+            if let CallReply::Invalid(problem) = reply {
+                runs.env.log(&format!("task {run}: its answers were not taken: {problem}"));
+            }
+        }));
+        Ok(())
+    }
+
+    /// `tasks/cancel`: a run awaiting input ends now; an executing one at its next point
+    /// between actions; an ended one stays as it ended.
+    async fn cancel_task(&self, run: &str, tool: &str, phase: &RunPhase) -> Result<Value, String> {
+        let ack = json!({"resultType": "complete"});
+        if !matches!(phase, RunPhase::Open) {
+            return Ok(ack);
+        }
+        if let Some(awaited) = self.runs.inputs.awaited(run) {
+            if self.runs.inputs.take(run, awaited.round).is_some() {
+                self.task_answers.0.borrow_mut().remove(run);
+                cancel_awaiting(&self.runs, tool, run).await;
+            }
+            return Ok(ack);
+        }
+        self.runs.request_cancel(run);
+        Ok(ack)
+    }
+}
+
+/// Ends a run whose round its client cancelled.
+async fn cancel_awaiting(runs: &Runs, tool: &str, run: &str) {
+    let Some(config) = runs.catalog.tool(tool) else { return };
+    let inputs = match runs.read_inputs(tool, run).await {
+        Ok(inputs) => inputs.unwrap_or_default(),
+        Err(problem) => return runs.env.log(&format!("task {run}: {problem}")),
+    };
+    runs.log_run(tool, run, "its client cancelled it while it waited for input; it ends").await;
+    if let Err(fatal) = runs.execute_to_end(config, run, &inputs, crate::run::driver::Entry::Cancelled, &[]).await {
+        runs.stop(&fatal);
+    }
+}
+
+/// A failed task: the error its run ended with, as a protocol error.
+fn failed(message: &str) -> Value {
+    json!({"status": "failed", "error": {"code": jsonrpc::INTERNAL_ERROR, "message": message}})
+}
+
+/// How long a task's result is kept: the server's `keep` (null: forever).
+fn ttl_ms(runs: &Runs) -> Value {
+    match runs.catalog.manifest.server.keep {
+        Keep::Days(days) => json!(days.saturating_mul(24 * 60 * 60 * 1000)),
+        Keep::Forever => Value::Null,
+    }
+}

@@ -1,0 +1,172 @@
+//! Tasks (the 2026-07-28 extension, SEP-2663) over the real binary: a task is a durable run.
+//! Created, asked for input, answered key by key, killed with kill -9 in between and found
+//! again after the restart; cancelled; refused (-32021) to a client that did not declare the
+//! extension, or a capability its tool requires.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{fixture, Era, Wire};
+use serde_json::{json, Value};
+
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// A 2026-07-28 request whose client declares `capabilities`.
+fn with(capabilities: Value, id: u64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({"io.modelcontextprotocol/clientCapabilities": capabilities});
+    Wire::request_message(Era::Modern, json!(id), method, params)
+}
+
+fn declaring() -> Value {
+    json!({"elicitation": {}, "extensions": {TASKS: {}}})
+}
+
+/// Sends a request and returns its answer (tasks methods have no schema definition to check
+/// the answer against; their shapes are asserted here).
+fn ask(wire: &mut Wire, message: Value) -> Value {
+    let id = message["id"].clone();
+    wire.send_line(&message);
+    let answer = wire.recv();
+    assert_eq!(answer["id"], id, "{answer}");
+    answer
+}
+
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(100);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn get(wire: &mut Wire, task: &str) -> Value {
+    let answer = ask(wire, with(declaring(), next_id(), "tasks/get", json!({"taskId": task})));
+    answer["result"].clone()
+}
+
+/// Polls `tasks/get` until the task's status is `wanted`.
+fn until(wire: &mut Wire, task: &str, wanted: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let status = get(wire, task);
+        if status["status"] == wanted {
+            return status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "task {task} never became {wanted}: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn create(wire: &mut Wire, tool: &str, arguments: Value) -> String {
+    let answer = ask(wire, with(declaring(), next_id(), "tools/call", json!({"name": tool, "arguments": arguments})));
+    let result = &answer["result"];
+    assert_eq!(result["resultType"], "task", "{answer}");
+    for absent in ["result", "error", "inputRequests", "requestState", "ttl", "pollInterval", "task"] {
+        assert!(result.get(absent).is_none(), "a CreateTaskResult has no `{absent}`: {answer}");
+    }
+    assert!(result["createdAt"].as_str().is_some_and(|at| at.ends_with('Z')), "{answer}");
+    assert_eq!(result["ttlMs"], json!(7 * 24 * 60 * 60 * 1000_u64));
+    result["taskId"].as_str().expect("a task id").to_string()
+}
+
+#[test]
+fn a_task_asks_survives_kill_9_and_completes_with_its_result() {
+    let mut wire = Wire::start(&fixture("tasks/manifest.json"));
+    let task = create(&mut wire, "confirm", json!({"filename": "notes.txt"}));
+    let waiting = until(&mut wire, &task, "input_required");
+    assert_eq!(waiting["resultType"], "complete");
+    assert_eq!(waiting["inputRequests"]["confirm"]["method"], "elicitation/create", "{waiting}");
+    assert!(waiting.get("requestState").is_none());
+
+    // The server dies with the task waiting; the task is the run, and the run is durable.
+    assert!(wire.kill_now());
+    let mut wire = wire.restart();
+    let waiting = until(&mut wire, &task, "input_required");
+    assert!(waiting["inputRequests"]["confirm"].is_object(), "{waiting}");
+
+    let answer = json!({"confirm": {"action": "accept", "content": {"confirm": true}}, "not-asked": {"x": 1}});
+    let ack =
+        ask(&mut wire, with(declaring(), next_id(), "tasks/update", json!({"taskId": task, "inputResponses": answer})));
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    let done = until(&mut wire, &task, "completed");
+    assert_eq!(done["result"]["structuredContent"]["result"], "deleted notes.txt", "{done}");
+    assert_eq!(done["taskId"], json!(task));
+    // An ended task is cancelled idempotently: it stays as it ended.
+    let ack = ask(&mut wire, with(declaring(), next_id(), "tasks/cancel", json!({"taskId": task})));
+    assert_eq!(ack["result"], json!({"resultType": "complete"}));
+    assert_eq!(get(&mut wire, &task)["status"], "completed");
+}
+
+/// A round of two keys answered one at a time: the task stays `input_required` with the key
+/// left, and goes on once both are answered.
+#[test]
+fn a_task_round_is_answered_key_by_key() {
+    let mut wire = Wire::start(&fixture("tasks/manifest.json"));
+    let task = create(&mut wire, "pair", json!({}));
+    let waiting = until(&mut wire, &task, "input_required");
+    assert_eq!(waiting["inputRequests"].as_object().map(|keys| keys.len()), Some(2), "{waiting}");
+    let first = json!({"first": {"action": "accept", "content": {"name": "Ada"}}});
+    ask(&mut wire, with(declaring(), next_id(), "tasks/update", json!({"taskId": task, "inputResponses": first})));
+    let half = get(&mut wire, &task);
+    assert_eq!(half["status"], "input_required", "{half}");
+    let keys: Vec<&String> = half["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["second"], "{half}");
+    let second = json!({"second": {"action": "accept", "content": {"name": "Grace"}}});
+    ask(&mut wire, with(declaring(), next_id(), "tasks/update", json!({"taskId": task, "inputResponses": second})));
+    let done = until(&mut wire, &task, "completed");
+    assert_eq!(done["result"]["structuredContent"]["result"], "Hello, Ada and Grace!", "{done}");
+}
+
+#[test]
+fn a_task_is_cancelled_while_it_asks_and_a_failed_run_is_a_failed_task() {
+    let mut wire = Wire::start(&fixture("tasks/manifest.json"));
+    let task = create(&mut wire, "confirm", json!({"filename": "keep.txt"}));
+    until(&mut wire, &task, "input_required");
+    let ack = ask(&mut wire, with(declaring(), next_id(), "tasks/cancel", json!({"taskId": task})));
+    assert_eq!(ack["result"], json!({"resultType": "complete"}));
+    until(&mut wire, &task, "cancelled");
+
+    let spin = create(&mut wire, "spin", json!({}));
+    let failed = until(&mut wire, &spin, "failed");
+    assert_eq!(failed["error"]["code"], json!(-32603), "{failed}");
+    assert!(failed.get("result").is_none(), "{failed}");
+}
+
+#[test]
+fn what_a_request_did_not_declare_is_refused_with_32021() {
+    let mut wire = Wire::start(&fixture("tasks/manifest.json"));
+    let bare = json!({});
+    for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+        let answer =
+            ask(&mut wire, with(bare.clone(), next_id(), method, json!({"taskId": "gate", "inputResponses": {}})));
+        assert_eq!(answer["error"]["code"], json!(-32021), "{answer}");
+        assert!(answer["error"]["data"]["requiredCapabilities"]["extensions"][TASKS].is_object(), "{answer}");
+    }
+    let answer =
+        ask(&mut wire, with(bare.clone(), next_id(), "tools/call", json!({"name": "must_task", "arguments": {}})));
+    assert_eq!(answer["error"]["code"], json!(-32021), "{answer}");
+    let answer =
+        ask(&mut wire, with(declaring(), next_id(), "tools/call", json!({"name": "needs_sampling", "arguments": {}})));
+    assert_eq!(answer["error"]["code"], json!(-32021), "{answer}");
+    assert!(answer["error"]["data"]["requiredCapabilities"]["sampling"].is_object(), "{answer}");
+    let sampling = json!({"sampling": {}});
+    let answer =
+        ask(&mut wire, with(sampling, next_id(), "tools/call", json!({"name": "needs_sampling", "arguments": {}})));
+    assert_eq!(answer["result"]["structuredContent"]["result"], "done", "{answer}");
+    // Without the extension, a tool that may be a task runs as a plain call.
+    let plain = json!({"elicitation": {}});
+    let answer = ask(
+        &mut wire,
+        with(plain, next_id(), "tools/call", json!({"name": "confirm", "arguments": {"filename": "a"}})),
+    );
+    assert_eq!(answer["result"]["resultType"], "input_required", "{answer}");
+    let unknown = ask(
+        &mut wire,
+        with(declaring(), next_id(), "tasks/get", json!({"taskId": "0123456789abcdef0123456789abcdef"})),
+    );
+    assert_eq!(unknown["error"]["code"], json!(-32602), "{unknown}");
+    let created =
+        ask(&mut wire, with(declaring(), next_id(), "tools/call", json!({"name": "must_task", "arguments": {}})));
+    let task = created["result"]["taskId"].as_str().expect("a task").to_string();
+    let done = until(&mut wire, &task, "completed");
+    assert_eq!(done["result"]["structuredContent"]["result"], "done");
+}
