@@ -400,6 +400,14 @@ fn client_for(scenario: &Scenario, limits: &BTreeMap<String, ToolLimits>) -> Cli
         .filter(|(tool, tool_limits)| tool_limits.once_keep_ms.is_none() && !client.resend.contains(*tool))
         .filter_map(|(tool, tool_limits)| Some((tool.clone(), tool_limits.deadline_ms?)))
         .collect();
+    if let Some(file) = &scenario.world {
+        let manifest: Value = serde_json::from_str(&file.manifest).unwrap_or(Value::Null);
+        client.task_tools = (manifest["tools"].as_array().into_iter().flatten())
+            .filter(|tool| tool.get("task").is_some())
+            .filter_map(|tool| tool["name"].as_str().map(str::to_string))
+            .collect();
+        client.principals = file.transport == warden_faults::Transport::HttpOauth;
+    }
     let mut draws = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4075_7001);
     let generated = scenario.world.is_some();
     client.hot_tool = (generated && draws.next_u64() % 2 == 0).then(|| draws.next_u64() as usize);
@@ -605,8 +613,10 @@ impl Sim<'_> {
     fn settle_calls(&mut self, instance: Instance) -> Result<Instance, SeedEnded> {
         let known = self.report.violations.len();
         let mut instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
-        // The calls that asked for input are answered (their retries run with the next calls).
+        // The calls that asked for input are answered (their retries run with the next calls),
+        // and the tasks asked about.
         self.client.answer_asked(&instance, &mut self.draws.asks, self.world.clock.now());
+        self.client.follow_tasks(&instance, &mut self.draws.asks);
         count_fired(&mut self.report, self.pending.fired(self.world));
         if self.world.disk.misdirected.borrow().is_some() {
             instance = self.after_misdirected_write(instance)?;
@@ -644,7 +654,21 @@ impl Sim<'_> {
         self.client.resend_after_restart(&instance);
         let instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
         let instance = self.answer_the_asking(instance);
-        self.wait_out_expiries(instance)
+        let instance = self.follow_the_tasks(instance);
+        let instance = self.wait_out_expiries(instance);
+        self.follow_the_tasks(instance)
+    }
+
+    /// Every task is asked about until it ends (its rounds answered as they come).
+    fn follow_the_tasks(&mut self, mut instance: Instance) -> Instance {
+        for _ in 0..8 {
+            if self.client.tasks_open().is_empty() && self.client.task_updates.is_empty() {
+                break;
+            }
+            self.client.follow_tasks(&instance, &mut self.draws.asks);
+            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+        }
+        instance
     }
 
     /// While runs wait for a person (a few times at most): the operator resolves them beside
@@ -848,6 +872,7 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
     report.violations.extend(check::at_rest_with(&world.disk, &journals, &once_keep_ms));
     if let Ok(state) = check::ledger_state(&world.disk, &journals) {
         report.violations.extend(answers_backed_by_settled_runs(client, &state));
+        report.violations.extend(tasks_told_as_their_runs_ended(client, &state));
         report.violations.extend(runs_are_their_callers(world, limits, client, &state));
         report.violations.extend(repeats_get_their_runs_answer(world, client, &state));
         report.violations.extend(repeats_within_once_keep(limits, client, &state));
@@ -876,9 +901,42 @@ fn nothing_left_undone(world: &World, client: &Client, report: &mut Report) {
     if !open.is_empty() {
         push(10, format!("reservations still held after the liveness phase: {open:?}"));
     }
+    let tasks = client.tasks_open();
+    if !tasks.is_empty() {
+        push(10, format!("tasks never told ended after the liveness phase: {tasks:?}"));
+    }
 }
 
 /// 7: every answer naming a result is backed by a settled run.
+/// 3: a task is told ended as its run ended: completed for a result (a tool's error too),
+/// cancelled for a run its client cancelled, failed for a run that could not finish or never
+/// started. A task told ended whose run is still open was told too soon.
+fn tasks_told_as_their_runs_ended(client: &Client, state: &State) -> Vec<Violation> {
+    use warden::program::FailureKind;
+    use warden::store::journal::RunOutcome;
+    let mut found = Vec::new();
+    for (call, followed) in &client.tasks {
+        let Some(told) = &followed.ended else { continue };
+        let expected = match state.run(&followed.task).map(|entry| &entry.phase) {
+            None => continue,
+            Some(RunPhase::Released { .. }) => "failed",
+            Some(RunPhase::Open) => "open",
+            Some(RunPhase::Settled { outcome, .. }) => match outcome {
+                RunOutcome::Failed(FailureKind::Cancelled) => "cancelled",
+                RunOutcome::Failed(FailureKind::Budget | FailureKind::Deadline | FailureKind::Internal) => "failed",
+                _ => "completed",
+            },
+        };
+        if told != expected {
+            found.push(Violation {
+                invariant: 3,
+                message: format!("call {call}'s task {} was told {told}, but its run is {expected}", followed.task),
+            });
+        }
+    }
+    found
+}
+
 fn answers_backed_by_settled_runs(client: &Client, state: &State) -> Vec<Violation> {
     let mut found = Vec::new();
     for (id, answer) in &client.answers {

@@ -267,6 +267,7 @@ impl Bridge {
             headers.push(("mcp-method".to_string(), method.to_string()));
             let name = match method {
                 "resources/read" => message.pointer("/params/uri"),
+                "tasks/get" | "tasks/update" | "tasks/cancel" => message.pointer("/params/taskId"),
                 _ => message.pointer("/params/name"),
             };
             if let Some(name) = name.and_then(Value::as_str) {

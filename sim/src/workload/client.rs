@@ -57,7 +57,34 @@ pub struct Client {
     pub refusable_answers: BTreeMap<String, Value>,
     /// Events of retries sent, for the report at the next read.
     pub pending_events: Vec<(u64, String, String)>,
+    /// Tools whose manifest entry lets a call become a task.
+    pub task_tools: BTreeSet<String>,
+    /// Whether principals differ by id parity (an OAuth world): a task is read as the other
+    /// principal now and then, which must not find it.
+    pub principals: bool,
+    /// Calls answered with a task, followed to its end, by call id.
+    pub tasks: BTreeMap<i64, Followed>,
+    /// Requests about tasks sent, by id: the call whose task they ask about, and whether they
+    /// were sent as that call's principal.
+    pub task_requests: BTreeMap<i64, (i64, bool)>,
+    /// Answers to tasks' rounds, to send with the next requests about tasks.
+    pub task_updates: Vec<(i64, Value)>,
 }
+
+/// A task the client follows.
+#[derive(Clone, Debug, Default)]
+pub struct Followed {
+    pub task: String,
+    /// The end it was told (completed, failed, cancelled).
+    pub ended: Option<String>,
+    /// Unknown to the server after it was created (its run released, or retention took it).
+    pub lost: bool,
+    /// The client asked to cancel it.
+    pub cancelled: bool,
+}
+
+/// The tasks extension's id.
+const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// A retry of a call that asked for input, as the client sent it.
 #[derive(Clone, Debug)]
@@ -129,7 +156,11 @@ impl Client {
         let id = self.next_id;
         self.next_id += 1;
         // Two 2026-07-28 calls in three come from a client that can answer elicitations.
-        let capabilities = if id % 3 == 0 { json!({}) } else { json!({"elicitation": {}}) };
+        let mut capabilities = if id % 3 == 0 { json!({}) } else { json!({"elicitation": {}}) };
+        // One 2026-07-28 call in four of a tool that allows it asks for a task.
+        if !legacy && id % 4 == 1 && self.task_tools.contains(tool) {
+            capabilities["extensions"] = json!({TASKS_EXTENSION: {}});
+        }
         let meta = if legacy {
             json!({"progressToken": id})
         } else {
@@ -223,6 +254,23 @@ impl Client {
     fn answered(&mut self, id: i64, message: &Value, report: &mut Report, now: u64) {
         if let Some(run) = message["result"]["_meta"][warden::call::answer::META_RUN]["run"].as_str() {
             self.answered_by.insert(id, run.to_string());
+        }
+        if let Some((call, own)) = self.task_requests.remove(&id) {
+            self.task_heard(call, own, message, report, now);
+            return;
+        }
+        if message["result"]["resultType"] == json!("task") {
+            if self.unanswered.remove(&id).is_some() {
+                report.answered += 1;
+                let task = message["result"]["taskId"].as_str().unwrap_or_default().to_string();
+                report.events.push((
+                    now,
+                    format!("call {id}"),
+                    format!("answered: task {}", &task[..8.min(task.len())]),
+                ));
+                self.tasks.insert(id, Followed { task, ..Followed::default() });
+            }
+            return;
         }
         // The same id sent twice on one connection (a resend of a retry in progress):
         // the first one's answer is still to come.
@@ -427,6 +475,95 @@ impl Client {
         self.pending_events.push((now, format!("call {id}"), format!("sent {tool}")));
         instance.send(&retry);
         Some(id)
+    }
+}
+
+impl Client {
+    /// Asks about every task not ended yet: its status (in an OAuth world, now and then as
+    /// the other principal too, who must not find it), and cancels one in eight once.
+    pub fn follow_tasks(&mut self, instance: &Instance, rng: &mut ChaCha8Rng) {
+        for (call, params) in std::mem::take(&mut self.task_updates) {
+            self.task_request(instance, call, true, "tasks/update", params);
+        }
+        let open: Vec<(i64, String, bool)> = (self.tasks.iter())
+            .filter(|(_, followed)| followed.ended.is_none() && !followed.lost)
+            .map(|(call, followed)| (*call, followed.task.clone(), followed.cancelled))
+            .collect();
+        for (call, task, cancelled) in open {
+            if !cancelled && rng.next_u64() % 8 == 0 {
+                self.tasks.get_mut(&call).expect("followed").cancelled = true;
+                self.task_request(instance, call, true, "tasks/cancel", json!({"taskId": task}));
+            }
+            self.task_request(instance, call, true, "tasks/get", json!({"taskId": task}));
+            if self.principals && rng.next_u64() % 6 == 0 {
+                self.task_request(instance, call, false, "tasks/get", json!({"taskId": task}));
+            }
+        }
+    }
+
+    /// Whether a task is still to end: the liveness phase follows them all to their end.
+    pub fn tasks_open(&self) -> Vec<String> {
+        (self.tasks.values()).filter(|f| f.ended.is_none() && !f.lost).map(|f| f.task.clone()).collect()
+    }
+
+    /// Sends a `tasks/*` request about call `call`'s task, as its principal (`own`) or the
+    /// other one: an id of the call's parity, or of the other parity.
+    fn task_request(&mut self, instance: &Instance, call: i64, own: bool, method: &str, mut params: Value) {
+        let mut id = self.next_id;
+        if (id.rem_euclid(2) == call.rem_euclid(2)) != own {
+            id += 1;
+        }
+        self.next_id = id + 1;
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "extensions": {TASKS_EXTENSION: {}}}});
+        self.task_requests.insert(id, (call, own));
+        instance.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    }
+
+    /// What the server said about call `call`'s task: its end is held to (it never changes),
+    /// a round it awaits is answered, another principal learns nothing of it.
+    fn task_heard(&mut self, call: i64, own: bool, message: &Value, report: &mut Report, now: u64) {
+        let Some(followed) = self.tasks.get(&call).cloned() else { return };
+        let status = message["result"]["status"].as_str().map(str::to_string);
+        if !own {
+            if message.get("result").is_some_and(|result| result.get("taskId").is_some()) {
+                let text = format!("another principal read the task {} of call {call}: {message}", followed.task);
+                report.violations.push(Violation { invariant: 9, message: text });
+            }
+            return;
+        }
+        if message["error"]["code"] == json!(-32602) {
+            self.tasks.get_mut(&call).expect("followed").lost = true;
+            return;
+        }
+        let Some(status) = status else { return };
+        if let Some(ended) = &followed.ended {
+            if *ended != status {
+                let text = format!("task {} of call {call} was {ended}, then {status}", followed.task);
+                report.violations.push(Violation { invariant: 3, message: text });
+            }
+            return;
+        }
+        match status.as_str() {
+            "input_required" => {
+                let keys: Vec<String> = (message["result"]["inputRequests"].as_object())
+                    .map(|requests| requests.keys().cloned().collect())
+                    .unwrap_or_default();
+                let answers: serde_json::Map<String, Value> =
+                    keys.into_iter().map(|key| (key, json!({"action": "accept", "content": {"go": true}}))).collect();
+                let params = json!({"taskId": followed.task, "inputResponses": answers});
+                self.task_updates.push((call, params));
+            }
+            "completed" | "failed" | "cancelled" => {
+                report.events.push((now, format!("call {call}"), format!("task {status}")));
+                self.tasks.get_mut(&call).expect("followed").ended = Some(status.clone());
+                if status == "completed" {
+                    self.answered_by.insert(call, followed.task.clone());
+                    self.answers.insert(call, message["result"]["result"].clone());
+                }
+            }
+            _ => {}
+        }
     }
 }
 

@@ -95,6 +95,7 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         programs.insert("triage.star".into(), PROMPT_PROGRAM.into());
         manifest["prompts"] = json!([{"name": PROMPT_NAME, "program": "triage.star"}]);
     }
+    tasked(&mut manifest, seed);
     let transport = transport_for_seed(seed);
     if transport == Transport::HttpOauth {
         per_principal(&mut manifest, seed);
@@ -306,6 +307,18 @@ fn per_principal(manifest: &mut Value, seed: u64) {
                     limit.insert("per".into(), json!("principal"));
                 }
             }
+        }
+    }
+}
+
+/// A third of the tools let a call become a task (a 2026-07-28 client that declares the
+/// extension follows it with `tasks/get`), by a draw of their own.
+fn tasked(manifest: &mut Value, seed: u64) {
+    let Some(tools) = manifest["tools"].as_array_mut() else { return };
+    for (index, tool) in tools.iter_mut().enumerate() {
+        let draw = (seed ^ 0x7461_736b ^ (index as u64).rotate_left(23)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62;
+        if draw == 0 {
+            tool["task"] = json!("optional");
         }
     }
 }
