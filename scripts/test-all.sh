@@ -124,6 +124,16 @@ if grep -rqF "$WARDEN_TEST_HTTP_TOKEN" "$scratch/http.err" "$scratch/support-des
   echo "the bearer token appears in the server's log or journals"; exit 1
 fi
 
+step "live Streamable HTTP: the Python and TypeScript SDKs hear progress and a question before the answer"
+rm -rf "$scratch/live" && mkdir -p "$scratch/live" && cp "$root"/conformance/*.json "$root"/conformance/*.star "$scratch/live/"
+"$root/target/debug/warden" serve-http "$scratch/live/manifest.json" --listen 127.0.0.1:0 2>"$scratch/live.err" &
+live_server=$!
+url="$("$root/scripts/listening-url.sh" "$scratch/live.err")"
+# The transcripts (each message's time since the call, in order) are kept beside the others.
+"$clients_dir/.venv/bin/python" "$root/scripts/clients/live_http.py" --url "$url" >"$clients_dir/out/live-http-python.json"
+NODE_PATH="$clients_dir/node/node_modules" node "$root/scripts/clients/live_http.mjs" "$url" >"$clients_dir/out/live-http-typescript.json"
+kill "$live_server"; wait "$live_server" || true
+
 step "the README's quickstart clients over stdio (Python and TypeScript SDKs)"
 rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db"
 "$clients_dir/.venv/bin/python" "$root/examples/clients/quickstart.py" stdio \
