@@ -722,3 +722,31 @@ fn a_session_call_streams_live_and_resumes_after_its_last_event() {
     let foreign = server.send("GET", "/mcp", &[("mcp-session-id", "0f"), ("last-event-id", &asked.0)], b"");
     assert_eq!(foreign.status, 404);
 }
+
+/// A 2026-07-28 call mirrors the arguments its tool names in `Mcp-Param-*` headers: a header
+/// that carries the value (plain or `=?base64?...?=`) passes; a missing, different or badly
+/// encoded one is refused with 400 and -32020 before anything runs.
+#[test]
+fn mirrored_argument_headers_are_checked_against_the_body() {
+    let server = Server::start_in("conformance", &[], &[]);
+    let call = modern_call(7, "echo_region", json!({"region": "eu-west"}));
+    let base = [("mcp-method", "tools/call"), ("mcp-name", "echo_region")];
+    let with = |value: &str| {
+        let mut headers = base.to_vec();
+        headers.push(("mcp-param-region", value));
+        server.post(&call, &headers)
+    };
+    assert_eq!(with("eu-west").status, 200);
+    assert_eq!(with("=?base64?ZXUtd2VzdA==?=").status, 200);
+    for refused in [with("us-east"), with("=?base64?ZXUtd2VzdA?="), server.post(&call, &base)] {
+        assert_eq!(refused.status, 400, "{}", refused.text());
+        assert_eq!(refused.json()["error"]["code"], json!(-32020), "{}", refused.text());
+    }
+    let listed = server.post(
+        &json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {"_meta": modern_meta()}}),
+        &[("mcp-method", "tools/list")],
+    );
+    let tools = listed.json()["result"]["tools"].clone();
+    let echo = tools.as_array().unwrap().iter().find(|tool| tool["name"] == "echo_region").unwrap().clone();
+    assert_eq!(echo["inputSchema"]["properties"]["region"]["x-mcp-header"], "Region", "{echo}");
+}

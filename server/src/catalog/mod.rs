@@ -63,6 +63,7 @@ impl Catalog {
                 // Named, not indexed: `warden check` may load a manifest less its broken tools.
                 let at = format!("{}: tool `{}`", manifest.path.display(), config.name);
                 once_keys_are_parameters(config, &program, &at)?;
+                mirrored_arguments_are_parameters(config, &program, &at)?;
                 Ok(program)
             });
             match loaded {
@@ -173,7 +174,13 @@ impl Tool {
             tool.insert("title".into(), json!(title));
         }
         tool.insert("description".into(), json!(self.description()));
-        tool.insert("inputSchema".into(), self.program.input_schema());
+        let mut schema = self.program.input_schema();
+        for (argument, header) in &self.config.headers {
+            if let Some(property) = schema.pointer_mut(&format!("/properties/{argument}")) {
+                property["x-mcp-header"] = json!(header);
+            }
+        }
+        tool.insert("inputSchema".into(), schema);
         if let Some(output) = self.program.output_schema() {
             tool.insert("outputSchema".into(), output);
         }
@@ -324,6 +331,20 @@ fn once_keys_are_parameters(config: &ToolConfig, program: &Program, at: &str) ->
                 if names.is_empty() { "none".to_string() } else { names.join(", ") }
             )
         })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// Every argument `headers` mirrors is a parameter of the entry `def`.
+fn mirrored_arguments_are_parameters(config: &ToolConfig, program: &Program, at: &str) -> Result<(), String> {
+    let names: Vec<&str> = program.inputs.iter().map(|input| input.name.as_str()).collect();
+    let problems: Vec<String> = (config.headers.keys())
+        .filter(|name| !names.contains(&name.as_str()))
+        .map(|name| format!("{at}: headers.{name}: `{name}` is not a parameter of `{}`", config.entry))
         .collect();
     if problems.is_empty() {
         Ok(())

@@ -172,6 +172,8 @@ pub struct ToolConfig {
     pub requires: Vec<String>,
     /// Whether a call may, or must, become a task (the 2026-07-28 tasks extension).
     pub task: TaskSupport,
+    /// Arguments mirrored in `Mcp-Param-*` headers: argument -> header name after the prefix.
+    pub headers: BTreeMap<String, String>,
     pub max_steps: u64,
     /// The wall-clock limit of one execution of the program (`limits.execution_ms`).
     pub execution_ms: u64,

@@ -73,6 +73,7 @@ impl RawResource {
             scopes: self.scopes,
             requires: Vec::new(),
             task: None,
+            headers: None,
         };
         let address = ResourceAddress {
             uri: self.uri,
@@ -158,6 +159,9 @@ pub struct RawTool {
     /// Whether a 2026-07-28 call of a client that negotiated the tasks extension becomes a
     /// task: "optional" or "required".
     pub task: Option<String>,
+    /// Arguments a 2026-07-28 HTTP request mirrors in a header: argument name -> the header's
+    /// name after `Mcp-Param-` (SEP-2243). The front checks each against the body.
+    pub headers: Option<BTreeMap<String, String>>,
 }
 
 /// A grant, or (inside `needs`) a secret reference `{ "env": NAME }`.

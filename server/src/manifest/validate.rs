@@ -554,6 +554,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
     let scopes = scopes(&raw.scopes, &format!("{at}.scopes"), problems);
     let requires = requires(&raw.requires, &format!("{at}.requires"), problems);
     let task = task_support(raw.task.as_deref(), &format!("{at}.task"), problems);
+    let headers = mirrored_headers(raw.headers.as_ref(), &format!("{at}.headers"), problems);
     ToolConfig {
         name: raw.name.clone(),
         title: raw.title.clone(),
@@ -569,6 +570,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
         scopes,
         requires,
         task,
+        headers,
         max_steps,
         execution_ms,
         config_json,
@@ -587,6 +589,37 @@ fn requires(raw: &[String], at: &str, problems: &mut Problems) -> Vec<String> {
         }
     }
     raw.to_vec()
+}
+
+/// Arguments one tool may mirror in headers, and the longest header name.
+pub const MIRRORED_HEADERS_MAX: usize = 8;
+pub const HEADER_NAME_BYTES_MAX: usize = 64;
+
+/// A tool's `headers`: argument -> the header's name after `Mcp-Param-` (letters, digits and
+/// `-`), each name once.
+fn mirrored_headers(
+    raw: Option<&BTreeMap<String, String>>,
+    at: &str,
+    problems: &mut Problems,
+) -> BTreeMap<String, String> {
+    let Some(raw) = raw else { return BTreeMap::new() };
+    if raw.len() > MIRRORED_HEADERS_MAX {
+        problems.add(at, format!("{} headers; at most {MIRRORED_HEADERS_MAX}", raw.len()));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (argument, name) in raw {
+        let valid = (1..=HEADER_NAME_BYTES_MAX).contains(&name.len())
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !valid {
+            problems.add(
+                &format!("{at}.{argument}"),
+                format!("`{name}` is not a header name (1 to {HEADER_NAME_BYTES_MAX} letters, digits or `-`)"),
+            );
+        } else if !seen.insert(name.to_ascii_lowercase()) {
+            problems.add(&format!("{at}.{argument}"), format!("the header `Mcp-Param-{name}` mirrors two arguments"));
+        }
+    }
+    raw.clone()
 }
 
 /// A tool's `task`: "optional" or "required".
@@ -1048,7 +1081,10 @@ fn canonical_tool_json(raw: &RawTool, entry: &str) -> String {
     // last are left out when not written, so a tool without them keeps its binding (runs in
     // progress across an upgrade resume, and `warden.lock` digests hold).
     let text = format!("{raw:?}");
-    let text = text.strip_suffix(", requires: [], task: None }").map(|kept| format!("{kept} }}")).unwrap_or(text);
+    let text = text
+        .strip_suffix(", requires: [], task: None, headers: None }")
+        .map(|kept| format!("{kept} }}"))
+        .unwrap_or(text);
     format!("{text}|entry={entry}")
 }
 

@@ -734,7 +734,9 @@ impl Front {
         subject: Option<&str>,
     ) -> Result<(Option<String>, LegacySession), OutboundAnswer> {
         if modern {
-            if let Err(mismatch) = headers_match(request, message, method) {
+            let mirrored =
+                headers_match(request, message, method).and_then(|()| self.params_match(request, message, method));
+            if let Err(mismatch) = mirrored {
                 let error = jsonrpc::RpcError::new(Some(id.clone()), jsonrpc::HEADER_MISMATCH, mismatch);
                 return Err(json_answer(400, &error.to_value()));
             }
@@ -752,6 +754,34 @@ impl Front {
                 None => Err(plain(404, "session not found: it ended or was never opened; send initialize again")),
             },
         }
+    }
+
+    /// A 2026-07-28 call's `Mcp-Param-*` headers against the arguments its tool mirrors in them
+    /// (SEP-2243): each present argument's header must carry its value (a `=?base64?...?=`
+    /// value decoded, strictly), and no header may name an argument the call leaves out.
+    fn params_match(&self, request: &InboundRequest, message: &Value, method: &str) -> Result<(), String> {
+        if method != "tools/call" {
+            return Ok(());
+        }
+        let name = message.pointer("/params/name").and_then(Value::as_str).unwrap_or("");
+        let Some(tool) = self.runs.catalog.callable(name) else { return Ok(()) };
+        for (argument, header) in &tool.config.headers {
+            let value = message.pointer(&format!("/params/arguments/{argument}")).filter(|value| !value.is_null());
+            let sent = request.header(&format!("mcp-param-{}", header.to_ascii_lowercase()));
+            let expected = value.map(|value| match value {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            });
+            let sent = match sent.map(decoded_param) {
+                Some(Ok(sent)) => Some(sent),
+                Some(Err(why)) => return Err(format!("the Mcp-Param-{header} header {why}")),
+                None => None,
+            };
+            if sent != expected {
+                return Err(format!("the Mcp-Param-{header} header does not match the argument `{argument}`"));
+            }
+        }
+        Ok(())
     }
 
     /// After an exchange in a session: an `initialize` that succeeded opens it (its id goes
@@ -898,6 +928,17 @@ fn headers_match(request: &InboundRequest, message: &Value, method: &str) -> Res
     }
 }
 
+/// A `Mcp-Param-*` header's value: `=?base64?...?=` decoded (standard alphabet, padding
+/// required, UTF-8), anything else as it is.
+fn decoded_param(value: &str) -> Result<String, &'static str> {
+    use base64::Engine;
+    let Some(encoded) = value.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) else {
+        return Ok(value.to_string());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).map_err(|_| "is not valid Base64")?;
+    String::from_utf8(bytes).map_err(|_| "does not decode to UTF-8 text")
+}
+
 /// The requests whose answer may be a live stream: the ones that start runs.
 const STREAMED_METHODS: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
 
@@ -1007,6 +1048,18 @@ mod tests {
         assert!(accepts("*/*", "application/json") && accepts("application/*", "application/json"));
         assert!(!accepts("application/json;q=0, text/event-stream", "application/json"));
         assert!(!accepts("text/html", "application/json"));
+    }
+
+    /// SEP-2243's encoding of a mirrored value: `=?base64?...?=` decoded strictly, anything
+    /// else taken as it is.
+    #[test]
+    fn a_mirrored_header_is_decoded_strictly() {
+        assert_eq!(decoded_param("=?base64?SGVsbG8=?="), Ok("Hello".to_string()));
+        assert!(decoded_param("=?base64?SGVsbG8?=").is_err(), "padding is required");
+        assert!(decoded_param("=?base64?SGVs!!!bG8=?=").is_err());
+        assert!(decoded_param("=?base64?/w==?=").is_err(), "not UTF-8");
+        assert_eq!(decoded_param("SGVsbG8="), Ok("SGVsbG8=".to_string()));
+        assert_eq!(decoded_param("=?base64?SGVsbG8="), Ok("=?base64?SGVsbG8=".to_string()));
     }
 
     #[test]
