@@ -551,10 +551,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
         }
     }
     let config_json = canonical_tool_json(raw, &entry);
-    let scopes = scopes(&raw.scopes, &format!("{at}.scopes"), problems);
-    let requires = requires(&raw.requires, &format!("{at}.requires"), problems);
-    let task = task_support(raw.task.as_deref(), &format!("{at}.task"), problems);
-    let headers = mirrored_headers(raw.headers.as_ref(), &format!("{at}.headers"), problems);
+    let (scopes, requires, task, headers) = protocol_keys(raw, at, problems);
     ToolConfig {
         name: raw.name.clone(),
         title: raw.title.clone(),
@@ -575,6 +572,20 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
         execution_ms,
         config_json,
     }
+}
+
+/// What a tool asks of its callers' protocol: `scopes`, `requires`, `task`, `headers`.
+fn protocol_keys(
+    raw: &RawTool,
+    at: &str,
+    problems: &mut Problems,
+) -> (Vec<String>, Vec<String>, crate::manifest::TaskSupport, BTreeMap<String, String>) {
+    (
+        scopes(&raw.scopes, &format!("{at}.scopes"), problems),
+        requires(&raw.requires, &format!("{at}.requires"), problems),
+        task_support(raw.task.as_deref(), &format!("{at}.task"), problems),
+        mirrored_headers(raw.headers.as_ref(), &format!("{at}.headers"), problems),
+    )
 }
 
 /// A tool's `requires`: client capabilities, each once.
