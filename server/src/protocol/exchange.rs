@@ -375,6 +375,37 @@ mod tests {
         assert_eq!(parse_event_id("x-1"), None);
     }
 
+    /// Ended streams are kept for resumptions within their window, their count and their
+    /// bytes, the oldest dropped first; a session names them weakly, so a dropped one is gone.
+    #[test]
+    fn ended_streams_are_kept_within_their_bounds() {
+        let replay = Replay::default();
+        let kept = exchange_of(&[NOTE, RESPONSE], Some(1));
+        kept.end();
+        let weak = Rc::downgrade(&kept);
+        replay.keep(kept, 0);
+        assert!(find_stream(&[weak.clone()], 1).is_some());
+        replay.expire(REPLAY_WINDOW_MS - 1);
+        assert!(weak.upgrade().is_some(), "kept within its window");
+        replay.expire(REPLAY_WINDOW_MS);
+        assert!(weak.upgrade().is_none() && find_stream(&[weak], 1).is_none(), "dropped at the window's end");
+        for number in 0..REPLAY_STREAMS_MAX as u64 + 5 {
+            let stream = exchange_of(&[RESPONSE], Some(number));
+            stream.end();
+            replay.keep(stream, 0);
+        }
+        assert_eq!(replay.kept.borrow().len(), REPLAY_STREAMS_MAX);
+        assert_eq!(replay.kept.borrow().front().unwrap().stream(), Some(5), "the oldest went first");
+        let huge = vec![b'x'; LINE_BYTES_MAX];
+        for number in 0..(REPLAY_BYTES_MAX / LINE_BYTES_MAX) as u64 + 3 {
+            let stream = exchange_of(&[], Some(10_000 + number));
+            drop(stream.write_line(huge.clone()));
+            stream.end();
+            replay.keep(stream, 0);
+        }
+        assert!(replay.bytes.get() <= REPLAY_BYTES_MAX, "{} bytes kept", replay.bytes.get());
+    }
+
     /// An exchange keeps at most its bounds, dropping the oldest, never the last message.
     #[test]
     fn an_exchange_keeps_its_bounds() {
