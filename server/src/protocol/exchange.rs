@@ -384,7 +384,7 @@ mod tests {
         kept.end();
         let weak = Rc::downgrade(&kept);
         replay.keep(kept, 0);
-        assert!(find_stream(&[weak.clone()], 1).is_some());
+        assert!(find_stream(std::slice::from_ref(&weak), 1).is_some());
         replay.expire(REPLAY_WINDOW_MS - 1);
         assert!(weak.upgrade().is_some(), "kept within its window");
         replay.expire(REPLAY_WINDOW_MS);
