@@ -750,3 +750,38 @@ fn mirrored_argument_headers_are_checked_against_the_body() {
     let echo = tools.as_array().unwrap().iter().find(|tool| tool["name"] == "echo_region").unwrap().clone();
     assert_eq!(echo["inputSchema"]["properties"]["region"]["x-mcp-header"], "Region", "{echo}");
 }
+
+/// A tool's own JSON Schema 2020-12 (`input_schema`) is listed as written and enforced after
+/// the program's signature: a call it refuses (no phone for a phone contact, a key it does not
+/// know) is answered with the problems and runs nothing; one it allows runs.
+#[test]
+fn an_operator_schema_is_listed_as_written_and_enforced() {
+    let server = Server::start_in("conformance", &[], &[]);
+    let headers = [("mcp-method", "tools/call"), ("mcp-name", "json_schema_2020_12_tool")];
+    let call =
+        |id: u64, arguments: Value| server.post(&modern_call(id, "json_schema_2020_12_tool", arguments), &headers);
+    let allowed = call(1, json!({"name": "Ada", "contactMethod": "phone", "phone": "123"}));
+    assert_eq!(allowed.json()["result"]["isError"], json!(false), "{}", allowed.text());
+    for (id, refused) in [
+        (2, json!({"name": "Ada", "contactMethod": "phone", "email": "ada@example.com"})),
+        (3, json!({"name": "Ada"})),
+        (4, json!({"email": "a@b.c", "address": {"street": "x", "city": "y"}, "phone": 7})),
+    ] {
+        let answer = call(id, refused.clone());
+        let result = &answer.json()["result"];
+        assert_eq!(result["isError"], json!(true), "{refused} was allowed: {}", answer.text());
+        assert!(result["content"][0]["text"].as_str().unwrap_or("").contains("invalid arguments"), "{}", answer.text());
+    }
+    let listed = server.post(
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": modern_meta()}}),
+        &[("mcp-method", "tools/list")],
+    );
+    let tools = listed.json()["result"]["tools"].clone();
+    let tool =
+        tools.as_array().unwrap().iter().find(|tool| tool["name"] == "json_schema_2020_12_tool").unwrap().clone();
+    let written: Value = serde_json::from_slice(
+        &std::fs::read(common::repo_root().join("conformance/json_schema_2020_12.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(tool["inputSchema"], written);
+}

@@ -254,8 +254,7 @@ fn refused_before_running(
         let text = "the arguments hold a value this server keeps secret (a credential it uses); nothing was run";
         return Err(CallReply::Result(error_result(text.to_string()), None));
     }
-    tool.program
-        .check_inputs(arguments)
+    tool.check_arguments(arguments)
         .map_err(|invalid| CallReply::Result(crate::call::answer::invalid_arguments(&invalid), None))
 }
 

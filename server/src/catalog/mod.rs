@@ -1,6 +1,7 @@
 //! What the server serves: the manifest's tools, each with its compiled program, in the
 //! manifest's order. Built once at start; any problem stops the server before it answers.
 
+pub mod schema;
 pub mod tool_lock;
 
 use std::path::Path;
@@ -17,6 +18,8 @@ use crate::program::Program;
 pub struct Tool {
     pub config: ToolConfig,
     pub program: Program,
+    /// The operator's own input schema, when the manifest names one (`input_schema`).
+    pub schema: Option<schema::OperatorSchema>,
     /// Set when this is the tool a resource's reads run as (not listed, not callable).
     pub resource: Option<ResourceSpec>,
 }
@@ -59,15 +62,19 @@ impl Catalog {
         let mut tools = Vec::new();
         let mut problems = Vec::new();
         for config in &manifest.tools {
+            // Named, not indexed: `warden check` may load a manifest less its broken tools.
+            let at = format!("{}: tool `{}`", manifest.path.display(), config.name);
             let loaded = load_program(env, config).await.and_then(|program| {
-                // Named, not indexed: `warden check` may load a manifest less its broken tools.
-                let at = format!("{}: tool `{}`", manifest.path.display(), config.name);
                 once_keys_are_parameters(config, &program, &at)?;
                 mirrored_arguments_are_parameters(config, &program, &at)?;
                 Ok(program)
             });
+            let loaded = match loaded {
+                Ok(program) => schema::OperatorSchema::load(env, config, &program, &at).await.map(|s| (program, s)),
+                Err(problem) => Err(problem),
+            };
             match loaded {
-                Ok(program) => tools.push(Tool { config: config.clone(), program, resource: None }),
+                Ok((program, schema)) => tools.push(Tool { config: config.clone(), program, schema, resource: None }),
                 Err(problem) => problems.push(problem),
             }
         }
@@ -163,6 +170,36 @@ impl Catalog {
 }
 
 impl Tool {
+    /// The `inputSchema` listed: the operator's schema as written, or the one the program's
+    /// signature gives; each argument mirrored in a header marked `x-mcp-header`.
+    pub fn input_schema(&self) -> Value {
+        let mut schema = match &self.schema {
+            Some(schema) => schema.value.clone(),
+            None => self.program.input_schema(),
+        };
+        for (argument, header) in &self.config.headers {
+            if let Some(property) = schema.pointer_mut(&format!("/properties/{argument}")) {
+                property["x-mcp-header"] = json!(header);
+            }
+        }
+        schema
+    }
+
+    /// A call's arguments checked: the program's signature first (the normalised inputs),
+    /// then the operator's schema, if the manifest names one.
+    pub fn check_arguments(
+        &self,
+        arguments: &serde_json::Map<String, Value>,
+    ) -> Result<serde_json::Map<String, Value>, crate::program::InvalidInputs> {
+        let inputs = self.program.check_inputs(arguments)?;
+        let Some(schema) = &self.schema else { return Ok(inputs) };
+        let problems = schema.problems(&Value::Object(arguments.clone()));
+        match problems.is_empty() {
+            true => Ok(inputs),
+            false => Err(crate::program::InvalidInputs { problems, omitted: 0 }),
+        }
+    }
+
     pub fn description(&self) -> &str {
         self.config.description.as_deref().unwrap_or(&self.program.description)
     }
@@ -174,13 +211,7 @@ impl Tool {
             tool.insert("title".into(), json!(title));
         }
         tool.insert("description".into(), json!(self.description()));
-        let mut schema = self.program.input_schema();
-        for (argument, header) in &self.config.headers {
-            if let Some(property) = schema.pointer_mut(&format!("/properties/{argument}")) {
-                property["x-mcp-header"] = json!(header);
-            }
-        }
-        tool.insert("inputSchema".into(), schema);
+        tool.insert("inputSchema".into(), self.input_schema());
         if let Some(output) = self.program.output_schema() {
             tool.insert("outputSchema".into(), output);
         }
@@ -277,7 +308,7 @@ async fn load_resource(env: &Env, config: &ResourceConfig, index: usize) -> Resu
         ttl_ms: config.ttl_ms,
         complete: config.complete.clone(),
     };
-    Ok(Tool { config: config.tool.clone(), program, resource: Some(resource) })
+    Ok(Tool { config: config.tool.clone(), program, schema: None, resource: Some(resource) })
 }
 
 /// A prompt's program: no grants, and every parameter `str` or `None | str` (MCP prompt

@@ -105,7 +105,7 @@ fn digest_of(value: &Value) -> String {
 pub fn tool_digest(tool: &Tool) -> ToolDigest {
     let output = tool.program.output_schema().unwrap_or(Value::Null);
     let presentation = serde_json::json!({"title": tool.config.title, "annotations": tool.annotations()});
-    digests(&tool.config.name, tool.description(), tool.program.input_schema(), output, presentation)
+    digests(&tool.config.name, tool.description(), tool.input_schema(), output, presentation)
 }
 
 fn digests(name: &str, description: &str, input: Value, output: Value, presentation: Value) -> ToolDigest {

@@ -174,6 +174,8 @@ pub struct ToolConfig {
     pub task: TaskSupport,
     /// Arguments mirrored in `Mcp-Param-*` headers: argument -> header name after the prefix.
     pub headers: BTreeMap<String, String>,
+    /// The operator's own JSON Schema file for the arguments (`input_schema`).
+    pub input_schema: Option<PathBuf>,
     pub max_steps: u64,
     /// The wall-clock limit of one execution of the program (`limits.execution_ms`).
     pub execution_ms: u64,

@@ -74,6 +74,7 @@ impl RawResource {
             requires: Vec::new(),
             task: None,
             headers: None,
+            input_schema: None,
         };
         let address = ResourceAddress {
             uri: self.uri,
@@ -162,6 +163,9 @@ pub struct RawTool {
     /// Arguments a 2026-07-28 HTTP request mirrors in a header: argument name -> the header's
     /// name after `Mcp-Param-` (SEP-2243). The front checks each against the body.
     pub headers: Option<BTreeMap<String, String>>,
+    /// A JSON Schema (2020-12) file for the tool's arguments, listed as its `inputSchema` in
+    /// place of the one derived from the program's signature, and checked after it.
+    pub input_schema: Option<String>,
 }
 
 /// A grant, or (inside `needs`) a secret reference `{ "env": NAME }`.

@@ -568,6 +568,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
         requires,
         task,
         headers,
+        input_schema: raw.input_schema.as_ref().map(|file| base.join(file)),
         max_steps,
         execution_ms,
         config_json,

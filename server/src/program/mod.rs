@@ -27,8 +27,8 @@ use starlark::eval::Evaluator;
 use starlark::syntax::{AstModule, Dialect, DialectTypes};
 
 pub use run::{execute, execute_with, Execution, Failure, FailureKind, Outcome, RunLimits};
-pub use types::InputProblem;
-use types::{ArgType, INPUT_PROBLEMS_MAX};
+use types::ArgType;
+pub use types::{InputProblem, INPUT_PROBLEMS_MAX};
 
 /// The largest program file accepted.
 pub const PROGRAM_BYTES_MAX: usize = 1024 * 1024;
