@@ -1,5 +1,5 @@
 //! An operator's own world (`warden-sim explore --manifest`): their manifest, programs and the
-//! files their grants name, read from disk once and then served on the simulated `Env` as a
+//! files their grants name (and their input schemas), read from disk once and then served on the simulated `Env` as a
 //! generated world is. The services are modelled from what the grants reach (`services.rs`
 //! routes an own world's requests by path: a Stripe-shaped payments API, a model provider, and
 //! a recording HTTP service for every other URL). The client's arguments come from each
@@ -66,6 +66,10 @@ pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
         let check = rusqlite::Connection::open_in_memory().and_then(|db| db.execute_batch(&sql));
         check.map_err(|e| format!("{}: the init SQL does not run: {e}", path.display()))?;
         files.insert(relative_to(folder, &path)?, sql);
+    }
+    // A tool's own input schema is read by the server at start: served as written.
+    for path in manifest.tools.iter().filter_map(|tool| tool.input_schema.as_ref()) {
+        files.insert(relative_to(folder, path)?, read_bounded(path)?);
     }
     let variables = variables_of(&raw);
     let own = Some(OwnWorld { files, variables });
