@@ -1087,16 +1087,17 @@ pub const SCOPES_PER_TOOL_MAX: usize = 16;
 pub const SCOPE_BYTES_MAX: usize = 128;
 
 /// The tool's config, re-serialised canonically (sorted keys) for hashing into journals.
+/// How the keys added to a tool after its binding was first defined read in its debug text
+/// when none is written (they are `RawTool`'s last fields).
+const LATER_KEYS_UNWRITTEN: &str = ", requires: [], task: None, headers: None, input_schema: None }";
+
 fn canonical_tool_json(raw: &RawTool, entry: &str) -> String {
     // Debug output of the raw structs is stable (field order is declaration order, maps
     // are BTreeMaps), deterministic and covers every key the operator wrote. The keys added
     // last are left out when not written, so a tool without them keeps its binding (runs in
     // progress across an upgrade resume, and `warden.lock` digests hold).
     let text = format!("{raw:?}");
-    let text = text
-        .strip_suffix(", requires: [], task: None, headers: None }")
-        .map(|kept| format!("{kept} }}"))
-        .unwrap_or(text);
+    let text = text.strip_suffix(LATER_KEYS_UNWRITTEN).map(|kept| format!("{kept} }}")).unwrap_or(text);
     format!("{text}|entry={entry}")
 }
 
@@ -1143,6 +1144,8 @@ mod tests {
         assert!(!plain.contains("requires"), "{plain}");
         assert_ne!(parse(r#","task":"optional""#), plain);
         assert_ne!(parse(r#","requires":["sampling"]"#), plain);
+        assert_ne!(parse(r#","headers":{"a":"A"}"#), plain);
+        assert_ne!(parse(r#","input_schema":"s.json""#), plain);
         assert!(problems(r#"{"server":{"name":"s","journals":"j"},"tools":[{"name":"t","program":"t.star","task":"maybe","requires":["roots","roots","files"]}]}"#)
             .len() == 3);
     }
