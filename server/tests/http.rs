@@ -674,6 +674,11 @@ fn a_session_call_streams_live_and_resumes_after_its_last_event() {
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "test", "version": "1"}}});
     let session = server.post(&initialize, &[]).header("mcp-session-id").expect("a session").to_string();
+    // A request answered whole between (most clients list the tools first) leaves the
+    // session's declared capabilities as they were.
+    let list = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"});
+    let listed = server.post(&list, &[("mcp-session-id", &session), ("accept", "application/json")]);
+    assert_eq!(listed.status, 200, "{}", listed.text());
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "test_elicitation", "arguments": {"message": "Who are you?"}, "_meta": {"progressToken": "p"}}});
     let headers = [
@@ -715,6 +720,11 @@ fn a_session_call_streams_live_and_resumes_after_its_last_event() {
     assert!(text.contains("accept") && text.contains("ada@example.com"), "{answer}");
     assert!(resumed.next_event().is_none(), "the stream ends after the answer");
 
+    // The largest sequence number is no overflow: an answer, not a dropped connection.
+    let stream = asked.0.split('-').next().unwrap();
+    let last = format!("{stream}-18446744073709551615");
+    let edge = server.send("GET", "/mcp", &[("mcp-session-id", &session), ("last-event-id", &last)], b"");
+    assert_eq!(edge.status, 200, "{}", edge.text());
     let gone = server.send("GET", "/mcp", &[("mcp-session-id", &session), ("last-event-id", "999-1")], b"");
     assert_eq!(gone.status, 410, "{}", gone.text());
     let bad = server.send("GET", "/mcp", &[("mcp-session-id", &session), ("last-event-id", "nonsense")], b"");

@@ -174,7 +174,7 @@ impl Exchange {
     /// The answer to a `Last-Event-ID` naming event `seq` of this stream: the events after
     /// it, then the rest as they come.
     pub(super) fn resumed(self: &Rc<Self>, seq: u64) -> OutboundAnswer {
-        let (body, next) = self.events_from(seq + 1);
+        let (body, next) = self.events_from(seq.saturating_add(1));
         let more = (!self.ended.get() || next < self.next_seq.get()).then(|| self.follow(next, None));
         stream_answer(body, more)
     }

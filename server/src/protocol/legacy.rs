@@ -39,7 +39,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         }) {
             Ok((tool, arguments, progress)) => {
                 let log_level = connection.legacy_log_level.get();
-                let input = InputTurn::new(connection.legacy_kinds.borrow().clone(), None, None);
+                let input = InputTurn::new(connection.askable_kinds(), None, None);
                 let job = CallJob::Tool;
                 let traceparent = None;
                 return Routed::Call(PendingCall {

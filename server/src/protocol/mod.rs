@@ -207,10 +207,16 @@ impl Connection {
     /// with `prefix` (unique within the session). A connection that cannot asks nothing.
     pub fn allow_asking(&self, can: bool, prefix: String) {
         self.can_ask.set(can);
-        if !can {
-            self.legacy_kinds.borrow_mut().clear();
-        }
         *self.request_prefix.borrow_mut() = prefix;
+    }
+
+    /// The input kinds this connection's calls may ask of a 2025-11-25 client: those it
+    /// declared, when requests to it can be sent here (the session keeps them either way).
+    pub(crate) fn askable_kinds(&self) -> Vec<String> {
+        match self.can_ask.get() {
+            true => self.legacy_kinds.borrow().clone(),
+            false => Vec::new(),
+        }
     }
 
     /// Handles one whole message (an HTTP body), then waits for the calls it started.
