@@ -170,3 +170,30 @@ fn what_a_request_did_not_declare_is_refused_with_32021() {
     let done = until(&mut wire, &task, "completed");
     assert_eq!(done["result"]["structuredContent"]["result"], "done");
 }
+
+/// What `tasks/update` acknowledges is what the run is given: an answer over the limit, a
+/// second full answer to a round already answered, or answers to a task that waits for
+/// nothing are refused (-32602), and the task goes on as it was.
+#[test]
+fn a_task_update_is_refused_unless_the_run_will_take_it() {
+    let mut wire = Wire::start(&fixture("tasks/manifest.json"));
+    let task = create(&mut wire, "confirm", json!({"filename": "big.txt"}));
+    until(&mut wire, &task, "input_required");
+    let huge = "x".repeat(300 * 1024);
+    let too_big = json!({"confirm": {"action": "accept", "content": {"confirm": true, "note": huge}}});
+    let update = |wire: &mut Wire, answers: Value| {
+        ask(wire, with(declaring(), next_id(), "tasks/update", json!({"taskId": task, "inputResponses": answers})))
+    };
+    let refused = update(&mut wire, too_big);
+    assert_eq!(refused["error"]["code"], json!(-32602), "{refused}");
+    assert_eq!(get(&mut wire, &task)["status"], "input_required");
+    let yes = json!({"confirm": {"action": "accept", "content": {"confirm": true}}});
+    let no = json!({"confirm": {"action": "accept", "content": {"confirm": false}}});
+    assert_eq!(update(&mut wire, yes)["result"], json!({"resultType": "complete"}));
+    let second = update(&mut wire, no);
+    assert_eq!(second["error"]["code"], json!(-32602), "a second answer to a round was taken: {second}");
+    let done = until(&mut wire, &task, "completed");
+    assert_eq!(done["result"]["structuredContent"]["result"], "deleted big.txt", "{done}");
+    let late = update(&mut wire, json!({"confirm": {"action": "decline"}}));
+    assert_eq!(late["error"]["code"], json!(-32602), "{late}");
+}

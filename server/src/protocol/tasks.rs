@@ -9,7 +9,7 @@
 //! A principal sees only its own tasks: another's is unknown (-32602), as an absent one.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use serde_json::{json, Map, Value};
@@ -48,10 +48,14 @@ enum TaskMethod {
     Cancel,
 }
 
-/// The answers given so far to the rounds runs await, by run: a round's answers reach its
-/// run once every key is answered. At most one entry per run awaiting input.
+/// The answers given so far to the rounds runs await, by run (a round's answers reach its
+/// run once every key is answered), and the rounds whose answers were all given. At most one
+/// entry of each per run awaiting input.
 #[derive(Default)]
-pub(crate) struct PartialAnswers(RefCell<BTreeMap<String, Map<String, Value>>>);
+pub(crate) struct PartialAnswers {
+    given: RefCell<BTreeMap<String, Map<String, Value>>>,
+    submitted: RefCell<BTreeSet<(String, u64)>>,
+}
 
 /// Whether a request's `_meta` declares the tasks extension among its client's capabilities.
 pub(super) fn declared(meta: Option<&Map<String, Value>>) -> bool {
@@ -256,7 +260,7 @@ impl Connection {
         if self.runs.inputs.awaited(run).is_some() {
             let round = journal.and_then(|journal| journal.rounds.last()).filter(|round| round.answered.is_none());
             if let Some(round) = round {
-                let given = self.task_answers.0.borrow().get(run).cloned().unwrap_or_default();
+                let given = self.task_answers.given.borrow().get(run).cloned().unwrap_or_default();
                 let pending: Map<String, Value> = (round.sent.iter())
                     .filter(|key| !given.contains_key(*key))
                     .map(|key| (key.clone(), round.requests[key].clone()))
@@ -286,32 +290,46 @@ impl Connection {
     }
 
     /// `tasks/update`: keeps the answers to keys the run's round asked (others are ignored);
-    /// once every key is answered, the run goes on with them.
+    /// once every key is answered, the run goes on with them. Every answer is checked before
+    /// it is acknowledged: an acknowledged answer is one the run will be given.
     async fn update_task(self: &Rc<Self>, run: &str, tool: &str, responses: Option<&Value>) -> Result<Value, String> {
-        let ack = json!({"resultType": "complete"});
-        let Some(awaited) = self.runs.inputs.awaited(run) else { return Ok(ack) };
+        let not_waiting = format!("task `{run}` is not waiting for input (tasks/get tells what it is doing)");
+        let awaited = self.runs.inputs.awaited(run).ok_or(not_waiting.clone())?;
+        if self.task_answers.submitted.borrow().contains(&(run.to_string(), awaited.round)) {
+            return Err(format!(
+                "the answers to task `{run}`'s questions were all given already; it goes on with them"
+            ));
+        }
         let journal = self.runs.read_journal(tool, run).await?.ok_or("the task's journal is gone")?;
-        let Some(round) = journal.rounds.last().filter(|round| round.answered.is_none()) else { return Ok(ack) };
+        let round = journal.rounds.last().filter(|round| round.answered.is_none()).ok_or(not_waiting)?;
         let responses = responses.and_then(Value::as_object).cloned().unwrap_or_default();
-        let mut given = self.task_answers.0.borrow().get(run).cloned().unwrap_or_default();
+        let mut given = self.task_answers.given.borrow().get(run).cloned().unwrap_or_default();
         for key in round.sent.iter().filter(|key| responses.contains_key(*key)) {
             let method = round.requests[key]["method"].as_str().unwrap_or_default();
             crate::program::ask::check_answer(method, &responses[key])
                 .map_err(|problem| format!("inputResponses[\"{key}\"]: {problem}"))?;
             given.insert(key.clone(), responses[key].clone());
         }
+        let answers = Value::Object(given);
+        answers_fit(&answers, &self.runs.secrets)?;
+        let Value::Object(given) = answers else { unreachable!("built as an object") };
+        let mut submitted = self.task_answers.submitted.borrow_mut();
+        submitted.retain(|(run, round)| self.runs.inputs.awaits(run, *round));
         if !round.sent.iter().all(|key| given.contains_key(key)) {
+            drop(submitted);
             self.keep_answers(run, given);
-            return Ok(ack);
+            return Ok(json!({"resultType": "complete"}));
         }
-        self.task_answers.0.borrow_mut().remove(run);
+        submitted.insert((run.to_string(), awaited.round));
+        drop(submitted);
+        self.task_answers.given.borrow_mut().remove(run);
         self.continue_task(run, tool, awaited, Value::Object(given)).await?;
-        Ok(ack)
+        Ok(json!({"resultType": "complete"}))
     }
 
     /// Keeps a round's answers so far, within one entry per run awaiting input.
     fn keep_answers(&self, run: &str, given: Map<String, Value>) {
-        let mut kept = self.task_answers.0.borrow_mut();
+        let mut kept = self.task_answers.given.borrow_mut();
         kept.retain(|run, _| self.runs.inputs.awaited(run).is_some());
         if kept.len() < crate::limits::AWAITING_RUNS_MAX {
             kept.insert(run.to_string(), given);
@@ -362,7 +380,7 @@ impl Connection {
         }
         if let Some(awaited) = self.runs.inputs.awaited(run) {
             if self.runs.inputs.take(run, awaited.round).is_some() {
-                self.task_answers.0.borrow_mut().remove(run);
+                self.task_answers.given.borrow_mut().remove(run);
                 cancel_awaiting(&self.runs, tool, run).await;
             }
             return Ok(ack);
@@ -383,6 +401,26 @@ async fn cancel_awaiting(runs: &Runs, tool: &str, run: &str) {
     if let Err(fatal) = runs.execute_to_end(config, run, &inputs, crate::run::driver::Entry::Cancelled, &[]).await {
         runs.stop(&fatal);
     }
+}
+
+/// The answers a round may be given: within `INPUT_RESPONSES_BYTES_MAX` and the depth limit,
+/// and holding no value the server keeps secret (the program would see what its journal holds
+/// scrubbed: no replay could give it the same).
+fn answers_fit(answers: &Value, secrets: &[String]) -> Result<(), String> {
+    let bytes = serde_json::to_vec(answers).map_or(usize::MAX, |bytes| bytes.len());
+    if bytes > crate::limits::INPUT_RESPONSES_BYTES_MAX {
+        return Err(format!(
+            "the answers take {bytes} bytes; the limit is {}",
+            crate::limits::INPUT_RESPONSES_BYTES_MAX
+        ));
+    }
+    if crate::base::json::depth(answers) > crate::limits::VALUE_DEPTH_MAX {
+        return Err(format!("the answers nest deeper than {} levels", crate::limits::VALUE_DEPTH_MAX));
+    }
+    if crate::broker::scrub_value(answers, secrets) != *answers {
+        return Err("the answers hold a value this server keeps secret (a credential it uses)".to_string());
+    }
+    Ok(())
 }
 
 /// A failed task: the error its run ended with, as a protocol error.
