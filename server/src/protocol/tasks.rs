@@ -313,15 +313,12 @@ impl Connection {
         let answers = Value::Object(given);
         answers_fit(&answers, &self.runs.secrets)?;
         let Value::Object(given) = answers else { unreachable!("built as an object") };
-        let mut submitted = self.task_answers.submitted.borrow_mut();
-        submitted.retain(|(run, round)| self.runs.inputs.awaits(run, *round));
+        self.task_answers.submitted.borrow_mut().retain(|(run, round)| self.runs.inputs.awaits(run, *round));
         if !round.sent.iter().all(|key| given.contains_key(key)) {
-            drop(submitted);
             self.keep_answers(run, given);
             return Ok(json!({"resultType": "complete"}));
         }
-        submitted.insert((run.to_string(), awaited.round));
-        drop(submitted);
+        self.task_answers.submitted.borrow_mut().insert((run.to_string(), awaited.round));
         self.task_answers.given.borrow_mut().remove(run);
         self.continue_task(run, tool, awaited, Value::Object(given)).await?;
         Ok(json!({"resultType": "complete"}))
