@@ -795,3 +795,36 @@ fn an_operator_schema_is_listed_as_written_and_enforced() {
     .unwrap();
     assert_eq!(tool["inputSchema"], written);
 }
+
+/// A session's stream has one reader at a time (a resumption ends the one before it), and a
+/// session ended with DELETE ends its streams and its calls; a response or a notification
+/// naming a session that is gone is answered 404, not taken and dropped.
+#[test]
+fn a_stream_has_one_reader_and_an_ended_session_ends_its_streams() {
+    let server = Server::start_in("conformance", &[], &[]);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "test", "version": "1"}}});
+    let session = server.post(&initialize, &[]).header("mcp-session-id").expect("a session").to_string();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "test_elicitation", "arguments": {"message": "Who?"}}});
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let mut stream = EventStream::open(&server, "POST", &headers, call.to_string().as_bytes());
+    let asked = stream.next_event().expect("the question");
+    let id = asked.id.expect("an event id");
+    let resume = [("accept", "text/event-stream"), ("mcp-session-id", session.as_str()), ("last-event-id", &id)];
+    let mut first = EventStream::open(&server, "GET", &resume, b"");
+    let mut second = EventStream::open(&server, "GET", &resume, b"");
+    assert_eq!((first.status, second.status), (200, 200));
+    assert!(stream.next_event().is_none() && first.next_event().is_none(), "the older readers end");
+    assert_eq!(server.send("DELETE", "/mcp", &[("mcp-session-id", &session)], b"").status, 204);
+    assert!(second.next_event().is_none(), "the session's end ends its stream");
+    let question: Value = serde_json::from_str(&asked.data).unwrap();
+    let response = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "decline"}});
+    assert_eq!(server.post(&response, &[("mcp-session-id", &session)]).status, 404);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}});
+    assert_eq!(server.post(&cancel, &[("mcp-session-id", &session)]).status, 404);
+}

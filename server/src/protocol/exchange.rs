@@ -50,6 +50,11 @@ pub(super) struct Exchange {
     ended: Cell<bool>,
     ended_at_ms: Cell<u64>,
     changed: Notify,
+    /// The latest follower's number: a stream has one reader at a time, so a resumption
+    /// ends the reader before it (a client cannot hold many connections on one stream).
+    follower: Cell<u64>,
+    /// Set when the session ended (DELETE): its readers end at once.
+    closed: Cell<bool>,
 }
 
 impl Outlet for Exchange {
@@ -91,6 +96,8 @@ impl Exchange {
             ended: Cell::new(false),
             ended_at_ms: Cell::new(0),
             changed: Notify::default(),
+            follower: Cell::new(0),
+            closed: Cell::new(false),
         })
     }
 
@@ -102,6 +109,12 @@ impl Exchange {
     pub(super) fn end(&self) {
         self.ended.set(true);
         self.ended_at_ms.set(self.clock.monotonic_ms());
+        self.changed.notify_all();
+    }
+
+    /// The session ended: every reader of this stream ends now.
+    pub(super) fn close(&self) {
+        self.closed.set(true);
         self.changed.notify_all();
     }
 
@@ -180,7 +193,12 @@ impl Exchange {
     }
 
     fn follow(self: &Rc<Self>, from: u64, guard: Option<Box<dyn std::any::Any>>) -> MoreBody {
-        MoreBody(Rc::new(Follower { exchange: Rc::clone(self), cursor: Rc::new(Cell::new(from)), _guard: guard }))
+        let number = self.follower.get() + 1;
+        self.follower.set(number);
+        // The reader before this one, if any, ends at its next chunk.
+        self.changed.notify_all();
+        let follower = Follower { exchange: Rc::clone(self), number, cursor: Rc::new(Cell::new(from)), _guard: guard };
+        MoreBody(Rc::new(follower))
     }
 
     /// The SSE events of the messages from sequence number `from` on (from the oldest kept,
@@ -206,15 +224,19 @@ impl Exchange {
 /// after a quiet `KEEP_ALIVE_MS`, and the end once the exchange ended and all is written.
 struct Follower {
     exchange: Rc<Exchange>,
+    number: u64,
     cursor: Rc<Cell<u64>>,
     _guard: Option<Box<dyn std::any::Any>>,
 }
 
 impl BodySource for Follower {
     fn next(&self) -> LocalBoxFuture<'static, Option<Vec<u8>>> {
-        let (exchange, cursor) = (Rc::clone(&self.exchange), Rc::clone(&self.cursor));
+        let (exchange, cursor, number) = (Rc::clone(&self.exchange), Rc::clone(&self.cursor), self.number);
         Box::pin(async move {
             loop {
+                if exchange.closed.get() || exchange.follower.get() != number {
+                    return None;
+                }
                 let (events, next) = exchange.events_from(cursor.get());
                 if !events.is_empty() {
                     cursor.set(next);

@@ -516,6 +516,11 @@ impl Front {
         match jsonrpc::classify(&Frame::Line(request.body.clone())) {
             Incoming::Invalid(error) => json_answer(400, &error.to_value()),
             // A response to a request the server sent on a session's stream.
+            Incoming::Response { .. } | Incoming::Notification(_)
+                if self.names_a_gone_session(&request, principal.as_ref()) =>
+            {
+                plain(404, "session not found: it ended or was never opened; send initialize again")
+            }
             Incoming::Response { id, body } => {
                 self.client_response(&request, &id, body, principal.as_ref());
                 accepted()
@@ -529,6 +534,14 @@ impl Front {
                 self.request(&request, &message, &call.method, call.id, reply, principal).await
             }
         }
+    }
+
+    /// Whether a notification or a response names a session that is not (or not this
+    /// principal's): it reaches nobody, and the client must hear so.
+    fn names_a_gone_session(&self, request: &InboundRequest, principal: Option<&Principal>) -> bool {
+        let Some(session_id) = request.header("mcp-session-id") else { return false };
+        let subject = principal.map(|p| p.subject.as_str());
+        self.sessions.borrow().get(session_id).is_none_or(|session| session.subject.as_deref() != subject)
     }
 
     /// A notification: a cancellation reaches the session's exchanges in progress; others
@@ -606,7 +619,10 @@ impl Front {
         on_close.armed = false;
         let state = connection.legacy_session();
         let extra_headers = match session_id {
-            Some(session_id) => self.keep_session(session_id, method, (state_before, state), subject),
+            Some(session_id) => match self.keep_session(session_id, method, (state_before, state), subject) {
+                Ok(headers) => headers,
+                Err(refused) => return refused,
+            },
             None => Vec::new(),
         };
         let mut answer = exchange.answer(reply);
@@ -792,11 +808,13 @@ impl Front {
         method: &str,
         (before, after): (LegacySession, LegacySession),
         subject: Option<String>,
-    ) -> Vec<(String, String)> {
+    ) -> Result<Vec<(String, String)>, OutboundAnswer> {
         if method == "initialize" {
             if after.initialized {
-                self.open_session(&session_id, after, subject);
-                return vec![("mcp-session-id".to_string(), session_id)];
+                if !self.open_session(&session_id, after, subject) {
+                    return Err(busy_sessions());
+                }
+                return Ok(vec![("mcp-session-id".to_string(), session_id)]);
             }
         } else if after != before {
             // Only an exchange that changed the session (`logging/setLevel`) writes it
@@ -805,7 +823,7 @@ impl Front {
                 session.state = after;
             }
         }
-        Vec::new()
+        Ok(Vec::new())
     }
 
     /// A call or a read whose tool or resource needs scopes the principal's token lacks: 403
@@ -849,39 +867,40 @@ impl Front {
         Some(session.state)
     }
 
-    /// Keeps a new session, ending the least recently used one past `SESSIONS_MAX`.
-    fn open_session(&self, session_id: &str, state: LegacySession, subject: Option<String>) {
+    /// Keeps a new session, ending the least recently used idle one (no exchange in
+    /// progress) past `SESSIONS_MAX`, or past `SESSIONS_PER_PRINCIPAL_MAX` of an authenticated
+    /// principal's own; false when every session in the way is busy (the new one is refused).
+    fn open_session(&self, session_id: &str, state: LegacySession, subject: Option<String>) -> bool {
         let use_number = self.uses.get() + 1;
         self.uses.set(use_number);
         let mut sessions = self.sessions.borrow_mut();
         // A principal that opens too many ends its own oldest first; past the server's
-        // limit, the least recently used of all ends.
-        let own = sessions.values().filter(|s| s.subject == subject).count();
+        // limit, the least recently used of all ends. Without principals, the server's limit.
+        let own = sessions.values().filter(|s| subject.is_some() && s.subject == subject).count();
         let from_whom = (own >= SESSIONS_PER_PRINCIPAL_MAX).then_some(&subject);
         if own >= SESSIONS_PER_PRINCIPAL_MAX || sessions.len() >= SESSIONS_MAX {
             let oldest = sessions
                 .iter()
                 .filter(|(_, s)| from_whom.is_none_or(|subject| &s.subject == subject))
+                .filter(|(_, s)| s.exchanges.iter().all(|exchange| exchange.strong_count() == 0))
                 .min_by_key(|(_, s)| s.last_use)
                 .map(|(id, _)| id.clone());
-            if let Some(oldest) = oldest {
-                sessions.remove(&oldest);
-                let ended = self.sessions_ended.get() + 1;
-                self.sessions_ended.set(ended);
-                // Logged at the first and then every hundredth: a flood of sessions must not
-                // flood the log.
-                if ended % 100 == 1 {
-                    self.env.log(&format!(
-                        "HTTP sessions at their limit ({SESSIONS_PER_PRINCIPAL_MAX} a principal, {SESSIONS_MAX} in all): \
-                         {ended} ended so far, the least recently used first"
-                    ));
-                }
+            let Some(oldest) = oldest else { return false };
+            sessions.remove(&oldest);
+            let ended = self.sessions_ended.get() + 1;
+            self.sessions_ended.set(ended);
+            // Logged at the first and then every hundredth: a flood of sessions must not
+            // flood the log.
+            if ended % 100 == 1 {
+                self.env.log(&format!(
+                    "HTTP sessions at their limit ({SESSIONS_PER_PRINCIPAL_MAX} a principal, {SESSIONS_MAX} in all): \
+                     {ended} ended so far, the least recently used idle one first"
+                ));
             }
         }
-        sessions.insert(
-            session_id.to_string(),
-            Session { state, subject, last_use: use_number, exchanges: Vec::new(), streams: Vec::new() },
-        );
+        let session = Session { state, subject, last_use: use_number, exchanges: Vec::new(), streams: Vec::new() };
+        sessions.insert(session_id.to_string(), session);
+        true
     }
 
     fn end_session(&self, request: &InboundRequest, principal: Option<&Principal>) -> OutboundAnswer {
@@ -894,7 +913,15 @@ impl Front {
         if !theirs {
             return plain(404, "session not found");
         }
-        sessions.remove(session_id);
+        // Its calls are cancelled (what a run has begun goes on) and its streams end.
+        let session = sessions.remove(session_id).expect("found above");
+        drop(sessions);
+        for connection in session.exchanges.iter().filter_map(Weak::upgrade) {
+            connection.client_left();
+        }
+        for stream in session.streams.iter().filter_map(Weak::upgrade) {
+            stream.close();
+        }
         OutboundAnswer { status: 204, headers: vec![], body: vec![], more: None }
     }
 }
@@ -996,6 +1023,14 @@ fn accepts(accept: &str, wanted: &str) -> bool {
         let refused = parts.any(|p| p.trim().strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>() == Ok(0.0)));
         !refused && (media == wanted || media == "*/*" || media == format!("{family}/*"))
     })
+}
+
+/// An `initialize` refused: every session is busy.
+fn busy_sessions() -> OutboundAnswer {
+    let mut answer =
+        plain(503, "every session is in use (a call in progress in each); end one with DELETE or try again later");
+    answer.headers.push(("retry-after".to_string(), STOPPING_RETRY_AFTER_S.to_string()));
+    answer
 }
 
 pub(super) fn accepted() -> OutboundAnswer {

@@ -231,6 +231,13 @@ impl Connection {
         self.notification(notification);
     }
 
+    /// The client ended its session (an HTTP DELETE): its calls are cancelled, and nothing
+    /// waits for its answers any more.
+    pub fn client_left(&self) {
+        self.cancel_all();
+        self.client_gone.set();
+    }
+
     /// Cancels every call in progress (the HTTP client closed its connection).
     pub fn cancel_all(&self) {
         for control in self.calls.borrow().values() {
