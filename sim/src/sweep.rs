@@ -872,7 +872,7 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
     report.violations.extend(check::at_rest_with(&world.disk, &journals, &once_keep_ms));
     if let Ok(state) = check::ledger_state(&world.disk, &journals) {
         report.violations.extend(answers_backed_by_settled_runs(client, &state));
-        report.violations.extend(tasks_told_as_their_runs_ended(client, &state));
+        report.violations.extend(tasks_told_as_their_runs_ended(world, client, &state));
         report.violations.extend(runs_are_their_callers(world, limits, client, &state));
         report.violations.extend(repeats_get_their_runs_answer(world, client, &state));
         report.violations.extend(repeats_within_once_keep(limits, client, &state));
@@ -911,11 +911,26 @@ fn nothing_left_undone(world: &World, client: &Client, report: &mut Report) {
 /// 3: a task is told ended as its run ended: completed for a result (a tool's error too),
 /// cancelled for a run its client cancelled, failed for a run that could not finish or never
 /// started. A task told ended whose run is still open was told too soon.
-fn tasks_told_as_their_runs_ended(client: &Client, state: &State) -> Vec<Violation> {
+fn tasks_told_as_their_runs_ended(world: &World, client: &Client, state: &State) -> Vec<Violation> {
     use warden::program::FailureKind;
     use warden::store::journal::RunOutcome;
     let mut found = Vec::new();
     for (call, followed) in &client.tasks {
+        // A task the server came to call unknown: only a run released, or one whose records
+        // retention took, may be.
+        if followed.lost {
+            let entry = state.run(&followed.task);
+            let journal = entry.and_then(|e| check::journal(&world.disk, &World::path("journals"), &e.tool, &e.run));
+            let kept = matches!(entry.map(|e| &e.phase), Some(RunPhase::Open))
+                || (matches!(entry.map(|e| &e.phase), Some(RunPhase::Settled { .. })) && journal.is_some());
+            if kept && world.disk.peek(&journal_path(entry)).is_some() {
+                found.push(Violation {
+                    invariant: 3,
+                    message: format!("call {call}'s task {} was said unknown while its run is kept", followed.task),
+                });
+            }
+            continue;
+        }
         let Some(told) = &followed.ended else { continue };
         let expected = match state.run(&followed.task).map(|entry| &entry.phase) {
             None => continue,
@@ -935,6 +950,14 @@ fn tasks_told_as_their_runs_ended(client: &Client, state: &State) -> Vec<Violati
         }
     }
     found
+}
+
+/// Where a run's journal is (nowhere for a run the ledger does not hold).
+fn journal_path(entry: Option<&warden::store::ledger::RunEntry>) -> std::path::PathBuf {
+    match entry {
+        Some(entry) => warden::base::layout::RunFiles::new(&World::path("journals"), &entry.tool, &entry.run).journal,
+        None => std::path::PathBuf::new(),
+    }
 }
 
 fn answers_backed_by_settled_runs(client: &Client, state: &State) -> Vec<Violation> {

@@ -31,7 +31,7 @@ pub(super) fn route(connection: &Connection, request: Request) -> Routed {
         )),
         "tools/list" => return Routed::Static { id, result: Rc::clone(&connection.statics.legacy_tools_list) },
         "tools/call" => match call_params(connection, &request).and_then(|call| {
-            let kinds = connection.legacy_kinds.borrow();
+            let kinds = connection.askable_kinds();
             match connection.catalog.callable(&call.0) {
                 Some(tool) => super::refuse_undeclared(&id, tool, &kinds).map(|()| call),
                 None => Ok(call),

@@ -39,6 +39,9 @@ pub(crate) struct TaskRequest {
     method: TaskMethod,
     task: String,
     responses: Option<Value>,
+    /// The input kinds the request's client declared: a run continued with its answers
+    /// asks it only those.
+    kinds: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -100,7 +103,12 @@ pub(super) fn route(
     if method == TaskMethod::Update && !responses.as_ref().is_some_and(Value::is_object) {
         return Err(invalid("tasks/update needs an object `inputResponses`"));
     }
-    Ok(TaskRequest { id: id.clone(), method, task, responses })
+    let capabilities = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(super::META_CLIENT_CAPABILITIES));
+    let kinds = (crate::program::ask::INPUT_KINDS.iter())
+        .filter(|kind| capabilities.and_then(|c| c.get(**kind)).is_some_and(Value::is_object))
+        .map(|kind| kind.to_string())
+        .collect();
+    Ok(TaskRequest { id: id.clone(), method, task, responses, kinds })
 }
 
 /// Whether a call of `support` becomes a task for a request that declared the extension or not;
@@ -207,7 +215,9 @@ impl Connection {
         };
         let outcome = match request.method {
             TaskMethod::Get => self.task_status(&request.task, &tool, &phase).await,
-            TaskMethod::Update => self.update_task(&request.task, &tool, request.responses.as_ref()).await,
+            TaskMethod::Update => {
+                self.update_task(&request.task, &tool, request.responses.as_ref(), request.kinds).await
+            }
             TaskMethod::Cancel => self.cancel_task(&request.task, &tool, &phase).await,
         };
         match outcome {
@@ -292,7 +302,13 @@ impl Connection {
     /// `tasks/update`: keeps the answers to keys the run's round asked (others are ignored);
     /// once every key is answered, the run goes on with them. Every answer is checked before
     /// it is acknowledged: an acknowledged answer is one the run will be given.
-    async fn update_task(self: &Rc<Self>, run: &str, tool: &str, responses: Option<&Value>) -> Result<Value, String> {
+    async fn update_task(
+        self: &Rc<Self>,
+        run: &str,
+        tool: &str,
+        responses: Option<&Value>,
+        kinds: Vec<String>,
+    ) -> Result<Value, String> {
         let not_waiting = format!("task `{run}` is not waiting for input (tasks/get tells what it is doing)");
         let awaited = self.runs.inputs.awaited(run).ok_or(not_waiting.clone())?;
         if self.task_answers.submitted.borrow().contains(&(run.to_string(), awaited.round)) {
@@ -318,9 +334,10 @@ impl Connection {
             self.keep_answers(run, given);
             return Ok(json!({"resultType": "complete"}));
         }
+        let inputs = self.runs.read_inputs(tool, run).await?.ok_or("the task's arguments are no longer kept")?;
         self.task_answers.submitted.borrow_mut().insert((run.to_string(), awaited.round));
         self.task_answers.given.borrow_mut().remove(run);
-        self.continue_task(run, tool, awaited, Value::Object(given)).await?;
+        self.continue_task(run, tool, (awaited, inputs, kinds), Value::Object(given));
         Ok(json!({"resultType": "complete"}))
     }
 
@@ -335,17 +352,17 @@ impl Connection {
 
     /// Goes on with a task's run: its round answered, as a client's retry would with the
     /// state the server seals for it now, in a task of its own.
-    async fn continue_task(
+    fn continue_task(
         self: &Rc<Self>,
         run: &str,
         tool: &str,
-        awaited: crate::run::input::Awaited,
+        (awaited, inputs, kinds): (crate::run::input::Awaited, Map<String, Value>, Vec<String>),
         answers: Value,
-    ) -> Result<(), String> {
-        let inputs = self.runs.read_inputs(tool, run).await?.ok_or("the task's arguments are no longer kept")?;
+    ) {
+        let round = awaited.round;
         let claims = crate::run::input::Claims {
             run: run.to_string(),
-            round: awaited.round,
+            round,
             tool: tool.to_string(),
             principal: awaited.principal.clone(),
             expires_at_ms: awaited.expires_at_ms,
@@ -353,19 +370,27 @@ impl Connection {
         };
         let retry = Retry { request_state: json!(self.runs.inputs.seal(&claims)), input_responses: Some(answers) };
         let (runs, slots, principal) = (Rc::clone(&self.runs), Rc::clone(&self.slots), self.principal.clone());
+        let answered = Rc::clone(&self.task_answers);
         let (tool, run) = (tool.to_string(), run.to_string());
         self.env.spawn.spawn(Box::pin(async move {
             let Some(tool) = runs.catalog.callable(&tool) else { return };
             let control = CallControl::default();
-            let kinds = crate::program::ask::INPUT_KINDS.map(str::to_string);
             let caller =
                 Caller { principal: principal.as_ref(), input_kinds: &kinds, retry: Some(&retry), traceparent: None };
             let reply = crate::call::call_tool(&runs, &slots, tool, &inputs, &control, None, caller).await;
-            if let CallReply::Invalid(problem) = reply {
-                runs.env.log(&format!("task {run}: its answers were not taken: {problem}"));
+            // Not taken (the tool's runs all busy, say): the round waits for its answers again.
+            if runs.inputs.awaits(&run, round) {
+                answered.submitted.borrow_mut().remove(&(run.clone(), round));
+                let why = match &reply {
+                    CallReply::Invalid(problem) => problem.clone(),
+                    CallReply::Result(result, _) => result["content"][0]["text"].as_str().unwrap_or("").to_string(),
+                    _ => String::new(),
+                };
+                runs.env.log(&format!(
+                    "task {run}: its answers could not be given to its run now ({why}); it waits for them again"
+                ));
             }
         }));
-        Ok(())
     }
 
     /// `tasks/cancel`: a run awaiting input ends now; an executing one at its next point
@@ -382,7 +407,12 @@ impl Connection {
             }
             return Ok(ack);
         }
-        self.runs.request_cancel(run);
+        if !self.runs.request_cancel(run) {
+            return Err(format!(
+                "task `{run}` cannot be cancelled now: its run is not executing (it waits for a person: an action \
+                 may have happened, and only an operator can tell)"
+            ));
+        }
         Ok(ack)
     }
 }

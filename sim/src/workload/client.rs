@@ -532,7 +532,11 @@ impl Client {
             }
             return;
         }
-        if message["error"]["code"] == json!(-32602) {
+        // Unknown, or expired: not another refusal (a cancel of a run waiting for a person).
+        let text = message["error"]["message"].as_str().unwrap_or("");
+        if message["error"]["code"] == json!(-32602)
+            && (text.starts_with("unknown task") || text.contains("has expired"))
+        {
             self.tasks.get_mut(&call).expect("followed").lost = true;
             return;
         }
