@@ -125,7 +125,7 @@ if grep -rqF "$WARDEN_TEST_HTTP_TOKEN" "$scratch/http.err" "$scratch/support-des
 fi
 
 step "live Streamable HTTP: the Python and TypeScript SDKs hear progress and a question before the answer"
-rm -rf "$scratch/live" && mkdir -p "$scratch/live" && cp "$root"/conformance/*.json "$root"/conformance/*.star "$scratch/live/"
+rm -rf "$scratch/live" && mkdir -p "$scratch/live" "$clients_dir/out" && cp "$root"/conformance/*.json "$root"/conformance/*.star "$scratch/live/"
 "$root/target/debug/warden" serve-http "$scratch/live/manifest.json" --listen 127.0.0.1:0 2>"$scratch/live.err" &
 live_server=$!
 url="$("$root/scripts/listening-url.sh" "$scratch/live.err")"
