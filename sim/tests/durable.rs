@@ -48,6 +48,8 @@ fn status_call(id: i64, run: &str) -> Value {
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
 }
 
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
 fn journals() -> std::path::PathBuf {
     World::path("journals")
 }
@@ -458,6 +460,33 @@ fn retention_deletes_only_what_it_may() {
 }
 
 #[test]
+fn the_daily_sweep_runs_a_day_apart_while_the_server_is_up() {
+    let world = world(14, "");
+    let instance = world.start("manifest.json");
+    assert_eq!(instance.run(), Stop::Quiet, "the server starts (and sweeps) at 0");
+    let hours = |n: u64| {
+        for _ in 0..n {
+            world.clock.advance(3_600_000);
+            assert_eq!(instance.run(), Stop::Quiet);
+        }
+    };
+    // The call an hour after the start: it expires (keep is 2 days) an hour after the second
+    // day's sweep, so the third day's is the first to delete it.
+    hours(1);
+    ask(&instance, &call(1, json!({"text": "a"})));
+    let run = started(&world)[0].clone();
+    let journal = warden::base::layout::RunFiles::new(&journals(), "echo", &run).journal;
+    hours(59);
+    assert!(
+        world.disk.peek(&journal).is_some(),
+        "no sweep between the second day's and the third's: {:?}",
+        instance.log_timed()
+    );
+    hours(13);
+    assert!(world.disk.peek(&journal).is_none(), "the third day's sweep deleted it: {:?}", instance.log());
+}
+
+#[test]
 fn run_status_answers_done_failed_and_unknown() {
     let world = world(11, "");
     let instance = world.start("manifest.json");
@@ -482,9 +511,29 @@ fn run_status_answers_expired_when_the_journal_is_gone_but_the_ledger_keeps_the_
     let instance = world.start("manifest.json");
     ask(&instance, &call(1, json!({"text": "a"})));
     let run = started(&world)[0].clone();
+    assert!(!swept(&instance), "nothing to sweep at the first start: {:?}", instance.log());
     drop(instance);
     world.clock.advance(3 * 24 * 3600 * 1000);
     let again = world.start("manifest.json");
     let status = ask(&again, &status_call(2, &run));
     assert_eq!(status["structuredContent"]["result"]["status"], json!("expired"), "{status}");
+    assert!(
+        again.log().iter().any(|l| l.contains("deleted the files of 1 run(s); compaction dropped 0 run(s)")),
+        "the files deleted, the run kept for its window: {:?}",
+        again.log()
+    );
+    drop(again);
+    // Past the window: the run leaves the ledger, and there were no files left to delete.
+    world.clock.advance(5 * 24 * 3600 * 1000);
+    let last = world.start("manifest.json");
+    assert_eq!(last.run(), Stop::Quiet);
+    assert!(
+        last.log().iter().any(|l| l.contains("deleted the files of 0 run(s); compaction dropped 1 run(s)")),
+        "{:?}",
+        last.log()
+    );
+}
+
+fn swept(instance: &Instance) -> bool {
+    instance.log().iter().any(|l| l.contains("retention:"))
 }
