@@ -134,6 +134,11 @@ url="$("$root/scripts/listening-url.sh" "$scratch/live.err")"
 NODE_PATH="$clients_dir/node/node_modules" node "$root/scripts/clients/live_http.mjs" "$url" >"$clients_dir/out/live-http-typescript.json"
 kill "$live_server"; wait "$live_server" || true
 
+step "a durable task through the Python SDK over Streamable HTTP, the server killed with SIGKILL while the task waits"
+# The script starts and kills its own serve-http; the SDK drives the task through its extension seam.
+"$clients_dir/.venv/bin/python" "$root/scripts/clients/task_http.py" --warden "$root/target/debug/warden" \
+  --manifest "$root/tests/fixtures/tasks/manifest.json" >"$clients_dir/out/task-http-python.json"
+
 step "the README's quickstart clients over stdio (Python and TypeScript SDKs)"
 rm -rf "$scratch/support-desk/journals" "$scratch/support-desk/desk.db"
 "$clients_dir/.venv/bin/python" "$root/examples/clients/quickstart.py" stdio \
