@@ -48,8 +48,6 @@ fn status_call(id: i64, run: &str) -> Value {
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
 }
 
-const DAY_MS: u64 = 24 * 3600 * 1000;
-
 fn journals() -> std::path::PathBuf {
     World::path("journals")
 }

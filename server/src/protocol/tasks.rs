@@ -30,6 +30,11 @@ use crate::store::ledger::RunPhase;
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// How often a client is asked to poll a task.
 pub const POLL_INTERVAL_MS: u64 = 1_000;
+/// How often a `tasks/cancel` looks whether its run has ended, and how long it waits at most:
+/// a minute past the longest timeout a manifest may give one attempt of an action (a model
+/// call's retries can take longer; the answer then says to ask again).
+const CANCEL_POLL_MS: u64 = 50;
+const CANCEL_WAIT_MS_MAX: u64 = crate::manifest::NET_TIMEOUT_MS_LIMIT + 60_000;
 /// The longest task id taken (a run id is 32 characters).
 const TASK_ID_BYTES_MAX: usize = 64;
 
@@ -413,7 +418,34 @@ impl Connection {
                  may have happened, and only an operator can tell)"
             ));
         }
+        self.until_ended(run).await?;
         Ok(ack)
+    }
+
+    /// Waits until run `run`, asked to cancel, is no longer executing, and says whether it
+    /// ended. The acknowledgement of a cancel says the run has ended, durably: acknowledged
+    /// earlier, a crash before the run's next point between actions would resume it and forget
+    /// the cancel. An action in flight is waited for (each has a timeout), up to a bound.
+    async fn until_ended(&self, run: &str) -> Result<(), String> {
+        let mut waited_ms = 0;
+        while self.runs.is_in_progress(run) {
+            if waited_ms >= CANCEL_WAIT_MS_MAX {
+                return Err(format!(
+                    "task `{run}` is still inside an action after {} s: it ends at its next point between actions; \
+                     ask tasks/get, or send tasks/cancel again",
+                    CANCEL_WAIT_MS_MAX / 1000
+                ));
+            }
+            self.runs.env.clock.sleep(CANCEL_POLL_MS).await;
+            waited_ms += CANCEL_POLL_MS;
+        }
+        match self.runs.ledger.state().run(run).map(|entry| &entry.phase) {
+            Some(RunPhase::Open) => Err(format!(
+                "task `{run}` did not end: its run stopped inside an action (it waits for a person, or for the \
+                 server's next start); ask tasks/get"
+            )),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -440,7 +440,6 @@ impl Runs {
         read_waiting(&self.env, path).await.map(Some).map_err(Fatal::storage)
     }
 
-    /// Step 6: the settle event, then the kept arguments and any waiting record go.
     /// Asks run `run`, executing in this process, to end at its next point between actions
     /// (its client cancelled it); false when it is not executing here.
     pub fn request_cancel(&self, run: &str) -> bool {
@@ -456,6 +455,7 @@ impl Runs {
         self.cancelled.borrow().contains(run)
     }
 
+    /// Step 6: the settle event, then the kept arguments and any waiting record go.
     pub async fn settle(&self, tool: &Tool, run: &str, end: &EndRecord) -> Result<(), Fatal> {
         self.cancelled.borrow_mut().remove(run);
         // Settled only after the end is durable: a settle the journal does not explain would

@@ -64,9 +64,8 @@ pub struct Client {
     pub principals: bool,
     /// Calls answered with a task, followed to its end, by call id.
     pub tasks: BTreeMap<i64, Followed>,
-    /// Requests about tasks sent, by id: the call whose task they ask about, and whether they
-    /// were sent as that call's principal.
-    pub task_requests: BTreeMap<i64, (i64, bool)>,
+    /// Requests about tasks sent, by id: the call whose task they ask about, as whom, and what.
+    pub task_requests: BTreeMap<i64, TaskRequest>,
     /// Answers to tasks' rounds, to send with the next requests about tasks.
     pub task_updates: Vec<(i64, Value)>,
 }
@@ -81,6 +80,22 @@ pub struct Followed {
     pub lost: bool,
     /// The client asked to cancel it.
     pub cancelled: bool,
+    /// The server acknowledged the cancel: the run has ended, so every status asked after it
+    /// is an end.
+    pub cancel_acknowledged: bool,
+}
+
+/// A `tasks/*` request the client sent.
+#[derive(Clone, Copy, Debug)]
+pub struct TaskRequest {
+    /// The call whose task it asks about.
+    pub call: i64,
+    /// Sent as that call's principal, or as the other one.
+    pub own: bool,
+    /// A `tasks/cancel` (its answer is an acknowledgement, not a status).
+    pub cancel: bool,
+    /// Sent after the task's cancel was acknowledged.
+    pub after_cancel_acknowledged: bool,
 }
 
 /// The tasks extension's id.
@@ -255,8 +270,8 @@ impl Client {
         if let Some(run) = message["result"]["_meta"][warden::call::answer::META_RUN]["run"].as_str() {
             self.answered_by.insert(id, run.to_string());
         }
-        if let Some((call, own)) = self.task_requests.remove(&id) {
-            self.task_heard(call, own, message, report, now);
+        if let Some(request) = self.task_requests.remove(&id) {
+            self.task_heard(request, message, report, now);
             return;
         }
         if message["result"]["resultType"] == json!("task") {
@@ -516,14 +531,23 @@ impl Client {
         self.next_id = id + 1;
         params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "extensions": {TASKS_EXTENSION: {}}}});
-        self.task_requests.insert(id, (call, own));
+        let after_cancel_acknowledged = self.tasks.get(&call).is_some_and(|followed| followed.cancel_acknowledged);
+        let cancel = method == "tasks/cancel";
+        self.task_requests.insert(id, TaskRequest { call, own, cancel, after_cancel_acknowledged });
         instance.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
     }
 
     /// What the server said about call `call`'s task: its end is held to (it never changes),
     /// a round it awaits is answered, another principal learns nothing of it.
-    fn task_heard(&mut self, call: i64, own: bool, message: &Value, report: &mut Report, now: u64) {
+    fn task_heard(&mut self, request: TaskRequest, message: &Value, report: &mut Report, now: u64) {
+        let TaskRequest { call, own, .. } = request;
         let Some(followed) = self.tasks.get(&call).cloned() else { return };
+        if request.cancel {
+            if own && message.get("result").is_some() {
+                self.tasks.get_mut(&call).expect("followed").cancel_acknowledged = true;
+            }
+            return;
+        }
         let status = message["result"]["status"].as_str().map(str::to_string);
         if !own {
             if message.get("result").is_some_and(|result| result.get("taskId").is_some()) {
@@ -541,6 +565,10 @@ impl Client {
             return;
         }
         let Some(status) = status else { return };
+        if request.after_cancel_acknowledged && !matches!(status.as_str(), "completed" | "failed" | "cancelled") {
+            let text = format!("task {} of call {call} was {status} after its cancel was acknowledged", followed.task);
+            report.violations.push(Violation { invariant: 3, message: text });
+        }
         if let Some(ended) = &followed.ended {
             if *ended != status {
                 let text = format!("task {} of call {call} was {ended}, then {status}", followed.task);
