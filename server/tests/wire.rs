@@ -162,6 +162,14 @@ fn modern_envelope_errors() {
     assert_eq!(listed["result"]["cacheScope"], json!("public"));
     assert!(listed["result"]["ttlMs"].as_u64().is_some());
     assert_eq!(listed["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], json!("wire-tests"));
+    // The schemas a signature gives name their dialect, JSON Schema 2020-12.
+    for tool in listed["result"]["tools"].as_array().expect("tools") {
+        let dialect = json!("https://json-schema.org/draft/2020-12/schema");
+        assert_eq!(tool["inputSchema"]["$schema"], dialect, "{tool}");
+        if let Some(output) = tool.get("outputSchema") {
+            assert_eq!(output["$schema"], dialect, "{tool}");
+        }
+    }
 }
 
 #[test]

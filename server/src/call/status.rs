@@ -14,6 +14,7 @@ pub fn describe() -> Value {
         "description": "Tell what became of a run of this server's tools, by its run id: done (with its result), \
                         failed, running, waiting for an operator, expired (its records are no longer kept) or unknown.",
         "inputSchema": {
+            "$schema": crate::catalog::SCHEMA_DIALECT,
             "type": "object",
             "properties": {"run": {"type": "string", "description": "The run id (32 hexadecimal characters).", "pattern": "^[0-9a-f]{32}$"}},
             "required": ["run"],

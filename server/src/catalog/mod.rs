@@ -211,9 +211,15 @@ impl Tool {
             tool.insert("title".into(), json!(title));
         }
         tool.insert("description".into(), json!(self.description()));
-        tool.insert("inputSchema".into(), self.input_schema());
+        // The schemas a signature gives name their dialect (an operator's schema is listed as
+        // written); the digest is of the schemas without it, so pinned tools keep their pin.
+        let mut input = self.input_schema();
+        if self.schema.is_none() {
+            input = with_dialect(input);
+        }
+        tool.insert("inputSchema".into(), input);
         if let Some(output) = self.program.output_schema() {
-            tool.insert("outputSchema".into(), output);
+            tool.insert("outputSchema".into(), with_dialect(output));
         }
         tool.insert("annotations".into(), self.annotations());
         if self.config.task != crate::manifest::TaskSupport::Forbidden {
@@ -422,4 +428,17 @@ pub fn prompt_arguments(prompt: &Prompt) -> Value {
 /// A prompt's description: the manifest's, else its program's docstring.
 pub fn prompt_description(prompt: &Prompt) -> &str {
     prompt.config.description.as_deref().unwrap_or(&prompt.program.description)
+}
+
+/// The JSON Schema dialect of the schemas Warden derives from signatures.
+pub const SCHEMA_DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
+
+/// `schema` with `$schema` first, naming the dialect.
+fn with_dialect(schema: Value) -> Value {
+    let mut named = Map::new();
+    named.insert("$schema".into(), json!(SCHEMA_DIALECT));
+    if let Value::Object(fields) = schema {
+        named.extend(fields);
+    }
+    Value::Object(named)
 }
