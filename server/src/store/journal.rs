@@ -405,6 +405,48 @@ mod tests {
         assert!(Journal::parse(Path::new("j"), &after_end).unwrap_err().contains("a record after the end"));
     }
 
+    fn folded(records: &[JournalRecord]) -> Result<Journal, String> {
+        let bytes: Vec<u8> = records.iter().flat_map(record::encode).collect();
+        Journal::parse(Path::new("j"), &bytes)
+    }
+
+    fn asked(round: u64, at_ms: u64) -> JournalRecord {
+        JournalRecord::Asked { round, requests: serde_json::json!({"k": {}}), sent: vec!["k".into()], at_ms }
+    }
+
+    fn answered(round: u64, at_ms: u64) -> JournalRecord {
+        JournalRecord::Answered { round, answers: serde_json::json!({"k": {}}), at_ms }
+    }
+
+    /// Each restart that finds an action begun and not done counts one interrupted send (a
+    /// model call's reservation allows one more send each); the next begin starts over.
+    #[test]
+    fn sends_interrupted_are_counted_per_restart_until_the_next_begin() {
+        let begin = |op| JournalRecord::Begin { op, action: serde_json::json!({}), at_ms: None };
+        let resumed = JournalRecord::Resumed { at_ms: 2 };
+        let journal = folded(&[test_header(), begin(0), resumed.clone(), resumed.clone()]).unwrap();
+        assert_eq!((journal.sends_interrupted, journal.resumes_without_progress), (2, 2));
+        let done = JournalRecord::Done { op: 0, result: Value::Null, at_ms: None };
+        let journal = folded(&[test_header(), begin(0), resumed.clone(), done, begin(1)]).unwrap();
+        assert_eq!((journal.sends_interrupted, journal.resumes_without_progress), (0, 0));
+    }
+
+    #[test]
+    fn a_second_header_and_answers_to_a_round_not_awaited_are_refused() {
+        let twice = folded(&[test_header(), test_header()]).unwrap_err();
+        assert!(twice.contains("j:2: the journal is damaged") && twice.contains("a second header"), "{twice}");
+        let wrong_round = folded(&[test_header(), asked(0, 10), answered(1, 20)]).unwrap_err();
+        assert!(wrong_round.contains("answers to input round 1, which is not awaited"), "{wrong_round}");
+    }
+
+    /// The time a run waited for its client is each round's wait, the last one up to now.
+    #[test]
+    fn the_wait_for_input_sums_every_rounds_wait() {
+        let journal = folded(&[test_header(), asked(0, 10), answered(0, 50), asked(1, 100)]).unwrap();
+        assert_eq!(journal.waited_ms(130), 40 + 30);
+        assert_eq!(journal.awaiting_round(), Some(1));
+    }
+
     /// The driver keeps an executing run's journal in memory, grown record by record: it must
     /// equal the file read back at every length.
     #[test]
