@@ -183,6 +183,13 @@ else
     echo "skipped: server/ has uncommitted changes (mutants.sh patches the working tree)"
 fi
 
+step "cargo-mutants on the durable core's lines the last commit changed (at most 6 mutants; every file: scripts/cargo-mutants.sh)"
+if git -C "$root" diff --quiet -- server sim; then
+    "$root/scripts/cargo-mutants.sh" --ci
+else
+    echo "skipped: server/ or sim/ has uncommitted changes (cargo-mutants mutates the working tree)"
+fi
+
 step "fuzzing (nightly): each target for a bounded time, and the canary"
 "$root/scripts/fuzz-ci.sh"
 
