@@ -107,4 +107,8 @@ pub struct Inputs {
     pub served: u64,
     pub refused: u64,
     pub altered_refused: u64,
+    /// Requests a 2025-11-25 session's client was sent (`elicitation/create`), and those it
+    /// answered (the others it leaves, and their rounds expire).
+    pub session_asked: u64,
+    pub session_answered: u64,
 }

@@ -103,6 +103,12 @@ impl Connection {
             let slots = &self.slots;
             match crate::call::call_tool(&self.runs, slots, tool, &call.arguments, control, listener, caller).await {
                 CallReply::InputRequired(next, _) => result = next,
+                // The state is the server's, not the client's: a round that expired (or was
+                // taken) before the answers came is the call's outcome, not an invalid request.
+                CallReply::Invalid(message) => {
+                    let text = format!("the run's request for input was not answered in time: {message}");
+                    return CallReply::Result(crate::call::answer::error_result(text), None);
+                }
                 other => return other,
             }
         }

@@ -406,11 +406,21 @@ impl Connection {
             return Ok(ack);
         }
         if let Some(awaited) = self.runs.inputs.awaited(run) {
+            // Taken by an answer meanwhile, the run executes: it is cancelled as such, below.
             if self.runs.inputs.take(run, awaited.round).is_some() {
                 self.task_answers.given.borrow_mut().remove(run);
                 cancel_awaiting(&self.runs, tool, run).await;
+                // Acknowledged only once its end is durable: a write that failed stops the
+                // server, and the run awaits its input again after the restart.
+                return match self.runs.ledger.state().run(run).map(|entry| &entry.phase) {
+                    Some(RunPhase::Open) => Err(format!(
+                        "task `{run}` is not known to be cancelled: its end could not be recorded durably and \
+                         the server stops; after its restart ask tasks/get, and send tasks/cancel again if it still \
+                         awaits input"
+                    )),
+                    _ => Ok(ack),
+                };
             }
-            return Ok(ack);
         }
         if !self.runs.request_cancel(run) {
             return Err(format!(

@@ -80,6 +80,8 @@ impl Totals {
         self.inputs.served += report.inputs.served;
         self.inputs.refused += report.inputs.refused;
         self.inputs.altered_refused += report.inputs.altered_refused;
+        self.inputs.session_asked += report.inputs.session_asked;
+        self.inputs.session_answered += report.inputs.session_answered;
         self.simulated_ms += report.sim_ms;
         self.restarts += u64::from(report.restarts);
         for (total, count) in self.crashes.iter_mut().zip(report.crashes) {
@@ -183,8 +185,14 @@ impl Totals {
         row(
             "input requests",
             format!(
-                "{} answered input_required; retries: {} served, {} refused ({} with an altered state)",
-                self.inputs.asked, self.inputs.served, self.inputs.refused, self.inputs.altered_refused
+                "{} answered input_required; retries: {} served, {} refused ({} with an altered state); \
+                 2025-11-25 sessions asked {} times, {} answered",
+                self.inputs.asked,
+                self.inputs.served,
+                self.inputs.refused,
+                self.inputs.altered_refused,
+                self.inputs.session_asked,
+                self.inputs.session_answered
             ),
         );
         if details {

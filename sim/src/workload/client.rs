@@ -159,11 +159,13 @@ fn round_of(state: &Value) -> Option<(String, u64)> {
 
 impl Client {
     /// A new connection: the client opens a 2025-11-25 session too, so each call can use
-    /// either era on the same connection.
+    /// either era on the same connection. Every other session declares elicitation, so its
+    /// calls' runs ask it through server requests (`answer_session_request`).
     pub fn connect(&mut self, instance: &Instance) {
         self.connections += 1;
+        let capabilities = if self.connections % 2 == 1 { json!({"elicitation": {}}) } else { json!({}) };
         instance.send(&json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "sim-client", "version": "1"}}}));
+            "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "sim-client", "version": "1"}}}));
         instance.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     }
 
@@ -243,6 +245,10 @@ impl Client {
                 self.progress(&message, report, now);
                 continue;
             }
+            if message.get("method").is_some() && message.get("id").is_some() {
+                self.answer_session_request(instance, &message, report, now);
+                continue;
+            }
             prompt_answered_by_its_program(&message, report);
             let refusable = message["id"].as_str().filter(|id| id.starts_with(crate::workload::refusable::ID_PREFIX));
             if let Some(id) = refusable.filter(|_| message.get("result").is_some() || message.get("error").is_some()) {
@@ -252,6 +258,36 @@ impl Client {
                 self.answered(id, &message, report, now);
             }
         }
+    }
+
+    /// A request from the server to a 2025-11-25 session's client (a run asking for input):
+    /// answered as a user would, mostly going ahead, sometimes declining, refusing it with an
+    /// error, or leaving it (the run's round then expires). Drawn from the count of requests
+    /// so far, so the workload's own draws stay as they were.
+    fn answer_session_request(&mut self, instance: &Instance, message: &Value, report: &mut Report, now: u64) {
+        report.inputs.session_asked += 1;
+        let id = message["id"].clone();
+        let method = message["method"].as_str().unwrap_or("");
+        let draw = report.inputs.session_asked.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60;
+        let response = match (method, draw) {
+            ("elicitation/create", 0) => None,
+            ("elicitation/create", 1 | 2) => Some(json!({"jsonrpc": "2.0", "id": id, "result": {"action": "decline"}})),
+            ("elicitation/create", 3) => Some(
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -1, "message": "the user closed the dialog"}}),
+            ),
+            ("elicitation/create", _) => {
+                Some(json!({"jsonrpc": "2.0", "id": id, "result": {"action": "accept", "content": {"go": true}}}))
+            }
+            _ => Some(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "not offered"}})),
+        };
+        let Some(response) = response else {
+            report.events.push((now, "client".into(), format!("left the server's {method} unanswered")));
+            return;
+        };
+        report.inputs.session_answered += 1;
+        let how = response["result"]["action"].as_str().unwrap_or("an error");
+        report.events.push((now, "client".into(), format!("answered the server's {method}: {how}")));
+        instance.send(&response);
     }
 
     /// A progress notification: the first of a call's names the run it started (the others
@@ -405,10 +441,14 @@ impl Client {
     }
 
     /// Rounds whose every retry was refused with no excuse: one of them should have been
-    /// served. (A retry lost in a crash, never answered, excuses its round.)
-    pub fn rounds_refused(&self) -> Vec<String> {
+    /// served. (A retry lost in a crash, never answered, excuses its round; so does a round
+    /// its run's journal shows answered another way, by a 2025-11-25 session's client asked
+    /// the same round through a server request: `answered(tool, run, round)`.)
+    pub fn rounds_refused(&self, answered: &dyn Fn(&str, &str, u64) -> bool) -> Vec<String> {
+        let tool_of = |round: &RoundRetries| round.sent.first().and_then(|id| self.tools.get(id)).cloned();
         (self.rounds.iter())
             .filter(|(_, round)| round.served.is_none() && !round.sent.is_empty())
+            .filter(|((run, number), round)| !tool_of(round).is_some_and(|tool| answered(&tool, run, *number)))
             .filter(|(_, round)| round.sent.iter().all(|id| round.refused.contains(id)))
             .map(|((run, number), round)| format!("run {run} round {number}: retries {:?}", round.refused))
             .collect()
