@@ -60,14 +60,22 @@ pub async fn continue_run(
         return CallReply::Result(crate::call::answer::error_result(text), None);
     };
     // The one place a round is taken: a second retry with the same state finds it gone.
-    if runs.inputs.take(run, claims.round).is_none() {
+    let Some(awaited) = runs.inputs.take(run, claims.round) else {
         return CallReply::Invalid(used(run));
-    }
+    };
     let _listening = listener.map(|listener| runs.listeners.listen(run, listener));
     // The retry's caller hears which run it continues, as a fresh call's does.
     runs.listeners.tell(run, crate::run::notice::Notice::Started).await;
     runs.log_run(&tool.config.name, run, &format!("its client answered input round {}", claims.round)).await;
-    let outcome = runs.execute_to_end(tool, run, inputs, Entry::Answered(answers), caller.input_kinds).await;
+    let outcome = runs
+        .execute_to_end(
+            tool,
+            run,
+            inputs,
+            Entry::Answered { answers, active_ms: awaited.active_ms },
+            caller.input_kinds,
+        )
+        .await;
     reply_of(runs, tool, run, inputs, outcome, control, caller.principal)
 }
 

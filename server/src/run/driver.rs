@@ -56,8 +56,9 @@ pub enum Entry {
     Fresh,
     /// Found unfinished at start.
     Resumed,
-    /// The client's answers to the round the run awaits (the keys sent, checked).
-    Answered(Value),
+    /// The client's answers to the round the run awaits (the keys sent, checked), and the
+    /// run's time toward its deadline when it asked (`Awaited::active_ms`).
+    Answered { answers: Value, active_ms: u64 },
     /// Nobody answered the round the run awaits in time.
     Expired,
     /// The round the run awaits can never be answered (why): it ends so.
@@ -113,7 +114,7 @@ impl<S: RunStore> Driver<'_, S> {
         let _running = self.store.running(run);
         let journal = self.journal_of(tool, run).await?;
         let mut state = State::from_journal(&journal).map_err(|e| Fatal::storage(format!("run {run}: {e}")))?;
-        let context = self.context(tool, run, inputs, &journal, matches!(entry, Entry::Fresh), client_kinds);
+        let context = self.context(tool, run, inputs, &journal, &entry, client_kinds);
         let mut event = self.first_event(tool, run, &journal, entry)?;
         for _ in 0..TRANSITIONS_MAX {
             let (next, commands) =
@@ -135,7 +136,9 @@ impl<S: RunStore> Driver<'_, S> {
             event = match (&state, produced) {
                 (State::Ended(end), None) => return Ok(RunEnd::Ended(end.clone())),
                 (State::Waiting { op }, None) => return Ok(RunEnd::Stopped { op: *op }),
-                (State::Awaiting { round, .. }, None) => return self.awaiting(tool, run, *round).await,
+                (State::Awaiting { round, .. }, None) => {
+                    return self.awaiting(tool, run, *round, self.active_ms(&context)).await
+                }
                 (_, Some(yielded)) => yielded,
                 (state, None) => {
                     return Err(Fatal::bug(format!("run {run}: state {} is waiting for no event", state.name())))
@@ -152,7 +155,7 @@ impl<S: RunStore> Driver<'_, S> {
         run: &'c str,
         inputs: &'c Map<String, Value>,
         journal: &Journal,
-        fresh: bool,
+        entry: &Entry,
         client_kinds: &'c [String],
     ) -> Context<'c> {
         let capabilities = (tool.config.grants.iter())
@@ -162,13 +165,17 @@ impl<S: RunStore> Driver<'_, S> {
             })
             .collect();
         // Only a run taken up again was begun before: for a fresh one, a wall-clock step
-        // since its header (another run's await in between) is not time that passed. Time
+        // since its header (another run's await in between) is not time that passed. A run
+        // answered in the process that asked goes on from the time that process measured; one
+        // taken up by another process (after a restart) can only go by the wall clock. Time
         // spent waiting for the client's input does not count.
-        let elapsed_before_ms = if fresh {
-            0
-        } else {
-            let now = self.env.clock.now_ms();
-            now.saturating_sub(journal.header_at_ms).saturating_sub(journal.waited_ms(now))
+        let elapsed_before_ms = match entry {
+            Entry::Fresh => 0,
+            Entry::Answered { active_ms, .. } => *active_ms,
+            _ => {
+                let now = self.env.clock.now_ms();
+                now.saturating_sub(journal.header_at_ms).saturating_sub(journal.waited_ms(now))
+            }
         };
         Context {
             tool,
@@ -188,7 +195,7 @@ impl<S: RunStore> Driver<'_, S> {
         Ok(match entry {
             Entry::Fresh => Event::Start,
             Entry::Resumed => Event::Resume { at_ms },
-            Entry::Answered(answers) => Event::Answered { answers, at_ms },
+            Entry::Answered { answers, .. } => Event::Answered { answers, at_ms },
             Entry::Expired => {
                 let wait = crate::store::ledger::duration_text(crate::limits::INPUT_WAIT_MS);
                 let why = format!("the client did not answer the run's request for input within {wait}");
@@ -205,14 +212,14 @@ impl<S: RunStore> Driver<'_, S> {
 
     /// A run that waits for its client's input: registered, so the client's retry or the
     /// expiry takes it up; the requests sent, for the answer.
-    async fn awaiting(&self, tool: &Tool, run: &str, round: u64) -> Result<RunEnd, Fatal> {
+    async fn awaiting(&self, tool: &Tool, run: &str, round: u64, active_ms: u64) -> Result<RunEnd, Fatal> {
         let journal = self.journal_of(tool, run).await?;
         let asked = journal.rounds.get(round as usize).expect("an awaited round is in the journal");
         let expires_at_ms = asked.asked_at_ms.saturating_add(crate::limits::INPUT_WAIT_MS);
         let requests: Map<String, Value> =
             (asked.sent.iter()).filter_map(|key| Some((key.clone(), asked.requests.get(key)?.clone()))).collect();
         let principal = self.store.principal(run);
-        self.inputs.register(self.env, run, (&tool.config.name, principal), round, expires_at_ms);
+        self.inputs.register(self.env, run, (&tool.config.name, principal), (round, expires_at_ms), active_ms);
         Ok(RunEnd::Asking { round, requests: Value::Object(requests), expires_at_ms })
     }
 
@@ -523,8 +530,13 @@ impl<S: RunStore> Driver<'_, S> {
     /// run up, plus what had elapsed before.
     fn deadline_passed(&self, cx: &Context<'_>) -> bool {
         let Some(deadline) = cx.tool.config.deadline_ms else { return false };
+        self.active_ms(cx) > deadline
+    }
+
+    /// The run's time toward its deadline so far.
+    fn active_ms(&self, cx: &Context<'_>) -> u64 {
         let running = self.env.clock.monotonic_ms().saturating_sub(cx.started_monotonic_ms);
-        cx.elapsed_before_ms.saturating_add(running) > deadline
+        cx.elapsed_before_ms.saturating_add(running)
     }
 }
 

@@ -42,6 +42,9 @@ pub struct Awaited {
     /// `INPUT_WAIT_MS`, so a wall clock stepped back cannot keep a round (and its
     /// reservation) waiting longer.
     pub ends_at_monotonic_ms: u64,
+    /// The run's time toward its deadline when it asked, as this process measured it: the
+    /// run continues from it, so a wall-clock step while it ran or waited is not counted.
+    pub active_ms: u64,
 }
 
 /// The runs waiting for input in this process, and the key their states are sealed with.
@@ -67,11 +70,15 @@ pub struct Claims {
 }
 
 impl Inputs {
-    pub fn register(&self, env: &Env, run: &str, who: (&str, Option<String>), round: u64, expires_at_ms: u64) {
+    /// `round`: its number and its expiry by the wall clock; `active_ms`: the run's time toward
+    /// its deadline when it asked.
+    pub fn register(&self, env: &Env, run: &str, who: (&str, Option<String>), round: (u64, u64), active_ms: u64) {
+        let (round, expires_at_ms) = round;
         let left = expires_at_ms.saturating_sub(env.clock.now_ms()).min(INPUT_WAIT_MS);
         let ends_at_monotonic_ms = env.clock.monotonic_ms().saturating_add(left);
         let (tool, principal) = who;
-        let awaited = Awaited { tool: tool.to_string(), principal, round, expires_at_ms, ends_at_monotonic_ms };
+        let awaited =
+            Awaited { tool: tool.to_string(), principal, round, expires_at_ms, ends_at_monotonic_ms, active_ms };
         self.awaiting.borrow_mut().insert(run.to_string(), awaited);
         self.changed.notify_all();
     }

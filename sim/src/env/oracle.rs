@@ -234,6 +234,13 @@ impl Oracle {
         if text.contains("could not record the call durably") || text.contains("could not be recorded durably") {
             return;
         }
+        // A `once` repeat told its earlier run is still in progress, or was interrupted (its
+        // server stopping on a failed write), reports no outcome: the run is open in the
+        // ledger and goes on (at the next start), whatever of its journal's tail survives.
+        let not_ended = ["already in progress as run", "was interrupted and resumes when the server starts again"];
+        if not_ended.iter().any(|said| text.contains(said)) {
+            return;
+        }
         if result["_meta"]["dev.warden/run"]["status"] == "waiting_for_operator" {
             let run = result["_meta"]["dev.warden/run"]["run"].as_str().unwrap_or("").to_string();
             self.checks.set(self.checks.get() + 1);
