@@ -80,10 +80,16 @@ impl Connection {
         call: &PendingCall,
         mut result: Value,
         control: &CallControl,
-        listener: Option<Rc<dyn crate::run::notice::Listener>>,
+        listening: (Option<Rc<dyn crate::run::notice::Listener>>, Option<&super::listener::Outbox>),
     ) -> CallReply {
+        let (listener, outbox) = listening;
         let tool = self.catalog.callable(&call.tool).expect("routing checked the tool exists");
         for _ in 0..crate::program::ask::ASK_ROUNDS_MAX {
+            // The call's notifications go out before its requests, as before its answer: a
+            // call holds one write at a time on a client that reads slowly.
+            if let Some(outbox) = outbox {
+                outbox.drained().await;
+            }
             let answers = match self.gather(&result["inputRequests"]).await {
                 Some(answers) => answers,
                 None => {

@@ -23,7 +23,7 @@ use crate::run::notice::{Listener, Notice, LOG_LEVELS};
 pub const NOTICES_QUEUED_MAX: usize = 64;
 
 /// A call's notifications waiting to be written, and the task writing them.
-pub(super) struct Outbox {
+pub(crate) struct Outbox {
     connection: Rc<Connection>,
     control: Rc<CallControl>,
     queue: RefCell<VecDeque<Value>>,

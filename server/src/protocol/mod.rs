@@ -365,7 +365,7 @@ impl Connection {
             let listening =
                 listener::CallListener::wanted(&connection, call.progress.clone(), call.log_level, &control);
             let (listener, outbox) = listening.unzip();
-            let (message, run) = connection.carry_out(&call, &control, listener).await;
+            let (message, run) = connection.carry_out(&call, &control, listener, outbox.as_deref()).await;
             // The call's notifications go out before its answer.
             if let Some(outbox) = outbox {
                 outbox.drained().await;
@@ -388,6 +388,7 @@ impl Connection {
         call: &PendingCall,
         control: &CallControl,
         listener: Option<Rc<dyn crate::run::notice::Listener>>,
+        outbox: Option<&listener::Outbox>,
     ) -> (Option<Value>, Option<String>) {
         let failed =
             |message: String| RpcError::new(Some(call.id.clone()), jsonrpc::INVALID_PARAMS, message).to_value();
@@ -403,7 +404,7 @@ impl Connection {
                 let mut reply = self.run_tool(tool, call, control, listener.clone()).await;
                 if let CallReply::InputRequired(result, _) = &reply {
                     if call.input.finish.is_none() && !call.input.kinds.is_empty() {
-                        reply = self.ask_client(call, result.clone(), control, listener).await;
+                        reply = self.ask_client(call, result.clone(), control, (listener, outbox)).await;
                     }
                 }
                 match reply {
