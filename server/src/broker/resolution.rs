@@ -125,6 +125,27 @@ mod tests {
         let write = action("db.sqlite", "EXECUTE");
         assert_eq!(checked(&write, json!({"changes": 1})).unwrap(), json!({"rows": [], "changes": 1}));
         assert!(checked(&write, json!({"status": 201})).unwrap_err().contains("`status` is not a field"));
-        assert!(checked(&write, json!({"changes": -1})).unwrap_err().contains("`changes`"));
+        let error = checked(&write, json!({"changes": -1})).unwrap_err();
+        assert!(error.contains("`changes`") && error.contains("for example: {\"changes\": 1}"), "{error}");
+    }
+
+    #[test]
+    fn a_model_result_needs_its_text_and_is_filled_in() {
+        let complete = action("model", "COMPLETE");
+        assert_eq!(
+            checked(&complete, json!({"text": "done"})).unwrap(),
+            json!({"status": 200, "text": "done", "usage": {"input_tokens": 0, "output_tokens": 0}})
+        );
+        let error = checked(&complete, json!({"status": 200})).unwrap_err();
+        assert!(error.contains("`text`") && error.contains("for example: {\"status\": 200, \"text\""), "{error}");
+    }
+
+    #[test]
+    fn http_headers_must_be_strings() {
+        let post = action("net.http.post", "POST");
+        let given = json!({"status": 200, "headers": {"etag": "x"}});
+        assert_eq!(checked(&post, given).unwrap()["headers"], json!({"etag": "x"}));
+        let error = checked(&post, json!({"status": 200, "headers": {"etag": 1}})).unwrap_err();
+        assert!(error.contains("`headers`"), "{error}");
     }
 }
