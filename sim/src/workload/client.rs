@@ -262,13 +262,14 @@ impl Client {
 
     /// A request from the server to a 2025-11-25 session's client (a run asking for input):
     /// answered as a user would, mostly going ahead, sometimes declining, refusing it with an
-    /// error, or leaving it (the run's round then expires). Drawn from the count of requests
+    /// error, or leaving it (the run's round then expires). Drawn from the requests and calls
     /// so far, so the workload's own draws stay as they were.
     fn answer_session_request(&mut self, instance: &Instance, message: &Value, report: &mut Report, now: u64) {
         report.inputs.session_asked += 1;
         let id = message["id"].clone();
         let method = message["method"].as_str().unwrap_or("");
-        let draw = report.inputs.session_asked.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60;
+        let mixed = (report.inputs.session_asked << 32) ^ self.next_id as u64 ^ (self.connections << 16);
+        let draw = mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60;
         let response = match (method, draw) {
             ("elicitation/create", 0) => None,
             ("elicitation/create", 1 | 2) => Some(json!({"jsonrpc": "2.0", "id": id, "result": {"action": "decline"}})),
