@@ -23,7 +23,8 @@ impl std::fmt::Display for Violation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     pub tool: String,
-    /// `done twice` or `waited for a person` (`checks/own.rs`).
+    /// `done twice`, `waited for a person`, `refused by the service` or `quota spent on
+    /// resends` (`checks/own.rs`).
     pub kind: &'static str,
     pub message: String,
 }

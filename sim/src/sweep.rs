@@ -736,6 +736,13 @@ impl Sim<'_> {
         drop(instance);
         if self.world.services.own_world.get() {
             self.report.findings = crate::checks::own::findings(self.world, &self.report.log, self.limits);
+            let calls = crate::checks::own::Calls {
+                tools: &self.client.tools,
+                arguments: &self.client.arguments,
+                answers: &self.client.answers,
+                runs: &self.client.runs_ever,
+            };
+            self.report.findings.extend(crate::checks::own::quota_spent_on_resends(self.world, &calls));
             self.report.tool_outcomes = crate::checks::own::tool_outcomes(&self.client.tools, &self.client.answers);
         }
         self.report.journals = kept_journals(self.world);

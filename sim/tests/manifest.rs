@@ -83,6 +83,29 @@ fn a_shop_without_once_is_told_a_resent_call_refunded_an_order_twice() {
     assert!(reports.iter().all(|report| report.violations.is_empty()), "a finding is not a violation of Warden's");
 }
 
+/// The shop's manifest with a quota of six calls a day.
+fn six_calls_a_day(text: String) -> String {
+    text.replace(r#""quota": { "window": "24h", "calls": 100,"#, r#""quota": { "window": "24h", "calls": 6,"#)
+}
+
+#[test]
+fn a_shop_without_once_is_told_its_quota_paid_for_resent_calls() {
+    let copy = shop_edited(|text| six_calls_a_day(text.replace(r#""once": { "by": ["order"], "keep": "30d" },"#, "")));
+    let reports = sweep(&copy.path().join("manifest.json"));
+    let found = reports.iter().flat_map(|report| &report.findings);
+    let finding = found.clone().find(|finding| finding.kind == "quota spent on resends").expect("found");
+    assert_eq!(finding.tool, "refund_order");
+    assert!(finding.message.contains("refused over its quota"), "{}", finding.message);
+    assert!(finding.message.contains(r#"Add `"once": {"by": [...]}`"#), "{}", finding.message);
+    assert!(reports.iter().all(|report| report.violations.is_empty()), "a finding is not a violation of Warden's");
+    // With `once`, the same tight quota refuses calls too, and pays for no resend.
+    let with_once = shop_edited(six_calls_a_day);
+    let reports = sweep(&with_once.path().join("manifest.json"));
+    let refused = |report: &Report| report.tool_outcomes.values().any(|outcome| outcome.answered > outcome.succeeded);
+    assert!(reports.iter().any(refused), "the quota of six refuses some calls");
+    assert!(reports.iter().flat_map(|report| &report.findings).all(|finding| finding.kind != "quota spent on resends"));
+}
+
 #[test]
 fn refunds_without_an_idempotency_key_are_told_to_wait_for_a_person() {
     let copy = shop_edited(|text| text.replace(r#", "idempotency_key": true"#, ""));

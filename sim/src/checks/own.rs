@@ -6,7 +6,9 @@
 //! - `waited for a person`: a run stopped on an action in doubt that was not safe to send
 //!   again (a write without an idempotency key);
 //! - `refused by the service`: a write the service refused on its own account (not a fault),
-//!   as a program that sends before it reads what it acts on does.
+//!   as a program that sends before it reads what it acts on does;
+//! - `quota spent on resends`: calls refused over a tool's quota while requests sent again
+//!   had each started runs of their own, counted against it again (a tool without `once`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,6 +35,52 @@ pub fn findings(world: &World, log: &[(u64, String)], limits: &BTreeMap<String, 
     found.extend(refused_by_the_service(world, &manifest));
     let mut seen = BTreeSet::new();
     found.retain(|finding| seen.insert((finding.kind, finding.tool.clone())));
+    found
+}
+
+/// What the client model sent and heard, by call id: for the findings only it can see.
+pub struct Calls<'a> {
+    pub tools: &'a BTreeMap<i64, String>,
+    pub arguments: &'a BTreeMap<i64, Value>,
+    pub answers: &'a BTreeMap<i64, Value>,
+    /// Every run each call's progress named, over its resends.
+    pub runs: &'a BTreeMap<i64, BTreeSet<String>>,
+}
+
+/// Tools without `once` whose calls were refused over their quota while one request (the same
+/// arguments) had started more than one run: the quota paid for the resends.
+pub fn quota_spent_on_resends(world: &World, calls: &Calls<'_>) -> Vec<Finding> {
+    let manifest: Value = (world.disk.peek(&World::path("manifest.json")))
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or(Value::Null);
+    let mut refused: BTreeMap<&str, u64> = BTreeMap::new();
+    for (id, answer) in calls.answers {
+        let limit = answer["_meta"][warden::call::answer::META_REFUSED].as_str().unwrap_or_default();
+        if let (true, Some(tool)) = (limit.starts_with("quota."), calls.tools.get(id)) {
+            *refused.entry(tool.as_str()).or_default() += 1;
+        }
+    }
+    let mut found = Vec::new();
+    for (tool, refusals) in refused.into_iter().filter(|(tool, _)| once_of(&manifest, tool).is_none()) {
+        let mut runs_by_request: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+        for (id, _) in calls.tools.iter().filter(|(_, of)| of.as_str() == tool) {
+            let request = calls.arguments.get(id).map(Value::to_string).unwrap_or_default();
+            let runs = calls.runs.get(id).into_iter().flatten().map(String::as_str);
+            runs_by_request.entry(request).or_default().extend(runs);
+        }
+        let again: usize = runs_by_request.values().map(|runs| runs.len().saturating_sub(1)).sum();
+        if again == 0 {
+            continue;
+        }
+        let message = format!(
+            "{refusals} call(s) of `{tool}` were refused over its quota, which had counted {again} run(s) started \
+             by requests sent again (the same arguments as an earlier call that ran). `{tool}` has no `once`, so each \
+             resend (a client after a restart, a model asking twice) is a new run the quota pays for. Add \
+             `\"once\": {{\"by\": [...]}}` to `{tool}`, naming the arguments that say what it acts on: a repeat \
+             is then answered by the first run and counted once"
+        );
+        found.push(Finding { tool: tool.to_string(), kind: "quota spent on resends", message });
+    }
     found
 }
 

@@ -20,8 +20,10 @@ pub struct Client {
     /// id -> the call message, for calls not yet answered.
     pub unanswered: BTreeMap<i64, Value>,
     pub answers: BTreeMap<i64, Value>,
-    /// id -> run ids its progress notifications named, in order.
+    /// id -> run ids its progress notifications named, in order (since it was last sent).
     pub runs: BTreeMap<i64, Vec<String>>,
+    /// id -> every run its progress named, over its resends too.
+    pub runs_ever: BTreeMap<i64, BTreeSet<String>>,
     /// (id, tool) of every call sent.
     pub tools: BTreeMap<i64, String>,
     pub trace: Vec<u8>,
@@ -299,6 +301,7 @@ impl Client {
         let Some(run) = text.strip_prefix("run ").and_then(|r| r.strip_suffix(" started")) else { return };
         let run = run.to_string();
         report.events.push((now, format!("call {id}"), format!("run {} started", &run[..8.min(run.len())])));
+        self.runs_ever.entry(id).or_default().insert(run.clone());
         self.runs.entry(id).or_default().push(run);
     }
 
