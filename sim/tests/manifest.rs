@@ -54,6 +54,9 @@ fn the_examples_as_shipped_keep_every_invariant_and_raise_no_finding() {
         let reports = sweep(&example(name).join("manifest.json"));
         let calls: u32 = reports.iter().map(|report| report.answered).sum();
         assert!(calls > 1000, "{name}: only {calls} calls answered");
+        // A quarter of the seeds serve the tools over Streamable HTTP.
+        let over_http: u32 = reports.iter().filter(|report| report.over_http).map(|report| report.answered).sum();
+        assert!(over_http > 100, "{name}: only {over_http} calls answered over HTTP");
         let mut outcomes: std::collections::BTreeMap<String, warden_sim::report::ToolOutcome> = Default::default();
         for report in &reports {
             assert!(report.violations.is_empty(), "{name} seed {}: {:?}", report.seed, report.violations);

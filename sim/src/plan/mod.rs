@@ -137,9 +137,21 @@ pub fn plan_for_seed(seed: u64) -> Scenario {
 pub fn plan_in(seed: u64, own: Option<&warden_faults::WorldFile>) -> Scenario {
     let mut scenario = plan_for_seed(seed);
     if let Some(world) = own {
-        scenario.world = Some(world.clone());
+        let mut world = world.clone();
+        // A quarter of the seeds serve the operator's tools over Streamable HTTP (behind a
+        // bearer token), as a remote client meets them: live streams, sessions, cut streams.
+        if own_world_over_http(seed) {
+            world.transport = warden_faults::Transport::Http;
+        }
+        scenario.world = Some(world);
     }
     scenario
+}
+
+/// Whether an operator's world is served over Streamable HTTP at `seed`: drawn apart from
+/// the seed's other draws, so the calls and faults stay as they were.
+fn own_world_over_http(seed: u64) -> bool {
+    (seed ^ 0x6f77_6e48).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 0
 }
 
 /// One seed in this many simulates the fixed world (`fixture.rs`); the others a generated one.
