@@ -18,7 +18,7 @@ use warden_sim::explore::summary::Totals;
 use warden_sim::explore::{in_seed_order, Flow};
 use warden_sim::plan::{plan_for_seed, plan_in};
 use warden_sim::report::Report;
-use warden_sim::shrink::{shrink, without_unfired_faults};
+use warden_sim::shrink::{shrink, shrink_finding, without_unfired_faults};
 use warden_sim::sweep::simulate;
 
 #[derive(Parser)]
@@ -382,7 +382,7 @@ fn explore(
         totals.add(&report);
         progress.inc(1);
         if let Some(index) = new_finding {
-            // The first seed of each finding, written whole, replays it (`run --manifest` too).
+            // The first seed of each finding, shrunk, replays it (`run --manifest` too).
             let mut scenario = plan_in(report.seed, options.own.as_ref());
             scenario.canary = canary;
             progress.suspend(|| write_finding(&scenario, &report, index, out));
@@ -426,10 +426,11 @@ fn explore(
     }
 }
 
-/// Writes the seed of a new finding as a scenario file (its world whole) under `out`.
+/// Writes the seed of a new finding, shrunk to what still raises it, as a scenario file (its
+/// world whole) under `out`.
 fn write_finding(scenario: &Scenario, report: &Report, index: usize, out: &Path) {
-    let mut scenario = without_unfired_faults(scenario.clone());
     let first = &report.findings[index];
+    let mut scenario = shrink_finding(without_unfired_faults(scenario.clone()), first.kind, &first.tool);
     scenario.description =
         format!("seed {}: finding ({}) in `{}`: {}", report.seed, first.kind, first.tool, first.message);
     let _ = std::fs::create_dir_all(out);

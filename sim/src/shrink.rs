@@ -25,8 +25,19 @@ pub fn without_unfired_faults(mut scenario: Scenario) -> Scenario {
 }
 
 /// Shrinks a failing scenario: fewer calls, then fewer faults, while it still fails the same way.
-pub fn shrink(mut scenario: Scenario, invariant: u8) -> Scenario {
-    let fails = |s: &Scenario| simulate(s).violations.iter().any(|v| v.invariant == invariant);
+pub fn shrink(scenario: Scenario, invariant: u8) -> Scenario {
+    shrink_while(scenario, &|s: &Scenario| simulate(s).violations.iter().any(|v| v.invariant == invariant))
+}
+
+/// Shrinks a scenario of an operator's world while it still raises a finding of `kind` about
+/// `tool` (`checks/own.rs`), as `shrink` does a violation.
+pub fn shrink_finding(scenario: Scenario, kind: &str, tool: &str) -> Scenario {
+    let found = |s: &Scenario| simulate(s).findings.iter().any(|f| f.kind == kind && f.tool == tool);
+    shrink_while(scenario, &found)
+}
+
+/// Fewer calls, then fewer faults, then only the tools the calls use, while `fails` holds.
+fn shrink_while(mut scenario: Scenario, fails: &dyn Fn(&Scenario) -> bool) -> Scenario {
     while scenario.calls > 1 {
         let mut fewer = scenario.clone();
         fewer.calls = scenario.calls / 2;
@@ -46,7 +57,7 @@ pub fn shrink(mut scenario: Scenario, invariant: u8) -> Scenario {
             index += 1;
         }
     }
-    shrink_world(scenario, &fails)
+    shrink_world(scenario, fails)
 }
 
 /// Shrinks a generated world: pins each call's tool (so the workload no longer depends on

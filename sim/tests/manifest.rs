@@ -84,6 +84,19 @@ fn a_shop_without_once_is_told_a_resent_call_refunded_an_order_twice() {
     assert!(finding.message.contains("`refund_order` has no `once`"), "{}", finding.message);
     assert!(finding.message.contains(r#"Add `"once": {"by": [...]}`"#), "{}", finding.message);
     assert!(reports.iter().all(|report| report.violations.is_empty()), "a finding is not a violation of Warden's");
+    // The finding is written shrunk: a seed with faults comes down to fewer, and still finds it.
+    let world = own::load(&copy.path().join("manifest.json")).unwrap();
+    let seed = (reports.iter())
+        .filter(|report| report.findings.iter().any(|finding| finding.kind == "done twice"))
+        .map(|report| report.seed)
+        .find(|seed| !warden_sim::plan::plan_in(*seed, Some(&world)).faults.is_empty())
+        .expect("a seed with faults finds it");
+    let scenario = warden_sim::plan::plan_in(seed, Some(&world));
+    let shrunk = warden_sim::shrink::shrink_finding(scenario.clone(), "done twice", "refund_order");
+    let size = |s: &warden_faults::Scenario| s.calls as usize + s.faults.len();
+    assert!(size(&shrunk) < size(&scenario), "seed {seed}");
+    let replayed = warden_sim::sweep::simulate(&shrunk);
+    assert!(replayed.findings.iter().any(|finding| finding.kind == "done twice"), "seed {seed}");
 }
 
 /// The shop's manifest with a quota of six calls a day.
