@@ -257,6 +257,13 @@ pub struct OwnWorld {
     pub files: BTreeMap<String, String>,
     /// Variable name -> value.
     pub variables: BTreeMap<String, String>,
+    /// Resource URIs the client reads now and then beside its calls (each template filled
+    /// with its `complete` values, else its program's examples).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_uris: Vec<String>,
+    /// Prompts the client gets now and then: (name, arguments), one entry per argument set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_calls: Vec<(String, serde_json::Value)>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -341,6 +341,8 @@ struct Shape {
     serves_prompt: bool,
     /// The URI template of the world's resource, if it serves one.
     resource_template: Option<&'static str>,
+    /// In an operator's world: the resource URIs and prompt calls the client picks from.
+    own_reads: Option<(Vec<String>, Vec<(String, serde_json::Value)>)>,
 }
 
 impl Shape {
@@ -357,7 +359,9 @@ impl Shape {
                 .into_iter()
                 .find(|t| *t == template)
         });
-        Shape { generated, burst_per_cent, serves_prompt, resource_template }
+        let own_reads = (scenario.world.as_ref().and_then(|file| file.own.as_ref()))
+            .map(|own| (own.resource_uris.clone(), own.prompt_calls.clone()));
+        Shape { generated, burst_per_cent, serves_prompt, resource_template, own_reads }
     }
 }
 
@@ -407,6 +411,7 @@ fn client_for(scenario: &Scenario, limits: &BTreeMap<String, ToolLimits>) -> Cli
             .filter_map(|tool| tool["name"].as_str().map(str::to_string))
             .collect();
         client.principals = file.transport == warden_faults::Transport::HttpOauth;
+        client.own_world = file.own.is_some();
     }
     let mut draws = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x4075_7001);
     let generated = scenario.world.is_some();
@@ -450,6 +455,9 @@ fn send_fault_lines(instance: &Instance, faults: &ClientFaults) {
 /// Reads of the world's prompt and resource, now and then, beside the workload (their
 /// answers are not the workload's; the runs they make are checked like any other).
 fn read_beside(instance: &Instance, index: u32, shape: &Shape, reads: &mut ChaCha8Rng) {
+    if let Some((uris, prompts)) = &shape.own_reads {
+        return read_beside_own(instance, index, (uris, prompts), reads);
+    }
     if shape.serves_prompt && reads.next_u64() % 100 < 10 {
         let ticket = format!("{}", reads.next_u64() % 30);
         instance.send(&json!({"jsonrpc": "2.0", "id": format!("prompt-{index}"), "method": "prompts/get",
@@ -457,6 +465,23 @@ fn read_beside(instance: &Instance, index: u32, shape: &Shape, reads: &mut ChaCh
     }
     if let Some(template) = shape.resource_template.filter(|_| reads.next_u64() % 100 < 15) {
         let uri = crate::workload::generate::resource_uri(template, reads);
+        instance.send(&json!({"jsonrpc": "2.0", "id": format!("read-{index}"), "method": "resources/read",
+            "params": {"uri": uri, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}}));
+    }
+}
+
+/// The same in an operator's world: one of its prompts or resources, with the arguments its
+/// manifest offers as completions (else its program's examples).
+fn read_beside_own(instance: &Instance, index: u32, reads_of: (&[String], &[(String, Value)]), reads: &mut ChaCha8Rng) {
+    let (uris, prompts) = reads_of;
+    if !prompts.is_empty() && reads.next_u64() % 100 < 10 {
+        let (name, arguments) = &prompts[(reads.next_u64() % prompts.len() as u64) as usize];
+        instance.send(&json!({"jsonrpc": "2.0", "id": format!("prompt-{index}"), "method": "prompts/get",
+            "params": {"name": name, "arguments": arguments}}));
+    }
+    if !uris.is_empty() && reads.next_u64() % 100 < 15 {
+        let uri = &uris[(reads.next_u64() % uris.len() as u64) as usize];
         instance.send(&json!({"jsonrpc": "2.0", "id": format!("read-{index}"), "method": "resources/read",
             "params": {"uri": uri, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {}}}}));
@@ -744,6 +769,7 @@ impl Sim<'_> {
             };
             self.report.findings.extend(crate::checks::own::quota_spent_on_resends(self.world, &calls));
             self.report.tool_outcomes = crate::checks::own::tool_outcomes(&self.client.tools, &self.client.answers);
+            crate::checks::own::add_read_outcomes(&mut self.report.tool_outcomes, &self.client.read_answers);
         }
         self.report.journals = kept_journals(self.world);
         let (world, mut report) = (self.world, self.report);

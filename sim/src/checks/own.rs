@@ -105,6 +105,24 @@ pub fn tool_outcomes(
     outcomes
 }
 
+/// Adds the reads beside the workload (by method) to the tools' outcomes: a resource or a
+/// prompt that never answers is as worth a warning as a tool.
+pub fn add_read_outcomes(outcomes: &mut BTreeMap<String, crate::report::ToolOutcome>, reads: &[(&str, Value)]) {
+    for (method, message) in reads {
+        let outcome = outcomes.entry(method.to_string()).or_default();
+        outcome.answered += 1;
+        let failed = message.get("result").is_none() || message["result"]["isError"] == Value::Bool(true);
+        match failed {
+            false => outcome.succeeded += 1,
+            true if outcome.first_failure.is_none() => {
+                let said = message["error"]["message"].as_str().unwrap_or_default();
+                outcome.first_failure = Some(shown(said));
+            }
+            true => {}
+        }
+    }
+}
+
 /// The finding of a sweep whose calls to `tool` all failed, if they did.
 pub fn never_succeeded(tool: &str, outcome: &crate::report::ToolOutcome) -> Option<String> {
     (outcome.answered > 0 && outcome.succeeded == 0).then(|| {

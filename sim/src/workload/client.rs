@@ -70,6 +70,11 @@ pub struct Client {
     pub task_requests: BTreeMap<i64, TaskRequest>,
     /// Answers to tasks' rounds, to send with the next requests about tasks.
     pub task_updates: Vec<(i64, Value)>,
+    /// An operator's world: its prompts' messages are the operator's, not known here.
+    pub own_world: bool,
+    /// In an operator's world, the answers to the reads beside the workload, by method
+    /// (`resources/read`, `prompts/get`): they count in the tools' outcomes.
+    pub read_answers: Vec<(&'static str, Value)>,
 }
 
 /// A task the client follows.
@@ -251,7 +256,11 @@ impl Client {
                 self.answer_session_request(instance, &message, report, now);
                 continue;
             }
-            prompt_answered_by_its_program(&message, report);
+            if !self.own_world {
+                prompt_answered_by_its_program(&message, report);
+            } else if let Some(method) = message["id"].as_str().and_then(read_method) {
+                self.read_answers.push((method, message.clone()));
+            }
             let refusable = message["id"].as_str().filter(|id| id.starts_with(crate::workload::refusable::ID_PREFIX));
             if let Some(id) = refusable.filter(|_| message.get("result").is_some() || message.get("error").is_some()) {
                 self.refusable_answers.insert(id.to_string(), message.clone());
@@ -380,6 +389,15 @@ fn stream_message(line: &[u8], report: &mut Report) -> Option<Value> {
 }
 
 /// 8: a prompt is answered with the messages its program returned.
+/// The method of a read sent beside the workload, from its id.
+fn read_method(id: &str) -> Option<&'static str> {
+    match id.split_once('-')?.0 {
+        "read" => Some("resources/read"),
+        "prompt" => Some("prompts/get"),
+        _ => None,
+    }
+}
+
 fn prompt_answered_by_its_program(message: &Value, report: &mut Report) {
     let prompt = message["id"].as_str().is_some_and(|id| id.starts_with("prompt-"));
     let said = message["result"]["messages"][0]["content"]["text"].as_str().unwrap_or("");

@@ -3,8 +3,10 @@
 //! generated world is. The services are modelled from what the grants reach (`services.rs`
 //! routes an own world's requests by path: a Stripe-shaped payments API, a model provider, and
 //! a recording HTTP service for every other URL). The client's arguments come from each
-//! program's docstring examples (`e.g. "pi_3Mtw..."`), else from its input schema. Each secret
-//! the manifest names is given a made-up value, which the checker searches every output for.
+//! program's docstring examples (`e.g. "pi_3Mtw..."`), else from its input schema; resources
+//! and prompts are read with the values their `complete` lists offer, else their programs'
+//! examples. Each secret the manifest names is given a made-up value, which the checker
+//! searches every output for.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
@@ -46,17 +48,23 @@ pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
         let examples = examples_of(&program.input_schema());
         tools.push(ToolShape { name: tool.name.clone(), template: Template::Own, resend: true, examples });
     }
-    // Resources and prompts are served (the server loads their programs), not called; a
-    // program that does not load would stop every start, so it is refused here, once.
-    for tool in manifest.resources.iter().map(|resource| &resource.tool) {
+    // Resources and prompts are served and read now and then; a program that does not load
+    // would stop every start, so it is refused here, once.
+    let (mut resource_uris, mut prompt_calls) = (Vec::new(), Vec::new());
+    for resource in &manifest.resources {
+        let tool = &resource.tool;
         let source = read_program(folder, tool, &mut programs)?;
         let grant_names: Vec<String> = tool.grants.keys().cloned().collect();
-        Program::load(&tool.program, &source, &tool.entry, &grant_names)?;
+        let program = Program::load(&tool.program, &source, &tool.entry, &grant_names)?;
+        let arguments = argument_sets(&resource.complete, &program.input_schema());
+        resource_uris.extend(arguments.iter().map(|set| filled(&resource.uri_template, set)));
     }
     for prompt in &manifest.prompts {
         let source = read_bounded(&prompt.program)?;
-        Program::load(&prompt.program, &source, &prompt.entry, &[])?;
+        let program = Program::load(&prompt.program, &source, &prompt.entry, &[])?;
         programs.insert(relative_to(folder, &prompt.program)?, source);
+        let arguments = argument_sets(&prompt.complete, &program.input_schema());
+        prompt_calls.extend(arguments.into_iter().map(|set| (prompt.name.clone(), Value::Object(set))));
     }
     let mut files = BTreeMap::new();
     for init in strings_under(&raw, "init") {
@@ -72,7 +80,7 @@ pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
         files.insert(relative_to(folder, path)?, read_bounded(path)?);
     }
     let variables = variables_of(&raw);
-    let own = Some(OwnWorld { files, variables });
+    let own = Some(OwnWorld { files, variables, resource_uris, prompt_calls });
     Ok(WorldFile { manifest: with_journals_here(text, raw), programs, tools, transport: Transport::Stdio, own })
 }
 
@@ -263,6 +271,35 @@ fn env_names(value: &Value) -> Vec<String> {
 fn grants_of(raw: &Value) -> impl Iterator<Item = &Value> {
     let tools = ["tools", "resources"].into_iter().flat_map(|key| raw[key].as_array().into_iter().flatten());
     tools.flat_map(|tool| tool["grants"].as_object().into_iter().flat_map(Map::values))
+}
+
+/// Argument sets for a resource or a prompt, every value a string (as a URI or a prompt takes
+/// it): the values the manifest offers as completions where it offers them, else the program's
+/// examples (`examples_of`).
+fn argument_sets(complete: &BTreeMap<String, Vec<String>>, input_schema: &Value) -> Vec<Map<String, Value>> {
+    let examples = examples_of(input_schema);
+    (0..EXAMPLES_PER_TOOL)
+        .map(|variant| {
+            let example = examples.get(variant).and_then(Value::as_object).cloned().unwrap_or_default();
+            let mut set: Map<String, Value> = (example.into_iter())
+                .map(|(name, value)| match value {
+                    Value::String(text) => (name, Value::String(text)),
+                    other => (name, Value::String(other.to_string())),
+                })
+                .collect();
+            for (name, offered) in complete.iter().filter(|(_, offered)| !offered.is_empty()) {
+                set.insert(name.clone(), json!(offered[variant % offered.len()]));
+            }
+            set
+        })
+        .collect()
+}
+
+/// `template` with each `{name}` replaced by that argument's value.
+fn filled(template: &str, arguments: &Map<String, Value>) -> String {
+    (arguments.iter()).fold(template.to_string(), |uri, (name, value)| {
+        uri.replace(&format!("{{{name}}}"), value.as_str().unwrap_or_default())
+    })
 }
 
 /// Argument sets for a tool: its docstring's examples where it gives them (`e.g. <JSON>` in a
