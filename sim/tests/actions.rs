@@ -42,6 +42,9 @@ const MANIFEST: &str = r#"{
       "grants": { "notes": { "cap": "net.http.post", "only": ["https://notes.sim/notes"] } } },
     { "name": "fetch", "program": "fetch.star", "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
       "grants": { "web": { "cap": "net.http.get", "only": ["https://notes.sim/notes", "https://payments.sim/v1/payment_intents/*"] } } },
+    { "name": "fetch_many", "program": "fetch_many.star", "limits": { "max_steps": 10000000 },
+      "net": { "timeout_ms": 1000, "connect_timeout_ms": 1000 },
+      "grants": { "web": { "cap": "net.http.get", "only": ["https://notes.sim/notes"] } } },
     { "name": "close_ticket", "program": "close.star",
       "grants": { "db": { "cap": "db.sqlite", "path": "desk.db", "mode": "write" } } },
     { "name": "read_tickets", "program": "read.star",
@@ -98,6 +101,18 @@ def main(web, url: str) -> dict:
     return {"status": r.get("status"), "error": r.get("error")}
 "#;
 
+const FETCH_MANY: &str = r#"
+def main(web, times: int) -> int:
+    """Fetch the notes `times` times.
+
+    Args:
+        times: How many times.
+    """
+    for i in range(times):
+        web.get("https://notes.sim/notes")
+    return times
+"#;
+
 const CLOSE: &str = r#"
 def main(db, ticket: int) -> dict:
     """Close a ticket.
@@ -123,6 +138,7 @@ fn world(seed: u64) -> World {
         ("double_refund.star", DOUBLE_REFUND),
         ("note.star", NOTE),
         ("fetch.star", FETCH),
+        ("fetch_many.star", FETCH_MANY),
         ("close.star", CLOSE),
         ("read.star", READ),
     ] {
@@ -148,6 +164,10 @@ fn a_refund_within_its_grant_is_made_once_and_charged() {
     let instance = world.start("manifest.json");
     let done = ask(&instance, &call(1, "refund_order", json!({"order": "pi_1001", "amount": usd("35")})));
     assert_eq!(done["isError"], json!(false), "{done}");
+    // Each action performed has its line in the server's log: what, where, how it went.
+    let logged =
+        |line: &String| line.contains("action 1: payments.stripe.refund REFUND") && line.contains("done (status 200)");
+    assert!(instance.log().iter().any(logged), "{:?}", instance.log());
     assert_eq!(done["structuredContent"]["result"]["amount"], json!("35.00"));
     assert_eq!(world.services.refunded_minor(), 3500);
     let state = check::ledger_state(&world.disk, &journals()).unwrap();
@@ -419,4 +439,16 @@ fn once_repeated_while_its_run_waits_for_an_operator_gets_the_same_stopped_answe
     assert_eq!(again, stopped, "the repeat gets the same stopped result, and nothing runs");
     assert_eq!(world.services.effects_of("note"), 1);
     assert_eq!(check::open_runs(&world.disk, &journals()).len(), 1);
+}
+
+/// A run may take as many transitions as its actions need: 600 actions (two transitions
+/// each, begun and done) end well inside the driver's bound (four per action of the most a
+/// run may perform), and a bound below that would stop the server as a bug.
+#[test]
+fn a_run_of_six_hundred_actions_ends() {
+    let world = world(1);
+    let instance = world.start("manifest.json");
+    let done = ask(&instance, &call(1, "fetch_many", json!({"times": 600})));
+    assert_eq!(done["structuredContent"]["result"], json!(600), "{done}");
+    assert!(instance.exited().is_none(), "the server stopped: {:?}", instance.exited());
 }
