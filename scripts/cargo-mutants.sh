@@ -39,8 +39,17 @@ core=(server/src/call/admission.rs server/src/run/machine.rs server/src/run/mach
 # (so each mutant's build is incremental); a change with more mutants than CI_MUTANTS_MAX
 # tests an evenly spread sample of them, chosen by the commit. A survivor fails CI.
 if [ "${1:-}" = "--ci" ]; then
+    # A shallow clone (a CI checkout's default) has no parent: fetch it; a repository of one
+    # commit has none to fetch.
     if ! git rev-parse -q --verify HEAD~1 >/dev/null; then
-        echo "no parent commit in this clone: no change to test mutants of"
+        git fetch -q --deepen=1 2>/dev/null || true
+    fi
+    if ! git rev-parse -q --verify HEAD~1 >/dev/null; then
+        if [ "$(git rev-parse --is-shallow-repository)" = true ]; then
+            echo "scripts/cargo-mutants.sh --ci: a shallow clone whose parent commit cannot be fetched" >&2
+            exit 2
+        fi
+        echo "no parent commit: no change to test mutants of"
         exit 0
     fi
     diff="$(mktemp)"
@@ -52,6 +61,10 @@ if [ "${1:-}" = "--ci" ]; then
     fi
     install
     listed="$(cargo mutants --list --in-diff "$diff" | wc -l)"
+    if [ "$listed" -eq 0 ]; then
+        echo "no mutant on the lines the last commit changed"
+        exit 0
+    fi
     max="${CI_MUTANTS_MAX:-6}"
     shards=$(( (listed + max - 1) / max ))
     if [ "$shards" -le 1 ]; then
@@ -62,8 +75,9 @@ if [ "${1:-}" = "--ci" ]; then
         shard=(--shard "$pick/$shards" --sharding round-robin)
         echo "== $listed mutants on the lines the last commit changed: shard $pick of $shards (about $max)"
     fi
-    exec cargo mutants --in-place --no-shuffle --baseline=skip --profile dev --timeout 240 -o target \
-        --in-diff "$diff" "${shard[@]}"
+    cargo mutants --in-place --no-shuffle --baseline=skip --profile dev --timeout 240 -o target \
+        --in-diff "$diff" ${shard[@]+"${shard[@]}"}
+    exit $?
 fi
 
 install

@@ -184,7 +184,7 @@ else
 fi
 
 step "cargo-mutants on the durable core's lines the last commit changed (at most 6 mutants; every file: scripts/cargo-mutants.sh)"
-if git -C "$root" diff --quiet -- server sim; then
+if git -C "$root" diff --quiet HEAD -- server sim; then
     "$root/scripts/cargo-mutants.sh" --ci
 else
     echo "skipped: server/ or sim/ has uncommitted changes (cargo-mutants mutates the working tree)"

@@ -426,13 +426,15 @@ fn explore(
     }
 }
 
-/// Writes the seed of a new finding, shrunk to what still raises it, as a scenario file (its
-/// world whole) under `out`.
+/// Writes the seed of a new finding, shrunk to what still raises it, as a scenario file (with
+/// its world) under `out`; the description is the shrunk scenario's own finding.
 fn write_finding(scenario: &Scenario, report: &Report, index: usize, out: &Path) {
     let first = &report.findings[index];
     let mut scenario = shrink_finding(without_unfired_faults(scenario.clone()), first.kind, &first.tool);
-    scenario.description =
-        format!("seed {}: finding ({}) in `{}`: {}", report.seed, first.kind, first.tool, first.message);
+    let shrunk = warden_sim::sweep::simulate(&scenario);
+    let same = |finding: &&warden_sim::report::Finding| finding.kind == first.kind && finding.tool == first.tool;
+    let message = shrunk.findings.iter().find(same).map_or(&first.message, |finding| &finding.message);
+    scenario.description = format!("seed {}: finding ({}) in `{}`: {message}", report.seed, first.kind, first.tool);
     let _ = std::fs::create_dir_all(out);
     let path = out.join(format!("finding-seed-{}.json", report.seed));
     let written = std::fs::write(&path, serde_json::to_string_pretty(&scenario).expect("scenarios serialise") + "\n");

@@ -763,7 +763,6 @@ impl Sim<'_> {
             self.report.findings = crate::checks::own::findings(self.world, &self.report.log, self.limits);
             let calls = crate::checks::own::Calls {
                 tools: &self.client.tools,
-                arguments: &self.client.arguments,
                 answers: &self.client.answers,
                 runs: &self.client.runs_ever,
             };

@@ -109,16 +109,18 @@ impl Connection {
             let slots = &self.slots;
             match crate::call::call_tool(&self.runs, slots, tool, &call.arguments, control, listener, caller).await {
                 CallReply::InputRequired(next, _) => result = next,
-                // The state is the server's, not the client's: a round that expired (or was
-                // taken) before the answers came is the call's outcome, not an invalid request.
+                // The state is the server's, not the client's: a round that expired before the
+                // answers came, or answers the run cannot take, are the call's outcome, not an
+                // invalid request (the message says which).
                 CallReply::Invalid(message) => {
-                    let text = format!("the run's request for input was not answered in time: {message}");
+                    let text = format!("the run's request for input could not be answered: {message}");
                     return CallReply::Result(crate::call::answer::error_result(text), None);
                 }
                 other => return other,
             }
         }
-        CallReply::Invalid("the run asked for input more rounds than a run may".to_string())
+        let text = "the run asked its client for input more rounds than a run may".to_string();
+        CallReply::Result(crate::call::answer::error_result(text), None)
     }
 
     /// Sends each request and waits for every response (within a round's wait, while the

@@ -424,8 +424,9 @@ impl Connection {
         }
         if !self.runs.request_cancel(run) {
             return Err(format!(
-                "task `{run}` cannot be cancelled now: its run is not executing (it waits for a person: an action \
-                 may have happened, and only an operator can tell)"
+                "task `{run}` cannot be cancelled now: its run is not executing (it is being taken up with its \
+                 answers: ask tasks/get and cancel again; or it waits for a person: an action may have happened, and \
+                 only an operator can tell)"
             ));
         }
         self.until_ended(run).await?;
@@ -459,12 +460,15 @@ impl Connection {
     }
 }
 
-/// Ends a run whose round its client cancelled.
+/// Ends a run whose round its client cancelled. Its round is taken already: a run that
+/// cannot be ended now stops the server, and awaits its round again after the restart.
 async fn cancel_awaiting(runs: &Runs, tool: &str, run: &str) {
-    let Some(config) = runs.catalog.tool(tool) else { return };
+    let Some(config) = runs.catalog.tool(tool) else {
+        return runs.stop(&crate::run::store::Fatal::bug(format!("task {run}: its tool `{tool}` is not served")));
+    };
     let inputs = match runs.read_inputs(tool, run).await {
         Ok(inputs) => inputs.unwrap_or_default(),
-        Err(problem) => return runs.env.log(&format!("task {run}: {problem}")),
+        Err(problem) => return runs.stop(&crate::run::store::Fatal::storage(format!("task {run}: {problem}"))),
     };
     runs.log_run(tool, run, "its client cancelled it while it waited for input; it ends").await;
     if let Err(fatal) = runs.execute_to_end(config, run, &inputs, crate::run::driver::Entry::Cancelled, &[]).await {

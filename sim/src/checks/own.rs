@@ -41,18 +41,22 @@ pub fn findings(world: &World, log: &[(u64, String)], limits: &BTreeMap<String, 
 /// What the client model sent and heard, by call id: for the findings only it can see.
 pub struct Calls<'a> {
     pub tools: &'a BTreeMap<i64, String>,
-    pub arguments: &'a BTreeMap<i64, Value>,
     pub answers: &'a BTreeMap<i64, Value>,
     /// Every run each call's progress named, over its resends.
     pub runs: &'a BTreeMap<i64, BTreeSet<String>>,
 }
 
-/// Tools without `once` whose calls were refused over their quota while one request (the same
-/// arguments) had started more than one run: the quota paid for the resends.
+/// Tools without `once` whose calls were refused over their quota while a call sent again
+/// (the same call, after a restart) had started more than one run: the quota paid for the
+/// resends. Two calls that only happen to carry the same arguments are not a resend.
 pub fn quota_spent_on_resends(world: &World, calls: &Calls<'_>) -> Vec<Finding> {
     let manifest: Value = (world.disk.peek(&World::path("manifest.json")))
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or(Value::Null);
+    resends_in(&manifest, calls)
+}
+
+fn resends_in(manifest: &Value, calls: &Calls<'_>) -> Vec<Finding> {
     let mut refused: BTreeMap<&str, u64> = BTreeMap::new();
     for (id, answer) in calls.answers {
         let limit = answer["_meta"][warden::call::answer::META_REFUSED].as_str().unwrap_or_default();
@@ -61,20 +65,16 @@ pub fn quota_spent_on_resends(world: &World, calls: &Calls<'_>) -> Vec<Finding> 
         }
     }
     let mut found = Vec::new();
-    for (tool, refusals) in refused.into_iter().filter(|(tool, _)| once_of(&manifest, tool).is_none()) {
-        let mut runs_by_request: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
-        for (id, _) in calls.tools.iter().filter(|(_, of)| of.as_str() == tool) {
-            let request = calls.arguments.get(id).map(Value::to_string).unwrap_or_default();
-            let runs = calls.runs.get(id).into_iter().flatten().map(String::as_str);
-            runs_by_request.entry(request).or_default().extend(runs);
-        }
-        let again: usize = runs_by_request.values().map(|runs| runs.len().saturating_sub(1)).sum();
+    for (tool, refusals) in refused.into_iter().filter(|(tool, _)| once_of(manifest, tool).is_none()) {
+        let calls_of_tool = calls.tools.iter().filter(|(_, of)| of.as_str() == tool);
+        let runs_of = |id: &i64| calls.runs.get(id).map_or(0, BTreeSet::len);
+        let again: usize = calls_of_tool.map(|(id, _)| runs_of(id).saturating_sub(1)).sum();
         if again == 0 {
             continue;
         }
         let message = format!(
             "{refusals} call(s) of `{tool}` were refused over its quota, which had counted {again} run(s) started \
-             by requests sent again (the same arguments as an earlier call that ran). `{tool}` has no `once`, so each \
+             by calls sent again (a call resent after a restart, whose first run had started). `{tool}` has no `once`, so each \
              resend (a client after a restart, a model asking twice) is a new run the quota pays for. Add \
              `\"once\": {{\"by\": [...]}}` to `{tool}`, naming the arguments that say what it acts on: a repeat \
              is then answered by the first run and counted once"
@@ -291,6 +291,7 @@ fn shown(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_key_warden_made_names_its_run() {
@@ -308,5 +309,30 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].tool, "pay");
         assert!(found[0].message.contains("action 1 (POST net.http.post) may have reached the service: timeout."));
+    }
+
+    fn runs(ids: &[(i64, &[&str])]) -> BTreeMap<i64, BTreeSet<String>> {
+        ids.iter().map(|(id, runs)| (*id, runs.iter().map(|r| r.to_string()).collect())).collect()
+    }
+
+    #[test]
+    fn only_a_call_sent_again_that_ran_again_counts_as_a_resend() {
+        let manifest = json!({"tools": [{"name": "t"}]});
+        let tools: BTreeMap<i64, String> = (1..=3).map(|id| (id, "t".to_string())).collect();
+        let refused = json!({"isError": true, "_meta": {warden::call::answer::META_REFUSED: "quota.calls"}});
+        let answers: BTreeMap<i64, Value> = [(3, refused)].into_iter().collect();
+        // Two calls with the same arguments, each its own run: a repeat, not a resend.
+        let repeats = runs(&[(1, &["r1"]), (2, &["r2"])]);
+        let calls = Calls { tools: &tools, answers: &answers, runs: &repeats };
+        assert!(resends_in(&manifest, &calls).is_empty());
+        // Call 1 sent again after a restart, and run again.
+        let resent = runs(&[(1, &["r1", "r3"]), (2, &["r2"])]);
+        let calls = Calls { tools: &tools, answers: &answers, runs: &resent };
+        let found = resends_in(&manifest, &calls);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].message.contains("counted 1 run(s)"), "{}", found[0].message);
+        // With `once`, a resend finds its first run: not this finding's to tell.
+        let with_once = json!({"tools": [{"name": "t", "once": {"by": ["x"]}}]});
+        assert!(resends_in(&with_once, &calls).is_empty());
     }
 }

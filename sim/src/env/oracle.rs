@@ -234,13 +234,6 @@ impl Oracle {
         if text.contains("could not record the call durably") || text.contains("could not be recorded durably") {
             return;
         }
-        // A `once` repeat told its earlier run is still in progress, or was interrupted (its
-        // server stopping on a failed write), reports no outcome: the run is open in the
-        // ledger and goes on (at the next start), whatever of its journal's tail survives.
-        let not_ended = ["already in progress as run", "was interrupted and resumes when the server starts again"];
-        if not_ended.iter().any(|said| text.contains(said)) {
-            return;
-        }
         if result["_meta"]["dev.warden/run"]["status"] == "waiting_for_operator" {
             let run = result["_meta"]["dev.warden/run"]["run"].as_str().unwrap_or("").to_string();
             self.checks.set(self.checks.get() + 1);
@@ -260,6 +253,15 @@ impl Oracle {
             self.asked_durable(&run);
             return;
         }
+        // A `once` repeat told its earlier run is still in progress, or was interrupted (its
+        // server stopping on a failed write), reports no outcome: it depends on the run being
+        // held by the ledger (so it goes on, at the next start if need be), not on its
+        // journal's tail.
+        let not_ended = ["already in progress as run", "was interrupted and resumes when the server starts again"];
+        if result["isError"] == true && not_ended.iter().any(|said| text.contains(said)) {
+            self.ledger_durable(&run);
+            return;
+        }
         self.run_durable(&run);
     }
 
@@ -274,6 +276,14 @@ impl Oracle {
         let length = self.disk.with_bytes(&journal, |b| b.len()).unwrap_or(0);
         if self.disk.surviving_len(&journal) < length {
             self.violation(format!("run {run} was answered before its journal was durable"));
+        }
+        self.ledger_durable(run);
+    }
+
+    /// Every ledger line naming the run would survive a crash now.
+    fn ledger_durable(&self, run: &str) {
+        if self.disk.misdirected.borrow().is_some() {
+            return;
         }
         // What survives is a prefix: every ledger line naming the run survives when its last does.
         let ledger = self.journals.join(LEDGER_FILE);

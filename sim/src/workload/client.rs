@@ -131,6 +131,8 @@ pub struct RoundRetries {
     pub served: Option<i64>,
     /// Retries refused with no excuse.
     pub refused: Vec<i64>,
+    /// Some refusal gave another reason than the round being taken already.
+    pub refused_otherwise: bool,
 }
 
 /// `state` with its claims changed and its seal kept: naming `other` (another run's round
@@ -446,7 +448,10 @@ impl Client {
         }
         match (served, excused || asked_again) {
             (true, _) => round.served = Some(id),
-            (false, false) => round.refused.push(id),
+            (false, false) => {
+                round.refused.push(id);
+                round.refused_otherwise |= !refusal.contains("no longer waits for this input");
+            }
             (false, true) => {}
         }
         if asked_again {
@@ -464,13 +469,16 @@ impl Client {
 
     /// Rounds whose every retry was refused with no excuse: one of them should have been
     /// served. (A retry lost in a crash, never answered, excuses its round; so does a round
-    /// its run's journal shows answered another way, by a 2025-11-25 session's client asked
-    /// the same round through a server request: `answered(tool, run, round)`.)
+    /// every retry of which was told it was taken already, when its run's journal shows it
+    /// answered another way, by a 2025-11-25 session's client asked the same round through a
+    /// server request: `answered(tool, run, round)`.)
     pub fn rounds_refused(&self, answered: &dyn Fn(&str, &str, u64) -> bool) -> Vec<String> {
         let tool_of = |round: &RoundRetries| round.sent.first().and_then(|id| self.tools.get(id)).cloned();
         (self.rounds.iter())
             .filter(|(_, round)| round.served.is_none() && !round.sent.is_empty())
-            .filter(|((run, number), round)| !tool_of(round).is_some_and(|tool| answered(&tool, run, *number)))
+            .filter(|((run, number), round)| {
+                round.refused_otherwise || !tool_of(round).is_some_and(|tool| answered(&tool, run, *number))
+            })
             .filter(|(_, round)| round.sent.iter().all(|id| round.refused.contains(id)))
             .map(|((run, number), round)| format!("run {run} round {number}: retries {:?}", round.refused))
             .collect()
