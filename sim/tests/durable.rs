@@ -535,3 +535,39 @@ fn run_status_answers_expired_when_the_journal_is_gone_but_the_ledger_keeps_the_
 fn swept(instance: &Instance) -> bool {
     instance.log().iter().any(|l| l.contains("retention:"))
 }
+
+/// A caller's runs waiting for input are bounded: past `AWAITING_RUNS_PER_CALLER_MAX` of one
+/// tool, the next run that would ask ends, said so, holding nothing; the ones before it wait.
+#[test]
+fn a_callers_runs_waiting_for_input_are_bounded() {
+    const ASKS: &str = r#"
+def main(text: str) -> dict:
+    """Asks before it echoes.
+
+    Args:
+        text: What to echo.
+    """
+    answers = ask({"go": {"method": "elicitation/create", "params": {"message": "Go?",
+        "requestedSchema": {"type": "object", "properties": {"go": {"type": "boolean"}}}}}})
+    return {"echo": text, "answers": answers}
+"#;
+    let world = World::new(31);
+    let manifest = r#"{ "server": { "name": "asks", "journals": "journals" },
+        "tools": [ { "name": "asks", "program": "asks.star" } ] }"#;
+    world.install("manifest.json", manifest.as_bytes());
+    world.install("asks.star", ASKS.as_bytes());
+    let instance = world.start("manifest.json");
+    let limit = warden::limits::AWAITING_RUNS_PER_CALLER_MAX as i64;
+    let asking = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "asks", "arguments": {"text": id.to_string()},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}}})
+    };
+    for id in 1..=limit {
+        let answer = ask(&instance, &asking(id));
+        assert_eq!(answer["resultType"], json!("input_required"), "call {id}: {answer}");
+    }
+    let refused = ask(&instance, &asking(limit + 1));
+    assert_eq!(refused["isError"], json!(true), "{refused}");
+    assert!(text(&refused).contains("too many runs wait for their clients' input"), "{refused}");
+}
