@@ -168,6 +168,8 @@ fn a_refund_within_its_grant_is_made_once_and_charged() {
     let logged =
         |line: &String| line.contains("action 1: payments.stripe.refund REFUND") && line.contains("done (status 200)");
     assert!(instance.log().iter().any(logged), "{:?}", instance.log());
+    let read = |line: &String| line.contains("action 0: payments.stripe.refund GET payments.sim: done (status 200)");
+    assert!(instance.log().iter().any(read), "the host it went to: {:?}", instance.log());
     assert_eq!(done["structuredContent"]["result"]["amount"], json!("35.00"));
     assert_eq!(world.services.refunded_minor(), 3500);
     let state = check::ledger_state(&world.disk, &journals()).unwrap();
