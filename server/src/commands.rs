@@ -8,7 +8,8 @@ use serde_json::json;
 
 use crate::base::sync::{select, Either};
 use crate::catalog::{read_manifest, Catalog};
-use crate::env::{DiskLock, Env};
+use crate::env::{DiskLock, Env, PostgresTarget};
+use crate::manifest::Store;
 use crate::operator::admin::Request::{Resolve, Resume};
 use crate::protocol::http::HttpOptions;
 use crate::protocol::Connection;
@@ -98,6 +99,14 @@ pub async fn open_server(
     transport_secrets: Vec<String>,
 ) -> Result<OpenServer, String> {
     let catalog = Rc::new(load(env, manifest_path).await?);
+    if let Store::Postgres { .. } = &catalog.manifest.server.store {
+        return Err(format!(
+            "{}: server.store.postgres: serving on the PostgreSQL store is not built yet (its schema and its \
+             shared ledger are: `warden migrate` creates them); leave server.store out to serve on the files \
+             under server.journals",
+            manifest_path.display()
+        ));
+    }
     catalog.check_secrets(env)?;
     let pinned = crate::catalog::tool_lock::verify(env, &catalog).await?;
     initialize_databases(env, &catalog).await?;
@@ -313,6 +322,48 @@ pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
         ));
     }
     Ok(report)
+}
+
+/// How long `warden migrate` waits to connect, and for its transaction.
+const MIGRATE_CONNECT_TIMEOUT_MS: u64 = 10_000;
+const MIGRATE_STATEMENT_TIMEOUT_MS: u64 = 60_000;
+
+/// `warden migrate <manifest>`: creates or migrates the schema of the PostgreSQL store the
+/// manifest names (`server.store.postgres`).
+pub async fn migrate(env: &Env, manifest_path: &Path) -> Result<String, String> {
+    let catalog = load(env, manifest_path).await?;
+    let Store::Postgres { url_env } = &catalog.manifest.server.store else {
+        return Err(format!(
+            "{}: no server.store: the server keeps its state in files under server.journals, which need no \
+             migration (set server.store.postgres to keep it in PostgreSQL)",
+            manifest_path.display()
+        ));
+    };
+    let Some(url) = env.process.var(url_env).filter(|url| !url.is_empty()) else {
+        return Err(format!(
+            "{}: server.store.postgres.url names the environment variable {url_env}, which is not set: set it to \
+             the database's URL (postgres://user:password@host:port/database)",
+            manifest_path.display()
+        ));
+    };
+    let target = PostgresTarget {
+        url,
+        connect_timeout_ms: MIGRATE_CONNECT_TIMEOUT_MS,
+        statement_timeout_ms: MIGRATE_STATEMENT_TIMEOUT_MS,
+    };
+    let migration = env.state_db.migrate(&target).await.map_err(|failure| {
+        let doubt = if failure.may_have_committed { " (it may have committed: run it again to see)" } else { "" };
+        format!("the PostgreSQL store at ${url_env}: {}{doubt}", failure.message)
+    })?;
+    Ok(match migration.found {
+        0 => format!("the PostgreSQL store at ${url_env}: schema created at version {}\n", migration.now),
+        found if found == migration.now => {
+            format!("the PostgreSQL store at ${url_env}: schema already at version {found}, nothing to do\n")
+        }
+        found => {
+            format!("the PostgreSQL store at ${url_env}: schema migrated from version {found} to {}\n", migration.now)
+        }
+    })
 }
 
 /// `warden lock <manifest>`: records each tool's digest in `warden.lock` beside the manifest.

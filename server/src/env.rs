@@ -375,6 +375,72 @@ pub trait Db {
     ) -> LocalBoxFuture<'static, Result<bool, String>>;
 }
 
+/// The version of the schema Warden keeps its own state in, in a PostgreSQL database shared by
+/// several instances (`docs/design/several-instances.md`). A database at a newer version is
+/// refused; an older one is migrated.
+pub const STATE_SCHEMA_VERSION: u32 = 1;
+
+/// What `StateDb::migrate` found and left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Migration {
+    /// The schema's version before (0: no schema yet).
+    pub found: u32,
+    /// Its version now (`STATE_SCHEMA_VERSION`).
+    pub now: u32,
+}
+
+/// One line of the shared ledger: the same checksummed line as a line of `server.ledger`,
+/// with its place in the order every instance folds the lines in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerLine {
+    pub seq: u64,
+    pub line: Vec<u8>,
+}
+
+/// The most lines one ledger exchange reads: an instance further behind catches up over
+/// several exchanges.
+pub const LEDGER_PAGE_LINES: u64 = 256;
+/// The longest line of the shared ledger (the database refuses a longer one, and so does the
+/// writer first): a page read is at most `LEDGER_PAGE_LINES` of these.
+pub const LEDGER_LINE_BYTES_MAX: usize = 64 * 1024;
+
+/// What a ledger exchange decides, given the lines after the caller's last one (in order) and,
+/// when they are the whole rest of the ledger, the database's time (UTC ms): a line to append
+/// after them, or none. Without the time (a page was cut: more lines follow), nothing may be
+/// appended: the caller folds the lines and asks again.
+pub type Decide = Box<dyn FnOnce(&[LedgerLine], Option<u64>) -> Option<Vec<u8>>>;
+
+/// How a ledger exchange ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exchanged {
+    /// The sequence number of the line appended, if `decide` gave one.
+    pub appended: Option<u64>,
+    /// The last sequence number the caller has now seen (the appended line's, if any).
+    pub seen: u64,
+    /// Whether lines after `seen` were left for another exchange.
+    pub more: bool,
+}
+
+/// Warden's own state in a PostgreSQL database that several instances share (issue 28). The
+/// seam takes typed operations, each one transaction, so the simulator can model each one's
+/// meaning (and its faults) directly, and the SQL lives in `io/` only.
+pub trait StateDb {
+    /// Creates the schema or migrates it to `STATE_SCHEMA_VERSION`, in one transaction that
+    /// one instance at a time takes; refuses a database whose schema is newer.
+    fn migrate(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Migration, DbFailure>>;
+    /// One exchange with the shared ledger, under its lock (so instances append one at a
+    /// time, and every line's sequence number is one more than the last): hands `decide` the
+    /// lines after `after` (a page of them), in order, then appends what it returns. Refuses an
+    /// `after` past the ledger's end (the database was restored from an older copy), and a line
+    /// over `LEDGER_LINE_BYTES_MAX`.
+    fn ledger_exchange(
+        &self,
+        target: &PostgresTarget,
+        after: u64,
+        decide: Decide,
+    ) -> LocalBoxFuture<'static, Result<Exchanged, DbFailure>>;
+}
+
 /// Randomness: run ids and anything else random.
 pub trait Rng {
     fn fill(&self, bytes: &mut [u8]);
@@ -501,6 +567,7 @@ pub struct Env {
     pub stdio: Rc<dyn Stdio>,
     pub net: Rc<dyn Net>,
     pub db: Rc<dyn Db>,
+    pub state_db: Rc<dyn StateDb>,
     pub rng: Rc<dyn Rng>,
     pub spawn: Rc<dyn Spawn>,
     pub process: Rc<dyn Process>,

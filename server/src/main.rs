@@ -57,6 +57,13 @@ enum Command {
     /// Pin the tools: write `warden.lock` beside the manifest with a digest of each tool's
     /// name, description and schemas. `warden mcp` then refuses to start when one changed.
     Lock { manifest: PathBuf },
+    /// Create or migrate the schema of the PostgreSQL store the manifest names
+    /// (`server.store.postgres`, for state several instances share). Safe to run again, and
+    /// beside other instances; refuses a database a newer warden migrated.
+    Migrate {
+        /// The manifest (JSON).
+        manifest: PathBuf,
+    },
     /// List runs, or show one run's actions and answer, read from the ledger and the journals
     /// (beside a running server too).
     Runs {
@@ -238,6 +245,10 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::Migrate { manifest } => {
+            let env = warden::io::command_env();
+            report(warden::io::run(warden::commands::migrate(&env, &manifest)))
+        }
         Command::Lock { manifest } => {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::lock(&env, &manifest)))

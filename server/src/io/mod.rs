@@ -10,6 +10,7 @@ mod net;
 mod postgres;
 mod process;
 pub mod sandbox;
+pub mod state_db;
 mod stdio;
 pub mod trace;
 
@@ -43,6 +44,7 @@ pub fn real_env(stdio: ProtectedStdio) -> Env {
         stdio: Rc::new(stdio),
         net: Rc::new(net::RealNet),
         db: Rc::new(db::RealDb),
+        state_db: Rc::new(state_db::RealStateDb),
         rng: Rc::new(RealRng),
         spawn: Rc::new(RealSpawn),
         process: Rc::new(process::RealProcess::default()),

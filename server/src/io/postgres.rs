@@ -68,7 +68,7 @@ type Failed = DbFailure;
 /// What an exchange with the server failed with, in words a program's author can act on:
 /// the server's message, or the client's error with its cause (tokio-postgres's own text is
 /// only the kind of failure). Neither holds the URL or its password.
-fn describe(error: &tokio_postgres::Error) -> String {
+pub(super) fn describe(error: &tokio_postgres::Error) -> String {
     let text = match (error.as_db_error(), std::error::Error::source(error)) {
         (Some(db), _) => match db.detail() {
             Some(detail) => format!("PostgreSQL: {} ({detail})", db.message()),
@@ -95,8 +95,8 @@ fn bounded(mut text: String) -> String {
 
 /// A connection, its I/O task aborted when dropped (which closes the socket: the server
 /// rolls back whatever was not committed).
-struct Session {
-    client: Client,
+pub(super) struct Session {
+    pub(super) client: Client,
     io: tokio::task::JoinHandle<()>,
     /// The end of the exchange after connecting.
     deadline: Instant,
@@ -110,7 +110,7 @@ impl Drop for Session {
 }
 
 impl Session {
-    async fn open(target: &PostgresTarget) -> Result<Session, String> {
+    pub(super) async fn open(target: &PostgresTarget) -> Result<Session, String> {
         if target.url.len() > URL_BYTES_MAX {
             return Err(format!("PostgreSQL: the connection URL is over {URL_BYTES_MAX} bytes"));
         }
@@ -133,7 +133,7 @@ impl Session {
     }
 
     /// `exchange`, cut at the session's deadline.
-    async fn within<T>(
+    pub(super) async fn within<T>(
         &self,
         what: &str,
         exchange: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
@@ -143,7 +143,7 @@ impl Session {
         })
     }
 
-    async fn run(&self, what: &str, sql: &str) -> Result<(), String> {
+    pub(super) async fn run(&self, what: &str, sql: &str) -> Result<(), String> {
         self.within(what, self.client.batch_execute(sql)).await?.map_err(|e| describe(&e))
     }
 
@@ -151,6 +151,19 @@ impl Session {
         let mode = if read_only { " READ ONLY" } else { "" };
         let sql = format!("BEGIN{mode}; SET LOCAL statement_timeout = {}", target.statement_timeout_ms);
         self.run("BEGIN", &sql).await
+    }
+
+    /// Commits the open transaction; a failure says whether it may have committed anyway.
+    pub(super) async fn commit(&self) -> Result<(), DbFailure> {
+        match self.within("COMMIT", self.client.batch_execute("COMMIT")).await {
+            Ok(Ok(())) => Ok(()),
+            // The server answered: it refused the commit (a serialization failure, a deferred
+            // constraint) and rolled the transaction back.
+            Ok(Err(error)) if error.as_db_error().is_some() => Err(Failed::rolled_back(describe(&error))),
+            // The connection broke or went silent with COMMIT on its way: it may have committed.
+            Ok(Err(error)) => Err(DbFailure { message: describe(&error), may_have_committed: true }),
+            Err(problem) => Err(DbFailure { message: problem, may_have_committed: true }),
+        }
     }
 
     /// The open write transaction's id (assigned by the row just inserted).
@@ -210,15 +223,7 @@ pub async fn execute(request: DbRequest, target: PostgresTarget) -> Result<DbRep
     // here, holding the write's row (a statement that ended it would otherwise leave the
     // action journaled done without its row, or its row committed without its write).
     session.still_ours(recorded).await?;
-    match session.within("COMMIT", session.client.batch_execute("COMMIT")).await {
-        Ok(Ok(())) => Ok(reply),
-        // The server answered: it refused the commit (a serialization failure, a deferred
-        // constraint) and rolled the transaction back.
-        Ok(Err(error)) if error.as_db_error().is_some() => Err(Failed::rolled_back(describe(&error))),
-        // The connection broke or went silent with COMMIT on its way: it may have committed.
-        Ok(Err(error)) => Err(DbFailure { message: describe(&error), may_have_committed: true }),
-        Err(problem) => Err(DbFailure { message: problem, may_have_committed: true }),
-    }
+    session.commit().await.map(|()| reply)
 }
 
 /// The write's row first: a database that has no `warden_actions` yet gets it (outside the

@@ -134,6 +134,18 @@ pub struct ServerConfig {
     /// `server.shutdown_grace`: after SIGTERM, SIGINT or the end of stdin, how long runs in
     /// progress have to reach a point between actions before the server exits anyway.
     pub shutdown_grace_ms: u64,
+    /// `server.store`: where the server's own state lives.
+    pub store: Store,
+}
+
+/// Where the server's own state (ledger, journals, inputs, waiting records) lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Store {
+    /// Files under `server.journals`, owned by one process (`server.lock`): the default.
+    Files,
+    /// A PostgreSQL database several instances share (issue 28), reached at the URL in the
+    /// environment variable `url_env`. Only its schema and shared ledger are built so far.
+    Postgres { url_env: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -113,6 +113,20 @@ pub struct RawServer {
     pub notify_env: Option<Vec<String>>,
     /// How long a stopping server lets its runs reach a point between actions (a duration).
     pub shutdown_grace: Option<String>,
+    /// Where the server's own state lives: files under `journals` when left out.
+    pub store: Option<RawStore>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    pub postgres: RawPostgresStore,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPostgresStore {
+    pub url: RawEnvRef,
 }
 
 #[derive(Debug, Deserialize)]

@@ -393,6 +393,13 @@ fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> Serve
             SHUTDOWN_GRACE_MS_DEFAULT
         }
     };
+    let store = match &raw.store {
+        None => Store::Files,
+        Some(store) => {
+            check_env_name(&store.postgres.url.env, "server.store.postgres.url.env", problems);
+            Store::Postgres { url_env: store.postgres.url.env.clone() }
+        }
+    };
     ServerConfig {
         name: raw.name.clone(),
         journals: base.join(&raw.journals),
@@ -401,6 +408,7 @@ fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> Serve
         notify,
         notify_env,
         shutdown_grace_ms,
+        store,
     }
 }
 

@@ -10,5 +10,6 @@ pub mod http;
 pub mod oracle;
 pub mod sandbox;
 pub mod services;
+pub mod state_db;
 pub mod stdio;
 pub mod world;

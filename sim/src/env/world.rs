@@ -106,6 +106,8 @@ pub struct World {
     pub admin: Rc<crate::env::admin::SimAdmin>,
     /// What watches each instance's probes, if anything (the sweep's checks).
     pub probe_watch: RefCell<Option<ProbeWatchFactory>>,
+    /// The PostgreSQL database instances keep their shared state in (issue 28).
+    pub shared_db: Rc<crate::env::state_db::SharedDb>,
 }
 
 pub struct Instance {
@@ -127,6 +129,7 @@ impl World {
         let oracle = Oracle::new(Rc::clone(&disk), World::path("journals"));
         *services.oracle.borrow_mut() = Some(Rc::clone(&oracle));
         *services.disk.borrow_mut() = Some(Rc::clone(&disk));
+        let shared_db = crate::env::state_db::SharedDb::new(Rc::clone(&clock));
         World {
             seed,
             rng: RefCell::new(rng),
@@ -144,6 +147,7 @@ impl World {
             principals: Rc::default(),
             admin: Rc::default(),
             probe_watch: RefCell::default(),
+            shared_db,
         }
     }
 
@@ -176,6 +180,7 @@ impl World {
             stdio: Rc::new(self.stdio(executor, pipe)),
             net: Rc::new(SimNet(Rc::clone(&self.services))),
             db: Rc::new(SimDb(Rc::clone(&self.services))),
+            state_db: Rc::new(crate::env::state_db::SimStateDb(Rc::clone(&self.shared_db))),
             rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),
             spawn: Rc::new(executor.spawner()),
             sandbox: Rc::new(crate::env::sandbox::SimSandbox {

@@ -1,0 +1,150 @@
+//! Warden's own state in a shared PostgreSQL database (issue 28), one transaction per typed
+//! operation of `env::StateDb`, over the same connection handling as `db.postgres`
+//! (`postgres.rs`: one connection per operation, the statement timeout on the server and a
+//! deadline on this side, errors without the URL).
+//!
+//! Two locks, both PostgreSQL advisory locks held by the transaction (released by its COMMIT
+//! or ROLLBACK, or by the server when the connection drops): one for migrations, so two
+//! instances starting at once do not both create the schema, and one for the ledger, so
+//! appends are made one at a time. Holding the ledger's lock from before the read of the last
+//! line to the COMMIT is what makes a decision safe across instances: no other instance can
+//! append between what a decision read and what it wrote, and sequence numbers commit in
+//! order, so "every line after `after`" misses nothing.
+
+use tokio_postgres::types::ToSql;
+
+use super::postgres::{describe, Session};
+use crate::env::LocalBoxFuture;
+use crate::env::{
+    DbFailure, Decide, Exchanged, LedgerLine, Migration, PostgresTarget, StateDb, LEDGER_LINE_BYTES_MAX,
+    LEDGER_PAGE_LINES, STATE_SCHEMA_VERSION,
+};
+
+/// The advisory lock keys ("wardmigr", "wardledg" as ASCII): any 64-bit values, fixed so every
+/// version of Warden takes the same ones.
+const MIGRATION_LOCK: i64 = 0x7761_7264_6d69_6772;
+const LEDGER_LOCK: i64 = 0x7761_7264_6c65_6467;
+
+/// The statements that bring a schema from version `n` to `n + 1`, at index `n`. Appended to,
+/// never edited: a database migrated by one version must read the same in the next.
+const MIGRATIONS: [&str; STATE_SCHEMA_VERSION as usize] = [concat!(
+    "CREATE TABLE warden_ledger (",
+    "seq BIGINT PRIMARY KEY CHECK (seq > 0), ",
+    "line BYTEA NOT NULL CHECK (octet_length(line) <= 65536))",
+)];
+const _: () = assert!(LEDGER_LINE_BYTES_MAX == 65536, "the table's CHECK holds the same limit");
+
+const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS warden_schema (version INT NOT NULL)";
+const NOW_MS: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+const LAST_SEQ: &str = "SELECT coalesce(max(seq), 0) FROM warden_ledger";
+const PAGE: &str = "SELECT seq, line FROM warden_ledger WHERE seq > $1 ORDER BY seq LIMIT $2";
+const INSERT_LINE: &str = "INSERT INTO warden_ledger (seq, line) VALUES ($1, $2)";
+
+pub struct RealStateDb;
+
+impl StateDb for RealStateDb {
+    fn migrate(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Migration, DbFailure>> {
+        let target = target.clone();
+        Box::pin(async move { migrate(&target).await })
+    }
+
+    fn ledger_exchange(
+        &self,
+        target: &PostgresTarget,
+        after: u64,
+        decide: Decide,
+    ) -> LocalBoxFuture<'static, Result<Exchanged, DbFailure>> {
+        let target = target.clone();
+        Box::pin(async move { ledger_exchange(&target, after, decide).await })
+    }
+}
+
+/// Opens a connection and a transaction that holds the advisory lock `lock`.
+async fn locked(target: &PostgresTarget, lock: i64) -> Result<Session, DbFailure> {
+    let session = Session::open(target).await.map_err(DbFailure::rolled_back)?;
+    let begin = format!(
+        "BEGIN; SET LOCAL statement_timeout = {}; SELECT pg_advisory_xact_lock({lock})",
+        target.statement_timeout_ms
+    );
+    session.run("BEGIN", &begin).await.map_err(DbFailure::rolled_back)?;
+    Ok(session)
+}
+
+/// One value of the one row `sql` returns.
+async fn single<T>(session: &Session, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<T, String>
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    let row = session.within(what, session.client.query_one(sql, params)).await?.map_err(|e| describe(&e))?;
+    row.try_get::<_, T>(0).map_err(|e| describe(&e))
+}
+
+async fn migrate(target: &PostgresTarget) -> Result<Migration, DbFailure> {
+    let session = locked(target, MIGRATION_LOCK).await?;
+    let failed = DbFailure::rolled_back;
+    session.run("creating warden_schema", SCHEMA_TABLE).await.map_err(failed)?;
+    let found: i32 =
+        single(&session, "reading the schema's version", "SELECT coalesce(max(version), 0) FROM warden_schema", &[])
+            .await
+            .map_err(failed)?;
+    let found = u32::try_from(found).map_err(|_| failed(format!("warden_schema holds version {found}")))?;
+    if found > STATE_SCHEMA_VERSION {
+        return Err(failed(format!(
+            "the database's Warden schema is version {found}, newer than this warden's ({STATE_SCHEMA_VERSION}): \
+             run a warden at least as new as the one that migrated it"
+        )));
+    }
+    for (version, statements) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let what = format!("migrating the schema to version {}", version + 1);
+        session.run(&what, statements).await.map_err(failed)?;
+    }
+    if found < STATE_SCHEMA_VERSION {
+        let version = STATE_SCHEMA_VERSION as i32;
+        let set = format!("DELETE FROM warden_schema; INSERT INTO warden_schema (version) VALUES ({version})");
+        session.run("recording the schema's version", &set).await.map_err(failed)?;
+    }
+    session.commit().await?;
+    Ok(Migration { found, now: STATE_SCHEMA_VERSION })
+}
+
+async fn ledger_exchange(target: &PostgresTarget, after: u64, decide: Decide) -> Result<Exchanged, DbFailure> {
+    let failed = DbFailure::rolled_back;
+    let after_seq = i64::try_from(after).map_err(|_| failed(format!("ledger position {after} is over bigint")))?;
+    let session = locked(target, LEDGER_LOCK).await?;
+    let last: i64 = single(&session, "reading the ledger's end", LAST_SEQ, &[]).await.map_err(failed)?;
+    if last < after_seq {
+        return Err(failed(format!(
+            "the shared ledger ends at line {last}, before line {after} this instance has read: \
+             was the database restored from an older copy? Stop every instance and ask a person"
+        )));
+    }
+    let page = LEDGER_PAGE_LINES as i64;
+    let asked = session.within("reading the ledger", session.client.query(PAGE, &[&after_seq, &page])).await;
+    let rows = asked.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    let mut lines = Vec::with_capacity(rows.len());
+    for row in rows {
+        let seq: i64 = row.try_get(0).map_err(|e| failed(describe(&e)))?;
+        let line: Vec<u8> = row.try_get(1).map_err(|e| failed(describe(&e)))?;
+        lines.push(LedgerLine { seq: seq as u64, line });
+    }
+    let seen = lines.last().map_or(after, |line| line.seq);
+    let more = seen < last as u64;
+    let now = match more {
+        true => None,
+        false => Some(single::<i64>(&session, "reading the time", NOW_MS, &[]).await.map_err(failed)?.max(0) as u64),
+    };
+    let Some(line) = decide(&lines, now) else {
+        // Nothing written: dropping the connection ends the transaction and its lock.
+        return Ok(Exchanged { appended: None, seen, more });
+    };
+    assert!(!more, "a line appended without the whole ledger read");
+    if line.len() > LEDGER_LINE_BYTES_MAX {
+        return Err(failed(format!("a ledger line of {} bytes, over {LEDGER_LINE_BYTES_MAX}", line.len())));
+    }
+    let seq = seen + 1;
+    let inserted =
+        session.within("appending to the ledger", session.client.execute(INSERT_LINE, &[&(seq as i64), &line])).await;
+    inserted.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    session.commit().await?;
+    Ok(Exchanged { appended: Some(seq), seen: seq, more: false })
+}

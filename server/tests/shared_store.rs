@@ -1,0 +1,226 @@
+//! The PostgreSQL store's first parts (issue 28) against a real PostgreSQL server (the throwaway
+//! cluster of `scripts/postgres.sh`): `warden migrate` creates and migrates the schema and
+//! refuses a newer one, and the shared ledger holds a quota and a `once` key across instances
+//! whose decisions race on separate connections, reads a ledger longer than a page, and refuses
+//! a ledger that went back or was damaged.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::rc::Rc;
+
+use common::postgres::Pg;
+use futures_util::future::join_all;
+use warden::env::{PostgresTarget, LEDGER_PAGE_LINES};
+use warden::store::ledger::{Counting, Event, OnceRecord, State};
+use warden::store::shared::{SharedError, SharedLedger};
+
+const URL_ENV: &str = "WARDEN_STORE_URL";
+
+/// A manifest whose state is kept in PostgreSQL, with one tool, in a new directory.
+fn manifest_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("echo.star"), "def main(text: str) -> str:\n    \"\"\"Echoes.\n\n    Args:\n        text: what to echo\n    \"\"\"\n    return text\n").unwrap();
+    let manifest = serde_json::json!({
+        "server": {"name": "shared", "journals": "journals", "store": {"postgres": {"url": {"env": URL_ENV}}}},
+        "tools": [{"name": "echo", "program": "echo.star"}]
+    });
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    dir
+}
+
+/// `warden <args> <dir>/manifest.json` with the store's URL set (or not): exit success, and
+/// everything it printed.
+fn warden(args: &[&str], dir: &Path, url: Option<&str>) -> (bool, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    command.args(args).arg(dir.join("manifest.json")).env_remove(URL_ENV);
+    if let Some(url) = url {
+        command.env(URL_ENV, url);
+    }
+    let output = command.output().unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), printed)
+}
+
+#[test]
+fn migrate_creates_the_schema_once_and_refuses_a_newer_one() {
+    let pg = Pg::create("migrate");
+    let dir = manifest_dir();
+    let (ok, printed) = warden(&["migrate"], dir.path(), None);
+    assert!(!ok && printed.contains(URL_ENV) && printed.contains("not set"), "{printed}");
+
+    let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
+    assert!(ok && printed.contains("schema created at version 1"), "{printed}");
+    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "1");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "0");
+    let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
+    assert!(ok && printed.contains("already at version 1"), "{printed}");
+
+    pg.sql("UPDATE warden_schema SET version = 7");
+    let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
+    assert!(!ok && printed.contains("version 7, newer than this warden's (1)"), "{printed}");
+    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "7", "a refused migration changes nothing");
+
+    let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url_with_password("not-the-password")));
+    assert!(!ok && printed.contains("password"), "{printed}");
+    assert!(!printed.contains("not-the-password"), "{printed}");
+
+    // Serving on the store is not built yet: the refusal says so and what to do.
+    let (ok, printed) = warden(&["mcp"], dir.path(), Some(&pg.url));
+    assert!(!ok && printed.contains("not built yet") && printed.contains("leave server.store out"), "{printed}");
+    let (ok, printed) = warden(&["check"], dir.path(), Some(&pg.url));
+    assert!(ok, "{printed}");
+    assert!(!printed.contains(&pg.password()));
+}
+
+#[test]
+fn migrations_started_together_create_the_schema_once() {
+    let pg = Pg::create("migrate_race");
+    let dir = manifest_dir();
+    let started: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_warden"))
+                .arg("migrate")
+                .arg(dir.path().join("manifest.json"))
+                .env(URL_ENV, &pg.url)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let created = started
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap())
+        .inspect(|output| assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr)))
+        .filter(|output| String::from_utf8_lossy(&output.stdout).contains("created"))
+        .count();
+    assert_eq!(created, 1);
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_schema"), "1");
+}
+
+fn target(pg: &Pg) -> PostgresTarget {
+    PostgresTarget { url: pg.url.clone(), connect_timeout_ms: 10_000, statement_timeout_ms: 30_000 }
+}
+
+/// A database with the schema, as `warden migrate` leaves it.
+fn migrated(label: &str) -> Pg {
+    let pg = Pg::create(label);
+    let (ok, printed) = warden(&["migrate"], manifest_dir().path(), Some(&pg.url));
+    assert!(ok, "{printed}");
+    pg
+}
+
+fn reserve(run: String, at_ms: u64, once: Option<&str>) -> Event {
+    Event::Reserve {
+        run,
+        tool: "refund".into(),
+        at_ms,
+        calls: 1,
+        money: Vec::new(),
+        once: once.map(|key| OnceRecord { key: key.into(), arguments: "same".into() }),
+        principal: None,
+        tokens: 0,
+    }
+}
+
+/// A reserve for `run` if one more call of `refund` fits a quota of `calls_max` an hour and
+/// the `once` key (if any) is not held yet: what admission decides.
+fn admit(state: &State, now: u64, run: String, calls_max: u64, once: Option<&str>) -> Option<Event> {
+    if let Some(key) = once {
+        if state.once_lookup(key, 3_600_000, now) != warden::store::ledger::OnceLookup::None {
+            return None;
+        }
+    }
+    state.quota_admits("refund", 3_600_000, Some(calls_max), None, &[], (None, 0), now, Counting::AllRuns).ok()?;
+    Some(reserve(run, now, once))
+}
+
+/// `decisions` admissions, alternating between two instances, all in flight at once (each
+/// on its own connection): how many each instance admitted.
+fn race(pg: &Pg, decisions: usize, calls_max: u64, once: Option<&'static str>) -> Vec<usize> {
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let instances = [
+            Rc::new(SharedLedger::open(&env, target(pg)).await.unwrap()),
+            Rc::new(SharedLedger::open(&env, target(pg)).await.unwrap()),
+        ];
+        let attempts = (0..decisions).map(|n| {
+            let instance = Rc::clone(&instances[n % 2]);
+            async move {
+                let run = format!("run{n:04}");
+                let decided = instance.decide(move |state, now| admit(state, now, run, calls_max, once)).await;
+                (n % 2, decided.expect("every exchange succeeds, however they race"))
+            }
+        });
+        let mut admitted = vec![0, 0];
+        for (instance, decided) in join_all(attempts).await {
+            admitted[instance] += usize::from(decided.is_some());
+        }
+        // Each instance, caught up, folds the same state.
+        for instance in &instances {
+            instance.decide(|_, _| None).await.unwrap();
+        }
+        assert_eq!(*instances[0].state(), *instances[1].state());
+        admitted
+    })
+}
+
+#[test]
+fn a_quota_holds_across_instances_racing_on_separate_connections() {
+    let pg = migrated("quota_race");
+    let admitted = race(&pg, 24, 5, None);
+    assert_eq!(admitted.iter().sum::<usize>(), 5, "{admitted:?}");
+    // Gapless, one line per admission, in the order they were made.
+    assert_eq!(pg.sql("SELECT count(*) || ' ' || max(seq) FROM warden_ledger"), "5 5");
+}
+
+#[test]
+fn a_once_key_admits_one_run_across_instances() {
+    let pg = migrated("once_race");
+    let admitted = race(&pg, 12, 100, Some("the-same-refund"));
+    assert_eq!(admitted.iter().sum::<usize>(), 1, "{admitted:?}");
+}
+
+#[test]
+fn an_instance_far_behind_catches_up_over_pages() {
+    let pg = migrated("pages");
+    let lines = 2 * LEDGER_PAGE_LINES + 7;
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let writer = SharedLedger::open(&env, target(&pg)).await.unwrap();
+        for n in 0..lines {
+            let appended = writer.decide(move |_, now| Some(reserve(format!("run{n:04}"), now, None))).await;
+            assert!(appended.unwrap().is_some());
+        }
+        let late = SharedLedger::open(&env, target(&pg)).await.unwrap();
+        assert_eq!(late.seen(), lines);
+        assert_eq!(late.state().runs.len() as u64, lines);
+        // Its first decision, made after the whole ledger, sees every run.
+        let seen = late.decide(|state, _| Some(reserve(format!("run{:04}", state.runs.len()), 0, None))).await;
+        assert!(seen.unwrap().is_some());
+        assert_eq!(late.seen(), lines + 1);
+    });
+}
+
+#[test]
+fn a_ledger_that_went_back_or_is_damaged_is_refused() {
+    let pg = migrated("damage");
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let instance = SharedLedger::open(&env, target(&pg)).await.unwrap();
+        for n in 0..4 {
+            instance.decide(move |_, now| Some(reserve(format!("run{n}"), now, None))).await.unwrap();
+        }
+        // Restored from an older copy: this instance has read past its end.
+        pg.sql("DELETE FROM warden_ledger WHERE seq > 2");
+        let refused = instance.decide(|_, _| None).await.unwrap_err();
+        assert!(refused.to_string().contains("restored from an older copy"), "{refused}");
+
+        // A line whose sum no longer matches is named by its number.
+        pg.sql("UPDATE warden_ledger SET line = convert_to(replace(convert_from(line, 'UTF8'), 'run1', 'runX'), 'UTF8') WHERE seq = 2");
+        let damaged = SharedLedger::open(&env, target(&pg)).await.err().expect("a damaged line is refused");
+        assert!(matches!(damaged, SharedError::Damaged { seq: 2, .. }), "{damaged}");
+    });
+}

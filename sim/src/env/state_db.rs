@@ -1,0 +1,163 @@
+//! The simulated shared state database (issue 28): each `StateDb` operation's meaning, modelled
+//! over memory. The simulator runs one task at a time and an operation here never yields, so
+//! each is atomic, as a real transaction holding its advisory lock is. The database outlives
+//! every server instance of a world, as PostgreSQL outlives the processes using it, and keeps
+//! its own clock: the world's time, with none of an instance's skew or drift.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use warden::env::{
+    DbFailure, Decide, Exchanged, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, StateDb,
+    LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, STATE_SCHEMA_VERSION,
+};
+
+use crate::env::clock::{SimClock, EPOCH_MS};
+
+/// The database itself, shared by every instance of a world.
+pub struct SharedDb {
+    clock: Rc<SimClock>,
+    schema: Cell<u32>,
+    lines: RefCell<Vec<Vec<u8>>>,
+    /// A fault: connections are refused (the database is down or partitioned away).
+    pub unreachable: Cell<bool>,
+}
+
+impl SharedDb {
+    pub fn new(clock: Rc<SimClock>) -> Rc<SharedDb> {
+        Rc::new(SharedDb { clock, schema: Cell::new(0), lines: RefCell::default(), unreachable: Cell::new(false) })
+    }
+
+    /// The schema's version (0: none yet).
+    pub fn schema(&self) -> u32 {
+        self.schema.get()
+    }
+
+    /// Sets the schema's version, as a newer Warden's migration would have (for tests).
+    pub fn set_schema(&self, version: u32) {
+        self.schema.set(version);
+    }
+
+    /// Every line of the ledger, in order (the checker's view).
+    pub fn ledger(&self) -> Vec<Vec<u8>> {
+        self.lines.borrow().clone()
+    }
+
+    fn reachable(&self) -> Result<(), DbFailure> {
+        match self.unreachable.get() {
+            true => Err(DbFailure::rolled_back("PostgreSQL: connection refused (simulated)")),
+            false => Ok(()),
+        }
+    }
+
+    fn migrate(&self) -> Result<Migration, DbFailure> {
+        self.reachable()?;
+        let found = self.schema.get();
+        if found > STATE_SCHEMA_VERSION {
+            return Err(DbFailure::rolled_back(format!(
+                "the database's Warden schema is version {found}, newer than this warden's ({STATE_SCHEMA_VERSION})"
+            )));
+        }
+        self.schema.set(STATE_SCHEMA_VERSION);
+        Ok(Migration { found, now: STATE_SCHEMA_VERSION })
+    }
+
+    fn exchange(&self, after: u64, decide: Decide) -> Result<Exchanged, DbFailure> {
+        self.reachable()?;
+        if self.schema.get() == 0 {
+            return Err(DbFailure::rolled_back("PostgreSQL: relation \"warden_ledger\" does not exist"));
+        }
+        let last = self.lines.borrow().len() as u64;
+        if last < after {
+            return Err(DbFailure::rolled_back(format!(
+                "the shared ledger ends at line {last}, before line {after} this instance has read: was the database restored from an older copy?"
+            )));
+        }
+        let end = last.min(after + LEDGER_PAGE_LINES);
+        let page: Vec<LedgerLine> = (after..end)
+            .map(|index| LedgerLine { seq: index + 1, line: self.lines.borrow()[index as usize].clone() })
+            .collect();
+        let more = end < last;
+        let now = (!more).then(|| EPOCH_MS + self.clock.now());
+        let Some(line) = decide(&page, now) else {
+            return Ok(Exchanged { appended: None, seen: end, more });
+        };
+        assert!(!more, "a line appended without the whole ledger read");
+        if line.len() > LEDGER_LINE_BYTES_MAX {
+            return Err(DbFailure::rolled_back(format!("a ledger line of {} bytes", line.len())));
+        }
+        self.lines.borrow_mut().push(line);
+        Ok(Exchanged { appended: Some(end + 1), seen: end + 1, more: false })
+    }
+}
+
+/// An instance's handle on the shared database.
+pub struct SimStateDb(pub Rc<SharedDb>);
+
+impl StateDb for SimStateDb {
+    fn migrate(&self, _target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Migration, DbFailure>> {
+        let done = self.0.migrate();
+        Box::pin(async move { done })
+    }
+
+    fn ledger_exchange(
+        &self,
+        _target: &PostgresTarget,
+        after: u64,
+        decide: Decide,
+    ) -> LocalBoxFuture<'static, Result<Exchanged, DbFailure>> {
+        let done = self.0.exchange(after, decide);
+        Box::pin(async move { done })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(n: u64) -> Vec<u8> {
+        format!("line {n}").into_bytes()
+    }
+
+    /// Appends `line` after `after` when the whole ledger is read; the lines handed over.
+    fn exchange(db: &SharedDb, after: u64, append: Option<Vec<u8>>) -> (Result<Exchanged, DbFailure>, Vec<u64>) {
+        let handed = Rc::new(RefCell::new(Vec::new()));
+        let seen = Rc::clone(&handed);
+        let decide: Decide = Box::new(move |lines, now| {
+            seen.borrow_mut().extend(lines.iter().map(|line| line.seq));
+            now.and(append)
+        });
+        let done = db.exchange(after, decide);
+        let handed = handed.borrow().clone();
+        (done, handed)
+    }
+
+    #[test]
+    fn the_model_keeps_the_real_stores_contract() {
+        let db = SharedDb::new(SimClock::new());
+        assert!(exchange(&db, 0, None).0.is_err(), "no ledger before the schema");
+        assert_eq!(db.migrate().unwrap(), Migration { found: 0, now: STATE_SCHEMA_VERSION });
+        assert_eq!(db.migrate().unwrap().found, STATE_SCHEMA_VERSION, "a second migration finds it done");
+        for n in 0..LEDGER_PAGE_LINES + 3 {
+            let (done, _) = exchange(&db, n, Some(line(n)));
+            assert_eq!(done.unwrap(), Exchanged { appended: Some(n + 1), seen: n + 1, more: false });
+        }
+        // A reader from the start gets a page, is told more follow, and may not append yet.
+        let (done, handed) = exchange(&db, 0, Some(line(0)));
+        assert_eq!(done.unwrap(), Exchanged { appended: None, seen: LEDGER_PAGE_LINES, more: true });
+        assert_eq!(handed, (1..=LEDGER_PAGE_LINES).collect::<Vec<_>>());
+        let (done, handed) = exchange(&db, LEDGER_PAGE_LINES, None);
+        assert_eq!(done.unwrap().seen, LEDGER_PAGE_LINES + 3);
+        assert_eq!(handed.len(), 3);
+        // Past the end (a database restored from an older copy): refused.
+        let (done, _) = exchange(&db, LEDGER_PAGE_LINES + 4, None);
+        assert!(done.unwrap_err().message.contains("older copy"));
+        // Too long a line is refused, as the table's CHECK refuses it.
+        let (done, _) = exchange(&db, LEDGER_PAGE_LINES + 3, Some(vec![b'x'; LEDGER_LINE_BYTES_MAX + 1]));
+        assert!(done.is_err());
+        db.set_schema(STATE_SCHEMA_VERSION + 1);
+        assert!(db.migrate().unwrap_err().message.contains("newer than this warden's"));
+        db.unreachable.set(true);
+        assert!(exchange(&db, 0, None).0.is_err());
+    }
+}
