@@ -83,7 +83,10 @@ fn tool_call(connection: &Connection, request: Request) -> Routed {
                 Err(error) => return Routed::Reply(error.to_value()),
             };
             let task = match declared_enough(connection, &request, &tool, &input.kinds) {
-                Ok(task) => task,
+                // A retry (a `requestState`) continues the run its state names: it is never a
+                // new task, or its state would be dropped and the call admitted afresh (a
+                // second run; seed 14106 of the 100,000-seed sweep).
+                Ok(task) => task && input.retry.is_none(),
                 Err(error) => return Routed::Reply(error.to_value()),
             };
             Routed::Call(PendingCall {
