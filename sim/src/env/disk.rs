@@ -28,6 +28,9 @@ use crate::env::clock::{SimClock, SimClockHandle};
 struct Inode {
     current: Vec<u8>,
     durable: Vec<u8>,
+    /// What the file held before a misdirected write damaged it (the checker's memory of
+    /// what the disk destroyed; empty unless one did).
+    before_misdirect: Vec<u8>,
 }
 
 /// Faults the disk can inject, each as a probability per operation (in millionths).
@@ -222,7 +225,7 @@ impl SimDisk {
             dir = d.parent();
         }
         let inode = state.inodes.len();
-        state.inodes.push(Inode { current: bytes.to_vec(), durable: bytes.to_vec() });
+        state.inodes.push(Inode { current: bytes.to_vec(), durable: bytes.to_vec(), before_misdirect: Vec::new() });
         state.names.insert(path.to_path_buf(), inode);
         state.durable_names.insert(path.to_path_buf(), inode);
     }
@@ -238,7 +241,11 @@ impl SimDisk {
     pub fn unlinked(&self, path: &Path) -> Vec<Vec<u8>> {
         let state = self.state.borrow();
         let inodes = state.unlinked.get(path).into_iter().flatten();
-        inodes.map(|&inode| state.inodes[inode].current.clone()).collect()
+        // As written, and as it was before a misdirected write damaged it: compaction may have
+        // replaced a damaged file with one written afresh from the server's state, leaving the
+        // runs the damaged lines ended nowhere else (seed 19802).
+        let versions = inodes.flat_map(|&inode| [&state.inodes[inode].current, &state.inodes[inode].before_misdirect]);
+        versions.filter(|bytes| !bytes.is_empty()).cloned().collect()
     }
 
     /// How many leading bytes of `path` would survive a crash now: 0 unless its name and
@@ -252,7 +259,7 @@ impl SimDisk {
         if !named || !dirs {
             return 0;
         }
-        let Inode { current, durable } = &state.inodes[inode];
+        let Inode { current, durable, .. } = &state.inodes[inode];
         current.iter().zip(durable.iter()).take_while(|(a, b)| a == b).count()
     }
 
@@ -372,6 +379,7 @@ impl SimDisk {
         };
         let file = &mut state.inodes[inode];
         if let Some(early) = misdirect.map(|n| (1 + n % 64) as usize) {
+            file.before_misdirect = file.current.clone();
             let at = file.current.len() - early;
             let line = 1 + file.current[..at].iter().filter(|&&b| b == b'\n').count();
             file.current.truncate(at);

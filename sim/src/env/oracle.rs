@@ -234,6 +234,12 @@ impl Oracle {
         if text.contains("could not record the call durably") || text.contains("could not be recorded durably") {
             return;
         }
+        // A session's answers that the run could not take: the round's refusal, as a retry's
+        // -32602 is, changes nothing and depends on nothing (seed 19771: another retry had
+        // taken the round, and its record was not yet durable).
+        if text.starts_with("the run's request for input could not be answered") {
+            return;
+        }
         if result["_meta"]["dev.warden/run"]["status"] == "waiting_for_operator" {
             let run = result["_meta"]["dev.warden/run"]["run"].as_str().unwrap_or("").to_string();
             self.checks.set(self.checks.get() + 1);
