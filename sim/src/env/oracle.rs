@@ -265,7 +265,9 @@ impl Oracle {
         // journal's tail.
         let not_ended = ["already in progress as run", "was interrupted and resumes when the server starts again"];
         if result["isError"] == true && not_ended.iter().any(|said| text.contains(said)) {
-            self.ledger_durable(&run);
+            // Its reserve only: the run may end between the answer's decision and its
+            // writing, and its settle is the run's own, not this answer's (seed 29971).
+            self.ledger_line_durable(&run, &format!("\"event\":\"reserve\",\"run\":\"{run}\""));
             return;
         }
         self.run_durable(&run);
@@ -288,12 +290,16 @@ impl Oracle {
 
     /// Every ledger line naming the run would survive a crash now.
     fn ledger_durable(&self, run: &str) {
+        self.ledger_line_durable(run, &format!("\"run\":\"{run}\""));
+    }
+
+    /// Every ledger line holding `named` (about `run`) would survive a crash now.
+    fn ledger_line_durable(&self, run: &str, named: &str) {
         if self.disk.misdirected.borrow().is_some() {
             return;
         }
-        // What survives is a prefix: every ledger line naming the run survives when its last does.
+        // What survives is a prefix: every line holding `named` survives when its last does.
         let ledger = self.journals.join(LEDGER_FILE);
-        let named = format!("\"run\":\"{run}\"");
         let last =
             self.disk.with_bytes(&ledger, |bytes| last_line_holding(bytes, named.as_bytes()).map(|(end, _)| end));
         if let Some(Some(end)) = last {
