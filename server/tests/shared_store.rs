@@ -176,6 +176,17 @@ fn a_quota_holds_across_instances_racing_on_separate_connections() {
     assert_eq!(pg.sql("SELECT count(*) || ' ' || max(seq) FROM warden_ledger"), "5 5");
 }
 
+/// Every decision appends: an instance's decisions in flight at once each fold the lines the
+/// others appended, and each line is folded once (found by the benchmark, not by the race
+/// above, where most decisions append nothing).
+#[test]
+fn decisions_in_flight_on_one_instance_each_fold_every_line_once() {
+    let pg = migrated("all_admitted");
+    let admitted = race(&pg, 40, 1000, None);
+    assert_eq!(admitted, vec![20, 20]);
+    assert_eq!(pg.sql("SELECT count(*) || ' ' || max(seq) FROM warden_ledger"), "40 40");
+}
+
 #[test]
 fn a_once_key_admits_one_run_across_instances() {
     let pg = migrated("once_race");

@@ -129,7 +129,7 @@ fn ready<T: 'static>(value: T) -> LocalBoxFuture<'static, T> {
 
 /// Completes after yielding once: the operation has happened, but the caller resumes only
 /// after other tasks had their turn, as with a real disk's latency.
-fn after_a_turn<T: 'static>(value: T) -> LocalBoxFuture<'static, T> {
+pub(crate) fn after_a_turn<T: 'static>(value: T) -> LocalBoxFuture<'static, T> {
     let mut value = Some(value);
     let mut yielded = false;
     Box::pin(std::future::poll_fn(move |cx| {
