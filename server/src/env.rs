@@ -378,7 +378,7 @@ pub trait Db {
 /// The version of the schema Warden keeps its own state in, in a PostgreSQL database shared by
 /// several instances (`docs/design/several-instances.md`). A database at a newer version is
 /// refused; an older one is migrated.
-pub const STATE_SCHEMA_VERSION: u32 = 1;
+pub const STATE_SCHEMA_VERSION: u32 = 2;
 
 /// What `StateDb::migrate` found and left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -421,6 +421,17 @@ pub struct Exchanged {
     pub more: bool,
 }
 
+/// An instance's lease on the runs it owns, as the database granted it: the epoch that fences
+/// its writes, and how long the lease has left by the database's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub epoch: u64,
+    pub remaining_ms: u64,
+}
+
+/// The longest instance name the store keeps.
+pub const INSTANCE_NAME_BYTES_MAX: usize = 128;
+
 /// Warden's own state in a PostgreSQL database that several instances share (issue 28). The
 /// seam takes typed operations, each one transaction, so the simulator can model each one's
 /// meaning (and its faults) directly, and the SQL lives in `io/` only.
@@ -439,6 +450,26 @@ pub trait StateDb {
         after: u64,
         decide: Decide,
     ) -> LocalBoxFuture<'static, Result<Exchanged, DbFailure>>;
+    /// Registers `instance` with a lease of `lease_ms` from now (the database's now): a new
+    /// instance gets epoch 1, one registering again (a restart) the next epoch, which fences
+    /// every write its earlier self could still try.
+    fn register(
+        &self,
+        target: &PostgresTarget,
+        instance: &str,
+        lease_ms: u64,
+    ) -> LocalBoxFuture<'static, Result<Lease, DbFailure>>;
+    /// Renews the lease of `instance` at `epoch` to `lease_ms` from now, if it still holds it
+    /// (not expired by the database's clock, not taken by a later epoch); `None`: it does not.
+    fn renew(
+        &self,
+        target: &PostgresTarget,
+        instance: &str,
+        epoch: u64,
+        lease_ms: u64,
+    ) -> LocalBoxFuture<'static, Result<Option<Lease>, DbFailure>>;
+    /// The instances whose lease has ended by the database's clock, with their epochs.
+    fn expired(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Vec<(String, u64)>, DbFailure>>;
 }
 
 /// Randomness: run ids and anything else random.

@@ -2,7 +2,8 @@
 //! cluster of `scripts/postgres.sh`): `warden migrate` creates and migrates the schema and
 //! refuses a newer one, and the shared ledger holds a quota and a `once` key across instances
 //! whose decisions race on separate connections, reads a ledger longer than a page, and refuses
-//! a ledger that went back or was damaged.
+//! a ledger that went back or was damaged; an instance's lease is renewed while it holds it and
+//! fenced once it ends or a later epoch takes it.
 
 mod common;
 
@@ -51,15 +52,15 @@ fn migrate_creates_the_schema_once_and_refuses_a_newer_one() {
     assert!(!ok && printed.contains(URL_ENV) && printed.contains("not set"), "{printed}");
 
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(ok && printed.contains("schema created at version 1"), "{printed}");
-    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "1");
+    assert!(ok && printed.contains("schema created at version 2"), "{printed}");
+    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "2");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "0");
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(ok && printed.contains("already at version 1"), "{printed}");
+    assert!(ok && printed.contains("already at version 2"), "{printed}");
 
     pg.sql("UPDATE warden_schema SET version = 7");
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(!ok && printed.contains("version 7, newer than this warden's (1)"), "{printed}");
+    assert!(!ok && printed.contains("version 7, newer than this warden's (2)"), "{printed}");
     assert_eq!(pg.sql("SELECT version FROM warden_schema"), "7", "a refused migration changes nothing");
 
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url_with_password("not-the-password")));
@@ -233,5 +234,47 @@ fn a_ledger_that_went_back_or_is_damaged_is_refused() {
         pg.sql("UPDATE warden_ledger SET line = convert_to(replace(convert_from(line, 'UTF8'), 'run1', 'runX'), 'UTF8') WHERE seq = 2");
         let damaged = SharedLedger::open(&env, target(&pg)).await.err().expect("a damaged line is refused");
         assert!(matches!(damaged, SharedError::Damaged { seq: 2, .. }), "{damaged}");
+    });
+}
+
+#[test]
+fn a_schema_of_an_earlier_version_is_migrated_and_keeps_its_ledger() {
+    let pg = migrated("upgrade");
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let instance = SharedLedger::open(&env, target(&pg)).await.unwrap();
+        instance.decide(|_, now| Some(reserve("kept".into(), now, None))).await.unwrap();
+    });
+    // As version 1 left it: the ledger, no instances.
+    pg.sql("DROP TABLE warden_instances; UPDATE warden_schema SET version = 1");
+    let (ok, printed) = warden(&["migrate"], manifest_dir().path(), Some(&pg.url));
+    assert!(ok && printed.contains("migrated from version 1 to 2"), "{printed}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "1");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_instances"), "0");
+}
+
+#[test]
+fn a_lease_is_renewed_while_held_and_fenced_once_it_ends_or_is_taken() {
+    let pg = migrated("leases");
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let (db, target) = (&env.state_db, target(&pg));
+        let first = db.register(&target, "desk-a", 60_000).await.unwrap();
+        assert_eq!(first.epoch, 1);
+        assert!(first.remaining_ms > 50_000 && first.remaining_ms <= 60_000, "{first:?}");
+        assert_eq!(db.register(&target, "desk-b", 60_000).await.unwrap().epoch, 1);
+        // Renewed to a lease that ends at once: ended by the database's clock a moment later.
+        assert!(db.renew(&target, "desk-a", 1, 1).await.unwrap().is_some());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(db.expired(&target).await.unwrap(), vec![("desk-a".to_string(), 1)]);
+        assert_eq!(db.renew(&target, "desk-a", 1, 60_000).await.unwrap(), None, "an ended lease is not renewed");
+        // Registering again (a restart) takes the next epoch; the earlier one is fenced.
+        let again = db.register(&target, "desk-a", 60_000).await.unwrap();
+        assert_eq!(again.epoch, 2);
+        assert_eq!(db.renew(&target, "desk-a", 1, 60_000).await.unwrap(), None, "the earlier epoch is fenced");
+        assert!(db.renew(&target, "desk-a", 2, 60_000).await.unwrap().is_some());
+        assert!(db.expired(&target).await.unwrap().is_empty());
+        let refused = db.register(&target, &"x".repeat(129), 60_000).await.unwrap_err();
+        assert!(refused.message.contains("instance name of 129 bytes"), "{refused:?}");
     });
 }

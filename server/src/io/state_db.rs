@@ -14,10 +14,9 @@
 use tokio_postgres::types::ToSql;
 
 use super::postgres::{describe, Session};
-use crate::env::LocalBoxFuture;
 use crate::env::{
-    DbFailure, Decide, Exchanged, LedgerLine, Migration, PostgresTarget, StateDb, LEDGER_LINE_BYTES_MAX,
-    LEDGER_PAGE_LINES, STATE_SCHEMA_VERSION,
+    DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, StateDb,
+    INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, STATE_SCHEMA_VERSION,
 };
 
 /// The advisory lock keys ("wardmigr", "wardledg" as ASCII): any 64-bit values, fixed so every
@@ -27,11 +26,27 @@ const LEDGER_LOCK: i64 = 0x7761_7264_6c65_6467;
 
 /// The statements that bring a schema from version `n` to `n + 1`, at index `n`. Appended to,
 /// never edited: a database migrated by one version must read the same in the next.
-const MIGRATIONS: [&str; STATE_SCHEMA_VERSION as usize] = [concat!(
-    "CREATE TABLE warden_ledger (",
-    "seq BIGINT PRIMARY KEY CHECK (seq > 0), ",
-    "line BYTEA NOT NULL CHECK (octet_length(line) <= 65536))",
-)];
+const MIGRATIONS: [&str; STATE_SCHEMA_VERSION as usize] = [
+    concat!(
+        "CREATE TABLE warden_ledger (",
+        "seq BIGINT PRIMARY KEY CHECK (seq > 0), ",
+        "line BYTEA NOT NULL CHECK (octet_length(line) <= 65536))",
+    ),
+    concat!(
+        "CREATE TABLE warden_instances (",
+        "id TEXT PRIMARY KEY CHECK (octet_length(id) BETWEEN 1 AND 128), ",
+        "epoch BIGINT NOT NULL CHECK (epoch > 0), ",
+        "lease_until TIMESTAMPTZ NOT NULL, ",
+        "started_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), ",
+        "version TEXT NOT NULL)",
+    ),
+];
+const _: () = assert!(INSTANCE_NAME_BYTES_MAX == 128, "the table's CHECK holds the same limit");
+
+/// The most expired instances one `expired` returns (a taker takes them a few at a time).
+const EXPIRED_PAGE: i64 = 64;
+/// The time left on a lease, in ms, by the database's clock.
+const REMAINING_MS: &str = "(extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint";
 const _: () = assert!(LEDGER_LINE_BYTES_MAX == 65536, "the table's CHECK holds the same limit");
 
 const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS warden_schema (version INT NOT NULL)";
@@ -57,6 +72,111 @@ impl StateDb for RealStateDb {
         let target = target.clone();
         Box::pin(async move { ledger_exchange(&target, after, decide).await })
     }
+
+    fn register(
+        &self,
+        target: &PostgresTarget,
+        instance: &str,
+        lease_ms: u64,
+    ) -> LocalBoxFuture<'static, Result<Lease, DbFailure>> {
+        let (target, instance) = (target.clone(), instance.to_string());
+        Box::pin(async move { register(&target, &instance, lease_ms).await })
+    }
+
+    fn renew(
+        &self,
+        target: &PostgresTarget,
+        instance: &str,
+        epoch: u64,
+        lease_ms: u64,
+    ) -> LocalBoxFuture<'static, Result<Option<Lease>, DbFailure>> {
+        let (target, instance) = (target.clone(), instance.to_string());
+        Box::pin(async move { renew(&target, &instance, epoch, lease_ms).await })
+    }
+
+    fn expired(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Vec<(String, u64)>, DbFailure>> {
+        let target = target.clone();
+        Box::pin(async move { expired(&target).await })
+    }
+}
+
+/// A connection with a transaction open, bounded by the statement timeout.
+async fn begun(target: &PostgresTarget) -> Result<Session, DbFailure> {
+    let session = Session::open(target).await.map_err(DbFailure::rolled_back)?;
+    let begin = format!("BEGIN; SET LOCAL statement_timeout = {}", target.statement_timeout_ms);
+    session.run("BEGIN", &begin).await.map_err(DbFailure::rolled_back)?;
+    Ok(session)
+}
+
+fn checked_name(instance: &str) -> Result<(), DbFailure> {
+    match (1..=INSTANCE_NAME_BYTES_MAX).contains(&instance.len()) {
+        true => Ok(()),
+        false => Err(DbFailure::rolled_back(format!(
+            "an instance name of {} bytes (1 to {INSTANCE_NAME_BYTES_MAX})",
+            instance.len()
+        ))),
+    }
+}
+
+fn lease_millis(lease_ms: u64) -> Result<i64, DbFailure> {
+    i64::try_from(lease_ms).map_err(|_| DbFailure::rolled_back(format!("a lease of {lease_ms} ms")))
+}
+
+/// The lease a row `(epoch, remaining ms)` gives.
+fn lease_of(row: &tokio_postgres::Row) -> Result<Lease, DbFailure> {
+    let epoch: i64 = row.try_get(0).map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+    let remaining: i64 = row.try_get(1).map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+    Ok(Lease { epoch: epoch as u64, remaining_ms: remaining.max(0) as u64 })
+}
+
+async fn register(target: &PostgresTarget, instance: &str, lease_ms: u64) -> Result<Lease, DbFailure> {
+    checked_name(instance)?;
+    let lease = lease_millis(lease_ms)?;
+    let sql = format!(
+        "INSERT INTO warden_instances (id, epoch, lease_until, version) \
+         VALUES ($1, 1, clock_timestamp() + $2::bigint * interval '1 millisecond', $3) \
+         ON CONFLICT (id) DO UPDATE SET epoch = warden_instances.epoch + 1, lease_until = EXCLUDED.lease_until, \
+         started_at = clock_timestamp(), version = EXCLUDED.version \
+         RETURNING epoch, {REMAINING_MS}"
+    );
+    let session = begun(target).await?;
+    let version = env!("CARGO_PKG_VERSION");
+    let asked = session.within("registering", session.client.query_one(&sql, &[&instance, &lease, &version])).await;
+    let row = asked.map_err(DbFailure::rolled_back)?.map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+    let granted = lease_of(&row)?;
+    session.commit().await?;
+    Ok(granted)
+}
+
+async fn renew(target: &PostgresTarget, instance: &str, epoch: u64, lease_ms: u64) -> Result<Option<Lease>, DbFailure> {
+    checked_name(instance)?;
+    let (lease, epoch) = (lease_millis(lease_ms)?, epoch as i64);
+    let sql = format!(
+        "UPDATE warden_instances SET lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond' \
+         WHERE id = $1 AND epoch = $2 AND lease_until > clock_timestamp() \
+         RETURNING epoch, {REMAINING_MS}"
+    );
+    let session = begun(target).await?;
+    let asked =
+        session.within("renewing the lease", session.client.query_opt(&sql, &[&instance, &epoch, &lease])).await;
+    let row = asked.map_err(DbFailure::rolled_back)?.map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+    let renewed = row.as_ref().map(lease_of).transpose()?;
+    session.commit().await?;
+    Ok(renewed)
+}
+
+async fn expired(target: &PostgresTarget) -> Result<Vec<(String, u64)>, DbFailure> {
+    let sql = "SELECT id, epoch FROM warden_instances WHERE lease_until <= clock_timestamp() ORDER BY id LIMIT $1";
+    let session = begun(target).await?;
+    let asked = session.within("reading expired leases", session.client.query(sql, &[&EXPIRED_PAGE])).await;
+    let rows = asked.map_err(DbFailure::rolled_back)?.map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+    let mut dead = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id: String = row.try_get(0).map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+        let epoch: i64 = row.try_get(1).map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+        dead.push((id, epoch as u64));
+    }
+    Ok(dead)
 }
 
 /// Opens a connection and a transaction that holds the advisory lock `lock`.

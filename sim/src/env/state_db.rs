@@ -8,8 +8,8 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use warden::env::{
-    DbFailure, Decide, Exchanged, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, StateDb,
-    LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, STATE_SCHEMA_VERSION,
+    DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, StateDb,
+    INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, STATE_SCHEMA_VERSION,
 };
 
 use crate::env::clock::{SimClock, EPOCH_MS};
@@ -19,13 +19,21 @@ pub struct SharedDb {
     clock: Rc<SimClock>,
     schema: Cell<u32>,
     lines: RefCell<Vec<Vec<u8>>>,
+    /// Instance name -> (epoch, lease's end in the database's ms).
+    instances: RefCell<std::collections::BTreeMap<String, (u64, u64)>>,
     /// A fault: connections are refused (the database is down or partitioned away).
     pub unreachable: Cell<bool>,
 }
 
 impl SharedDb {
     pub fn new(clock: Rc<SimClock>) -> Rc<SharedDb> {
-        Rc::new(SharedDb { clock, schema: Cell::new(0), lines: RefCell::default(), unreachable: Cell::new(false) })
+        Rc::new(SharedDb {
+            clock,
+            schema: Cell::new(0),
+            lines: RefCell::default(),
+            instances: RefCell::default(),
+            unreachable: Cell::new(false),
+        })
     }
 
     /// The schema's version (0: none yet).
@@ -91,6 +99,54 @@ impl SharedDb {
     }
 }
 
+impl SharedDb {
+    /// The database's own time (UTC ms).
+    fn now(&self) -> u64 {
+        EPOCH_MS + self.clock.now()
+    }
+
+    fn with_schema(&self, version: u32) -> Result<(), DbFailure> {
+        self.reachable()?;
+        match self.schema.get() >= version {
+            true => Ok(()),
+            false => Err(DbFailure::rolled_back("PostgreSQL: relation \"warden_instances\" does not exist")),
+        }
+    }
+
+    fn register(&self, instance: &str, lease_ms: u64) -> Result<Lease, DbFailure> {
+        self.with_schema(2)?;
+        if !(1..=INSTANCE_NAME_BYTES_MAX).contains(&instance.len()) {
+            return Err(DbFailure::rolled_back(format!("an instance name of {} bytes", instance.len())));
+        }
+        let until = self.now() + lease_ms;
+        let mut instances = self.instances.borrow_mut();
+        let epoch = instances.get(instance).map_or(1, |(epoch, _)| epoch + 1);
+        instances.insert(instance.to_string(), (epoch, until));
+        Ok(Lease { epoch, remaining_ms: lease_ms })
+    }
+
+    fn renew(&self, instance: &str, epoch: u64, lease_ms: u64) -> Result<Option<Lease>, DbFailure> {
+        self.with_schema(2)?;
+        let now = self.now();
+        let mut instances = self.instances.borrow_mut();
+        Ok(match instances.get_mut(instance) {
+            Some((held, until)) if *held == epoch && *until > now => {
+                *until = now + lease_ms;
+                Some(Lease { epoch, remaining_ms: lease_ms })
+            }
+            _ => None,
+        })
+    }
+
+    fn expired(&self) -> Result<Vec<(String, u64)>, DbFailure> {
+        self.with_schema(2)?;
+        let now = self.now();
+        let instances = self.instances.borrow();
+        let dead = instances.iter().filter(|(_, (_, until))| *until <= now);
+        Ok(dead.take(64).map(|(name, (epoch, _))| (name.clone(), *epoch)).collect())
+    }
+}
+
 /// An instance's handle on the shared database.
 pub struct SimStateDb(pub Rc<SharedDb>);
 
@@ -109,6 +165,29 @@ impl StateDb for SimStateDb {
         // after other tasks had a turn, as over a real connection: its own other decisions
         // may have folded its line meanwhile (a bug the benchmark found on PostgreSQL).
         crate::env::disk::after_a_turn(self.0.exchange(after, decide))
+    }
+
+    fn register(
+        &self,
+        _target: &PostgresTarget,
+        instance: &str,
+        lease_ms: u64,
+    ) -> LocalBoxFuture<'static, Result<Lease, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.register(instance, lease_ms))
+    }
+
+    fn renew(
+        &self,
+        _target: &PostgresTarget,
+        instance: &str,
+        epoch: u64,
+        lease_ms: u64,
+    ) -> LocalBoxFuture<'static, Result<Option<Lease>, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.renew(instance, epoch, lease_ms))
+    }
+
+    fn expired(&self, _target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Vec<(String, u64)>, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.expired())
     }
 }
 
@@ -156,6 +235,20 @@ mod tests {
         // Too long a line is refused, as the table's CHECK refuses it.
         let (done, _) = exchange(&db, LEDGER_PAGE_LINES + 3, Some(vec![b'x'; LEDGER_LINE_BYTES_MAX + 1]));
         assert!(done.is_err());
+        // Leases by the database's clock: renewed while held, lost once ended or taken by a
+        // later epoch (a restart registering again).
+        let a = db.register("a", 300).unwrap();
+        assert_eq!(a.epoch, 1);
+        db.clock.advance(200);
+        assert!(db.renew("a", 1, 300).unwrap().is_some());
+        db.clock.advance(299);
+        assert!(db.expired().unwrap().is_empty());
+        db.clock.advance(1);
+        assert_eq!(db.expired().unwrap(), vec![("a".to_string(), 1)]);
+        assert_eq!(db.renew("a", 1, 300).unwrap(), None, "an ended lease is not renewed");
+        assert_eq!(db.register("a", 300).unwrap().epoch, 2);
+        assert_eq!(db.renew("a", 1, 300).unwrap(), None, "the earlier epoch is fenced");
+        assert!(db.register(&"x".repeat(INSTANCE_NAME_BYTES_MAX + 1), 300).is_err());
         db.set_schema(STATE_SCHEMA_VERSION + 1);
         assert!(db.migrate().unwrap_err().message.contains("newer than this warden's"));
         db.unreachable.set(true);
