@@ -23,6 +23,9 @@ pub struct SharedDb {
     instances: RefCell<std::collections::BTreeMap<String, (u64, u64)>>,
     /// A fault: connections are refused (the database is down or partitioned away).
     pub unreachable: Cell<bool>,
+    /// A fault: the next appending exchanges commit, but their COMMIT's answer is lost (the
+    /// connection breaks on its way back): their caller hears "may have committed".
+    pub lose_commit_answers: Cell<u32>,
 }
 
 impl SharedDb {
@@ -33,6 +36,7 @@ impl SharedDb {
             lines: RefCell::default(),
             instances: RefCell::default(),
             unreachable: Cell::new(false),
+            lose_commit_answers: Cell::new(0),
         })
     }
 
@@ -95,6 +99,11 @@ impl SharedDb {
             return Err(DbFailure::rolled_back(format!("a ledger line of {} bytes", line.len())));
         }
         self.lines.borrow_mut().push(line);
+        if self.lose_commit_answers.get() > 0 {
+            self.lose_commit_answers.set(self.lose_commit_answers.get() - 1);
+            let message = "PostgreSQL: connection closed with COMMIT on its way (simulated)";
+            return Err(DbFailure { message: message.into(), may_have_committed: true });
+        }
         Ok(Exchanged { appended: Some(end + 1), seen: end + 1, more: false })
     }
 }
