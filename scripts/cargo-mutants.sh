@@ -95,7 +95,8 @@ done
 
 echo "== the baseline: the test set on the clean tree"
 cargo test --profile mutants --workspace --lib --test scenarios --test short_sweep --test actions --test durable \
-    --test steps --test defects --test input --test task_runs --test driver --test model -- --include-ignored >/dev/null
+    --test steps --test defects --test input --test task_runs --test driver --test model --test shared_ledger \
+    -- --include-ignored >/dev/null
 
 echo "== the mutants"
 cargo mutants --in-place --no-shuffle --baseline=skip --timeout 240 -o target "${files[@]}" "$@"
