@@ -87,6 +87,10 @@ pub struct Bridge {
     clock: crate::env::clock::SimClockHandle,
 }
 
+/// How the bridge tells the client model a call's stream was lost and could not be resumed
+/// (the transport error a real SDK gives): the client gives the call up.
+pub const STREAM_LOST: &str = "the call's stream was cut and could not be resumed";
+
 /// The live-stream fault (`Fault::StreamCut`), shared by every instance's bridge.
 #[derive(Default)]
 pub struct StreamCut {
@@ -237,7 +241,7 @@ impl Bridge {
             self.pipe.output.borrow_mut().push(line);
             return;
         }
-        self.deliver(answer, closer).await;
+        self.deliver(answer, closer, message.get("id")).await;
         if let Some(id) = message.get("id") {
             self.closers.borrow_mut().remove(&id.to_string());
         }
@@ -282,7 +286,7 @@ impl Bridge {
     /// The answer's messages, as lines on the protocol stream: a live stream's as they come,
     /// until it ends or the client closes the connection (`closer`). A session's stream cut
     /// by the fault is resumed with `Last-Event-ID`, and its events must follow on.
-    async fn deliver(&self, mut answer: OutboundAnswer, closer: Option<Signal>) {
+    async fn deliver(&self, mut answer: OutboundAnswer, closer: Option<Signal>, id: Option<&Value>) {
         let closed = closer.unwrap_or_default();
         let mut trail = EventTrail::default();
         loop {
@@ -338,11 +342,26 @@ impl Bridge {
                 }
             }
             answer = match self.resume(&trail).await {
-                Some(answer) => answer,
+                Some(answer) if answer.status == 200 => answer,
+                // The stream is no longer kept (410: it ended longer ago than the replay
+                // window) or its session is gone: a real SDK fails the request with a transport
+                // error, and its user calls again or asks about the run (seed 36278).
+                Some(refused) => return self.request_failed(id, refused.status, &refused.body),
                 None => return,
             };
             self.stream_cut.resumed.set(self.stream_cut.resumed.get() + 1);
         }
+    }
+
+    /// The client model hears that its request failed below JSON-RPC (`STREAM_LOST`).
+    fn request_failed(&self, id: Option<&Value>, status: u16, body: &[u8]) {
+        let Some(id) = id else { return };
+        let said = String::from_utf8_lossy(body);
+        let message = format!("{STREAM_LOST} (HTTP {status}: {said})");
+        let error = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": message}});
+        let mut line = serde_json::to_vec(&error).expect("JSON");
+        line.push(b'\n');
+        self.pipe.output.borrow_mut().push(line);
     }
 
     /// Asks for the rest of a cut stream, after the last event read.

@@ -343,6 +343,15 @@ impl Client {
         if message["error"]["message"] == json!("a request with this id is still in progress") {
             return;
         }
+        let lost = message["error"]["message"].as_str().is_some_and(|m| m.starts_with(crate::env::http::STREAM_LOST));
+        if lost && self.unanswered.remove(&id).is_some() {
+            // Given up, as a user of a real SDK would be told (a retry's round stays the
+            // run's): its run, if any, is still followed to its end.
+            self.retries.remove(&id);
+            self.abandoned += 1;
+            report.events.push((now, format!("call {id}"), "given up: its stream could not be resumed".into()));
+            return;
+        }
         if let Some(retried) = self.retries.remove(&id) {
             self.retry_answered(id, retried, message, report, now);
             return;
