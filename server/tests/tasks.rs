@@ -197,3 +197,33 @@ fn a_task_update_is_refused_unless_the_run_will_take_it() {
     let late = update(&mut wire, json!({"confirm": {"action": "decline"}}));
     assert_eq!(late["error"]["code"], json!(-32602), "{late}");
 }
+
+/// A retry carries a `requestState`: it continues the run the state names, even from a client
+/// that declares the tasks extension for a tool that may run as a task. Found by the simulator
+/// (seed 14106 of the 100,000-seed sweep): the retry became a new task, its state dropped, so
+/// an altered state went unchecked and the call was admitted afresh (a second run).
+#[test]
+fn a_retry_declaring_tasks_continues_its_run_instead_of_starting_a_task() {
+    let mut wire = Wire::start(&fixture("tasks/manifest.json"));
+    let plain = json!({"elicitation": {}});
+    let arguments = json!({"filename": "notes.txt"});
+    let asked =
+        ask(&mut wire, with(plain, next_id(), "tools/call", json!({"name": "confirm", "arguments": arguments})));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"].as_str().expect("a requestState").to_string();
+    let run = asked["result"]["_meta"]["dev.warden/run"]["run"].clone();
+
+    // An altered state (its seal kept) is refused, tasks declared or not.
+    let (payload, seal) = state.split_once('.').unwrap();
+    let altered = format!("{}x.{seal}", &payload[..payload.len() - 1]);
+    let answers = json!({"confirm": {"action": "accept", "content": {"confirm": true}}});
+    let params = json!({"name": "confirm", "arguments": arguments, "requestState": altered, "inputResponses": answers});
+    let refused = ask(&mut wire, with(declaring(), next_id(), "tools/call", params));
+    assert_eq!(refused["error"]["code"], json!(-32602), "{refused}");
+
+    let params = json!({"name": "confirm", "arguments": arguments, "requestState": state, "inputResponses": answers});
+    let done = ask(&mut wire, with(declaring(), next_id(), "tools/call", params));
+    assert_ne!(done["result"]["resultType"], "task", "a retry is not a new task: {done}");
+    assert_eq!(done["result"]["structuredContent"]["result"], "deleted notes.txt", "{done}");
+    assert_eq!(done["result"]["_meta"]["dev.warden/run"]["run"], run, "the run its state named: {done}");
+}

@@ -146,3 +146,21 @@ fn line_of(state: &State, event: &Event) -> Vec<u8> {
     assert!(line.len() <= LEDGER_LINE_BYTES_MAX, "a ledger line of {} bytes", line.len());
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an operator reads: the database's message, whether the line may be there, and a
+    /// damaged line's number (mutants cargo-mutants found missed wrote nothing, or said a
+    /// line may be there when it is not).
+    #[test]
+    fn an_error_says_what_the_database_said_and_whether_the_line_may_be_there() {
+        let lost = SharedError::Database(DbFailure { message: "connection closed".into(), may_have_committed: true });
+        assert_eq!(lost.to_string(), "connection closed (the line may have been appended)");
+        let refused = SharedError::Database(DbFailure::rolled_back("connection refused"));
+        assert_eq!(refused.to_string(), "connection refused");
+        let damaged = SharedError::Damaged { seq: 7, problem: "checksum mismatch".into() };
+        assert_eq!(damaged.to_string(), "the shared ledger's line 7: checksum mismatch");
+    }
+}

@@ -170,10 +170,17 @@ impl StateDb for SimStateDb {
         after: u64,
         decide: Decide,
     ) -> LocalBoxFuture<'static, Result<Exchanged, DbFailure>> {
-        // Done at once (atomic, as the transaction holding the lock is), but the caller resumes
-        // after other tasks had a turn, as over a real connection: its own other decisions
-        // may have folded its line meanwhile (a bug the benchmark found on PostgreSQL).
-        crate::env::disk::after_a_turn(self.0.exchange(after, decide))
+        // Atomic, as the transaction holding the lock is, but done only after other tasks had
+        // a turn (a connection is opened, the lock waited for), and its caller resumes after
+        // another: as over a real connection, the instance's other decisions may have folded
+        // lines meanwhile, before the exchange and after it (the defect the benchmark found
+        // on PostgreSQL; cargo-mutants found the model too kind with one turn after only).
+        let db = Rc::clone(&self.0);
+        Box::pin(async move {
+            crate::env::disk::after_a_turn(()).await;
+            let done = db.exchange(after, decide);
+            crate::env::disk::after_a_turn(done).await
+        })
     }
 
     fn register(
