@@ -263,7 +263,12 @@ impl Oracle {
         // server stopping on a failed write), reports no outcome: it depends on the run being
         // held by the ledger (so it goes on, at the next start if need be), not on its
         // journal's tail.
-        let not_ended = ["already in progress as run", "was interrupted and resumes when the server starts again"];
+        let not_ended = [
+            "already in progress as run",
+            "was interrupted and resumes when the server starts again",
+            // The round's end is the clock's: the run ends so whatever is durable (seed 49043).
+            "request for input has just expired; the run ends without it",
+        ];
         if result["isError"] == true && not_ended.iter().any(|said| text.contains(said)) {
             // Its reserve only: the run may end between the answer's decision and its
             // writing, and its settle is the run's own, not this answer's (seed 29971).
