@@ -229,6 +229,17 @@ fn a_ledger_that_went_back_or_is_damaged_is_refused() {
         pg.sql("DELETE FROM warden_ledger WHERE seq > 2");
         let refused = instance.decide(|_, _| None).await.unwrap_err();
         assert!(refused.to_string().contains("restored from an older copy"), "{refused}");
+    });
+
+    // A line over the limit, in a table that lost its CHECK, is refused where it enters. (Out
+    // of the runtime: the refused exchange's connection closes when its runtime next turns.)
+    pg.sql("ALTER TABLE warden_ledger DROP CONSTRAINT warden_ledger_line_check");
+    pg.sql("INSERT INTO warden_ledger (seq, line) VALUES (3, convert_to(repeat('x', 70000), 'UTF8'))");
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let late = SharedLedger::open(&env, target(&pg)).await.err().expect("an oversized line is refused");
+        assert!(late.to_string().contains("line 3 is 70000 bytes, over the limit of 65536"), "{late}");
+        pg.sql("DELETE FROM warden_ledger WHERE seq = 3");
 
         // A line whose sum no longer matches is named by its number.
         pg.sql("UPDATE warden_ledger SET line = convert_to(replace(convert_from(line, 'UTF8'), 'run1', 'runX'), 'UTF8') WHERE seq = 2");

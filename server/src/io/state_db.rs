@@ -173,6 +173,7 @@ async fn expired(target: &PostgresTarget) -> Result<Vec<(String, u64)>, DbFailur
     let mut dead = Vec::with_capacity(rows.len());
     for row in rows {
         let id: String = row.try_get(0).map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+        checked_name(&id)?;
         let epoch: i64 = row.try_get(1).map_err(|e| DbFailure::rolled_back(describe(&e)))?;
         dead.push((id, epoch as u64));
     }
@@ -245,6 +246,14 @@ async fn ledger_exchange(target: &PostgresTarget, after: u64, decide: Decide) ->
     for row in rows {
         let seq: i64 = row.try_get(0).map_err(|e| failed(describe(&e)))?;
         let line: Vec<u8> = row.try_get(1).map_err(|e| failed(describe(&e)))?;
+        // The table's CHECK holds this limit; a database whose table lost it is not trusted.
+        if line.len() > LEDGER_LINE_BYTES_MAX {
+            return Err(failed(format!(
+                "the shared ledger's line {seq} is {} bytes, over the limit of {LEDGER_LINE_BYTES_MAX}: \
+                 the table no longer holds Warden's limit; ask a person",
+                line.len()
+            )));
+        }
         lines.push(LedgerLine { seq: seq as u64, line });
     }
     let seen = lines.last().map_or(after, |line| line.seq);
