@@ -193,6 +193,40 @@ fn a_2025_client_over_stdio_is_asked_with_a_server_request() {
     assert_eq!(journal_lines(&wire).matches("\"record\":\"begin\"").count(), 1);
 }
 
+/// A 2025-11-25 call left asking (its client never answers) ends as soon as another call
+/// takes its run's round: here a `once` repeat, asked again for the same run and answered.
+/// (Seed 95237 of the 100,000-seed sweep: the first call waited out the whole round's wait.)
+#[test]
+fn a_2025_call_left_asking_ends_when_another_call_answers_its_run() {
+    let mut wire = Wire::start(&fixture("ask/manifest.json"));
+    let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "t", "version": "1"}});
+    wire.request(Era::Legacy, json!(0), "initialize", init);
+    wire.send_line(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 5, "note": "fixed"}});
+    wire.send_request(Era::Legacy, json!(1), "tools/call", call.clone());
+    let left = wire.recv();
+    assert_eq!(left["method"], json!("elicitation/create"), "{left}");
+    wire.send_request(Era::Legacy, json!(2), "tools/call", call);
+    let asked = wire.recv();
+    assert_eq!(asked["method"], json!("elicitation/create"), "{asked}");
+    assert_ne!(asked["id"], left["id"]);
+    wire.send_line(
+        &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"close": true}}}),
+    );
+    let mut answers = [wire.recv(), wire.recv()];
+    answers.sort_by_key(|answer| answer["id"].as_i64());
+    let [first, repeat] = answers;
+    assert_eq!(repeat["result"]["structuredContent"]["result"]["status"], json!("closed"), "{repeat}");
+    assert_eq!(first["id"], json!(1), "{first}");
+    assert_eq!(first["result"]["isError"], json!(true), "{first}");
+    let text = first["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("no longer waits for this input: another call answered it"), "{text}");
+    // The response the first call's client sends late is to nothing that waits: dropped.
+    wire.send_line(&json!({"jsonrpc": "2.0", "id": left["id"], "result": {"action": "decline"}}));
+    wire.assert_serving(3);
+    assert_eq!(journal_lines(&wire).matches("\"record\":\"begin\"").count(), 1);
+}
+
 /// A folder with one tool `t` whose program is `program` (no grants).
 fn one_tool(program: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

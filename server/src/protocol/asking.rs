@@ -7,6 +7,8 @@
 //! client's responses arrive as POSTs of their own, routed here by the session).
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 
 use serde_json::{json, Map, Value};
@@ -15,6 +17,7 @@ use super::jsonrpc::RequestId;
 use super::{Connection, PendingCall};
 use crate::base::sync::{select, Either, Signal};
 use crate::call::{CallControl, CallReply, Retry};
+use crate::run::input::Claims;
 
 /// A response awaited from the client.
 #[derive(Default)]
@@ -90,12 +93,19 @@ impl Connection {
             if let Some(outbox) = outbox {
                 outbox.drained().await;
             }
-            let answers = match self.gather(&result["inputRequests"]).await {
-                Some(answers) => answers,
-                None => {
+            let answers = match self.gather(&result).await {
+                Gathered::Answers(answers) => answers,
+                Gathered::Unanswered => {
                     let text =
                         "the client did not answer the run's request for input; it waits until its round expires";
                     return CallReply::Result(crate::call::answer::error_result(text.to_string()), None);
+                }
+                Gathered::RoundEnded(run) => {
+                    let text = format!(
+                        "run {run} no longer waits for this input: another call answered it with its \
+                         requestState, or its round expired (warden_run_status tells how it went)"
+                    );
+                    return CallReply::Result(crate::call::answer::error_result(text), None);
                 }
             };
             let retry = Retry { request_state: result["requestState"].clone(), input_responses: Some(answers) };
@@ -123,11 +133,15 @@ impl Connection {
         CallReply::Result(crate::call::answer::error_result(text), None)
     }
 
-    /// Sends each request and waits for every response (within a round's wait, while the
-    /// client is there). An error response answers as a decline would (no content).
-    async fn gather(&self, requests: &Value) -> Option<Value> {
+    /// Sends each request and waits for every response: within a round's wait, while the
+    /// client is there, and while the run still awaits the round (another call may take it
+    /// with the run's `requestState`). An error response answers as a decline would (no
+    /// content).
+    async fn gather(&self, result: &Value) -> Gathered {
+        let Some(requests) = result["inputRequests"].as_object() else { return Gathered::Unanswered };
+        let round = result["requestState"].as_str().and_then(|state| self.runs.inputs.open(state).ok());
         let mut waiting = Vec::new();
-        for (key, request) in requests.as_object()? {
+        for (key, request) in requests {
             let number = self.next_request.get();
             self.next_request.set(number + 1);
             let id: RequestId = json!(format!("{}{number}", self.request_prefix.borrow()));
@@ -137,25 +151,51 @@ impl Connection {
             self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": request["params"]})).await;
             waiting.push((key.clone(), id, awaited, method));
         }
+        let gathered = self.responses(&waiting, round.as_ref()).await;
+        for (_, id, _, _) in &waiting {
+            self.asked_client.borrow_mut().remove(&id.to_string());
+        }
+        gathered
+    }
+
+    /// The responses to `waiting`, in order, or why they stopped coming.
+    async fn responses(&self, waiting: &[(String, RequestId, Rc<Awaited>, Value)], round: Option<&Claims>) -> Gathered {
         let mut answers = Map::new();
         let ends_at = self.env.clock.monotonic_ms().saturating_add(crate::limits::INPUT_WAIT_MS);
-        for (key, id, awaited, method) in waiting {
+        for (key, _, awaited, method) in waiting {
             let left = ends_at.saturating_sub(self.env.clock.monotonic_ms());
-            let gone = Box::pin(select(self.client_gone.wait(), self.reading_ended.wait()));
-            let arrived = Box::pin(select(awaited.arrived.wait(), gone));
-            let answered = match select(arrived, self.env.clock.sleep(left)).await {
-                Either::Left(Either::Left(())) => awaited.response.borrow_mut().take(),
-                Either::Left(Either::Right(_)) | Either::Right(()) => None,
+            let ended: Pin<Box<dyn Future<Output = ()> + '_>> = match round {
+                Some(claims) => Box::pin(self.runs.inputs.round_ended(&claims.run, claims.round)),
+                None => Box::pin(std::future::pending()),
             };
-            self.asked_client.borrow_mut().remove(&id.to_string());
-            let mut body = answered?;
+            let gone = Box::pin(select(self.client_gone.wait(), self.reading_ended.wait()));
+            let arrived = Box::pin(select(awaited.arrived.wait(), Box::pin(select(gone, ended))));
+            let mut body = match select(arrived, self.env.clock.sleep(left)).await {
+                Either::Left(Either::Left(())) => match awaited.response.borrow_mut().take() {
+                    Some(body) => body,
+                    None => return Gathered::Unanswered,
+                },
+                Either::Left(Either::Right(Either::Right(()))) => {
+                    return Gathered::RoundEnded(round.map(|claims| claims.run.clone()).unwrap_or_default())
+                }
+                Either::Left(Either::Right(Either::Left(_))) | Either::Right(()) => return Gathered::Unanswered,
+            };
             let answer = match body.remove("result") {
                 Some(result) => result,
                 None if method == "elicitation/create" => json!({"action": "decline"}),
                 None => continue,
             };
-            answers.insert(key, answer);
+            answers.insert(key.clone(), answer);
         }
-        Some(Value::Object(answers))
+        Gathered::Answers(Value::Object(answers))
     }
+}
+
+/// How asking the client for a round's answers ended.
+enum Gathered {
+    Answers(Value),
+    /// The client left a request unanswered within the wait, or went away.
+    Unanswered,
+    /// The run no longer awaits the round (its id): another call took it, or it expired.
+    RoundEnded(String),
 }

@@ -103,10 +103,29 @@ impl Inputs {
 
     /// Takes the awaited round of `run` if it is `round`: only one retry (or the expiry) can.
     pub fn take(&self, run: &str, round: u64) -> Option<Awaited> {
-        let mut awaiting = self.awaiting.borrow_mut();
-        match awaiting.get(run) {
-            Some(awaited) if awaited.round == round => awaiting.remove(run),
-            _ => None,
+        let taken = {
+            let mut awaiting = self.awaiting.borrow_mut();
+            match awaiting.get(run) {
+                Some(awaited) if awaited.round == round => awaiting.remove(run),
+                _ => None,
+            }
+        };
+        if taken.is_some() {
+            self.changed.notify_all();
+        }
+        taken
+    }
+
+    /// Completes once `run` no longer awaits `round`: a retry took it (another call's, with
+    /// its `requestState`), or it expired. A session call asking its client waits on this too,
+    /// so it is not left waiting for answers its run can no longer take.
+    pub async fn round_ended(&self, run: &str, round: u64) {
+        loop {
+            let changed = self.changed.changed();
+            if !self.awaits(run, round) {
+                return;
+            }
+            changed.await;
         }
     }
 
@@ -154,7 +173,13 @@ impl Inputs {
         let mut awaiting = self.awaiting.borrow_mut();
         let due: Vec<String> =
             awaiting.iter().filter(|(_, a)| a.ends_at_monotonic_ms <= now_ms).map(|(run, _)| run.clone()).collect();
-        due.into_iter().filter_map(|run| awaiting.remove(&run).map(|awaited| (run, awaited))).collect()
+        let taken: Vec<_> =
+            due.into_iter().filter_map(|run| awaiting.remove(&run).map(|awaited| (run, awaited))).collect();
+        drop(awaiting);
+        if !taken.is_empty() {
+            self.changed.notify_all();
+        }
+        taken
     }
 }
 
