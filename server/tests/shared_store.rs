@@ -2,8 +2,9 @@
 //! cluster of `scripts/postgres.sh`): `warden migrate` creates and migrates the schema and
 //! refuses a newer one, and the shared ledger holds a quota and a `once` key across instances
 //! whose decisions race on separate connections, reads a ledger longer than a page, and refuses
-//! a ledger that went back or was damaged; an instance's lease is renewed while it holds it and
-//! fenced once it ends or a later epoch takes it.
+//! a ledger that went back or was damaged; an instance paused holding the ledger's lock loses
+//! it and the others go on; an instance's lease is renewed while it holds it and fenced once it
+//! ends or a later epoch takes it.
 
 mod common;
 
@@ -246,6 +247,41 @@ fn a_ledger_that_went_back_or_is_damaged_is_refused() {
         let damaged = SharedLedger::open(&env, target(&pg)).await.err().expect("a damaged line is refused");
         assert!(matches!(damaged, SharedError::Damaged { seq: 2, .. }), "{damaged}");
     });
+}
+
+/// An instance that pauses (a stall, SIGSTOP, a long GC-like freeze) while it holds the ledger's
+/// lock, between reading the ledger and appending its decision, must not hold every other
+/// instance's admissions: the database ends its idle transaction, the others go on, and its
+/// decision, if it wakes, is refused rather than appended late.
+#[test]
+fn an_instance_paused_holding_the_ledger_lock_loses_it_and_the_others_go_on() {
+    let pg = migrated("paused");
+    let quick = PostgresTarget { statement_timeout_ms: 300, ..target(&pg) };
+    let paused = std::thread::spawn(move || {
+        warden::io::run(async move {
+            let env = warden::io::command_env();
+            let instance = SharedLedger::open(&env, quick).await.unwrap();
+            instance
+                .decide(|_, now| {
+                    // Paused inside the transaction, the lock held: ten times its timeout.
+                    std::thread::sleep(std::time::Duration::from_millis(3_000));
+                    Some(reserve("paused".into(), now, None))
+                })
+                .await
+        })
+    });
+    // The other instance waits for the lock at most its own timeout, well within the pause.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let patient = PostgresTarget { statement_timeout_ms: 1_500, ..target(&pg) };
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let other = SharedLedger::open(&env, patient).await.unwrap();
+        let admitted = other.decide(|_, now| Some(reserve("other".into(), now, None))).await;
+        assert!(admitted.unwrap().is_some());
+    });
+    paused.join().unwrap().expect_err("the paused instance's late decision is refused");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "1");
+    assert_eq!(pg.sql("SELECT position('paused' in convert_from(line, 'UTF8')) FROM warden_ledger"), "0");
 }
 
 #[test]

@@ -103,9 +103,17 @@ impl StateDb for RealStateDb {
 /// A connection with a transaction open, bounded by the statement timeout.
 async fn begun(target: &PostgresTarget) -> Result<Session, DbFailure> {
     let session = Session::open(target).await.map_err(DbFailure::rolled_back)?;
-    let begin = format!("BEGIN; SET LOCAL statement_timeout = {}", target.statement_timeout_ms);
-    session.run("BEGIN", &begin).await.map_err(DbFailure::rolled_back)?;
+    session.run("BEGIN", &begin_bounded(target)).await.map_err(DbFailure::rolled_back)?;
     Ok(session)
+}
+
+/// BEGIN, each statement bounded by the statement timeout and the wait between two of them by
+/// the same: an instance that pauses inside a transaction (a stall, SIGSTOP) has it ended by
+/// the database, its locks released, rather than holding every other instance up for as long
+/// as it sleeps. Its own next statement then fails, so nothing it decided is written late.
+fn begin_bounded(target: &PostgresTarget) -> String {
+    let timeout = target.statement_timeout_ms;
+    format!("BEGIN; SET LOCAL statement_timeout = {timeout}; SET LOCAL idle_in_transaction_session_timeout = {timeout}")
 }
 
 fn checked_name(instance: &str) -> Result<(), DbFailure> {
@@ -183,10 +191,7 @@ async fn expired(target: &PostgresTarget) -> Result<Vec<(String, u64)>, DbFailur
 /// Opens a connection and a transaction that holds the advisory lock `lock`.
 async fn locked(target: &PostgresTarget, lock: i64) -> Result<Session, DbFailure> {
     let session = Session::open(target).await.map_err(DbFailure::rolled_back)?;
-    let begin = format!(
-        "BEGIN; SET LOCAL statement_timeout = {}; SELECT pg_advisory_xact_lock({lock})",
-        target.statement_timeout_ms
-    );
+    let begin = format!("{}; SELECT pg_advisory_xact_lock({lock})", begin_bounded(target));
     session.run("BEGIN", &begin).await.map_err(DbFailure::rolled_back)?;
     Ok(session)
 }
