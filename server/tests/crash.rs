@@ -243,6 +243,37 @@ fn a_postgres_write_that_cannot_be_looked_up_at_restart_waits_for_the_operator()
     assert_eq!(pg.sql("SELECT status FROM tickets WHERE id = 1"), "open", "nothing was guessed");
 }
 
+/// A process paused inside a `db.postgres` write (a stall, SIGSTOP), its transaction open and
+/// the row locked: the database ends the transaction after the grant's timeout, so another
+/// client of the operator's database is not held for as long as Warden sleeps; Warden, awake,
+/// finds its COMMIT failed and its write not in `warden_actions`, and does it once.
+#[test]
+fn a_process_paused_inside_a_postgres_write_does_not_hold_the_operators_rows() {
+    let pg = Pg::create("paused_write");
+    pg.desk();
+    let dir = private_copy(&fixture("postgres"));
+    let paused = ("FAILPOINTS", "db-before-commit=1*sleep(8000)");
+    let mut wire = Wire::start_dir(dir, &[("DESK_PG_URL", &pg.url), paused]);
+    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 2, "note": "paused"}});
+    wire.send_request(Era::Modern, json!(1), "tools/call", call);
+    let idle =
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pg.sql(idle) == "0" {
+        assert!(Instant::now() < deadline, "the write never paused before its COMMIT: {}", wire.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Another client of the desk waits for the row at most 6 s; Warden sleeps 8 s (its
+    // transaction ends 4 s into the pause: the grant's 3 s timeout and a second's grace).
+    pg.sql("SET statement_timeout = 6000; UPDATE tickets SET urgent = true WHERE id = 2");
+    let answer = wire.recv();
+    assert_eq!(answer["id"], json!(1), "{answer}");
+    assert_eq!(answer["result"]["structuredContent"]["result"]["changes"], json!(1), "{answer}");
+    assert!(wire.stderr().contains("not in warden_actions; performing it"), "{}", wire.stderr());
+    assert_eq!(pg.sql("SELECT status || ' ' || urgent FROM tickets WHERE id = 2"), "closed true");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_actions"), "1");
+}
+
 fn rusqlite_count(path: &Path) -> i64 {
     let output = Command::new("python3")
         .args(["-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from warden_actions').fetchone()[0])"])

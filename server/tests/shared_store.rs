@@ -263,8 +263,9 @@ fn an_instance_paused_holding_the_ledger_lock_loses_it_and_the_others_go_on() {
             let instance = SharedLedger::open(&env, quick).await.unwrap();
             instance
                 .decide(|_, now| {
-                    // Paused inside the transaction, the lock held: ten times its timeout.
-                    std::thread::sleep(std::time::Duration::from_millis(3_000));
+                    // Paused inside the transaction, the lock held: over three times its
+                    // session's deadline (300 ms and a second's grace).
+                    std::thread::sleep(std::time::Duration::from_millis(4_500));
                     Some(reserve("paused".into(), now, None))
                 })
                 .await
@@ -272,7 +273,7 @@ fn an_instance_paused_holding_the_ledger_lock_loses_it_and_the_others_go_on() {
     });
     // The other instance waits for the lock at most its own timeout, well within the pause.
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let patient = PostgresTarget { statement_timeout_ms: 1_500, ..target(&pg) };
+    let patient = PostgresTarget { statement_timeout_ms: 2_500, ..target(&pg) };
     warden::io::run(async {
         let env = warden::io::command_env();
         let other = SharedLedger::open(&env, patient).await.unwrap();

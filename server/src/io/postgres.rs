@@ -93,6 +93,18 @@ fn bounded(mut text: String) -> String {
     text
 }
 
+/// The settings, after BEGIN, that bound a transaction: each statement by the statement
+/// timeout, and the wait between two statements by the session's own deadline (the statement
+/// timeout and `CLIENT_GRACE_MS`, so work between statements that the deadline allows is never
+/// cut). A process paused between two statements (a stall, SIGSTOP) has its transaction ended
+/// by the server, its locks released, rather than holding every other client for as long as it
+/// sleeps. (A pause while the server is still sending a result is not covered: the server is
+/// then writing, not idle.)
+pub(super) fn bounded_transaction(target: &PostgresTarget) -> String {
+    let (timeout, idle) = (target.statement_timeout_ms, target.statement_timeout_ms.saturating_add(CLIENT_GRACE_MS));
+    format!("SET LOCAL statement_timeout = {timeout}; SET LOCAL idle_in_transaction_session_timeout = {idle}")
+}
+
 /// A connection, its I/O task aborted when dropped (which closes the socket: the server
 /// rolls back whatever was not committed).
 pub(super) struct Session {
@@ -147,9 +159,12 @@ impl Session {
         self.within(what, self.client.batch_execute(sql)).await?.map_err(|e| describe(&e))
     }
 
+    /// BEGIN, bounded (`bounded_transaction`): a process paused inside a program's write has
+    /// its transaction ended by the server, the operator's rows released; awake, its COMMIT
+    /// fails and the write is looked up as any in doubt.
     async fn begin(&self, target: &PostgresTarget, read_only: bool) -> Result<(), String> {
         let mode = if read_only { " READ ONLY" } else { "" };
-        let sql = format!("BEGIN{mode}; SET LOCAL statement_timeout = {}", target.statement_timeout_ms);
+        let sql = format!("BEGIN{mode}; {}", bounded_transaction(target));
         self.run("BEGIN", &sql).await
     }
 
@@ -223,7 +238,15 @@ pub async fn execute(request: DbRequest, target: PostgresTarget) -> Result<DbRep
     // here, holding the write's row (a statement that ended it would otherwise leave the
     // action journaled done without its row, or its row committed without its write).
     session.still_ours(recorded).await?;
+    before_commit();
     session.commit().await.map(|()| reply)
+}
+
+/// A crash-test build can stall here, the transaction open and its locks held
+/// (`FAILPOINTS="db-before-commit=1*sleep(8000)"`): a process paused by the machine.
+fn before_commit() {
+    #[cfg(feature = "crash-points")]
+    fail::eval("db-before-commit", |_| ());
 }
 
 /// The write's row first: a database that has no `warden_actions` yet gets it (outside the

@@ -13,7 +13,7 @@
 
 use tokio_postgres::types::ToSql;
 
-use super::postgres::{describe, Session};
+use super::postgres::{bounded_transaction, describe, Session};
 use crate::env::{
     DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, StateDb,
     INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, STATE_SCHEMA_VERSION,
@@ -107,13 +107,11 @@ async fn begun(target: &PostgresTarget) -> Result<Session, DbFailure> {
     Ok(session)
 }
 
-/// BEGIN, each statement bounded by the statement timeout and the wait between two of them by
-/// the same: an instance that pauses inside a transaction (a stall, SIGSTOP) has it ended by
-/// the database, its locks released, rather than holding every other instance up for as long
-/// as it sleeps. Its own next statement then fails, so nothing it decided is written late.
+/// BEGIN, bounded (`bounded_transaction`): an instance paused inside a transaction has it ended
+/// by the database, the ledger's lock released, so the others go on; its own next statement
+/// then fails, so nothing it decided is written late.
 fn begin_bounded(target: &PostgresTarget) -> String {
-    let timeout = target.statement_timeout_ms;
-    format!("BEGIN; SET LOCAL statement_timeout = {timeout}; SET LOCAL idle_in_transaction_session_timeout = {timeout}")
+    format!("BEGIN; {}", bounded_transaction(target))
 }
 
 fn checked_name(instance: &str) -> Result<(), DbFailure> {
