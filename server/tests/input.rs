@@ -160,15 +160,21 @@ fn tamper(state: &str) -> String {
     String::from_utf8(bytes).unwrap()
 }
 
+/// The ask fixture served to a 2025-11-25 client that declared elicitation, initialized.
+fn legacy_session_with_elicitation() -> Wire {
+    let mut wire = Wire::start(&fixture("ask/manifest.json"));
+    let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "t", "version": "1"}});
+    wire.request(Era::Legacy, json!(0), "initialize", init);
+    wire.send_line(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    wire
+}
+
 /// A 2025-11-25 client that declared elicitation at `initialize` is asked with a server
 /// request on the session, and the run goes on with its response; one that answers with an
 /// error has declined.
 #[test]
 fn a_2025_client_over_stdio_is_asked_with_a_server_request() {
-    let mut wire = Wire::start(&fixture("ask/manifest.json"));
-    let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "t", "version": "1"}});
-    wire.request(Era::Legacy, json!(0), "initialize", init);
-    wire.send_line(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut wire = legacy_session_with_elicitation();
     for (id, ticket, answer, status) in [
         (1, 3, json!({"result": {"action": "accept", "content": {"close": true}}}), "closed"),
         (2, 4, json!({"error": {"code": -1, "message": "the user closed the dialog"}}), "left open"),
@@ -198,10 +204,7 @@ fn a_2025_client_over_stdio_is_asked_with_a_server_request() {
 /// (Seed 95237 of the 100,000-seed sweep: the first call waited out the whole round's wait.)
 #[test]
 fn a_2025_call_left_asking_ends_when_another_call_answers_its_run() {
-    let mut wire = Wire::start(&fixture("ask/manifest.json"));
-    let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "t", "version": "1"}});
-    wire.request(Era::Legacy, json!(0), "initialize", init);
-    wire.send_line(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut wire = legacy_session_with_elicitation();
     let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 5, "note": "fixed"}});
     wire.send_request(Era::Legacy, json!(1), "tools/call", call.clone());
     let left = wire.recv();
@@ -220,11 +223,29 @@ fn a_2025_call_left_asking_ends_when_another_call_answers_its_run() {
     assert_eq!(first["id"], json!(1), "{first}");
     assert_eq!(first["result"]["isError"], json!(true), "{first}");
     let text = first["result"]["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("no longer waits for this input: another call answered it"), "{text}");
+    assert!(text.contains("no longer waits for it (another call answered it"), "{text}");
     // The response the first call's client sends late is to nothing that waits: dropped.
     wire.send_line(&json!({"jsonrpc": "2.0", "id": left["id"], "result": {"action": "decline"}}));
     wire.assert_serving(3);
     assert_eq!(journal_lines(&wire).matches("\"record\":\"begin\"").count(), 1);
+}
+
+/// Two 2025-11-25 calls asking their client at once, and the client closes stdin without
+/// answering: both calls end (each waited on the connection's end, which woke only the last to
+/// wait), and the server exits at once rather than after the round's whole wait.
+#[test]
+fn every_call_asking_its_client_ends_when_stdin_closes() {
+    let mut wire = legacy_session_with_elicitation();
+    for (id, ticket) in [(1, 3), (2, 4)] {
+        let call = json!({"name": "close_ticket", "arguments": {"ticket_id": ticket, "note": "fixed"}});
+        wire.send_request(Era::Legacy, json!(id), "tools/call", call);
+        assert_eq!(wire.recv()["method"], json!("elicitation/create"));
+    }
+    wire.close_stdin();
+    let mut ids: Vec<Value> = (0..2).map(|_| wire.recv()["id"].clone()).collect();
+    ids.sort_by_key(|id| id.as_i64());
+    assert_eq!(ids, [json!(1), json!(2)]);
+    assert!(wire.wait_exit(std::time::Duration::from_secs(20)).success(), "{}", wire.stderr());
 }
 
 /// A folder with one tool `t` whose program is `program` (no grants).

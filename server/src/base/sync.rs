@@ -74,7 +74,7 @@ impl Future for WaitAll {
     }
 }
 
-/// A one-way flag one task can wait on (e.g. "the client is gone").
+/// A one-way flag tasks can wait on (e.g. "the client is gone"): setting it wakes them all.
 #[derive(Clone, Default)]
 pub struct Signal {
     inner: Rc<SignalInner>,
@@ -83,8 +83,11 @@ pub struct Signal {
 #[derive(Default)]
 struct SignalInner {
     set: Cell<bool>,
-    /// The one task waiting (the latest to poll): bounded, unlike a list of wakers.
-    waiter: RefCell<Option<Waker>>,
+    next_ticket: Cell<u64>,
+    /// Every task waiting, woken together: several calls of one connection wait for its end
+    /// (the last to poll alone was woken, and the others waited out their rounds). Bounded by
+    /// the waits alive, each removed when dropped.
+    waiters: RefCell<std::collections::BTreeMap<u64, Waker>>,
 }
 
 impl Signal {
@@ -94,7 +97,8 @@ impl Signal {
 
     pub fn set(&self) {
         self.inner.set.set(true);
-        if let Some(waker) = self.inner.waiter.borrow_mut().take() {
+        let waiters = std::mem::take(&mut *self.inner.waiters.borrow_mut());
+        for (_, waker) in waiters {
             waker.wake();
         }
     }
@@ -104,12 +108,15 @@ impl Signal {
     }
 
     pub fn wait(&self) -> SignalWait {
-        SignalWait { inner: Rc::clone(&self.inner) }
+        let ticket = self.inner.next_ticket.get();
+        self.inner.next_ticket.set(ticket + 1);
+        SignalWait { inner: Rc::clone(&self.inner), ticket }
     }
 }
 
 pub struct SignalWait {
     inner: Rc<SignalInner>,
+    ticket: u64,
 }
 
 impl Future for SignalWait {
@@ -119,8 +126,14 @@ impl Future for SignalWait {
         if self.inner.set.get() {
             return Poll::Ready(());
         }
-        *self.inner.waiter.borrow_mut() = Some(cx.waker().clone());
+        self.inner.waiters.borrow_mut().insert(self.ticket, cx.waker().clone());
         Poll::Pending
+    }
+}
+
+impl Drop for SignalWait {
+    fn drop(&mut self) {
+        self.inner.waiters.borrow_mut().remove(&self.ticket);
     }
 }
 

@@ -101,9 +101,12 @@ impl Connection {
                     return CallReply::Result(crate::call::answer::error_result(text.to_string()), None);
                 }
                 Gathered::RoundEnded(run) => {
+                    // Worded as the refusal of answers a run cannot take, which it is: it
+                    // depends on nothing durable (another call's retry took the round).
                     let text = format!(
-                        "run {run} no longer waits for this input: another call answered it with its \
-                         requestState, or its round expired (warden_run_status tells how it went)"
+                        "the run's request for input could not be answered: run {run} no longer waits for it \
+                         (another call answered it with its requestState, or its round ended); \
+                         warden_run_status tells how it went"
                     );
                     return CallReply::Result(crate::call::answer::error_result(text), None);
                 }

@@ -236,7 +236,8 @@ impl Oracle {
         }
         // A session's answers that the run could not take: the round's refusal, as a retry's
         // -32602 is, changes nothing and depends on nothing (seed 19771: another retry had
-        // taken the round, and its record was not yet durable).
+        // taken the round, and its record was not yet durable). The same words end a session
+        // call still asking its client when another call takes its run's round (seed 6747).
         if text.starts_with("the run's request for input could not be answered") {
             return;
         }
