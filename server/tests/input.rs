@@ -216,9 +216,12 @@ fn a_2025_call_left_asking_ends_when_another_call_answers_its_run() {
     wire.send_line(
         &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"close": true}}}),
     );
-    let mut answers = [wire.recv(), wire.recv()];
+    let mut answers = [wire.recv(), wire.recv(), wire.recv()];
     answers.sort_by_key(|answer| answer["id"].as_i64());
-    let [first, repeat] = answers;
+    let [withdrawn, first, repeat] = answers;
+    // The first call's request, left unanswered, is withdrawn before its call is answered.
+    assert_eq!(withdrawn["method"], json!("notifications/cancelled"), "{withdrawn}");
+    assert_eq!(withdrawn["params"]["requestId"], left["id"], "{withdrawn}");
     assert_eq!(repeat["result"]["structuredContent"]["result"]["status"], json!("closed"), "{repeat}");
     assert_eq!(first["id"], json!(1), "{first}");
     assert_eq!(first["result"]["isError"], json!(true), "{first}");

@@ -155,8 +155,19 @@ impl Connection {
             waiting.push((key.clone(), id, awaited, method));
         }
         let gathered = self.responses(&waiting, round.as_ref()).await;
+        let client_there = !self.client_gone.is_set() && !self.reading_ended.is_set();
         for (_, id, _, _) in &waiting {
-            self.asked_client.borrow_mut().remove(&id.to_string());
+            let unanswered = self.asked_client.borrow_mut().remove(&id.to_string()).is_some();
+            // A request left unanswered is withdrawn, so the client can close what it shows
+            // its user (an elicitation's dialog) rather than ask for an answer nobody reads.
+            if unanswered && client_there {
+                let reason = match gathered {
+                    Gathered::RoundEnded(_) => "the run no longer waits for this input",
+                    _ => "the run's request for input was not answered in time",
+                };
+                let params = json!({"requestId": id, "reason": reason});
+                self.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})).await;
+            }
         }
         gathered
     }
