@@ -99,22 +99,20 @@ pub async fn open_server(
     transport_secrets: Vec<String>,
 ) -> Result<OpenServer, String> {
     let catalog = Rc::new(load(env, manifest_path).await?);
-    if let Store::Postgres { .. } = &catalog.manifest.server.store {
-        return Err(format!(
-            "{}: server.store.postgres: serving on the PostgreSQL store is not built yet (its schema and its \
-             shared ledger are: `warden migrate` creates them); leave server.store out to serve on the files \
-             under server.journals",
-            manifest_path.display()
-        ));
-    }
     catalog.check_secrets(env)?;
     let pinned = crate::catalog::tool_lock::verify(env, &catalog).await?;
     initialize_databases(env, &catalog).await?;
     let journals = catalog.manifest.server.journals.clone();
     create_root(env, &journals).await?;
     let _lock = take_lock(env, &journals).await?;
-    let ledger = Ledger::open(env, &journals).await.map_err(|e| e.to_string())?;
-    let mut runs = Runs::new(env.clone(), Rc::clone(&catalog), ledger);
+    let (ledger, records, sole) = match &catalog.manifest.server.store {
+        Store::Files => {
+            let ledger = Ledger::open(env, &journals).await.map_err(|e| e.to_string())?;
+            (ledger, crate::store::records::RunRecords::in_files(env, &journals), None)
+        }
+        Store::Postgres { url_env } => open_store(env, manifest_path, url_env, &journals).await?,
+    };
+    let mut runs = Runs::new(env.clone(), Rc::clone(&catalog), ledger, records);
     runs.secrets.extend(transport_secrets);
     runs.inputs.set_key(crate::run::input::load_key(env, &journals).await?);
     let runs = Rc::new(runs);
@@ -139,10 +137,49 @@ pub async fn open_server(
         catalog.manifest.server.name,
         if pinned { ", each as warden.lock recorded it" } else { " (no warden.lock: the tools are not pinned)" }
     ));
+    if let Some(sole) = sole {
+        stop_when_lost(&runs, sole);
+    }
     spawn_daily_sweep(&runs);
     crate::operator::admin::start(&runs);
     crate::run::input::spawn_expiry(&runs);
     Ok(OpenServer { runs, _lock })
+}
+
+/// The PostgreSQL store's ledger and records for one serving instance (issue 28, step 2 of
+/// `docs/design/several-instances.md`): the schema created or migrated, the sole-instance lock
+/// taken (several instances come with leases), the shared ledger folded. The journals folder
+/// keeps the runs' logs and `server.lock`.
+async fn open_store(
+    env: &Env,
+    manifest_path: &Path,
+    url_env: &str,
+    journals: &Path,
+) -> Result<(Ledger, crate::store::records::RunRecords, Option<crate::env::SoleHold>), String> {
+    let target = store_target(env, manifest_path, url_env)?;
+    let store = |failure: crate::env::DbFailure| format!("the PostgreSQL store at ${url_env}: {}", failure.message);
+    let migration = env.state_db.migrate(&target).await.map_err(store)?;
+    if migration.found != migration.now {
+        env.log(&format!(
+            "the PostgreSQL store at ${url_env}: schema migrated from version {} to {}",
+            migration.found, migration.now
+        ));
+    }
+    let sole = env.state_db.hold_sole(&target).await.map_err(store)?;
+    let ledger = Ledger::open_shared(env, journals, target.clone()).await.map_err(|e| e.to_string())?;
+    env.log(&format!("keeping the runs' records and the ledger in the PostgreSQL store at ${url_env}"));
+    Ok((ledger, crate::store::records::RunRecords::in_database(env, journals, target), Some(sole)))
+}
+
+/// Stops the server when the store's sole-instance lock is lost: another instance could
+/// take the runs up.
+fn stop_when_lost(runs: &Rc<Runs>, sole: crate::env::SoleHold) {
+    let runs = Rc::clone(runs);
+    let watched = runs.env.clone();
+    watched.spawn.spawn(Box::pin(async move {
+        let why = sole.await;
+        runs.stop(&crate::run::store::Fatal::storage(why));
+    }));
 }
 
 /// Creates each `db.sqlite` database that has an `init` file and does not exist yet.
@@ -240,9 +277,25 @@ async fn load(env: &Env, manifest_path: &Path) -> Result<Catalog, String> {
     Catalog::load(env, manifest).await
 }
 
+/// The manifest's catalog for a command that reads the runs' files beside a live server:
+/// refused for the PostgreSQL store, whose runs these commands cannot read yet (they would
+/// report none).
+async fn load_reading_files(env: &Env, manifest_path: &Path, command: &str) -> Result<Catalog, String> {
+    let catalog = load(env, manifest_path).await?;
+    if let Store::Postgres { .. } = &catalog.manifest.server.store {
+        return Err(format!(
+            "{}: `{command}` reads the runs' files under server.journals, and this manifest keeps them in the \
+             PostgreSQL store (server.store.postgres), which `{command}` cannot read yet: ask the server's \
+             `/metrics` or the `warden_run_status` tool meanwhile",
+            manifest_path.display()
+        ));
+    }
+    Ok(catalog)
+}
+
 /// `warden mcp status <manifest>`: unfinished runs and quota use, beside a running server.
 pub async fn status(env: &Env, manifest_path: &Path, as_json: bool) -> Result<String, String> {
-    let catalog = load(env, manifest_path).await?;
+    let catalog = load_reading_files(env, manifest_path, "warden mcp status").await?;
     crate::operator::status::report(env, &catalog, as_json).await
 }
 
@@ -253,13 +306,13 @@ pub async fn runs_list(
     filter: &crate::operator::runs::Filter,
     as_json: bool,
 ) -> Result<String, String> {
-    let catalog = load(env, manifest_path).await?;
+    let catalog = load_reading_files(env, manifest_path, "warden runs list").await?;
     crate::operator::runs::list(env, &catalog, filter, as_json).await
 }
 
 /// `warden runs show <manifest> <run>`: one run's journal rendered, beside a live server.
 pub async fn runs_show(env: &Env, manifest_path: &Path, run: &str, as_json: bool) -> Result<String, String> {
-    let catalog = load(env, manifest_path).await?;
+    let catalog = load_reading_files(env, manifest_path, "warden runs show").await?;
     crate::operator::runs::show(env, &catalog, run, as_json).await
 }
 
@@ -324,9 +377,27 @@ pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
     Ok(report)
 }
 
-/// How long `warden migrate` waits to connect, and for its transaction.
-const MIGRATE_CONNECT_TIMEOUT_MS: u64 = 10_000;
-const MIGRATE_STATEMENT_TIMEOUT_MS: u64 = 60_000;
+/// How long an exchange with the PostgreSQL store waits to connect, and for each statement
+/// (a migration's included; an instance paused inside a transaction holds the ledger's lock
+/// at most this and a second, `io/postgres.rs` `bounded_transaction`).
+const STORE_CONNECT_TIMEOUT_MS: u64 = 10_000;
+const STORE_STATEMENT_TIMEOUT_MS: u64 = 30_000;
+
+/// The PostgreSQL store the manifest names, at the URL its environment variable holds.
+fn store_target(env: &Env, manifest_path: &Path, url_env: &str) -> Result<PostgresTarget, String> {
+    let Some(url) = env.process.var(url_env).filter(|url| !url.is_empty()) else {
+        return Err(format!(
+            "{}: server.store.postgres.url names the environment variable {url_env}, which is not set: set it to \
+             the database's URL (postgres://user:password@host:port/database)",
+            manifest_path.display()
+        ));
+    };
+    Ok(PostgresTarget {
+        url,
+        connect_timeout_ms: STORE_CONNECT_TIMEOUT_MS,
+        statement_timeout_ms: STORE_STATEMENT_TIMEOUT_MS,
+    })
+}
 
 /// `warden migrate <manifest>`: creates or migrates the schema of the PostgreSQL store the
 /// manifest names (`server.store.postgres`).
@@ -339,18 +410,7 @@ pub async fn migrate(env: &Env, manifest_path: &Path) -> Result<String, String> 
             manifest_path.display()
         ));
     };
-    let Some(url) = env.process.var(url_env).filter(|url| !url.is_empty()) else {
-        return Err(format!(
-            "{}: server.store.postgres.url names the environment variable {url_env}, which is not set: set it to \
-             the database's URL (postgres://user:password@host:port/database)",
-            manifest_path.display()
-        ));
-    };
-    let target = PostgresTarget {
-        url,
-        connect_timeout_ms: MIGRATE_CONNECT_TIMEOUT_MS,
-        statement_timeout_ms: MIGRATE_STATEMENT_TIMEOUT_MS,
-    };
+    let target = store_target(env, manifest_path, url_env)?;
     let migration = env.state_db.migrate(&target).await.map_err(|failure| {
         let doubt = if failure.may_have_committed { " (it may have committed: run it again to see)" } else { "" };
         format!("the PostgreSQL store at ${url_env}: {}{doubt}", failure.message)

@@ -378,7 +378,7 @@ pub trait Db {
 /// The version of the schema Warden keeps its own state in, in a PostgreSQL database shared by
 /// several instances (`docs/design/several-instances.md`). A database at a newer version is
 /// refused; an older one is migrated.
-pub const STATE_SCHEMA_VERSION: u32 = 2;
+pub const STATE_SCHEMA_VERSION: u32 = 3;
 
 /// What `StateDb::migrate` found and left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -432,6 +432,45 @@ pub struct Lease {
 /// The longest instance name the store keeps.
 pub const INSTANCE_NAME_BYTES_MAX: usize = 128;
 
+/// Which of a run's records a line belongs to: the same lines the file store keeps in
+/// `<run>.inputs.json`, `<run>.journal` and `waiting/<run>.json`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RecordKind {
+    Inputs,
+    Journal,
+    Waiting,
+}
+
+impl RecordKind {
+    /// The name the database keeps the kind under.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordKind::Inputs => "inputs",
+            RecordKind::Journal => "journal",
+            RecordKind::Waiting => "waiting",
+        }
+    }
+}
+
+/// The longest run id the store keeps (run ids are 32 hex digits; the bound is the table's).
+pub const RUN_ID_BYTES_MAX: usize = 64;
+
+/// The most runs one `StateDb::record_runs` lists.
+pub const RECORD_RUNS_PAGE: usize = 256;
+
+/// One line written to a run's record, in one transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordWrite {
+    pub run: String,
+    pub kind: RecordKind,
+    /// The line's place in the record, from 1; a line already there is refused.
+    pub seq: u64,
+    /// One checksummed line, without its newline, at most `limits::RECORD_LINE_BYTES_MAX`.
+    pub line: Vec<u8>,
+    /// The record's earlier lines go in the same transaction (a waiting record replaced).
+    pub replace: bool,
+}
+
 /// Warden's own state in a PostgreSQL database that several instances share (issue 28). The
 /// seam takes typed operations, each one transaction, so the simulator can model each one's
 /// meaning (and its faults) directly, and the SQL lives in `io/` only.
@@ -470,7 +509,48 @@ pub trait StateDb {
     ) -> LocalBoxFuture<'static, Result<Option<Lease>, DbFailure>>;
     /// The instances whose lease has ended by the database's clock, with their epochs.
     fn expired(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Vec<(String, u64)>, DbFailure>>;
+    /// Writes one line of a run's record (`RecordWrite`): durable once it returns. Refuses a
+    /// line over `limits::RECORD_LINE_BYTES_MAX`, a run id over `RUN_ID_BYTES_MAX`, and a
+    /// line whose place is taken.
+    fn record_write(
+        &self,
+        target: &PostgresTarget,
+        write: RecordWrite,
+    ) -> LocalBoxFuture<'static, Result<(), DbFailure>>;
+    /// A run's record, its lines in order (`None`: the run has no such record). Refuses a
+    /// record with a line missing or over the line limit.
+    fn record_read(
+        &self,
+        target: &PostgresTarget,
+        run: &str,
+        kind: RecordKind,
+    ) -> LocalBoxFuture<'static, Result<Option<Vec<Vec<u8>>>, DbFailure>>;
+    /// Removes a run's record; whether it had one.
+    fn record_remove(
+        &self,
+        target: &PostgresTarget,
+        run: &str,
+        kind: RecordKind,
+    ) -> LocalBoxFuture<'static, Result<bool, DbFailure>>;
+    /// The runs that have a record of `kind`, after `after` in order, at most
+    /// `RECORD_RUNS_PAGE` of them (recovery finds the kept arguments and waiting records a crash
+    /// left behind this way, as it lists files).
+    fn record_runs(
+        &self,
+        target: &PostgresTarget,
+        kind: RecordKind,
+        after: &str,
+    ) -> LocalBoxFuture<'static, Result<Vec<String>, DbFailure>>;
+    /// Takes the store's sole-instance lock (one instance serves a PostgreSQL store until
+    /// leases are built), refused while another instance holds it. The lock is held while the
+    /// hold lives, and given up when it is dropped or the process ends; the hold resolves, with
+    /// why, if the lock is lost (the connection holding it ended: a database restart).
+    fn hold_sole(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<SoleHold, DbFailure>>;
 }
+
+/// The store's sole-instance lock, held while this lives (`StateDb::hold_sole`); resolves
+/// with why if the lock is lost.
+pub type SoleHold = LocalBoxFuture<'static, String>;
 
 /// Randomness: run ids and anything else random.
 pub trait Rng {

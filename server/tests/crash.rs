@@ -32,11 +32,44 @@ fn folder(payments: &Payments) -> tempfile::TempDir {
 }
 
 fn start(dir: tempfile::TempDir, failpoints: Option<&str>) -> Wire {
+    start_on(dir, failpoints, None)
+}
+
+/// The environment variable the PostgreSQL store's URL is in, for the manifests `on_store` makes.
+const STORE_URL_ENV: &str = "WARDEN_STORE_URL";
+
+/// `start`, on the PostgreSQL store at `store` when given (the folder went through `on_store`).
+fn start_on(dir: tempfile::TempDir, failpoints: Option<&str>, store: Option<&Pg>) -> Wire {
     let mut env = vec![("STRIPE_SECRET_KEY", SECRET)];
     if let Some(failpoints) = failpoints {
         env.push(("FAILPOINTS", failpoints));
     }
+    if let Some(pg) = store {
+        env.push((STORE_URL_ENV, pg.url.as_str()));
+    }
     Wire::start_dir(dir, &env)
+}
+
+/// The folder's manifest, keeping the ledger and the runs' records in the PostgreSQL store.
+fn on_store(dir: tempfile::TempDir) -> tempfile::TempDir {
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["server"]["store"] = json!({"postgres": {"url": {"env": STORE_URL_ENV}}});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    dir
+}
+
+/// How many ledger lines of the store hold `event` (`reserve`, `settle`, `release`).
+fn store_events(pg: &Pg, event: &str) -> u64 {
+    let sql = format!(
+        "SELECT count(*) FROM warden_ledger WHERE position('\"event\":\"{event}\"' in convert_from(line, 'UTF8')) > 0"
+    );
+    pg.sql(&sql).parse().unwrap()
+}
+
+/// The store's runs still open: reserved, neither settled nor released.
+fn store_open_runs(pg: &Pg) -> u64 {
+    store_events(pg, "reserve") - store_events(pg, "settle") - store_events(pg, "release")
 }
 
 fn refund(order: &str, amount: &str) -> Value {
@@ -109,6 +142,53 @@ fn refund_survives(point: &str, expect_first_run_kept: bool) {
         "{point}: once answers the original run"
     );
     println!("crash after {point}: recovered; refunds made: 1; settled runs: 1");
+}
+
+/// `refund_survives` on the PostgreSQL store: the ledger and the run's records are in the
+/// database (the journals folder keeps no record file), and the crash at each durable step is
+/// recovered by the same rules.
+fn refund_survives_on_the_store(point: &str, expect_first_run_kept: bool) {
+    let payments = Payments::start();
+    let pg = Pg::create(&format!("crash_store_{point}").replace('-', "_"));
+    let mut wire = start_on(on_store(folder(&payments)), Some(&format!("{point}=return")), Some(&pg));
+    wire.send_request(Era::Modern, json!(1), "tools/call", refund("pi_1001", "10.00"));
+    let status = wire.wait_exit(Duration::from_secs(30));
+    assert!(!status.success() && wire.stderr().contains("crash point"), "{point}: {}", wire.stderr());
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let mut wire = start_on(dir, None, Some(&pg));
+    wire.assert_serving(900);
+    let answer = wire.request(Era::Modern, json!(2), "tools/call", refund("pi_1001", "10.00"));
+    assert_eq!(answer["result"]["isError"], json!(false), "{point}: {answer}");
+    assert_eq!(payments.refunded_minor(), 1000, "{point}: exactly one refund of 10.00");
+    assert_eq!(store_events(&pg, "settle"), 1, "{point}: one run settled");
+    if expect_first_run_kept {
+        assert_eq!(store_events(&pg, "release"), 0, "{point}: the started run was kept, not released");
+    }
+    assert_eq!(store_open_runs(&pg), 0, "{point}: no run left unfinished");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_records WHERE kind <> 'journal'"), "0", "{point}: inputs removed");
+    let again = wire.request(Era::Modern, json!(3), "tools/call", refund("pi_1001", "10.00"));
+    assert_eq!(again["result"]["structuredContent"], answer["result"]["structuredContent"], "{point}: once");
+    let record_files: Vec<_> = common::walk(wire.dir.path())
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "journal" || e == "ledger"))
+        .collect();
+    assert!(record_files.is_empty(), "{point}: records kept as files beside the store: {record_files:?}");
+    println!("crash after {point} on the PostgreSQL store: recovered; refunds made: 1; settled runs: 1");
+}
+
+#[test]
+fn each_step_on_the_postgresql_store() {
+    for (point, kept) in [
+        ("reserved", false),
+        ("inputs-kept", false),
+        ("journal-created", true),
+        ("run-recorded", true),
+        ("settled", true),
+        ("answered", true),
+    ] {
+        refund_survives_on_the_store(point, kept);
+    }
 }
 
 #[test]
@@ -363,15 +443,30 @@ fn a_lost_response_of_a_plain_post_stops_the_run_then_crashing_after_the_waiting
 /// refunded twice, every answered call backed by a settled run, nothing left unfinished.
 #[test]
 fn random_kill_9_under_load() {
+    kill_9_under_load(None);
+}
+
+/// The same burst on the PostgreSQL store: journals appended line by line to the database by
+/// runs in flight together, killed at random.
+#[test]
+fn random_kill_9_under_load_on_the_postgresql_store() {
+    let pg = Pg::create("kill_9_store");
+    kill_9_under_load(Some(&pg));
+}
+
+fn kill_9_under_load(store: Option<&Pg>) {
     const ROUNDS: u64 = 6;
     const ORDERS_PER_ROUND: u64 = 12;
     let payments = Payments::start();
-    let mut dir = folder(&payments);
+    let mut dir = match store {
+        Some(_) => on_store(folder(&payments)),
+        None => folder(&payments),
+    };
     let mut answered = 0;
     let mut kills = 0;
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for round in 0..ROUNDS {
-        let mut wire = start(dir, None);
+        let mut wire = start_on(dir, None, store);
         wire.assert_serving(1);
         for n in 0..ORDERS_PER_ROUND {
             let order = format!("pi_9{:03}", round * 100 + n);
@@ -390,7 +485,9 @@ fn random_kill_9_under_load() {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        let wait = Duration::from_millis(5 + seed % 60);
+        // A run on the store is slower (a connection per write, no pool yet): waited for
+        // ten times as long, so runs are caught at every step there too.
+        let wait = Duration::from_millis(5 + seed % 60) * if store.is_some() { 10 } else { 1 };
         std::thread::sleep(wait);
         let killed = wire.kill_now();
         kills += killed as u64;
@@ -398,17 +495,25 @@ fn random_kill_9_under_load() {
             wire.drain().iter().filter(|m| m.get("id").is_some() && m["result"]["isError"] == json!(false)).count();
         dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
     }
-    let mut last = start(dir, None);
+    let mut last = start_on(dir, None, store);
     last.assert_serving(2);
     let mut by_order = std::collections::BTreeMap::new();
     for (intent, minor) in payments.ledger.lock().unwrap().refunds.iter() {
         *by_order.entry(intent.clone()).or_insert(0) += minor;
     }
     assert!(by_order.values().all(|&minor| minor == 100), "an order was refunded twice: {by_order:?}");
-    let report = status_report(&last);
-    assert!(report.contains("unfinished runs: none"), "{report}");
-    let ledger = std::fs::read_to_string(last.dir.path().join("journals/server.ledger")).unwrap();
-    let settled = ledger.matches("\"event\":\"settle\"").count();
+    let settled = match store {
+        Some(pg) => {
+            assert_eq!(store_open_runs(pg), 0, "no run left unfinished");
+            store_events(pg, "settle") as usize
+        }
+        None => {
+            let report = status_report(&last);
+            assert!(report.contains("unfinished runs: none"), "{report}");
+            let ledger = std::fs::read_to_string(last.dir.path().join("journals/server.ledger")).unwrap();
+            ledger.matches("\"event\":\"settle\"").count()
+        }
+    };
     assert_eq!(settled, by_order.len(), "every refund made belongs to one settled run");
     println!(
         "kill -9 under load: {ROUNDS} rounds, {kills} kills, {} calls sent, {answered} answered before a kill, \

@@ -53,24 +53,25 @@ fn migrate_creates_the_schema_once_and_refuses_a_newer_one() {
     assert!(!ok && printed.contains(URL_ENV) && printed.contains("not set"), "{printed}");
 
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(ok && printed.contains("schema created at version 2"), "{printed}");
-    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "2");
+    assert!(ok && printed.contains("schema created at version 3"), "{printed}");
+    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "3");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "0");
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(ok && printed.contains("already at version 2"), "{printed}");
+    assert!(ok && printed.contains("already at version 3"), "{printed}");
 
     pg.sql("UPDATE warden_schema SET version = 7");
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(!ok && printed.contains("version 7, newer than this warden's (2)"), "{printed}");
+    assert!(!ok && printed.contains("version 7, newer than this warden's (3)"), "{printed}");
     assert_eq!(pg.sql("SELECT version FROM warden_schema"), "7", "a refused migration changes nothing");
 
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url_with_password("not-the-password")));
     assert!(!ok && printed.contains("password"), "{printed}");
     assert!(!printed.contains("not-the-password"), "{printed}");
 
-    // Serving on the store is not built yet: the refusal says so and what to do.
-    let (ok, printed) = warden(&["mcp"], dir.path(), Some(&pg.url));
-    assert!(!ok && printed.contains("not built yet") && printed.contains("leave server.store out"), "{printed}");
+    // The operator's commands that read the runs' files cannot read the store yet: they say
+    // so rather than report no runs.
+    let (ok, printed) = warden(&["mcp", "status"], dir.path(), Some(&pg.url));
+    assert!(!ok && printed.contains("cannot read yet") && printed.contains("warden_run_status"), "{printed}");
     let (ok, printed) = warden(&["check"], dir.path(), Some(&pg.url));
     assert!(ok, "{printed}");
     assert!(!printed.contains(&pg.password()));
@@ -293,10 +294,11 @@ fn a_schema_of_an_earlier_version_is_migrated_and_keeps_its_ledger() {
         let instance = SharedLedger::open(&env, target(&pg)).await.unwrap();
         instance.decide(|_, now| Some(reserve("kept".into(), now, None))).await.unwrap();
     });
-    // As version 1 left it: the ledger, no instances.
-    pg.sql("DROP TABLE warden_instances; UPDATE warden_schema SET version = 1");
+    // As version 1 left it: the ledger, no instances, no records.
+    pg.sql("DROP TABLE warden_instances; DROP TABLE warden_records; UPDATE warden_schema SET version = 1");
     let (ok, printed) = warden(&["migrate"], manifest_dir().path(), Some(&pg.url));
-    assert!(ok && printed.contains("migrated from version 1 to 2"), "{printed}");
+    assert!(ok && printed.contains("migrated from version 1 to 3"), "{printed}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_records"), "0");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "1");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_instances"), "0");
 }
@@ -325,4 +327,102 @@ fn a_lease_is_renewed_while_held_and_fenced_once_it_ends_or_is_taken() {
         let refused = db.register(&target, &"x".repeat(129), 60_000).await.unwrap_err();
         assert!(refused.message.contains("instance name of 129 bytes"), "{refused:?}");
     });
+}
+
+/// A run's records as the PostgreSQL store keeps them (the simulated store's model holds the
+/// same contract, `sim/src/env/state_db.rs`): lines in order, a place taken refused (a second
+/// writer of one journal line), a waiting record replaced in one transaction, kinds apart; a
+/// record with a line missing, or a line over the limit in a table that lost its CHECK,
+/// refused on reading with what is wrong.
+#[test]
+fn a_runs_records_are_kept_line_by_line_and_refused_when_damaged() {
+    use warden::env::{RecordKind, RecordWrite};
+    let pg = migrated("records");
+    let write = |run: &str, kind, seq, line: &str, replace| RecordWrite {
+        run: run.into(),
+        kind,
+        seq,
+        line: line.as_bytes().to_vec(),
+        replace,
+    };
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let (db, target) = (&env.state_db, target(&pg));
+        assert_eq!(db.record_read(&target, "r1", RecordKind::Journal).await.unwrap(), None);
+        db.record_write(&target, write("r1", RecordKind::Inputs, 1, "inputs", false)).await.unwrap();
+        for (seq, line) in [(1, "header"), (2, "begin"), (3, "done")] {
+            db.record_write(&target, write("r1", RecordKind::Journal, seq, line, false)).await.unwrap();
+        }
+        let taken = db.record_write(&target, write("r1", RecordKind::Journal, 3, "again", false)).await.unwrap_err();
+        assert!(taken.message.contains("line 3 of run r1's journal is already written"), "{taken:?}");
+        assert!(!taken.may_have_committed);
+        let journal = db.record_read(&target, "r1", RecordKind::Journal).await.unwrap().unwrap();
+        assert_eq!(journal, vec![b"header".to_vec(), b"begin".to_vec(), b"done".to_vec()]);
+        let inputs = db.record_read(&target, "r1", RecordKind::Inputs).await.unwrap();
+        assert_eq!(inputs, Some(vec![b"inputs".to_vec()]), "kinds are apart");
+        db.record_write(&target, write("r1", RecordKind::Waiting, 1, "first stop", false)).await.unwrap();
+        db.record_write(&target, write("r1", RecordKind::Waiting, 1, "second stop", true)).await.unwrap();
+        let waiting = db.record_read(&target, "r1", RecordKind::Waiting).await.unwrap();
+        assert_eq!(waiting, Some(vec![b"second stop".to_vec()]));
+        assert_eq!(db.record_runs(&target, RecordKind::Waiting, "").await.unwrap(), vec!["r1".to_string()]);
+        assert!(db.record_runs(&target, RecordKind::Waiting, "r1").await.unwrap().is_empty());
+        assert!(db.record_remove(&target, "r1", RecordKind::Waiting).await.unwrap());
+        assert!(!db.record_remove(&target, "r1", RecordKind::Waiting).await.unwrap());
+        assert_eq!(db.record_read(&target, "r1", RecordKind::Waiting).await.unwrap(), None);
+
+        let long = "x".repeat(warden::limits::RECORD_LINE_BYTES_MAX + 1);
+        let refused = db.record_write(&target, write("r2", RecordKind::Journal, 1, &long, false)).await.unwrap_err();
+        assert!(refused.message.contains("over 8388608"), "{}", refused.message);
+        let refused = db.record_write(&target, write(&"r".repeat(65), RecordKind::Inputs, 1, "i", false)).await;
+        assert!(refused.unwrap_err().message.contains("run id of 65 bytes"));
+    });
+    // A line gone from the middle (damage, or a hand's DELETE): the record is refused.
+    pg.sql("DELETE FROM warden_records WHERE run = 'r1' AND kind = 'journal' AND seq = 2");
+    // A table that lost its CHECK holds a line over the limit: refused too.
+    pg.sql("ALTER TABLE warden_records DROP CONSTRAINT warden_records_line_check");
+    pg.sql("INSERT INTO warden_records VALUES ('r3', 'journal', 1, convert_to(repeat('y', 8388609), 'UTF8'))");
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let (db, target) = (&env.state_db, target(&pg));
+        let gap = db.record_read(&target, "r1", RecordKind::Journal).await.unwrap_err();
+        assert!(gap.message.contains("run r1's journal lacks line 2"), "{}", gap.message);
+        let over = db.record_read(&target, "r3", RecordKind::Journal).await.unwrap_err();
+        assert!(over.message.contains("line 1 is 8388609 bytes"), "{}", over.message);
+    });
+}
+
+/// One instance serves a PostgreSQL store until leases are built: a second `warden mcp` on
+/// the same store (from another folder: the journals' own lock is not what stops it) is
+/// refused, saying why and what to do; once the first is killed -9, the database gives its
+/// lock up with its connection, and the second starts and finds the first's runs.
+#[test]
+fn one_instance_serves_a_store_and_a_killed_ones_lock_is_given_up() {
+    use common::{Era, Wire};
+    use serde_json::json;
+    let pg = migrated("sole");
+    let mut first = Wire::start_dir(manifest_dir(), &[(URL_ENV, &pg.url)]);
+    first.initialize();
+    let call = json!({"name": "echo", "arguments": {"text": "kept in the store"}});
+    let answer = first.request(Era::Legacy, json!(1), "tools/call", call);
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "2", "a reserve and a settle");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_records WHERE kind = 'journal'"), "2", "a header and an end");
+
+    let mut second = Wire::start_dir(manifest_dir(), &[(URL_ENV, &pg.url)]);
+    let status = second.wait_exit(std::time::Duration::from_secs(30));
+    assert!(!status.success());
+    let said = second.stderr();
+    assert!(
+        said.contains("another Warden instance serves this PostgreSQL store") && said.contains("stop the other"),
+        "{said}"
+    );
+    assert!(!said.contains(&pg.password()), "{said}");
+
+    assert!(first.kill_now());
+    let mut third = Wire::start_dir(manifest_dir(), &[(URL_ENV, &pg.url)]);
+    third.initialize();
+    let call = json!({"name": "echo", "arguments": {"text": "after the first died"}});
+    let answer = third.request(Era::Legacy, json!(1), "tools/call", call);
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "4");
 }

@@ -144,6 +144,11 @@ impl Session {
         Ok(Session { client, io, deadline: Instant::now() + Duration::from_millis(deadline_ms), deadline_ms })
     }
 
+    /// Resolves when the connection ends (the server closed it, or it broke).
+    pub(super) async fn closed(&mut self) {
+        let _ = (&mut self.io).await;
+    }
+
     /// `exchange`, cut at the session's deadline.
     pub(super) async fn within<T>(
         &self,

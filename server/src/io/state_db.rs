@@ -15,14 +15,18 @@ use tokio_postgres::types::ToSql;
 
 use super::postgres::{bounded_transaction, describe, Session};
 use crate::env::{
-    DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, StateDb,
-    INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, STATE_SCHEMA_VERSION,
+    DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, RecordKind,
+    RecordWrite, SoleHold, StateDb, INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES,
+    RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
 };
+use crate::limits::RECORD_LINE_BYTES_MAX;
 
 /// The advisory lock keys ("wardmigr", "wardledg" as ASCII): any 64-bit values, fixed so every
 /// version of Warden takes the same ones.
 const MIGRATION_LOCK: i64 = 0x7761_7264_6d69_6772;
 const LEDGER_LOCK: i64 = 0x7761_7264_6c65_6467;
+/// "wardsole": the session lock of the one instance serving the store.
+const SOLE_LOCK: i64 = 0x7761_7264_736f_6c65;
 
 /// The statements that bring a schema from version `n` to `n + 1`, at index `n`. Appended to,
 /// never edited: a database migrated by one version must read the same in the next.
@@ -40,7 +44,17 @@ const MIGRATIONS: [&str; STATE_SCHEMA_VERSION as usize] = [
         "started_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), ",
         "version TEXT NOT NULL)",
     ),
+    concat!(
+        "CREATE TABLE warden_records (",
+        "run TEXT NOT NULL CHECK (octet_length(run) BETWEEN 1 AND 64), ",
+        "kind TEXT NOT NULL CHECK (kind IN ('inputs', 'journal', 'waiting')), ",
+        "seq BIGINT NOT NULL CHECK (seq > 0), ",
+        "line BYTEA NOT NULL CHECK (octet_length(line) <= 8388608), ",
+        "PRIMARY KEY (run, kind, seq))",
+    ),
 ];
+const _: () =
+    assert!(RUN_ID_BYTES_MAX == 64 && RECORD_LINE_BYTES_MAX == 8388608, "warden_records' CHECKs hold the same limits");
 const _: () = assert!(INSTANCE_NAME_BYTES_MAX == 128, "the table's CHECK holds the same limit");
 
 /// The most expired instances one `expired` returns (a taker takes them a few at a time).
@@ -54,6 +68,11 @@ const NOW_MS: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::big
 const LAST_SEQ: &str = "SELECT coalesce(max(seq), 0) FROM warden_ledger";
 const PAGE: &str = "SELECT seq, line FROM warden_ledger WHERE seq > $1 ORDER BY seq LIMIT $2";
 const INSERT_LINE: &str = "INSERT INTO warden_ledger (seq, line) VALUES ($1, $2)";
+const INSERT_RECORD: &str =
+    "INSERT INTO warden_records (run, kind, seq, line) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+const READ_RECORD: &str = "SELECT seq, line FROM warden_records WHERE run = $1 AND kind = $2 ORDER BY seq";
+const RECORD_RUNS: &str = "SELECT DISTINCT run FROM warden_records WHERE kind = $1 AND run > $2 ORDER BY run LIMIT $3";
+const REMOVE_RECORD: &str = "DELETE FROM warden_records WHERE run = $1 AND kind = $2";
 
 pub struct RealStateDb;
 
@@ -98,6 +117,87 @@ impl StateDb for RealStateDb {
         let target = target.clone();
         Box::pin(async move { expired(&target).await })
     }
+
+    fn record_write(
+        &self,
+        target: &PostgresTarget,
+        write: RecordWrite,
+    ) -> LocalBoxFuture<'static, Result<(), DbFailure>> {
+        let target = target.clone();
+        Box::pin(async move { record_write(&target, write).await })
+    }
+
+    fn record_read(
+        &self,
+        target: &PostgresTarget,
+        run: &str,
+        kind: RecordKind,
+    ) -> LocalBoxFuture<'static, Result<Option<Vec<Vec<u8>>>, DbFailure>> {
+        let (target, run) = (target.clone(), run.to_string());
+        Box::pin(async move { record_read(&target, &run, kind).await })
+    }
+
+    fn record_remove(
+        &self,
+        target: &PostgresTarget,
+        run: &str,
+        kind: RecordKind,
+    ) -> LocalBoxFuture<'static, Result<bool, DbFailure>> {
+        let (target, run) = (target.clone(), run.to_string());
+        Box::pin(async move { record_remove(&target, &run, kind).await })
+    }
+
+    fn record_runs(
+        &self,
+        target: &PostgresTarget,
+        kind: RecordKind,
+        after: &str,
+    ) -> LocalBoxFuture<'static, Result<Vec<String>, DbFailure>> {
+        let (target, after) = (target.clone(), after.to_string());
+        Box::pin(async move { record_runs(&target, kind, &after).await })
+    }
+
+    fn hold_sole(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<SoleHold, DbFailure>> {
+        let target = target.clone();
+        Box::pin(async move { hold_sole(&target).await })
+    }
+}
+
+async fn record_runs(target: &PostgresTarget, kind: RecordKind, after: &str) -> Result<Vec<String>, DbFailure> {
+    let failed = DbFailure::rolled_back;
+    let session = begun(target).await?;
+    let page = RECORD_RUNS_PAGE as i64;
+    let params: [&(dyn ToSql + Sync); 3] = [&kind.name(), &after, &page];
+    let asked = session.within("listing records", session.client.query(RECORD_RUNS, &params)).await;
+    let rows = asked.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    let mut runs = Vec::with_capacity(rows.len());
+    for row in rows {
+        let run: String = row.try_get(0).map_err(|e| failed(describe(&e)))?;
+        checked_run(&run)?;
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
+/// A session-level advisory lock on a connection of its own, kept open while the hold lives:
+/// the database gives the lock up when the connection ends (a clean exit, a kill -9, a
+/// database restart), so a crashed instance never leaves it held.
+async fn hold_sole(target: &PostgresTarget) -> Result<SoleHold, DbFailure> {
+    let mut session = Session::open(target).await.map_err(DbFailure::rolled_back)?;
+    let taken: bool =
+        single(&session, "taking the sole-instance lock", "SELECT pg_try_advisory_lock($1)", &[&SOLE_LOCK])
+            .await
+            .map_err(DbFailure::rolled_back)?;
+    if !taken {
+        return Err(DbFailure::rolled_back(
+            "another Warden instance serves this PostgreSQL store (it holds the store's sole-instance lock): one \
+             instance serves a store until leases are built; stop the other one first",
+        ));
+    }
+    Ok(Box::pin(async move {
+        session.closed().await;
+        "the connection holding the PostgreSQL store's sole-instance lock ended (a database restart?)".to_string()
+    }))
 }
 
 /// A connection with a transaction open, bounded by the statement timeout.
@@ -279,4 +379,73 @@ async fn ledger_exchange(target: &PostgresTarget, after: u64, decide: Decide) ->
     inserted.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
     session.commit().await?;
     Ok(Exchanged { appended: Some(seq), seen: seq, more: false })
+}
+
+fn checked_run(run: &str) -> Result<(), DbFailure> {
+    match (1..=RUN_ID_BYTES_MAX).contains(&run.len()) {
+        true => Ok(()),
+        false => Err(DbFailure::rolled_back(format!("a run id of {} bytes (1 to {RUN_ID_BYTES_MAX})", run.len()))),
+    }
+}
+
+async fn record_write(target: &PostgresTarget, write: RecordWrite) -> Result<(), DbFailure> {
+    let failed = DbFailure::rolled_back;
+    checked_run(&write.run)?;
+    let RecordWrite { run, kind, seq, line, replace } = write;
+    let what = format!("line {seq} of run {run}'s {}", kind.name());
+    if line.len() > RECORD_LINE_BYTES_MAX {
+        return Err(failed(format!("{what} is {} bytes, over {RECORD_LINE_BYTES_MAX}", line.len())));
+    }
+    let seq = i64::try_from(seq).ok().filter(|seq| *seq > 0).ok_or_else(|| failed(format!("{what}: no such place")))?;
+    let session = begun(target).await?;
+    if replace {
+        let params: [&(dyn ToSql + Sync); 2] = [&run, &kind.name()];
+        let removed = session.within("replacing a record", session.client.execute(REMOVE_RECORD, &params)).await;
+        removed.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    }
+    let params: [&(dyn ToSql + Sync); 4] = [&run, &kind.name(), &seq, &line];
+    let inserted = session.within("writing a record", session.client.execute(INSERT_RECORD, &params)).await;
+    let inserted = inserted.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    if inserted == 0 {
+        return Err(failed(format!("{what} is already written")));
+    }
+    session.commit().await
+}
+
+async fn record_read(target: &PostgresTarget, run: &str, kind: RecordKind) -> Result<Option<Vec<Vec<u8>>>, DbFailure> {
+    let failed = DbFailure::rolled_back;
+    checked_run(run)?;
+    let session = begun(target).await?;
+    let params: [&(dyn ToSql + Sync); 2] = [&run, &kind.name()];
+    let asked = session.within("reading a record", session.client.query(READ_RECORD, &params)).await;
+    let rows = asked.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut lines = Vec::with_capacity(rows.len());
+    for (index, row) in rows.iter().enumerate() {
+        let seq: i64 = row.try_get(0).map_err(|e| failed(describe(&e)))?;
+        let line: Vec<u8> = row.try_get(1).map_err(|e| failed(describe(&e)))?;
+        let what = format!("run {run}'s {}", kind.name());
+        if seq != index as i64 + 1 {
+            return Err(failed(format!("{what} lacks line {}: the record is damaged; ask a person", index + 1)));
+        }
+        // The table's CHECK holds this limit; a table that lost it is not trusted.
+        if line.len() > RECORD_LINE_BYTES_MAX {
+            return Err(failed(format!("{what}'s line {seq} is {} bytes, over {RECORD_LINE_BYTES_MAX}", line.len())));
+        }
+        lines.push(line);
+    }
+    Ok(Some(lines))
+}
+
+async fn record_remove(target: &PostgresTarget, run: &str, kind: RecordKind) -> Result<bool, DbFailure> {
+    let failed = DbFailure::rolled_back;
+    checked_run(run)?;
+    let session = begun(target).await?;
+    let params: [&(dyn ToSql + Sync); 2] = [&run, &kind.name()];
+    let removed = session.within("removing a record", session.client.execute(REMOVE_RECORD, &params)).await;
+    let removed = removed.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    session.commit().await?;
+    Ok(removed > 0)
 }

@@ -144,7 +144,7 @@ pub enum Store {
     /// Files under `server.journals`, owned by one process (`server.lock`): the default.
     Files,
     /// A PostgreSQL database several instances share (issue 28), reached at the URL in the
-    /// environment variable `url_env`. Only its schema and shared ledger are built so far.
+    /// environment variable `url_env`, served by one instance at a time so far (issue 28).
     Postgres { url_env: String },
 }
 

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::env::Env;
+use crate::env::{Env, RecordKind};
 use crate::run::runs::Runs;
 use crate::run::store::RunStore;
 use crate::store::journal::JournalRecord;
@@ -149,30 +149,30 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
     }
     // Held while the word is journaled: the run is not resolved twice, and a drain waits.
     let held = runs.running(&run);
-    let files = runs.files(&entry.tool, &run);
-    let record = word(runs, &request, &files.journal, &files.waiting).await?;
+    let record = word(runs, &request, &entry.tool).await?;
     runs.append(tool, &run, &record).await.map_err(|fatal| stop(runs, &fatal))?;
-    runs.remove_if_present(&files.waiting).await.map_err(|fatal| stop(runs, &fatal))?;
+    let removed = runs.remove_record(&entry.tool, &run, RecordKind::Waiting, true).await;
+    removed.map_err(|fatal| stop(runs, &fatal))?;
     drop(held);
     let said = match &record {
         JournalRecord::Resolved { op, happened, .. } => crate::operator::verdict::resolved_text(*op, *happened),
         _ => "the halted run will be resumed".to_string(),
     };
     runs.env.log(&format!("run {run}: {said} (by the operator, through the admin channel); resuming it"));
+    let journal = runs.records.name(&entry.tool, &run, RecordKind::Journal);
     resume(runs, run, entry.tool.clone());
-    Ok(format!("{}: {said}; the server resumes the run now", files.journal.display()))
+    Ok(format!("{journal}: {said}; the server resumes the run now"))
 }
 
 /// The record the request asks for, checked against the run's waiting record and journal.
-async fn word(runs: &Runs, request: &Request, journal: &Path, waiting: &Path) -> Result<JournalRecord, String> {
+async fn word(runs: &Runs, request: &Request, tool: &str) -> Result<JournalRecord, String> {
     let run = request.run();
-    let exists = runs.env.disk.exists(waiting).await.map_err(|e| format!("{}: {e}", waiting.display()))?;
-    if !exists {
+    let Some(record) = runs.read_waiting(tool, run).await? else {
         return Err(format!("run {run} is not waiting for an operator; this server decides its actions"));
-    }
-    let record = crate::run::runs::read_waiting(&runs.env, waiting).await?;
-    let bytes = runs.env.disk.read(journal).await.map_err(|e| format!("{}: {e}", journal.display()))?;
-    let parsed = crate::store::journal::Journal::parse(journal, &bytes)?;
+    };
+    let name = runs.records.name(tool, run, RecordKind::Journal);
+    let journal = Path::new(&name);
+    let parsed = runs.read_journal(tool, run).await?.ok_or_else(|| format!("{name}: the journal is missing"))?;
     let at_ms = runs.env.clock.now_ms();
     match request {
         Request::Resolve { op, verdict, .. } if !record.halted => {

@@ -116,10 +116,10 @@ async fn run_states(runs: &Runs) -> Family<Labels, Gauge> {
         } else if runs.inputs.awaited(&run).is_some() {
             "waiting_for_input"
         } else {
-            match crate::run::runs::read_waiting(&runs.env, &runs.files(&tool, &run).waiting).await {
-                Ok(record) if record.halted => "halted",
-                Ok(_) => "waiting_for_operator",
-                Err(_) => "interrupted",
+            match runs.read_waiting(&tool, &run).await {
+                Ok(Some(record)) if record.halted => "halted",
+                Ok(Some(_)) => "waiting_for_operator",
+                Ok(None) | Err(_) => "interrupted",
             }
         };
         states.get_or_create(&vec![("state", state.to_string())]).inc();

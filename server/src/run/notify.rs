@@ -6,8 +6,9 @@
 
 use std::path::Path;
 
-use crate::env::{Env, ProcessRequest};
+use crate::env::{Env, LocalBoxFuture, ProcessRequest};
 use crate::manifest::ServerConfig;
+use crate::store::records::ReadRecord;
 
 /// How long one attempt of the notify command may run.
 pub const NOTIFY_TIMEOUT_MS: u64 = 10_000;
@@ -48,7 +49,7 @@ pub fn spawn(
     server: &ServerConfig,
     folder: &Path,
     run: &str,
-    waiting: &Path,
+    waiting: Box<dyn Fn() -> LocalBoxFuture<'static, ReadRecord>>,
     owed: crate::base::sync::WaitGroupGuard,
 ) {
     if server.notify.is_empty() {
@@ -60,12 +61,11 @@ pub fn spawn(
     let variables: Vec<(String, String)> =
         server.notify_env.iter().filter_map(|name| env.process.var(name).map(|value| (name.clone(), value))).collect();
     let run = run.to_string();
-    let waiting = waiting.to_path_buf();
     let task_env = env.clone();
     env.spawn.spawn(Box::pin(async move {
         let _owed = owed;
         let env = task_env;
-        let details = env.disk.read(&waiting).await.unwrap_or_default();
+        let details = waiting().await.ok().flatten().unwrap_or_default();
         let mut backoff = NOTIFY_BACKOFF_MS;
         let mut attempt = 1u64;
         loop {
@@ -99,7 +99,7 @@ pub fn spawn(
             }
             env.clock.sleep(backoff).await;
             // Resolved meanwhile (the admin channel removes the record): nothing to tell.
-            if !env.disk.exists(&waiting).await.unwrap_or(true) {
+            if matches!(waiting().await, Ok(None)) {
                 env.log(&format!("run {run}: no longer waits for an operator; its notification is dropped"));
                 return;
             }

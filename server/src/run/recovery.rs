@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::base::layout::WAITING_DIR;
+use crate::env::RecordKind;
 use crate::run::runs::{binding, Runs};
 use crate::run::store::Fatal;
 use crate::run::store::RunStore;
@@ -97,6 +98,9 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
     let root = &runs.journals;
     let io = |what: &str, e: std::io::Error| Fatal::storage(format!("{}: {what}: {e}", root.display()));
     let mut found: BTreeMap<String, Found> = BTreeMap::new();
+    if !runs.records.in_files_here() {
+        return scan_database(runs).await;
+    }
     if !env.disk.exists(root).await.map_err(|e| io("cannot see the journals directory", e))? {
         return Ok(found);
     }
@@ -149,6 +153,25 @@ async fn scan(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
     Ok(found)
 }
 
+/// The kept arguments and waiting records in the PostgreSQL store: what a crash can leave
+/// behind a settled run (its settle is durable before they go). Journals are not listed: the
+/// ledger knows every run that has one (the shared ledger is never compacted), and they grow
+/// with history, which a start must not read.
+async fn scan_database(runs: &Runs) -> Result<BTreeMap<String, Found>, Fatal> {
+    let mut found: BTreeMap<String, Found> = BTreeMap::new();
+    for kind in [RecordKind::Inputs, RecordKind::Waiting] {
+        for run in runs.records.listed_in_database(kind).await.map_err(Fatal::storage)? {
+            let tool = runs.ledger.state().run(&run).map(|entry| entry.tool.clone()).unwrap_or_default();
+            let entry = found.entry(run).or_insert(Found { tool, inputs: false, journal: false, waiting: false });
+            match kind {
+                RecordKind::Inputs => entry.inputs = true,
+                _ => entry.waiting = true,
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// A directory's names; `None` for a name that is not a directory (or is gone). Any other
 /// error stops recovery: a run's files it could not see would be taken as absent.
 fn listed(listing: std::io::Result<Vec<String>>, dir: &std::path::Path) -> Result<Option<Vec<String>>, Fatal> {
@@ -188,9 +211,8 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
                 report.released.push(run);
             }
             Action::CleanUp => {
-                let paths = runs.files(&tool, &run);
-                runs.remove_if_present(&paths.inputs).await?;
-                runs.remove_if_present(&paths.waiting).await?;
+                runs.remove_record(&tool, &run, RecordKind::Inputs, true).await?;
+                runs.remove_record(&tool, &run, RecordKind::Waiting, true).await?;
                 report.cleaned.push(run);
             }
             Action::SettleFromEnd | Action::Resume => {
@@ -250,13 +272,15 @@ async fn examine(runs: &Runs, run: &str, files: Option<&Found>) -> Result<Result
     // A run the ledger knows is checked at its own paths, not only through the scan. An I/O
     // error is not "absent": reading it so could release an open run and delete its journal.
     let known = phase != LedgerPhase::Absent && is_run_id(run);
-    let exists = |path: std::path::PathBuf| async move {
-        runs.env.disk.exists(&path).await.map_err(|e| Fatal::storage(format!("{}: {e}", path.display())))
+    let exists = |kind| {
+        let tool = &tool;
+        async move { runs.records.exists(tool, run, kind).await.map_err(Fatal::storage) }
     };
-    let paths = known.then(|| runs.files(&tool, run));
-    let (journal_exists, inputs, waiting) = match paths {
-        Some(paths) => (exists(paths.journal).await?, exists(paths.inputs).await?, exists(paths.waiting).await?),
-        None => (files.is_some_and(|f| f.journal), files.is_some_and(|f| f.inputs), files.is_some_and(|f| f.waiting)),
+    let (journal_exists, inputs, waiting) = match known {
+        true => {
+            (exists(RecordKind::Journal).await?, exists(RecordKind::Inputs).await?, exists(RecordKind::Waiting).await?)
+        }
+        false => (files.is_some_and(|f| f.journal), files.is_some_and(|f| f.inputs), files.is_some_and(|f| f.waiting)),
     };
     let journal = match journal_exists {
         true => match runs.read_journal(&tool, run).await {
@@ -343,7 +367,7 @@ pub async fn resume_now(runs: &Runs, run: &str, tool: &str) -> Result<(), Fatal>
 async fn resume(runs: &Runs, run: &str, tool_name: &str, journal: &Journal, why: &str) -> Result<bool, Fatal> {
     let tool = runs.catalog.tool(tool_name).expect("checked by resumable");
     if journal.torn_tail_bytes > 0 {
-        runs.drop_torn_tail(&runs.files(tool_name, run).journal, journal.intact_len).await?;
+        runs.drop_torn_tail(tool_name, run, journal.intact_len).await?;
     }
     let ended = journal.end.is_some();
     let inputs = match runs.read_inputs(tool_name, run).await.map_err(Fatal::storage)? {

@@ -3,6 +3,7 @@
 //! (never anything unsettled or holding an unexpired `once` key), then the ledger is
 //! compacted to the runs that still matter.
 
+use crate::env::RecordKind;
 use crate::manifest::Keep;
 use crate::run::runs::Runs;
 use crate::run::store::Fatal;
@@ -48,11 +49,11 @@ pub async fn sweep(runs: &Runs) -> Result<Swept, Fatal> {
         runs.ledger.state().runs.values().filter(|e| files_expired(runs, e, now)).cloned().collect();
     let mut swept = Swept::default();
     for entry in &expired {
-        let files = runs.files(&entry.tool, &entry.run);
-        let had_journal = runs.env.disk.exists(&files.journal).await.unwrap_or(false);
+        let (tool, run) = (&entry.tool, &entry.run);
+        let had_journal = runs.records.exists(tool, run, RecordKind::Journal).await.unwrap_or(false);
         // The log first: a failure part-way leaves a journal without a log, never the reverse.
-        runs.remove_if_present(&files.log).await?;
-        runs.remove_if_present(&files.journal).await?;
+        runs.remove_if_present(&runs.files(tool, run).log).await?;
+        runs.remove_record(tool, run, RecordKind::Journal, true).await?;
         if had_journal {
             swept.deleted_runs += 1;
         }

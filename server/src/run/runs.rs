@@ -26,7 +26,7 @@ use crate::base::layout::RunFiles;
 use crate::base::sync::Signal;
 use crate::broker::{scrub, scrub_value};
 use crate::catalog::{Catalog, Tool};
-use crate::env::{Env, Point};
+use crate::env::{Env, Point, RecordKind};
 use crate::limits::{RECORD_LINE_BYTES_MAX, VALUE_DEPTH_MAX};
 use crate::program::FailureKind;
 use crate::run::perform;
@@ -34,6 +34,7 @@ use crate::run::store::{Fatal, Waiting};
 use crate::store::journal::{self, Binding, EndRecord, InputsRecord, Journal, JournalRecord};
 use crate::store::ledger::{Event, Ledger, MoneyRecord};
 use crate::store::record::{self};
+use crate::store::records::RunRecords;
 
 /// Everything durable the server owns while it holds `server.lock`.
 pub struct Runs {
@@ -41,14 +42,10 @@ pub struct Runs {
     pub catalog: Rc<Catalog>,
     pub journals: PathBuf,
     pub ledger: Ledger,
+    /// Where each run's kept arguments, journal and waiting record are (files or the database).
+    pub records: RunRecords,
     /// Runs executing in this process now.
     in_progress: RefCell<BTreeSet<String>>,
-    /// Held from a directory's existence check to its parent's fsync: a directory another
-    /// run has created but not yet made durable is never taken for a durable one.
-    dirs: crate::base::sync::Mutex,
-    /// Directories this process has made durable: later runs in them skip the check (the
-    /// server never removes a directory).
-    durable_dirs: RefCell<BTreeSet<PathBuf>>,
     /// The journals of runs executing in this process, as read once from disk and then grown
     /// by each record once its append is durable: the driver reads a run's journal before
     /// every execution without going to disk. Dropped when the run stops executing.
@@ -89,7 +86,7 @@ pub fn binding(tool: &Tool) -> Binding {
 }
 
 impl Runs {
-    pub fn new(env: Env, catalog: Rc<Catalog>, ledger: Ledger) -> Runs {
+    pub fn new(env: Env, catalog: Rc<Catalog>, ledger: Ledger, records: RunRecords) -> Runs {
         let journals = catalog.manifest.server.journals.clone();
         let mut secrets: Vec<String> =
             catalog.tools.iter().flat_map(|tool| perform::secret_values(&env, &tool.config.grants)).collect();
@@ -103,9 +100,8 @@ impl Runs {
             catalog,
             journals,
             ledger,
+            records,
             in_progress: RefCell::new(BTreeSet::new()),
-            dirs: crate::base::sync::Mutex::new(),
-            durable_dirs: RefCell::new(BTreeSet::new()),
             journals_executing: RefCell::new(BTreeMap::new()),
             never_waited: RefCell::new(BTreeSet::new()),
             fatal: Signal::new(),
@@ -117,19 +113,6 @@ impl Runs {
             inputs: Default::default(),
             metrics: Default::default(),
         }
-    }
-
-    /// Creates `dir` under the journals durably, one run at a time (`dirs`), once per process.
-    async fn create_dirs(&self, dir: &Path) -> std::io::Result<()> {
-        if self.durable_dirs.borrow().contains(dir) {
-            return Ok(());
-        }
-        let _held = self.dirs.lock().await;
-        if !self.durable_dirs.borrow().contains(dir) {
-            crate::store::files::create_dirs_durably(&self.env, &self.journals, dir).await?;
-            self.durable_dirs.borrow_mut().insert(dir.to_path_buf());
-        }
-        Ok(())
     }
 
     pub fn files(&self, tool: &str, run: &str) -> RunFiles {
@@ -185,7 +168,7 @@ impl Runs {
     /// Appends one record durably. The caller made it fit (`fitted_done`, `fitted_end`; the
     /// other records are bounded where their contents enter): a writer never writes a line
     /// its reader refuses, or recovery could never read the journal again.
-    pub(crate) async fn append_record(&self, path: &Path, record: &JournalRecord, run: &str) -> Result<(), Fatal> {
+    pub(crate) async fn append_record(&self, tool: &str, record: &JournalRecord, run: &str) -> Result<(), Fatal> {
         let value = scrub_value(&serde_json::to_value(record).expect("records serialise"), &self.secrets);
         assert!(
             crate::base::json::depth(&value) <= 2 * crate::limits::VALUE_DEPTH_MAX - 8,
@@ -193,12 +176,27 @@ impl Runs {
         );
         let line = record::encode(&value);
         assert!(line.len() <= RECORD_LINE_BYTES_MAX, "run {run}: a journal record of {} bytes", line.len());
+        // A file appends at its end; the database is told the line's place, which refuses a
+        // second writer of the same place.
+        let seq = match self.records.in_files_here() {
+            true => 0,
+            false => self.journal_lines(tool, run).await? + 1,
+        };
         let span = tracing::info_span!(target: "warden", "journal.append", bytes = line.len());
-        tracing::Instrument::instrument(crate::store::files::append_line_durably(&self.env, path, line.clone()), span)
+        tracing::Instrument::instrument(self.records.append(tool, run, seq, line.clone()), span)
             .await
             .map_err(|e| Fatal::storage(format!("journaling a record of run {run} failed: {e}")))?;
         self.remember_record(run, &line);
         Ok(())
+    }
+
+    /// How many lines the run's journal holds (from memory while the run executes here).
+    async fn journal_lines(&self, tool: &str, run: &str) -> Result<u64, Fatal> {
+        if let Some(journal) = self.journals_executing.borrow().get(run) {
+            return Ok(journal.records as u64);
+        }
+        let journal = self.read_journal(tool, run).await.map_err(Fatal::storage)?;
+        Ok(journal.map_or(0, |journal| journal.records as u64))
     }
 
     /// Grows the journal kept in memory for an executing run by a record now durable, as
@@ -312,22 +310,30 @@ impl Runs {
         let entry = json!({"at_ms": self.env.clock.now_ms(), "line": line});
         let mut bytes = serde_json::to_vec(&entry).expect("JSON values serialise");
         bytes.push(b'\n');
-        if let Err(error) = self.env.disk.append(&self.files(tool, run).log, bytes).await {
+        // Logs stay files under the journals folder whichever store keeps the records: they
+        // are for people, not recovery.
+        if let Err(error) = self.append_log(tool, run, bytes).await {
             self.env.log(&format!("tool {tool} run {run}: writing the run's log failed: {error}"));
         }
         line
     }
 
+    /// A line of a run's log, appended to its file (the directory made first when the
+    /// records are not files beside it).
+    async fn append_log(&self, tool: &str, run: &str, bytes: Vec<u8>) -> std::io::Result<()> {
+        let log = self.files(tool, run).log;
+        if !self.records.in_files_here() {
+            self.env.disk.create_dir_all(log.parent().expect("logs live in directories")).await?;
+        }
+        self.env.disk.append(&log, bytes).await
+    }
+
     /// Step 2 and 3: the kept arguments, then the journal's header, each durable.
     pub async fn start_files(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
-        let files = self.files(&tool.config.name, run);
-        let io = |what: &str, e: std::io::Error| Fatal::storage(format!("{what} of run {run} failed: {e}"));
-        self.create_dirs(&files.dir).await.map_err(|e| io("creating the directory", e))?;
         self.never_waited.borrow_mut().insert(run.to_string());
         let kept = record::encode(&InputsRecord { run: run.to_string(), inputs: inputs.clone() });
-        crate::store::files::write_new_durably(&self.env, &files.inputs, kept)
-            .await
-            .map_err(|e| io("keeping the arguments", e))?;
+        (self.records.create(&tool.config.name, run, RecordKind::Inputs, kept).await)
+            .map_err(|e| Fatal::storage(format!("keeping the arguments of run {run} failed: {e}")))?;
         self.env.reached(Point::InputsKept, run);
         self.write_header(tool, run, inputs).await?;
         self.env.reached(Point::JournalCreated, run);
@@ -335,7 +341,6 @@ impl Runs {
     }
 
     async fn write_header(&self, tool: &Tool, run: &str, inputs: &Map<String, Value>) -> Result<(), Fatal> {
-        let files = self.files(&tool.config.name, run);
         let header = JournalRecord::Header {
             run: run.to_string(),
             tool: tool.config.name.clone(),
@@ -345,33 +350,26 @@ impl Runs {
             // The ledger's reserve is the authority on whom the run is for; the header says it too.
             principal: self.ledger.state().run(run).and_then(|entry| entry.principal.clone()),
         };
-        crate::store::files::write_new_durably(&self.env, &files.journal, record::encode(&header))
-            .await
+        (self.records.create(&tool.config.name, run, RecordKind::Journal, record::encode(&header)).await)
             .map_err(|e| Fatal::storage(format!("creating the journal of run {run} failed: {e}")))
     }
 
     /// Reads a run's journal, if it exists.
     pub async fn read_journal(&self, tool: &str, run: &str) -> Result<Option<Journal>, String> {
-        let path = self.files(tool, run).journal;
-        match crate::store::files::read_if_present(&self.env, &path)
-            .await
-            .map_err(|e| format!("{}: {e}", path.display()))?
-        {
-            Some(bytes) => Journal::parse(&path, &bytes).map(Some),
+        let name = self.records.name(tool, run, RecordKind::Journal);
+        match self.records.read(tool, run, RecordKind::Journal).await? {
+            Some(bytes) => Journal::parse(Path::new(&name), &bytes).map(Some),
             None => Ok(None),
         }
     }
 
     pub async fn read_inputs(&self, tool: &str, run: &str) -> Result<Option<Map<String, Value>>, String> {
-        let path = self.files(tool, run).inputs;
-        let Some(bytes) = crate::store::files::read_if_present(&self.env, &path)
-            .await
-            .map_err(|e| format!("{}: {e}", path.display()))?
-        else {
+        let Some(bytes) = self.records.read(tool, run, RecordKind::Inputs).await? else {
             return Ok(None);
         };
         let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-        let kept: InputsRecord = record::decode(line).map_err(|e| format!("{}: {e}", path.display()))?;
+        let name = || self.records.name(tool, run, RecordKind::Inputs);
+        let kept: InputsRecord = record::decode(line).map_err(|e| format!("{}: {e}", name()))?;
         Ok(Some(kept.inputs))
     }
 
@@ -386,18 +384,24 @@ impl Runs {
         let Waiting { op, action, reason, halted } = waiting;
         self.never_waited.borrow_mut().remove(run);
         let name = &tool.config.name;
-        let files = self.files(name, run);
+        let journal = self.records.name(name, run, RecordKind::Journal);
         let command = match halted {
-            true => format!("warden resolve --journal {} --resume", files.journal.display()),
+            true => format!("warden resolve --journal {journal} --resume"),
             false => format!(
-                "warden resolve --journal {} --op {op} (--happened '{}' | --did-not-happen)",
-                files.journal.display(),
+                "warden resolve --journal {journal} --op {op} (--happened '{}' | --did-not-happen)",
                 action.map_or_else(|| "<result json>".to_string(), crate::broker::resolution::example)
+            ),
+        };
+        let command = match self.records.in_files_here() {
+            true => command,
+            false => format!(
+                "nothing yet: `warden resolve` cannot reach a run kept in the PostgreSQL store (not built, \
+                 docs/DEFERRED.md); its action {op} stays in doubt and the run waits"
             ),
         };
         // A record for the same stop is kept as first written; one for another stop (a
         // later action, or a halt) is replaced.
-        let same = self.waiting_record(&files.waiting).await?.is_some_and(|w| w.op == op && w.halted == halted);
+        let same = self.waiting_record(name, run).await?.is_some_and(|w| w.op == op && w.halted == halted);
         if !same {
             let record = WaitingRecord {
                 run: run.to_string(),
@@ -405,18 +409,13 @@ impl Runs {
                 op,
                 action: serde_json::to_value(action).expect("actions serialise"),
                 reason: reason.to_string(),
-                journal: files.journal.display().to_string(),
+                journal,
                 resolve: command.clone(),
                 at_ms: self.env.clock.now_ms(),
                 halted,
             };
-            let waiting_dir = self.journals.join(crate::base::layout::WAITING_DIR);
-            self.create_dirs(&waiting_dir)
-                .await
-                .map_err(|e| Fatal::storage(format!("creating {} failed: {e}", waiting_dir.display())))?;
             let record = scrub_value(&serde_json::to_value(&record).expect("records serialise"), &self.secrets);
-            crate::store::files::replace_durably(&self.env, &files.waiting, record::encode(&record))
-                .await
+            (self.records.replace(name, run, RecordKind::Waiting, record::encode(&record)).await)
                 .map_err(|e| Fatal::storage(format!("writing the waiting record of run {run} failed: {e}")))?;
         }
         self.env.reached(Point::WaitingRecorded, run);
@@ -428,16 +427,22 @@ impl Runs {
 
     /// Whether a run has a waiting record (it stopped for an operator).
     pub async fn has_waiting_record(&self, tool: &str, run: &str) -> Result<bool, String> {
-        self.env.disk.exists(&self.files(tool, run).waiting).await.map_err(|e| e.to_string())
+        self.records.exists(tool, run, RecordKind::Waiting).await
     }
 
     /// A run's waiting record, if it has one.
-    async fn waiting_record(&self, path: &Path) -> Result<Option<WaitingRecord>, Fatal> {
-        let io = |e: std::io::Error| Fatal::storage(format!("{}: {e}", path.display()));
-        if !self.env.disk.exists(path).await.map_err(io)? {
+    async fn waiting_record(&self, tool: &str, run: &str) -> Result<Option<WaitingRecord>, Fatal> {
+        self.read_waiting(tool, run).await.map_err(Fatal::storage)
+    }
+
+    /// A run's waiting record, read and checked, if it has one.
+    pub async fn read_waiting(&self, tool: &str, run: &str) -> Result<Option<WaitingRecord>, String> {
+        let Some(bytes) = self.records.read(tool, run, RecordKind::Waiting).await? else {
             return Ok(None);
-        }
-        read_waiting(&self.env, path).await.map(Some).map_err(Fatal::storage)
+        };
+        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        let name = || self.records.name(tool, run, RecordKind::Waiting);
+        record::decode(line).map(Some).map_err(|e| format!("{}: {e}", name()))
     }
 
     /// Asks run `run`, executing in this process, to end at its next point between actions
@@ -487,13 +492,20 @@ impl Runs {
         // can drop the run. A waiting record's removal is waited on: nothing else fsyncs the
         // waiting directory, and one that came back after the run left the ledger would be
         // "files of a run with no reservation", refused at every start.
-        self.remove_leftover(&self.files(&tool.config.name, run).inputs).await?;
+        let name = &tool.config.name;
+        self.remove_record(name, run, RecordKind::Inputs, false).await?;
         if !self.never_waited.borrow_mut().remove(run) {
-            self.remove_if_present(&self.files(&tool.config.name, run).waiting).await?;
+            self.remove_record(name, run, RecordKind::Waiting, true).await?;
         }
         let settled = format!("settled ({})", end.outcome);
         self.log_run_at(&tool.config.name, run, &settled, Some(crate::run::notice::DEBUG)).await;
         Ok(())
+    }
+
+    /// Removes a run's record if it has one; `durably` as `RunRecords::remove` says (settle
+    /// does not wait for its inputs' removal: recovery's CleanUp cell redoes it).
+    pub async fn remove_record(&self, tool: &str, run: &str, kind: RecordKind, durably: bool) -> Result<(), Fatal> {
+        self.records.remove(tool, run, kind, durably).await.map(|_| ()).map_err(Fatal::storage)
     }
 
     /// Removes a file that may exist, durably (its directory is fsynced).
@@ -510,20 +522,9 @@ impl Runs {
         Ok(())
     }
 
-    /// Removes a file that may exist, without fsyncing its directory: for files whose
-    /// return after a crash recovery handles (see `settle`).
-    pub async fn remove_leftover(&self, path: &Path) -> Result<(), Fatal> {
-        crate::store::files::remove_if_present(&self.env, path)
-            .await
-            .map(|_| ())
-            .map_err(|e| Fatal::storage(format!("removing {} failed: {e}", path.display())))
-    }
-
-    /// Rewrites a journal without its torn tail: temporary file, fsync, rename, fsync dir.
-    pub async fn drop_torn_tail(&self, path: &Path, intact_len: usize) -> Result<(), Fatal> {
-        let io = |e: std::io::Error| Fatal::storage(format!("repairing {} failed: {e}", path.display()));
-        let bytes = self.env.disk.read(path).await.map_err(io)?;
-        crate::store::files::replace_durably(&self.env, path, bytes[..intact_len].to_vec()).await.map_err(io)
+    /// Rewrites a journal without its torn tail (`RunRecords::cut_torn_tail`).
+    pub async fn drop_torn_tail(&self, tool: &str, run: &str, intact_len: usize) -> Result<(), Fatal> {
+        self.records.cut_torn_tail(tool, run, intact_len).await.map_err(Fatal::storage)
     }
 
     /// Writes the header of a journal whose header was torn away by a crash (step 3 again).
@@ -548,7 +549,7 @@ pub struct WaitingRecord {
     pub halted: bool,
 }
 
-/// Reads a run's waiting record.
+/// Reads a run's waiting record from its file (operator commands, which read the files).
 pub async fn read_waiting(env: &Env, path: &Path) -> Result<WaitingRecord, String> {
     let bytes = env.disk.read(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
     record::decode(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).map_err(|e| format!("{}: {e}", path.display()))

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use crate::base::sync::MutexGuard;
 use crate::broker::Action;
 use crate::catalog::Tool;
-use crate::env::LocalBoxFuture;
+use crate::env::{LocalBoxFuture, RecordKind};
 use crate::run::runs::{InProgress, LineOf, Runs};
 use crate::store::journal::{EndRecord, Journal, JournalRecord};
 use crate::store::ledger::{Event, LedgerError};
@@ -182,9 +182,8 @@ impl RunStore for Runs {
 
     fn release<'a>(&'a self, tool: &'a str, run: &'a str) -> LocalBoxFuture<'a, Result<(), Fatal>> {
         Box::pin(async move {
-            let paths = self.files(tool, run);
-            self.remove_if_present(&paths.inputs).await?;
-            self.remove_if_present(&paths.journal).await?;
+            self.remove_record(tool, run, RecordKind::Inputs, true).await?;
+            self.remove_record(tool, run, RecordKind::Journal, true).await?;
             let held = self.ledger.lock().await;
             let at_ms = self.ledger.stamp();
             self.ledger.append(held, Event::Release { run: run.to_string(), at_ms }).await?;
@@ -216,7 +215,7 @@ impl RunStore for Runs {
         run: &'a str,
         record: &'a JournalRecord,
     ) -> LocalBoxFuture<'a, Result<(), Fatal>> {
-        Box::pin(async move { self.append_record(&self.files(&tool.config.name, run).journal, record, run).await })
+        Box::pin(async move { self.append_record(&tool.config.name, record, run).await })
     }
 
     fn wait<'a>(&'a self, tool: &'a Tool, run: &'a str, waiting: Waiting<'a>) -> LocalBoxFuture<'a, Result<(), Fatal>> {
@@ -262,9 +261,9 @@ impl RunStore for Runs {
     fn notify(&self, tool: &Tool, run: &str) {
         let manifest = &self.catalog.manifest;
         let folder = crate::base::layout::folder_of(&manifest.path).to_path_buf();
-        let waiting = self.files(&tool.config.name, run).waiting;
         let owed = self.notifications_owed.enter();
-        crate::run::notify::spawn(&self.env, &manifest.server, &folder, run, &waiting, owed);
+        let waiting = self.records.reader(&tool.config.name, run, RecordKind::Waiting);
+        crate::run::notify::spawn(&self.env, &manifest.server, &folder, run, Box::new(waiting), owed);
     }
 
     fn fitted_result(&self, op: u64, result: Value) -> Value {

@@ -6,6 +6,7 @@ pub mod files;
 pub mod journal;
 pub mod ledger;
 pub mod record;
+pub mod records;
 pub mod shared;
 
 /// The buckets of the ledger's fsync latency (seconds): 50 µs to about 3 s, doubling.

@@ -5,12 +5,15 @@
 //! its own clock: the world's time, with none of an instance's skew or drift.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use warden::env::{
-    DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, StateDb,
-    INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, STATE_SCHEMA_VERSION,
+    DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, RecordKind,
+    RecordWrite, SoleHold, StateDb, INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES,
+    RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
 };
+use warden::limits::RECORD_LINE_BYTES_MAX;
 
 use crate::env::clock::{SimClock, EPOCH_MS};
 
@@ -21,6 +24,10 @@ pub struct SharedDb {
     lines: RefCell<Vec<Vec<u8>>>,
     /// Instance name -> (epoch, lease's end in the database's ms).
     instances: RefCell<std::collections::BTreeMap<String, (u64, u64)>>,
+    /// Runs' records: (run, kind) -> line number -> line.
+    records: RefCell<BTreeMap<(String, RecordKind), BTreeMap<u64, Vec<u8>>>>,
+    /// Whether an instance holds the sole-instance lock.
+    sole: Cell<bool>,
     /// A fault: connections are refused (the database is down or partitioned away).
     pub unreachable: Cell<bool>,
     /// A fault: the next appending exchanges commit, but their COMMIT's answer is lost (the
@@ -35,6 +42,8 @@ impl SharedDb {
             schema: Cell::new(0),
             lines: RefCell::default(),
             instances: RefCell::default(),
+            records: RefCell::default(),
+            sole: Cell::new(false),
             unreachable: Cell::new(false),
             lose_commit_answers: Cell::new(0),
         })
@@ -118,7 +127,9 @@ impl SharedDb {
         self.reachable()?;
         match self.schema.get() >= version {
             true => Ok(()),
-            false => Err(DbFailure::rolled_back("PostgreSQL: relation \"warden_instances\" does not exist")),
+            false => Err(DbFailure::rolled_back(format!(
+                "PostgreSQL: a relation of schema version {version} does not exist (simulated)"
+            ))),
         }
     }
 
@@ -153,6 +164,101 @@ impl SharedDb {
         let instances = self.instances.borrow();
         let dead = instances.iter().filter(|(_, (_, until))| *until <= now);
         Ok(dead.take(64).map(|(name, (epoch, _))| (name.clone(), *epoch)).collect())
+    }
+}
+
+impl SharedDb {
+    fn checked_run(run: &str) -> Result<(), DbFailure> {
+        match (1..=RUN_ID_BYTES_MAX).contains(&run.len()) {
+            true => Ok(()),
+            false => Err(DbFailure::rolled_back(format!("a run id of {} bytes", run.len()))),
+        }
+    }
+
+    /// As the real store: the line's place must be free (the primary key), and the database
+    /// may lose the COMMIT's answer after committing.
+    fn record_write(&self, write: RecordWrite) -> Result<(), DbFailure> {
+        self.with_schema(3)?;
+        Self::checked_run(&write.run)?;
+        if write.line.len() > RECORD_LINE_BYTES_MAX || write.seq == 0 || write.seq > i64::MAX as u64 {
+            return Err(DbFailure::rolled_back(format!("line {} of {} bytes refused", write.seq, write.line.len())));
+        }
+        let mut records = self.records.borrow_mut();
+        let record = records.entry((write.run.clone(), write.kind)).or_default();
+        if write.replace {
+            record.clear();
+        }
+        if record.contains_key(&write.seq) {
+            return Err(DbFailure::rolled_back(format!(
+                "line {} of run {}'s {} is already written",
+                write.seq,
+                write.run,
+                write.kind.name()
+            )));
+        }
+        record.insert(write.seq, write.line);
+        if self.lose_commit_answers.get() > 0 {
+            self.lose_commit_answers.set(self.lose_commit_answers.get() - 1);
+            let message = "PostgreSQL: connection closed with COMMIT on its way (simulated)";
+            return Err(DbFailure { message: message.into(), may_have_committed: true });
+        }
+        Ok(())
+    }
+
+    fn record_read(&self, run: &str, kind: RecordKind) -> Result<Option<Vec<Vec<u8>>>, DbFailure> {
+        self.with_schema(3)?;
+        Self::checked_run(run)?;
+        let records = self.records.borrow();
+        let Some(record) = records.get(&(run.to_string(), kind)).filter(|record| !record.is_empty()) else {
+            return Ok(None);
+        };
+        let mut lines = Vec::with_capacity(record.len());
+        for (index, (seq, line)) in record.iter().enumerate() {
+            if *seq != index as u64 + 1 {
+                return Err(DbFailure::rolled_back(format!("run {run}'s {} lacks line {}", kind.name(), index + 1)));
+            }
+            lines.push(line.clone());
+        }
+        Ok(Some(lines))
+    }
+
+    fn record_runs(&self, kind: RecordKind, after: &str) -> Result<Vec<String>, DbFailure> {
+        self.with_schema(3)?;
+        let records = self.records.borrow();
+        let runs = records.iter().filter(|((run, of), lines)| *of == kind && run.as_str() > after && !lines.is_empty());
+        Ok(runs.map(|((run, _), _)| run.clone()).take(RECORD_RUNS_PAGE).collect())
+    }
+
+    fn record_remove(&self, run: &str, kind: RecordKind) -> Result<bool, DbFailure> {
+        self.with_schema(3)?;
+        Self::checked_run(run)?;
+        let removed = self.records.borrow_mut().remove(&(run.to_string(), kind));
+        Ok(removed.is_some_and(|record| !record.is_empty()))
+    }
+}
+
+/// Gives the sole-instance lock up when the hold holding it is dropped (its instance stopped
+/// or crashed: the simulated connection ends with it).
+struct SoleGuard(Rc<SharedDb>);
+
+impl Drop for SoleGuard {
+    fn drop(&mut self) {
+        self.0.sole.set(false);
+    }
+}
+
+impl SharedDb {
+    fn hold_sole(self: &Rc<Self>) -> Result<SoleHold, DbFailure> {
+        self.reachable()?;
+        if self.sole.replace(true) {
+            return Err(DbFailure::rolled_back("another Warden instance serves this PostgreSQL store (simulated)"));
+        }
+        let guard = SoleGuard(Rc::clone(self));
+        Ok(Box::pin(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+            unreachable!("a pending future never resolves")
+        }))
     }
 }
 
@@ -204,6 +310,45 @@ impl StateDb for SimStateDb {
 
     fn expired(&self, _target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Vec<(String, u64)>, DbFailure>> {
         crate::env::disk::after_a_turn(self.0.expired())
+    }
+
+    fn record_write(
+        &self,
+        _target: &PostgresTarget,
+        write: RecordWrite,
+    ) -> LocalBoxFuture<'static, Result<(), DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.record_write(write))
+    }
+
+    fn record_read(
+        &self,
+        _target: &PostgresTarget,
+        run: &str,
+        kind: RecordKind,
+    ) -> LocalBoxFuture<'static, Result<Option<Vec<Vec<u8>>>, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.record_read(run, kind))
+    }
+
+    fn record_remove(
+        &self,
+        _target: &PostgresTarget,
+        run: &str,
+        kind: RecordKind,
+    ) -> LocalBoxFuture<'static, Result<bool, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.record_remove(run, kind))
+    }
+
+    fn record_runs(
+        &self,
+        _target: &PostgresTarget,
+        kind: RecordKind,
+        after: &str,
+    ) -> LocalBoxFuture<'static, Result<Vec<String>, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.record_runs(kind, after))
+    }
+
+    fn hold_sole(&self, _target: &PostgresTarget) -> LocalBoxFuture<'static, Result<SoleHold, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.hold_sole())
     }
 }
 
@@ -269,5 +414,44 @@ mod tests {
         assert!(db.migrate().unwrap_err().message.contains("newer than this warden's"));
         db.unreachable.set(true);
         assert!(exchange(&db, 0, None).0.is_err());
+    }
+
+    fn write(run: &str, kind: RecordKind, seq: u64, line: &str, replace: bool) -> RecordWrite {
+        RecordWrite { run: run.into(), kind, seq, line: line.as_bytes().to_vec(), replace }
+    }
+
+    /// A run's records as the real store keeps them (`server/tests/shared_store.rs` holds the
+    /// same contract on PostgreSQL): lines in order, a place taken refused, a gap refused on
+    /// reading, a replace in one step, kinds apart.
+    #[test]
+    fn the_model_keeps_a_runs_records_as_the_real_store() {
+        let db = SharedDb::new(SimClock::new());
+        assert!(
+            db.record_write(write("r1", RecordKind::Journal, 1, "h", false)).is_err(),
+            "no table before the schema"
+        );
+        db.migrate().unwrap();
+        assert_eq!(db.record_read("r1", RecordKind::Journal).unwrap(), None);
+        db.record_write(write("r1", RecordKind::Journal, 1, "h", false)).unwrap();
+        db.record_write(write("r1", RecordKind::Journal, 2, "a", false)).unwrap();
+        let taken = db.record_write(write("r1", RecordKind::Journal, 2, "b", false)).unwrap_err();
+        assert!(taken.message.contains("already written") && !taken.may_have_committed, "{taken:?}");
+        assert_eq!(db.record_read("r1", RecordKind::Journal).unwrap(), Some(vec![b"h".to_vec(), b"a".to_vec()]));
+        assert_eq!(db.record_read("r1", RecordKind::Inputs).unwrap(), None, "kinds are apart");
+        db.record_write(write("r1", RecordKind::Waiting, 1, "w1", false)).unwrap();
+        db.record_write(write("r1", RecordKind::Waiting, 1, "w2", true)).unwrap();
+        assert_eq!(db.record_read("r1", RecordKind::Waiting).unwrap(), Some(vec![b"w2".to_vec()]));
+        db.record_write(write("r2", RecordKind::Journal, 2, "x", false)).unwrap();
+        assert!(db.record_read("r2", RecordKind::Journal).unwrap_err().message.contains("lacks line 1"));
+        assert_eq!(db.record_runs(RecordKind::Journal, "").unwrap(), vec!["r1".to_string(), "r2".to_string()]);
+        assert_eq!(db.record_runs(RecordKind::Journal, "r1").unwrap(), vec!["r2".to_string()]);
+        assert_eq!(db.record_runs(RecordKind::Inputs, "").unwrap(), Vec::<String>::new());
+        assert!(db.record_remove("r1", RecordKind::Journal).unwrap());
+        assert!(!db.record_remove("r1", RecordKind::Journal).unwrap());
+        assert!(db.record_write(write(&"r".repeat(RUN_ID_BYTES_MAX + 1), RecordKind::Inputs, 1, "i", false)).is_err());
+        db.lose_commit_answers.set(1);
+        let lost = db.record_write(write("r3", RecordKind::Inputs, 1, "i", false)).unwrap_err();
+        assert!(lost.may_have_committed);
+        assert!(db.record_read("r3", RecordKind::Inputs).unwrap().is_some(), "committed, its answer lost");
     }
 }

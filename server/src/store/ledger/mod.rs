@@ -19,9 +19,10 @@ mod state;
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use crate::base::sync::{MutexGuard, Notify};
-use crate::env::Env;
+use crate::env::{Env, PostgresTarget};
 use crate::store::record;
 
 pub use event::{Event, MoneyRecord, OnceRecord};
@@ -104,11 +105,15 @@ impl Drop for Leading<'_> {
     }
 }
 
-/// The ledger file and its state, owned by the one server holding `server.lock`.
+/// The ledger file and its state, owned by the one server holding `server.lock`, or the
+/// shared ledger of a PostgreSQL store (`shared`), owned by the one instance holding the
+/// store's sole-instance lock.
 pub struct Ledger {
     env: Env,
     dir: PathBuf,
     file: PathBuf,
+    /// The lines go to the PostgreSQL store's shared ledger, not to `file`.
+    shared: Option<Shared>,
     state: RefCell<State>,
     poisoned: Cell<bool>,
     /// Serialises decisions and writes: each event is in the state before the next is decided.
@@ -128,7 +133,55 @@ pub struct Ledger {
     pub fsync_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
+/// Where a shared ledger's lines go, and how many of them this instance has folded.
+struct Shared {
+    target: PostgresTarget,
+    seen: Cell<u64>,
+}
+
+/// What the errors of a shared ledger name in place of a file.
+pub const SHARED_LEDGER_NAME: &str = "the PostgreSQL store's ledger (warden_ledger)";
+
 impl Ledger {
+    /// Reads the shared ledger of the PostgreSQL store at `target` at start, every line
+    /// folded (`store::shared`). Events are appended one transaction each, under the ledger's
+    /// lock in this process; an append finds no line it has not folded, or another instance
+    /// wrote to the store, and the append is refused before anything is written: a decision
+    /// made on a state that was not the whole ledger is never committed.
+    pub async fn open_shared(env: &Env, dir: &Path, target: PostgresTarget) -> Result<Ledger, LedgerError> {
+        let name = PathBuf::from(SHARED_LEDGER_NAME);
+        let folded =
+            crate::store::shared::SharedLedger::open(env, target.clone()).await.map_err(|error| match error {
+                crate::store::shared::SharedError::Damaged { seq, problem } => {
+                    LedgerError::Damaged { file: name.clone(), line: seq as usize, problem }
+                }
+                database => LedgerError::Io { file: name.clone(), problem: format!("cannot read it: {database}") },
+            })?;
+        let (state, seen) = (folded.state().clone(), folded.seen());
+        let mut ledger = Ledger::with_state(env, dir, name, state);
+        ledger.shared = Some(Shared { target, seen: Cell::new(seen) });
+        Ok(ledger)
+    }
+
+    fn with_state(env: &Env, dir: &Path, file: PathBuf, state: State) -> Ledger {
+        Ledger {
+            env: env.clone(),
+            dir: dir.to_path_buf(),
+            file,
+            shared: None,
+            state: RefCell::new(state),
+            poisoned: Cell::new(false),
+            lock: crate::base::sync::Mutex::new(),
+            written: Cell::new(0),
+            durable: Cell::new(0),
+            dir_unsynced: Cell::new(false),
+            file_exists: Cell::new(true),
+            syncing: Cell::new(false),
+            committed: Notify::default(),
+            fsync_seconds: prometheus_client::metrics::histogram::Histogram::new(crate::store::FSYNC_BUCKETS_SECONDS),
+        }
+    }
+
     /// Reads the ledger at start and rewrites it compacted (dropping a torn tail), so appends
     /// always follow an intact line.
     pub async fn open(env: &Env, dir: &Path) -> Result<Ledger, LedgerError> {
@@ -160,21 +213,9 @@ impl Ledger {
                 parsed.torn_tail_bytes
             ));
         }
-        Ok(Ledger {
-            env: env.clone(),
-            dir: dir.to_path_buf(),
-            file,
-            state: RefCell::new(state),
-            poisoned: Cell::new(false),
-            lock: crate::base::sync::Mutex::new(),
-            written: Cell::new(0),
-            durable: Cell::new(0),
-            dir_unsynced: Cell::new(false),
-            file_exists: Cell::new(exists),
-            syncing: Cell::new(false),
-            committed: Notify::default(),
-            fsync_seconds: prometheus_client::metrics::histogram::Histogram::new(crate::store::FSYNC_BUCKETS_SECONDS),
-        })
+        let ledger = Ledger::with_state(env, dir, file, state);
+        ledger.file_exists.set(exists);
+        Ok(ledger)
     }
 
     pub fn state(&self) -> std::cell::Ref<'_, State> {
@@ -216,6 +257,11 @@ impl Ledger {
         if let Err(problem) = self.state.borrow().check(&event) {
             panic!("refusing to write a ledger event that breaks the one-reserve rule: {problem}");
         }
+        if let Some(shared) = &self.shared {
+            let appended = self.append_shared(shared, &event).await;
+            drop(held);
+            return appended;
+        }
         let is_new = !self.file_exists.get() && !self.env.disk.exists(&self.file).await.unwrap_or(false);
         if let Err(e) = self.env.disk.append(&self.file, record::encode(&event)).await {
             self.poisoned.set(true);
@@ -232,6 +278,49 @@ impl Ledger {
         self.written.set(seq);
         drop(held);
         self.durable_up_to(seq).await
+    }
+
+    /// One transaction appending `event` to the shared ledger, refused when the ledger holds
+    /// a line this instance has not folded; applied to the state once committed, so the
+    /// state holds durable events only (and `flush` has nothing to wait for).
+    async fn append_shared(&self, shared: &Shared, event: &Event) -> Result<(), LedgerError> {
+        let mut line = record::encode(event);
+        assert_eq!(line.pop(), Some(b'\n'), "an encoded record ends its line");
+        assert!(line.len() <= crate::env::LEDGER_LINE_BYTES_MAX, "a ledger line of {} bytes", line.len());
+        let foreign: Rc<Cell<Option<u64>>> = Rc::default();
+        let told = Rc::clone(&foreign);
+        let decide: crate::env::Decide = Box::new(move |lines, now| match lines.first() {
+            Some(first) => {
+                told.set(Some(first.seq));
+                None
+            }
+            None => now.map(|_| line),
+        });
+        let exchanged = self.env.state_db.ledger_exchange(&shared.target, shared.seen.get(), decide).await;
+        let fail = |problem: String| {
+            self.poisoned.set(true);
+            Err(LedgerError::Io { file: self.file.clone(), problem })
+        };
+        let exchanged = match exchanged {
+            Ok(exchanged) => exchanged,
+            Err(failure) if failure.may_have_committed => {
+                return fail(format!("{} (the event may have been appended)", failure.message))
+            }
+            Err(failure) => return fail(failure.message),
+        };
+        if let Some(seq) = foreign.get() {
+            return fail(format!(
+                "line {seq} was appended by another Warden instance: one instance serves a PostgreSQL store until \
+                 leases are built (issue 28); nothing was appended"
+            ));
+        }
+        let seq = exchanged.appended.expect("the whole ledger was read and the line given");
+        assert_eq!(seq, shared.seen.get() + 1, "an appended line follows the lines folded");
+        shared.seen.set(seq);
+        self.state.borrow_mut().apply(event).expect("checked before writing");
+        self.written.set(self.written.get() + 1);
+        self.durable.set(self.written.get());
+        Ok(())
     }
 
     /// Returns once every event written so far is durable: a decision read from the state
@@ -302,6 +391,10 @@ impl Ledger {
     /// rename over the old ledger, fsync of the directory. A crash leaves one or the other.
     /// When every run is kept, nothing is rewritten (a start does not pay for history).
     pub async fn compact(&self, keep: impl Fn(&RunEntry) -> bool) -> Result<usize, LedgerError> {
+        if self.shared.is_some() {
+            // Compaction of the shared ledger is not built (docs/DEFERRED.md): it grows.
+            return Ok(0);
+        }
         let held = self.lock().await;
         // The rename must not overtake an fsync of the old file in flight.
         self.flush().await?;
