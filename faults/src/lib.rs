@@ -44,38 +44,63 @@ impl CrashPoint {
 #[serde(tag = "fault", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Fault {
     /// Crash the server the next time it reaches `point`.
-    CrashAtPoint { point: CrashPoint },
+    CrashAtPoint {
+        point: CrashPoint,
+    },
     /// Crash the server at its `after`-th disk operation from now (unsynced data is lost or torn).
-    CrashAtDiskOperation { after: u64 },
+    CrashAtDiskOperation {
+        after: u64,
+    },
     /// Fail the next fsync (the server must stop, not go on).
     FailFsync,
     /// The disk is full for the next write of this call.
     FillDisk,
     /// Step the wall clock by `ms` (negative: backwards).
-    StepClock { ms: i64 },
+    StepClock {
+        ms: i64,
+    },
     /// Step the wall clock by `ms` while the next program execution runs: inside a run,
     /// between its start and its next action. Time did not pass: no deadline may expire.
-    StepClockDuringRun { ms: i64 },
+    StepClockDuringRun {
+        ms: i64,
+    },
     /// The next program execution, and every later one of the same run, crashes the server
     /// (as a program that exhausts the machine would) until the faults stop. The server must
     /// stop resuming that run after a few crashes and serve the others.
     PoisonRun,
     /// Let virtual time pass.
-    AdvanceTime { ms: u64 },
+    AdvanceTime {
+        ms: u64,
+    },
     /// The next `ops` disk operations each take `ms` of virtual time (a slow or stalling
     /// disk): deadlines, timeouts and other runs' progress cross them.
-    SlowDisk { ms: u64, ops: u64 },
+    SlowDisk {
+        ms: u64,
+        ops: u64,
+    },
     /// The client reads the server's next `lines` lines `ms` apart; the pipe between them
     /// holds two lines, so the server's writes wait while it is full.
-    SlowReader { ms: u64, lines: u32 },
+    SlowReader {
+        ms: u64,
+        lines: u32,
+    },
     /// Make the wall clock drift by `ppm` millionths (negative: slow) from now on.
-    DriftClock { ppm: i64 },
+    DriftClock {
+        ppm: i64,
+    },
     /// The next request to a URL containing `url` gets this network fault.
-    Network { url: String, kind: NetworkFault },
+    Network {
+        url: String,
+        kind: NetworkFault,
+    },
     /// The notify command fails this many times before it succeeds.
-    NotifyFails { times: u32 },
+    NotifyFails {
+        times: u32,
+    },
     /// The notify command hangs this many times (killed at its timeout) before it succeeds.
-    NotifyHangs { times: u32 },
+    NotifyHangs {
+        times: u32,
+    },
     /// A line over the 4 MiB limit arrives before the call.
     OversizedLine,
     /// A malformed line arrives before the call.
@@ -84,7 +109,9 @@ pub enum Fault {
     Cancel,
     /// Before the call, the client sends `calls` status calls at once (a hostile client
     /// flooding the server); their answers are not the workload's.
-    Flood { calls: u32 },
+    Flood {
+        calls: u32,
+    },
     /// Beside the call, the client sends it twice more as calls the server must refuse before
     /// anything runs: with one argument more, which is no parameter of the tool, and with a
     /// string argument replaced by a secret the manifest names. Their answers are not the
@@ -94,26 +121,46 @@ pub enum Fault {
     /// events (when `stalls`, the client first stops reading it until the server's write
     /// timeout passes); the client then asks for the rest with `Last-Event-ID`, which must
     /// bring every event after the last one it read, the answer included.
-    StreamCut { after: u32, stalls: bool },
+    StreamCut {
+        after: u32,
+        stalls: bool,
+    },
     /// The client goes away right after sending the call (its stdin closes, writes to it
     /// fail), then connects to a new server and sends again what `once` lets it.
     ClientGone,
     /// A shutdown signal (SIGTERM) comes `after_ms` of virtual time after the call is sent: the
     /// server drains (no new call, each run stops between actions) and exits, then starts
     /// again. A drained server leaves nothing in doubt that a person was not already asked about.
-    Shutdown { after_ms: u64 },
+    Shutdown {
+        after_ms: u64,
+    },
     /// With the server stopped, a durable byte of `file` rots: the byte at `at` modulo the
     /// length before the last newline flips. At the next start, recovery must report the
     /// damage naming the file and line, and the seed ends there (damage waits for a person).
-    RotByte { file: DamagedFile, at: u64 },
+    RotByte {
+        file: DamagedFile,
+        at: u64,
+    },
     /// The next read of the ledger returns one byte flipped (at `at` modulo the length before
     /// the last newline); the disk stays intact. The start that reads it must refuse, naming
     /// the ledger; the next start goes on.
-    FlipLedgerRead { at: u64 },
+    FlipLedgerRead {
+        at: u64,
+    },
     /// The next append to the ledger lands 1 + `at` % 64 bytes early, over the end of the
     /// line before it. Once durable, the next start must refuse naming the line; the seed
     /// ends there.
-    MisdirectLedgerAppend { at: u64 },
+    MisdirectLedgerAppend {
+        at: u64,
+    },
+    /// In a world on the PostgreSQL store, the store fails: it refuses the next `times`
+    /// connections (the database down, restarting or partitioned away), or the next write
+    /// commits and the answer to its COMMIT is lost (the server cannot tell whether it
+    /// committed). A world on files does not reach the store: the fault never fires there.
+    StoreRefuses {
+        times: u32,
+    },
+    StoreLosesCommitAnswer,
 }
 
 /// The file a `rot_byte` fault damages. An unknown name in a scenario file is a parse error.
@@ -175,6 +222,8 @@ impl Fault {
             Fault::RotByte { .. } => "a durable byte rots",
             Fault::FlipLedgerRead { .. } => "a flipped byte read",
             Fault::MisdirectLedgerAppend { .. } => "a misdirected write",
+            Fault::StoreRefuses { .. } => "the store refuses connections",
+            Fault::StoreLosesCommitAnswer => "a COMMIT's answer lost",
         }
     }
 }

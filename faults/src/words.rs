@@ -116,6 +116,12 @@ impl fmt::Display for Fault {
             Fault::MisdirectLedgerAppend { at } => {
                 write!(f, "the next ledger append lands {} bytes early", 1 + at % 64)
             }
+            Fault::StoreRefuses { times: count } => {
+                write!(f, "the PostgreSQL store refuses the next connection {}", times(u64::from(*count)))
+            }
+            Fault::StoreLosesCommitAnswer => {
+                write!(f, "the PostgreSQL store commits the next write and its answer is lost")
+            }
         }
     }
 }

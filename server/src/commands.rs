@@ -114,6 +114,10 @@ pub async fn open_server(
     };
     let mut runs = Runs::new(env.clone(), Rc::clone(&catalog), ledger, records);
     runs.secrets.extend(transport_secrets);
+    // The store's URL may hold a password: scrubbed wherever a message could carry it.
+    if let Store::Postgres { url_env } = &catalog.manifest.server.store {
+        runs.secrets.extend(env.process.var(url_env).filter(|url| !url.is_empty()));
+    }
     runs.inputs.set_key(crate::run::input::load_key(env, &journals).await?);
     let runs = Rc::new(runs);
     let report = recovery::recover(&runs).await.map_err(|fatal| fatal.to_string())?;

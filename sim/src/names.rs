@@ -35,6 +35,15 @@ pub const PG_URL: &str = "postgres://warden:pgSIMPWx7f3a%3Aq@pg.sim/desk";
 
 pub const PG_DESK: &str = "postgres://pg.sim/desk";
 
+/// The PostgreSQL store a world on the store keeps its ledger and records in
+/// (`server.store.postgres`): the variable holding its URL, and the URL (with a password the
+/// checker searches every output for).
+pub const STORE_URL_ENV: &str = "WARDEN_STORE_URL";
+
+pub const STORE_PASSWORD: &str = "stSIMPWq91c";
+
+pub const STORE_URL: &str = "postgres://warden:stSIMPWq91c@store.sim/warden";
+
 /// The payment key the world's grants attach: the checker searches every output for it.
 pub const SECRET: &str = "sk_test_SIMSECRET_7c1e";
 

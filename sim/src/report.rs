@@ -92,6 +92,8 @@ pub struct Report {
     /// principals.
     pub over_http: bool,
     pub with_principals: bool,
+    /// The world kept its ledger and records in the PostgreSQL store (`server.store`).
+    pub on_the_store: bool,
     /// Input requests: calls answered `input_required`, retries served, retries refused
     /// (altered states among them).
     pub inputs: Inputs,

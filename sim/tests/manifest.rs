@@ -134,7 +134,10 @@ fn refunds_without_an_idempotency_key_are_told_to_wait_for_a_person() {
     let finding = found.clone().find(|finding| finding.kind == "waited for a person");
     let finding = finding.expect("a refund in doubt is found");
     assert_eq!(finding.tool, "refund_order");
-    assert!(finding.message.contains("may have happened"), "{}", finding.message);
+    // Which doubt comes first depends on the faults the seeds draw: a crash after the begin,
+    // or an answer lost after sending.
+    let in_doubt = ["may have happened", "may have reached the service"];
+    assert!(in_doubt.iter().any(|words| finding.message.contains(words)), "{}", finding.message);
     assert!(finding.message.contains(r#"`"idempotency_key": true` on its grant"#), "{}", finding.message);
 }
 

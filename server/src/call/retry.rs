@@ -36,7 +36,14 @@ pub async fn continue_run(
     let run = claims.run.as_str();
     let round = match awaited_round(runs, tool, &claims).await {
         Ok(round) => round,
-        Err(problem) => return CallReply::Invalid(problem),
+        Err(Unusable::Invalid(problem)) => return CallReply::Invalid(problem),
+        // Not a refusal: the state stays usable (found at seed 506, a store refusing a
+        // connection; answered as refused, the client gave the round up).
+        Err(Unusable::Unreadable) => {
+            let text = "the server could not read the run's records just now (its log says why); retry with the \
+                        same requestState";
+            return CallReply::Result(crate::call::answer::error_result(text.to_string()), None);
+        }
     };
     let answers = match answers_of(runs, &round, retry.input_responses.as_ref()) {
         Ok(Some(answers)) => answers,
@@ -116,22 +123,29 @@ fn used(run: &str) -> String {
     )
 }
 
+/// Why a retry's round cannot be taken: its state cannot be used (a protocol error), or the
+/// run's journal cannot be read now (the state stays usable).
+enum Unusable {
+    Invalid(String),
+    Unreadable,
+}
+
 /// The round the claims name, if the run awaits it now.
-async fn awaited_round(runs: &Runs, tool: &Tool, claims: &Claims) -> Result<Round, String> {
+async fn awaited_round(runs: &Runs, tool: &Tool, claims: &Claims) -> Result<Round, Unusable> {
     if !runs.inputs.awaits(&claims.run, claims.round) {
-        return Err(used(&claims.run));
+        return Err(Unusable::Invalid(used(&claims.run)));
     }
     let journal = match runs.read_journal(&tool.config.name, &claims.run).await {
         Ok(Some(journal)) => journal,
-        Ok(None) => return Err(used(&claims.run)),
+        Ok(None) => return Err(Unusable::Invalid(used(&claims.run))),
         Err(problem) => {
             runs.env.log(&format!("reading the journal of run {} for a retry: {problem}", claims.run));
-            return Err("the run's journal cannot be read (see the server's log)".to_string());
+            return Err(Unusable::Unreadable);
         }
     };
     match journal.rounds.get(claims.round as usize) {
         Some(round) if round.answered.is_none() => Ok(round.clone()),
-        _ => Err(used(&claims.run)),
+        _ => Err(Unusable::Invalid(used(&claims.run))),
     }
 }
 

@@ -35,6 +35,19 @@ pub const POLL_INTERVAL_MS: u64 = 1_000;
 /// call's retries can take longer; the answer then says to ask again).
 const CANCEL_POLL_MS: u64 = 50;
 const CANCEL_WAIT_MS_MAX: u64 = crate::manifest::NET_TIMEOUT_MS_LIMIT + 60_000;
+/// Why a `tasks/*` request was not carried out: what it asked cannot be (-32602), or the
+/// task's records could not be read just now (-32603, ask again).
+enum Refused {
+    Invalid(String),
+    Unreadable(String),
+}
+
+impl From<String> for Refused {
+    fn from(message: String) -> Refused {
+        Refused::Invalid(message)
+    }
+}
+
 /// The longest task id taken (a run id is 32 characters).
 const TASK_ID_BYTES_MAX: usize = 64;
 
@@ -227,7 +240,15 @@ impl Connection {
         };
         match outcome {
             Ok(result) => jsonrpc::response(&request.id, result),
-            Err(message) => RpcError::new(Some(request.id), jsonrpc::INVALID_PARAMS, message).to_value(),
+            Err(Refused::Invalid(message)) => {
+                RpcError::new(Some(request.id), jsonrpc::INVALID_PARAMS, message).to_value()
+            }
+            Err(Refused::Unreadable(problem)) => {
+                self.env.log(&format!("tasks: {problem}"));
+                let text = "the server could not read the task's records just now (the error is in its log); \
+                            ask again";
+                RpcError::new(Some(request.id), jsonrpc::INTERNAL_ERROR, text).to_value()
+            }
         }
     }
 
@@ -241,14 +262,10 @@ impl Connection {
     }
 
     /// `tasks/get`: the task's status, with its result, its error or the input it awaits.
-    async fn task_status(&self, run: &str, tool: &str, phase: &RunPhase) -> Result<Value, String> {
-        let journal = match self.runs.read_journal(tool, run).await {
-            Ok(journal) => journal,
-            Err(problem) => {
-                self.env.log(&format!("tasks/get {run}: {problem}"));
-                None
-            }
-        };
+    async fn task_status(&self, run: &str, tool: &str, phase: &RunPhase) -> Result<Value, Refused> {
+        // A journal that cannot be read now is no expired task (found at seed 1363, a store
+        // refusing a connection): the caller is told to ask again.
+        let journal = self.runs.read_journal(tool, run).await.map_err(Refused::Unreadable)?;
         let created = journal.as_ref().map_or(0, |journal| journal.header_at_ms);
         let mut status = match phase {
             RunPhase::Released { .. } => {
@@ -257,7 +274,7 @@ impl Connection {
             RunPhase::Open => self.open_status(run, journal.as_ref()),
             RunPhase::Settled { .. } => match journal.as_ref().and_then(|journal| journal.end.as_ref()) {
                 Some(end) => self.ended_status(run, tool, end),
-                None => return Err(format!("task `{run}` has expired: its records are no longer kept")),
+                None => return Err(format!("task `{run}` has expired: its records are no longer kept").into()),
             },
         };
         let updated = journal.as_ref().and_then(|j| j.end.as_ref()).map_or(self.env.clock.now_ms(), |end| end.at_ms);
@@ -313,15 +330,16 @@ impl Connection {
         tool: &str,
         responses: Option<&Value>,
         kinds: Vec<String>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, Refused> {
         let not_waiting = format!("task `{run}` is not waiting for input (tasks/get tells what it is doing)");
         let awaited = self.runs.inputs.awaited(run).ok_or(not_waiting.clone())?;
         if self.task_answers.submitted.borrow().contains(&(run.to_string(), awaited.round)) {
-            return Err(format!(
+            return Err(Refused::Invalid(format!(
                 "the answers to task `{run}`'s questions were all given already; it goes on with them"
-            ));
+            )));
         }
-        let journal = self.runs.read_journal(tool, run).await?.ok_or("the task's journal is gone")?;
+        let journal = self.runs.read_journal(tool, run).await.map_err(Refused::Unreadable)?;
+        let journal = journal.ok_or("the task's journal is gone".to_string())?;
         let round = journal.rounds.last().filter(|round| round.answered.is_none()).ok_or(not_waiting)?;
         let responses = responses.and_then(Value::as_object).cloned().unwrap_or_default();
         let mut given = self.task_answers.given.borrow().get(run).cloned().unwrap_or_default();
@@ -339,7 +357,12 @@ impl Connection {
             self.keep_answers(run, given);
             return Ok(json!({"resultType": "complete"}));
         }
-        let inputs = self.runs.read_inputs(tool, run).await?.ok_or("the task's arguments are no longer kept")?;
+        let inputs = self
+            .runs
+            .read_inputs(tool, run)
+            .await
+            .map_err(Refused::Unreadable)?
+            .ok_or("the task's arguments are no longer kept".to_string())?;
         self.task_answers.submitted.borrow_mut().insert((run.to_string(), awaited.round));
         self.task_answers.given.borrow_mut().remove(run);
         self.continue_task(run, tool, (awaited, inputs, kinds), Value::Object(given));
@@ -400,7 +423,7 @@ impl Connection {
 
     /// `tasks/cancel`: a run awaiting input ends now; an executing one at its next point
     /// between actions; an ended one stays as it ended.
-    async fn cancel_task(&self, run: &str, tool: &str, phase: &RunPhase) -> Result<Value, String> {
+    async fn cancel_task(&self, run: &str, tool: &str, phase: &RunPhase) -> Result<Value, Refused> {
         let ack = json!({"resultType": "complete"});
         if !matches!(phase, RunPhase::Open) {
             return Ok(ack);
@@ -413,21 +436,21 @@ impl Connection {
                 // Acknowledged only once its end is durable: a write that failed stops the
                 // server, and the run awaits its input again after the restart.
                 return match self.runs.ledger.state().run(run).map(|entry| &entry.phase) {
-                    Some(RunPhase::Open) => Err(format!(
+                    Some(RunPhase::Open) => Err(Refused::Invalid(format!(
                         "task `{run}` is not known to be cancelled: its end could not be recorded durably and \
                          the server stops; after its restart ask tasks/get, and send tasks/cancel again if it still \
                          awaits input"
-                    )),
+                    ))),
                     _ => Ok(ack),
                 };
             }
         }
         if !self.runs.request_cancel(run) {
-            return Err(format!(
+            return Err(Refused::Invalid(format!(
                 "task `{run}` cannot be cancelled now: its run is not executing (it is being taken up with its \
                  answers: ask tasks/get and cancel again; or it waits for a person: an action may have happened, and \
                  only an operator can tell)"
-            ));
+            )));
         }
         self.until_ended(run).await?;
         Ok(ack)

@@ -117,6 +117,19 @@ pub struct SimDisk {
     /// The operation happens at once; its caller resumes when the time has passed.
     pub slow: Cell<(u64, u64)>,
     clock: Rc<SimClock>,
+    /// Records kept elsewhere than on this disk, shown to the checker as the files they would
+    /// be (the PostgreSQL store's): the checker's reads (`peek`, `files`, ...) see them, the
+    /// server's (through `Disk`) do not.
+    pub overlay: RefCell<Option<Rc<dyn Overlay>>>,
+}
+
+/// Records kept outside the disk, as the file layout would hold them: every line committed is
+/// durable, so what they hold is what a crash leaves.
+pub trait Overlay {
+    /// Path -> bytes, for every record kept.
+    fn files(&self) -> Rc<BTreeMap<PathBuf, Vec<u8>>>;
+    /// What `path` held before each removal, oldest first.
+    fn unlinked(&self, path: &Path) -> Vec<Vec<u8>>;
 }
 
 fn pending_forever<T: 'static>() -> LocalBoxFuture<'static, T> {
@@ -175,6 +188,7 @@ impl SimDisk {
             misdirected: RefCell::new(None),
             slow: Cell::new((0, 0)),
             clock,
+            overlay: RefCell::new(None),
         };
         {
             let mut state = disk.state.borrow_mut();
@@ -230,8 +244,16 @@ impl SimDisk {
         state.durable_names.insert(path.to_path_buf(), inode);
     }
 
+    /// The overlay's files, if any.
+    fn overlaid(&self) -> Option<Rc<BTreeMap<PathBuf, Vec<u8>>>> {
+        self.overlay.borrow().as_ref().map(|overlay| overlay.files()).filter(|files| !files.is_empty())
+    }
+
     /// Reads what the running instance would see (for the checker).
     pub fn peek(&self, path: &Path) -> Option<Vec<u8>> {
+        if let Some(bytes) = self.overlaid().and_then(|files| files.get(path).cloned()) {
+            return Some(bytes);
+        }
         let state = self.state.borrow();
         state.names.get(path).map(|&i| state.inodes[i].current.clone())
     }
@@ -239,6 +261,12 @@ impl SimDisk {
     /// What `path` held before each `remove` or `rename` over it, oldest first: the checker
     /// remembers what retention deleted and compaction dropped (`checks::check`).
     pub fn unlinked(&self, path: &Path) -> Vec<Vec<u8>> {
+        if let Some(overlay) = self.overlay.borrow().as_ref() {
+            let removed = overlay.unlinked(path);
+            if !removed.is_empty() {
+                return removed;
+            }
+        }
         let state = self.state.borrow();
         let inodes = state.unlinked.get(path).into_iter().flatten();
         // As written, and as it was before a misdirected write damaged it: compaction may have
@@ -252,6 +280,9 @@ impl SimDisk {
     /// every directory above it are durable, else the prefix its durable and current
     /// contents share.
     pub fn surviving_len(&self, path: &Path) -> usize {
+        if let Some(bytes) = self.overlaid().and_then(|files| files.get(path).map(Vec::len)) {
+            return bytes;
+        }
         let state = self.state.borrow();
         let Some(&inode) = state.names.get(path) else { return 0 };
         let named = state.durable_names.get(path) == Some(&inode);
@@ -265,13 +296,20 @@ impl SimDisk {
 
     /// Runs `read` over a file's current bytes without copying them.
     pub fn with_bytes<R>(&self, path: &Path, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if let Some(files) = self.overlaid() {
+            if let Some(bytes) = files.get(path) {
+                return Some(read(bytes));
+            }
+        }
         let state = self.state.borrow();
         state.names.get(path).map(|&inode| read(&state.inodes[inode].current))
     }
 
     /// Every file path, sorted.
     pub fn files(&self) -> Vec<PathBuf> {
-        self.state.borrow().names.keys().cloned().collect()
+        let mut files: BTreeSet<PathBuf> = self.state.borrow().names.keys().cloned().collect();
+        files.extend(self.overlaid().iter().flat_map(|overlaid| overlaid.keys().cloned()));
+        files.into_iter().collect()
     }
 
     /// Overwrites a file's bytes, durably (for scenarios that damage a ledger).

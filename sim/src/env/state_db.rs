@@ -6,7 +6,11 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
+
+use warden::base::layout::RunFiles;
+use warden::store::ledger::{Event, LEDGER_FILE};
 
 use warden::env::{
     DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, RecordKind,
@@ -16,6 +20,7 @@ use warden::env::{
 use warden::limits::RECORD_LINE_BYTES_MAX;
 
 use crate::env::clock::{SimClock, EPOCH_MS};
+use crate::env::disk::Overlay;
 
 /// The database itself, shared by every instance of a world.
 pub struct SharedDb {
@@ -28,11 +33,21 @@ pub struct SharedDb {
     records: RefCell<BTreeMap<(String, RecordKind), BTreeMap<u64, Vec<u8>>>>,
     /// Whether an instance holds the sole-instance lock.
     sole: Cell<bool>,
+    /// Counts every change (a line appended, a record written or removed): the checker's
+    /// view of the store as files is rendered again only after one.
+    changes: Cell<u64>,
+    /// What each removed record held, oldest first (the checker's `unlinked`).
+    removed: RefCell<BTreeMap<(String, RecordKind), Vec<Vec<u8>>>>,
     /// A fault: connections are refused (the database is down or partitioned away).
     pub unreachable: Cell<bool>,
-    /// A fault: the next appending exchanges commit, but their COMMIT's answer is lost (the
-    /// connection breaks on its way back): their caller hears "may have committed".
+    /// A fault: the next appending exchanges and record writes commit, but their COMMIT's
+    /// answer is lost (the connection breaks on its way back): their caller hears "may have
+    /// committed".
     pub lose_commit_answers: Cell<u32>,
+    /// A fault: the next operations are refused (the database down or away for a moment).
+    pub refuse_next: Cell<u32>,
+    /// Store faults that fired, by kind (the fault accounting's witness).
+    pub injected: RefCell<BTreeMap<&'static str, u64>>,
 }
 
 impl SharedDb {
@@ -44,8 +59,12 @@ impl SharedDb {
             instances: RefCell::default(),
             records: RefCell::default(),
             sole: Cell::new(false),
+            changes: Cell::new(0),
+            removed: RefCell::default(),
             unreachable: Cell::new(false),
             lose_commit_answers: Cell::new(0),
+            refuse_next: Cell::new(0),
+            injected: RefCell::default(),
         })
     }
 
@@ -65,10 +84,29 @@ impl SharedDb {
     }
 
     fn reachable(&self) -> Result<(), DbFailure> {
-        match self.unreachable.get() {
+        let refused = self.refuse_next.get() > 0;
+        if refused {
+            self.refuse_next.set(self.refuse_next.get() - 1);
+            self.count("the store refuses connections");
+        }
+        match self.unreachable.get() || refused {
             true => Err(DbFailure::rolled_back("PostgreSQL: connection refused (simulated)")),
             false => Ok(()),
         }
+    }
+
+    fn count(&self, kind: &'static str) {
+        *self.injected.borrow_mut().entry(kind).or_insert(0) += 1;
+    }
+
+    /// Whether this write's COMMIT answer is lost (it committed).
+    fn commit_answer_lost(&self) -> bool {
+        let lost = self.lose_commit_answers.get() > 0;
+        if lost {
+            self.lose_commit_answers.set(self.lose_commit_answers.get() - 1);
+            self.count("a COMMIT's answer lost");
+        }
+        lost
     }
 
     fn migrate(&self) -> Result<Migration, DbFailure> {
@@ -108,8 +146,8 @@ impl SharedDb {
             return Err(DbFailure::rolled_back(format!("a ledger line of {} bytes", line.len())));
         }
         self.lines.borrow_mut().push(line);
-        if self.lose_commit_answers.get() > 0 {
-            self.lose_commit_answers.set(self.lose_commit_answers.get() - 1);
+        self.changed();
+        if self.commit_answer_lost() {
             let message = "PostgreSQL: connection closed with COMMIT on its way (simulated)";
             return Err(DbFailure { message: message.into(), may_have_committed: true });
         }
@@ -197,8 +235,8 @@ impl SharedDb {
             )));
         }
         record.insert(write.seq, write.line);
-        if self.lose_commit_answers.get() > 0 {
-            self.lose_commit_answers.set(self.lose_commit_answers.get() - 1);
+        self.changed();
+        if self.commit_answer_lost() {
             let message = "PostgreSQL: connection closed with COMMIT on its way (simulated)";
             return Err(DbFailure { message: message.into(), may_have_committed: true });
         }
@@ -222,6 +260,36 @@ impl SharedDb {
         Ok(Some(lines))
     }
 
+    /// Flips one bit of one committed line (damage under the database: a page gone bad): of
+    /// the ledger, or of `run`'s journal. Returns the line's number, as a reader counts it.
+    pub fn rot(&self, journal_of: Option<&str>, at: u64) -> Option<usize> {
+        let flip = |line: &mut Vec<u8>| {
+            let position = ((at >> 16) % line.len().max(1) as u64) as usize;
+            line.get_mut(position).map(|byte| *byte ^= 0x01)
+        };
+        let index = match journal_of {
+            None => {
+                let mut lines = self.lines.borrow_mut();
+                let index = (at % lines.len().max(1) as u64) as usize;
+                flip(lines.get_mut(index)?)?;
+                index
+            }
+            Some(run) => {
+                let mut records = self.records.borrow_mut();
+                let journal = records.get_mut(&(run.to_string(), RecordKind::Journal))?;
+                let index = (at % journal.len().max(1) as u64) as usize;
+                flip(journal.values_mut().nth(index)?)?;
+                index
+            }
+        };
+        self.changed();
+        Some(index + 1)
+    }
+
+    fn changed(&self) {
+        self.changes.set(self.changes.get() + 1);
+    }
+
     fn record_runs(&self, kind: RecordKind, after: &str) -> Result<Vec<String>, DbFailure> {
         self.with_schema(3)?;
         let records = self.records.borrow();
@@ -233,7 +301,13 @@ impl SharedDb {
         self.with_schema(3)?;
         Self::checked_run(run)?;
         let removed = self.records.borrow_mut().remove(&(run.to_string(), kind));
-        Ok(removed.is_some_and(|record| !record.is_empty()))
+        let removed = removed.filter(|record| !record.is_empty());
+        if let Some(record) = &removed {
+            let bytes = record.values().flat_map(|line| line.iter().copied().chain([b'\n'])).collect();
+            self.removed.borrow_mut().entry((run.to_string(), kind)).or_default().push(bytes);
+            self.changed();
+        }
+        Ok(removed.is_some())
     }
 }
 
@@ -259,6 +333,76 @@ impl SharedDb {
             std::future::pending::<()>().await;
             unreachable!("a pending future never resolves")
         }))
+    }
+}
+
+/// The store as the file layout under `journals` would hold it, for the checker (which reads
+/// files): `server.ledger` the ledger's lines, and each run's records at the paths of its tool
+/// (from its reserve). Every line in the store is committed, so all of it survives a crash.
+pub struct StoreFiles {
+    db: Rc<SharedDb>,
+    journals: PathBuf,
+    rendered: RefCell<(u64, Rc<BTreeMap<PathBuf, Vec<u8>>>)>,
+}
+
+impl StoreFiles {
+    pub fn new(db: &Rc<SharedDb>, journals: PathBuf) -> Rc<StoreFiles> {
+        Rc::new(StoreFiles { db: Rc::clone(db), journals, rendered: RefCell::new((u64::MAX, Rc::default())) })
+    }
+
+    /// Each run's tool, from the reserves in the ledger.
+    fn tools(&self) -> BTreeMap<String, String> {
+        let lines = self.db.lines.borrow();
+        let events = lines.iter().filter_map(|line| warden::store::record::decode::<Event>(line).ok());
+        let reserves = events.filter_map(|event| match event {
+            Event::Reserve { run, tool, .. } => Some((run, tool)),
+            _ => None,
+        });
+        reserves.collect()
+    }
+
+    fn path(&self, tools: &BTreeMap<String, String>, run: &str, kind: RecordKind) -> Option<PathBuf> {
+        // A record of a run the ledger does not know is shown under a tool no manifest has.
+        let tool = tools.get(run).map_or("(no reserve)", String::as_str);
+        let files = RunFiles::new(&self.journals, tool, run);
+        Some(match kind {
+            RecordKind::Inputs => files.inputs,
+            RecordKind::Journal => files.journal,
+            RecordKind::Waiting => files.waiting,
+        })
+    }
+
+    fn render(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut files = BTreeMap::new();
+        if self.db.schema.get() == 0 {
+            return files;
+        }
+        let ledger: Vec<u8> =
+            self.db.lines.borrow().iter().flat_map(|line| line.iter().copied().chain([b'\n'])).collect();
+        files.insert(self.journals.join(LEDGER_FILE), ledger);
+        let tools = self.tools();
+        for ((run, kind), record) in self.db.records.borrow().iter().filter(|(_, record)| !record.is_empty()) {
+            let bytes = record.values().flat_map(|line| line.iter().copied().chain([b'\n'])).collect();
+            files.extend(self.path(&tools, run, *kind).map(|path| (path, bytes)));
+        }
+        files
+    }
+}
+
+impl Overlay for StoreFiles {
+    fn files(&self) -> Rc<BTreeMap<PathBuf, Vec<u8>>> {
+        let changes = self.db.changes.get() + u64::from(self.db.schema.get());
+        if self.rendered.borrow().0 != changes {
+            *self.rendered.borrow_mut() = (changes, Rc::new(self.render()));
+        }
+        Rc::clone(&self.rendered.borrow().1)
+    }
+
+    fn unlinked(&self, path: &Path) -> Vec<Vec<u8>> {
+        let tools = self.tools();
+        let removed = self.db.removed.borrow();
+        let matching = removed.iter().filter(|((run, kind), _)| self.path(&tools, run, *kind).as_deref() == Some(path));
+        matching.flat_map(|(_, versions)| versions.iter().cloned()).collect()
     }
 }
 

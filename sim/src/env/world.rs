@@ -130,6 +130,9 @@ impl World {
         *services.oracle.borrow_mut() = Some(Rc::clone(&oracle));
         *services.disk.borrow_mut() = Some(Rc::clone(&disk));
         let shared_db = crate::env::state_db::SharedDb::new(Rc::clone(&clock));
+        // The checker reads the store's records where the files would be (a world on files
+        // leaves the store empty, and the overlay shows nothing).
+        *disk.overlay.borrow_mut() = Some(crate::env::state_db::StoreFiles::new(&shared_db, World::path("journals")));
         World {
             seed,
             rng: RefCell::new(rng),
@@ -153,6 +156,14 @@ impl World {
 
     pub fn path(relative: &str) -> PathBuf {
         Path::new(ROOT).join(relative)
+    }
+
+    /// Whether the world's manifest keeps the ledger and the runs' records in the PostgreSQL
+    /// store (`server.store`).
+    pub fn on_the_store(&self) -> bool {
+        let manifest = self.disk.peek(&World::path("manifest.json")).unwrap_or_default();
+        let manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap_or_default();
+        manifest["server"].get("store").is_some()
     }
 
     pub fn install(&self, relative: &str, bytes: &[u8]) {

@@ -25,6 +25,8 @@ pub struct Totals {
     pub answered: u64,
     /// Seeds and calls of worlds served over Streamable HTTP.
     pub http_seeds: u64,
+    /// Seeds whose world kept its state in the PostgreSQL store.
+    pub store_seeds: u64,
     pub http_calls: u64,
     pub principal_seeds: u64,
     pub inputs: Inputs,
@@ -72,6 +74,7 @@ impl Totals {
             self.http_calls += u64::from(report.calls);
         }
         self.principal_seeds += u64::from(report.with_principals);
+        self.store_seeds += u64::from(report.on_the_store);
         self.model_requests += report.model_requests;
         self.model_seeds += u64::from(report.model_requests > 0);
         self.postgres_statements += report.postgres_statements;
@@ -215,11 +218,12 @@ impl Totals {
 
     fn worlds_in_words(&self) -> String {
         format!(
-            "{} over stdio, {} over Streamable HTTP ({} calls; {} with OAuth principals)",
+            "{} over stdio, {} over Streamable HTTP ({} calls; {} with OAuth principals); {} on the PostgreSQL store",
             self.seeds - self.http_seeds,
             self.http_seeds,
             self.http_calls,
-            self.principal_seeds
+            self.principal_seeds,
+            self.store_seeds
         )
     }
 

@@ -71,7 +71,8 @@ pub struct Pending {
 }
 
 fn injected(world: &World, kind: &str) -> u64 {
-    world.disk.injected.borrow().get(kind).copied().unwrap_or(0)
+    let on_disk = world.disk.injected.borrow().get(kind).copied().unwrap_or(0);
+    on_disk + world.shared_db.injected.borrow().get(kind).copied().unwrap_or(0)
 }
 
 fn network_pending(world: &World, url: &str, kind: NetFault) -> usize {
@@ -108,6 +109,9 @@ impl Pending {
             }
             Fault::MisdirectLedgerAppend { .. } => {
                 Witness::Injected { kind: "misdirected write", before: injected(world, "misdirected write") }
+            }
+            Fault::StoreRefuses { .. } | Fault::StoreLosesCommitAnswer => {
+                Witness::Injected { kind: fault.kind(), before: injected(world, fault.kind()) }
             }
             _ => Witness::Now,
         };

@@ -101,6 +101,9 @@ const FAULT_KINDS: &[FaultKind] = &[
     // switched on for the same seeds as before it was added).
     FaultKind { draw: |_| Fault::RefusableCalls, rarity: 1 },
     FaultKind { draw: |r| Fault::StreamCut { after: pick(r, 4) as u32, stalls: pick(r, 2) == 1 }, rarity: 1 },
+    // The PostgreSQL store failing under a world on the store (none fires in a world on files).
+    FaultKind { draw: |r| Fault::StoreRefuses { times: 1 + pick(r, 3) as u32 }, rarity: 1 },
+    FaultKind { draw: |_| Fault::StoreLosesCommitAnswer, rarity: 1 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only
@@ -225,6 +228,8 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::MisdirectLedgerAppend { at } => {
             *world.disk.misdirect_next_append_to.borrow_mut() = Some((warden::store::ledger::LEDGER_FILE.into(), *at))
         }
+        Fault::StoreRefuses { times } => world.shared_db.refuse_next.set(*times),
+        Fault::StoreLosesCommitAnswer => world.shared_db.lose_commit_answers.set(1),
     }
     false
 }

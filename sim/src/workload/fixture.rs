@@ -40,6 +40,7 @@ pub const SECRETS: &[&str] = &[
     crate::names::MODEL_KEY,
     // Its connection URL's words ("postgres", "warden") are no secret; its password is.
     crate::names::PG_PASSWORD,
+    crate::names::STORE_PASSWORD,
 ];
 
 /// Installs the world's manifest and programs (the fixed world when `file` is `None`), the
@@ -75,6 +76,8 @@ pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) 
     }
     let url = crate::names::PG_URL;
     world.services.variables.borrow_mut().insert(crate::names::PG_URL_ENV.into(), url.into());
+    let store = crate::names::STORE_URL;
+    world.services.variables.borrow_mut().insert(crate::names::STORE_URL_ENV.into(), store.into());
     // An operator's world makes its own SQLite databases, from their grants' `init`.
     let own = file.is_some_and(|file| file.own.is_some());
     let sqlite = (!own).then(|| World::path("desk.db"));

@@ -96,6 +96,10 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         manifest["prompts"] = json!([{"name": PROMPT_NAME, "program": "triage.star"}]);
     }
     tasked(&mut manifest, seed);
+    if on_the_store(seed) {
+        let url = json!({"env": crate::names::STORE_URL_ENV});
+        manifest["server"]["store"] = json!({"postgres": {"url": url}});
+    }
     let transport = transport_for_seed(seed);
     if transport == Transport::HttpOauth {
         per_principal(&mut manifest, seed);
@@ -287,6 +291,12 @@ fn with_ask(program: &str) -> String {
 /// A quarter of the worlds are served over Streamable HTTP, half of those with OAuth
 /// principals. Drawn from the seed apart from the world's other draws, so adding it changed
 /// no other world.
+/// Whether the world keeps its ledger and records in the PostgreSQL store (a quarter of them):
+/// drawn from the seed apart from the world's other draws, so it changed no other world.
+fn on_the_store(seed: u64) -> bool {
+    (seed ^ 0x0073_746f_7265).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 0
+}
+
 fn transport_for_seed(seed: u64) -> Transport {
     match (seed ^ 0x4877_7470).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 61 {
         0 => Transport::Http,
