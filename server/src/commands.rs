@@ -299,8 +299,12 @@ async fn load_reading_files(env: &Env, manifest_path: &Path, command: &str) -> R
 
 /// `warden mcp status <manifest>`: unfinished runs and quota use, beside a running server.
 pub async fn status(env: &Env, manifest_path: &Path, as_json: bool) -> Result<String, String> {
-    let catalog = load_reading_files(env, manifest_path, "warden mcp status").await?;
-    crate::operator::status::report(env, &catalog, as_json).await
+    let catalog = load(env, manifest_path).await?;
+    let store = match &catalog.manifest.server.store {
+        Store::Files => None,
+        Store::Postgres { url_env } => Some(store_target(env, manifest_path, url_env)?),
+    };
+    crate::operator::status::report(env, &catalog, store, as_json).await
 }
 
 /// `warden runs list <manifest>`: the runs the ledger holds, newest first, beside a live server.
@@ -593,7 +597,8 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<Held, String
     if !env.disk.exists(&waiting).await.map_err(|e| format!("{}: {e}", waiting.display()))? {
         return Err(format!(
             "{shown}: run {run} is not waiting for an operator (no {}); the next start of the server \
-             decides its actions",
+             decides its actions (a server keeping its runs in the PostgreSQL store takes an operator's word only \
+             while it runs: start it, then resolve)",
             waiting.display()
         ));
     }

@@ -580,6 +580,57 @@ fn a_live_server_takes_the_operators_word_and_resumes_the_run() {
     wire.assert_serving(9);
 }
 
+/// On the PostgreSQL store, the operator's runbook is the same beside a live server: `warden
+/// mcp status` (reading the store) lists the run waiting at its action in doubt and the command,
+/// `warden resolve` hands the word to the server through its admin channel, and the run is
+/// performed once and settles. With the server stopped, the word is refused, saying to start
+/// the server first (the run's records are not files the command could write).
+#[test]
+fn on_the_postgresql_store_the_operator_resolves_beside_the_live_server() {
+    let payments = Payments::start();
+    let pg = Pg::create("resolve_on_store");
+    let mut wire = start_on(on_store(folder(&payments)), Some("action-begun=return"), Some(&pg));
+    let call = json!({"name": "add_note", "arguments": {"text": "resolved on the store"}});
+    wire.send_request(Era::Modern, json!(1), "tools/call", call);
+    assert!(!wire.wait_exit(Duration::from_secs(30)).success(), "the process did not die at the crash point");
+    let dir = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let mut wire = start_on(dir, None, Some(&pg));
+    wire.assert_serving(900);
+    let manifest = wire.dir.path().join("manifest.json");
+    let on_store = |args: &[&str]| {
+        let output =
+            Command::new(env!("CARGO_BIN_EXE_warden")).args(args).env(STORE_URL_ENV, &pg.url).output().unwrap();
+        let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+        assert!(!said.contains(&pg.password()), "{said}");
+        (output.status.success(), said)
+    };
+    let (ok, report) = on_store(&["mcp", "status", manifest.to_str().unwrap()]);
+    assert!(ok && report.contains("waiting for an operator at action 0: "), "{report}");
+    assert!(report.contains("warden_ledger"), "the report names the store's ledger: {report}");
+    let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    assert!(!Path::new(&journal).exists(), "no journal file on the store: {journal}");
+    let (ok, said) = on_store(&["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"]);
+    assert!(ok && said.contains("the server resumes the run now"), "{said}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store_open_runs(&pg) > 0 {
+        assert!(Instant::now() < deadline, "the run did not settle: {}", wire.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(payments.ledger.lock().unwrap().notes, vec!["resolved on the store".to_string()]);
+    let (ok, report) = on_store(&["mcp", "status", manifest.to_str().unwrap()]);
+    assert!(ok && report.contains("unfinished runs: none"), "{report}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_records WHERE kind = 'waiting'"), "0");
+
+    // Stopped, the server cannot take a word: the command says to start it first.
+    let (ok, said) = on_store(&["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"]);
+    assert!(!ok, "{said}");
+    let _kept = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
+    drop(wire);
+    let (ok, said) = on_store(&["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"]);
+    assert!(!ok && said.contains("start it, then resolve"), "{said}");
+}
+
 /// The admin channel serves the server's own account only: another account cannot open the
 /// socket (0600), and with the socket's mode loosened it is still refused by its peer
 /// credentials (root bypasses file modes). The run stays waiting.

@@ -701,11 +701,6 @@ impl Sim<'_> {
     /// the live server (its admin channel resumes each at once); what still waits then, it
     /// resolves with the server stopped, and restarts it.
     fn operator_resolves(&mut self, mut instance: Instance) -> Instance {
-        // `warden mcp status` and `warden resolve` cannot reach a run kept in the PostgreSQL
-        // store yet (docs/DEFERRED.md): there, a run waiting for a person waits.
-        if self.world.on_the_store() {
-            return instance;
-        }
         for _ in 0..3 {
             if waiting_records(self.world).is_empty() {
                 break;
@@ -715,6 +710,11 @@ impl Sim<'_> {
             resolved_runs_moved_on(self.world, &resolved, &mut self.report);
             if waiting_records(self.world).is_empty() {
                 break;
+            }
+            // A run kept in the PostgreSQL store is resolved only beside its running server
+            // (through its admin channel): the operator asks again, with the server up.
+            if self.world.on_the_store() {
+                continue;
             }
             self.report.log.extend(instance.log_timed());
             self.report.log.push((
@@ -963,20 +963,11 @@ fn nothing_left_undone(world: &World, client: &Client, report: &mut Report) {
     for round in client.rounds_refused(&answered) {
         push(3, format!("every retry of an input round was refused, none served: {round}"));
     }
-    // No operator can resolve a run kept in the store yet (`operator_resolves`): there, a
-    // run waiting for a person holds its reservation and its task stays working, as they must;
-    // any other may not.
-    let waits_for_a_person = |run: &String| {
-        world.on_the_store()
-            && waiting_records(world).iter().any(|path| path.file_stem().is_some_and(|stem| stem == run.as_str()))
-    };
-    let mut open = check::open_runs(&world.disk, &World::path("journals"));
-    open.retain(|run| !waits_for_a_person(run));
+    let open = check::open_runs(&world.disk, &World::path("journals"));
     if !open.is_empty() {
         push(10, format!("reservations still held after the liveness phase: {open:?}"));
     }
-    let mut tasks = client.tasks_open();
-    tasks.retain(|task| !waits_for_a_person(task));
+    let tasks = client.tasks_open();
     if !tasks.is_empty() {
         push(10, format!("tasks never told ended after the liveness phase: {tasks:?}"));
     }

@@ -6,24 +6,41 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::base::layout::RunFiles;
 use crate::base::money::Money;
 use crate::base::time::utc_timestamp;
 use crate::catalog::Catalog;
 use crate::env::Env;
-use crate::store::ledger::{self, RunEntry, State, LEDGER_FILE};
+use crate::env::{PostgresTarget, RecordKind};
+use crate::store::ledger::{self, RunEntry, State, LEDGER_FILE, SHARED_LEDGER_NAME};
+use crate::store::records::RunRecords;
+use crate::store::shared::SharedLedger;
 
 /// `warden mcp status <manifest>`: whether a server runs, each unfinished run (its state,
 /// the action it is in, its age, the one thing to do) and each tool's quota use (per
 /// principal where each has the quota), read from the ledger as it is on disk (beside a
 /// running server, without its lock); as text, or as JSON with `as_json`.
-pub async fn report(env: &Env, catalog: &Catalog, as_json: bool) -> Result<String, String> {
+pub async fn report(
+    env: &Env,
+    catalog: &Catalog,
+    store: Option<PostgresTarget>,
+    as_json: bool,
+) -> Result<String, String> {
     let journals = &catalog.manifest.server.journals;
-    let file = journals.join(LEDGER_FILE);
-    let state = ledger::read_on_disk(env, journals).await?;
+    let (state, file, records) = match store {
+        None => {
+            let state = ledger::read_on_disk(env, journals).await?;
+            (state, journals.join(LEDGER_FILE), RunRecords::in_files(env, journals))
+        }
+        Some(target) => {
+            let shared =
+                SharedLedger::open(env, target.clone()).await.map_err(|e| format!("{SHARED_LEDGER_NAME}: {e}"))?;
+            let state = shared.state().clone();
+            (state, SHARED_LEDGER_NAME.into(), RunRecords::in_database(env, journals, target))
+        }
+    };
     let now = env.clock.now_ms().max(state.last_at_ms);
     let running = server_running(env, journals).await;
-    let here = Here { env, journals, manifest: &catalog.manifest.path, running: running == Some(true) };
+    let here = Here { records: &records, manifest: &catalog.manifest.path, running: running == Some(true) };
     let unfinished = unfinished(&here, &state).await;
     let quotas: Vec<QuotaUse> = catalog.tools.iter().flat_map(|tool| quota_use(tool, &state, now)).collect();
     if as_json {
@@ -185,21 +202,29 @@ impl QuotaUse {
 
 /// What the report of unfinished runs reads from.
 struct Here<'a> {
-    env: &'a Env,
-    journals: &'a Path,
+    records: &'a RunRecords,
     manifest: &'a Path,
     running: bool,
 }
 
 /// What a waiting run needs: its action in doubt and the command that resolves it, from
 /// its waiting record.
-async fn waiting_line(env: &Env, path: &Path) -> String {
-    match crate::run::runs::read_waiting(env, path).await {
+async fn waiting_line(records: &RunRecords, entry: &RunEntry) -> String {
+    let (tool, run) = (&entry.tool, &entry.run);
+    let read = records.read(tool, run, RecordKind::Waiting).await;
+    let bytes = read.and_then(|bytes| bytes.ok_or_else(|| "it is gone".to_string()));
+    let record = bytes.and_then(|bytes| {
+        crate::store::record::decode::<crate::run::runs::WaitingRecord>(bytes.strip_suffix(b"\n").unwrap_or(&bytes))
+    });
+    match record {
         Ok(record) => format!(
             "waiting for an operator at action {}: {}; resolve with: {}",
             record.op, record.reason, record.resolve
         ),
-        Err(problem) => format!("waiting for an operator, but {} cannot be read: {problem}", path.display()),
+        Err(problem) => {
+            let name = records.name(tool, run, RecordKind::Waiting);
+            format!("waiting for an operator, but {name} cannot be read: {problem}")
+        }
     }
 }
 
@@ -243,11 +268,10 @@ impl Unfinished {
 async fn unfinished(here: &Here<'_>, state: &State) -> Vec<Unfinished> {
     let mut out = Vec::new();
     for entry in state.runs.values().filter(|e| e.is_open()) {
-        let files = RunFiles::new(here.journals, &entry.tool, &entry.run);
-        let waiting = here.env.disk.exists(&files.waiting).await.unwrap_or(false);
+        let waiting = here.records.exists(&entry.tool, &entry.run, RecordKind::Waiting).await.unwrap_or(false);
         let detail = match waiting {
-            true => waiting_line(here.env, &files.waiting).await,
-            false => run_line(here, &files.journal).await,
+            true => waiting_line(here.records, entry).await,
+            false => run_line(here, entry).await,
         };
         out.push(Unfinished { entry: entry.clone(), waiting, detail });
     }
@@ -256,13 +280,16 @@ async fn unfinished(here: &Here<'_>, state: &State) -> Vec<Unfinished> {
 
 /// An unfinished run without a waiting record: what its journal says it is doing, and what
 /// applies (nothing while a server runs it; a start when none does).
-async fn run_line(here: &Here<'_>, path: &Path) -> String {
+async fn run_line(here: &Here<'_>, entry: &RunEntry) -> String {
     let start = format!("start the server: warden mcp {} (or warden serve-http)", here.manifest.display());
-    let journal = match crate::store::files::read_if_present(here.env, path).await {
-        Ok(Some(bytes)) => crate::store::journal::Journal::parse(path, &bytes),
+    let (tool, run) = (&entry.tool, &entry.run);
+    let name = here.records.name(tool, run, RecordKind::Journal);
+    let journal = match here.records.read(tool, run, RecordKind::Journal).await {
+        Ok(Some(bytes)) => crate::store::journal::Journal::parse(Path::new(&name), &bytes),
         Ok(None) => Err("it has no journal yet".to_string()),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(problem) => Err(problem),
     };
+    let path = here.records.address(tool, run);
     let journal = match journal {
         Ok(journal) => journal,
         Err(problem) if here.running => return format!("starting ({problem})"),
@@ -275,7 +302,7 @@ async fn run_line(here: &Here<'_>, path: &Path) -> String {
             "interrupted at {} starts in a row without getting further: the next start halts it (it may be what \
              stops the server), and it then waits for: warden resolve --journal {} --resume",
             crate::run::machine::CRASHES_BEFORE_HALT,
-            path.display()
+            path
         );
     }
     if let Some(round) = journal.awaiting_round() {

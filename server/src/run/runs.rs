@@ -384,7 +384,7 @@ impl Runs {
         let Waiting { op, action, reason, halted } = waiting;
         self.never_waited.borrow_mut().remove(run);
         let name = &tool.config.name;
-        let journal = self.records.name(name, run, RecordKind::Journal);
+        let journal = self.records.address(name, run);
         let command = match halted {
             true => format!("warden resolve --journal {journal} --resume"),
             false => format!(
@@ -395,8 +395,8 @@ impl Runs {
         let command = match self.records.in_files_here() {
             true => command,
             false => format!(
-                "nothing yet: `warden resolve` cannot reach a run kept in the PostgreSQL store (not built, \
-                 docs/DEFERRED.md); its action {op} stays in doubt and the run waits"
+                "{command} (while the server runs: a run kept in the PostgreSQL store is resolved through the \
+                 running server's admin channel)"
             ),
         };
         // A record for the same stop is kept as first written; one for another stop (a

@@ -83,6 +83,13 @@ impl RunRecords {
         }
     }
 
+    /// What `warden resolve --journal` names the run by: its journal's path under the
+    /// journals folder, the file itself on files; on the store, where the file would be,
+    /// which names the journals folder (the live server's admin channel), the tool and the run.
+    pub fn address(&self, tool: &str, run: &str) -> String {
+        self.path(tool, run, RecordKind::Journal).display().to_string()
+    }
+
     /// Writes a new record of one line (`line` ends with its newline), durably.
     pub async fn create(&self, tool: &str, run: &str, kind: RecordKind, line: Vec<u8>) -> Result<(), String> {
         match &self.place {
