@@ -281,29 +281,18 @@ async fn load(env: &Env, manifest_path: &Path) -> Result<Catalog, String> {
     Catalog::load(env, manifest).await
 }
 
-/// The manifest's catalog for a command that reads the runs' files beside a live server:
-/// refused for the PostgreSQL store, whose runs these commands cannot read yet (they would
-/// report none).
-async fn load_reading_files(env: &Env, manifest_path: &Path, command: &str) -> Result<Catalog, String> {
-    let catalog = load(env, manifest_path).await?;
-    if let Store::Postgres { .. } = &catalog.manifest.server.store {
-        return Err(format!(
-            "{}: `{command}` reads the runs' files under server.journals, and this manifest keeps them in the \
-             PostgreSQL store (server.store.postgres), which `{command}` cannot read yet: ask the server's \
-             `/metrics` or the `warden_run_status` tool meanwhile",
-            manifest_path.display()
-        ));
+/// The PostgreSQL store the manifest keeps its state in, if any (`None`: files).
+fn store_of(env: &Env, manifest_path: &Path, catalog: &Catalog) -> Result<Option<PostgresTarget>, String> {
+    match &catalog.manifest.server.store {
+        Store::Files => Ok(None),
+        Store::Postgres { url_env } => store_target(env, manifest_path, url_env).map(Some),
     }
-    Ok(catalog)
 }
 
 /// `warden mcp status <manifest>`: unfinished runs and quota use, beside a running server.
 pub async fn status(env: &Env, manifest_path: &Path, as_json: bool) -> Result<String, String> {
     let catalog = load(env, manifest_path).await?;
-    let store = match &catalog.manifest.server.store {
-        Store::Files => None,
-        Store::Postgres { url_env } => Some(store_target(env, manifest_path, url_env)?),
-    };
+    let store = store_of(env, manifest_path, &catalog)?;
     crate::operator::status::report(env, &catalog, store, as_json).await
 }
 
@@ -314,14 +303,16 @@ pub async fn runs_list(
     filter: &crate::operator::runs::Filter,
     as_json: bool,
 ) -> Result<String, String> {
-    let catalog = load_reading_files(env, manifest_path, "warden runs list").await?;
-    crate::operator::runs::list(env, &catalog, filter, as_json).await
+    let catalog = load(env, manifest_path).await?;
+    let store = store_of(env, manifest_path, &catalog)?;
+    crate::operator::runs::list(env, &catalog, store, filter, as_json).await
 }
 
 /// `warden runs show <manifest> <run>`: one run's journal rendered, beside a live server.
 pub async fn runs_show(env: &Env, manifest_path: &Path, run: &str, as_json: bool) -> Result<String, String> {
-    let catalog = load_reading_files(env, manifest_path, "warden runs show").await?;
-    crate::operator::runs::show(env, &catalog, run, as_json).await
+    let catalog = load(env, manifest_path).await?;
+    let store = store_of(env, manifest_path, &catalog)?;
+    crate::operator::runs::show(env, &catalog, store, run, as_json).await
 }
 
 /// `warden check <manifest>`: every problem, or a one-line summary per tool.

@@ -620,6 +620,12 @@ fn on_the_postgresql_store_the_operator_resolves_beside_the_live_server() {
     assert_eq!(payments.ledger.lock().unwrap().notes, vec!["resolved on the store".to_string()]);
     let (ok, report) = on_store(&["mcp", "status", manifest.to_str().unwrap()]);
     assert!(ok && report.contains("unfinished runs: none"), "{report}");
+    let (ok, listed) = on_store(&["runs", "list", manifest.to_str().unwrap()]);
+    assert!(ok && listed.contains("add_note") && listed.contains("done"), "{listed}");
+    let run = journal.rsplit('/').next().unwrap().trim_end_matches(".journal").to_string();
+    let (ok, shown) = on_store(&["runs", "show", manifest.to_str().unwrap(), &run[..8]]);
+    assert!(ok && shown.contains("did not happen, an operator said"), "{shown}");
+    assert!(shown.contains("in the PostgreSQL store"), "the journal is named where it is: {shown}");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_records WHERE kind = 'waiting'"), "0");
 
     // Stopped, the server cannot take a word: the command says to start it first.

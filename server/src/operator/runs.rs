@@ -6,12 +6,14 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::base::layout::RunFiles;
 use crate::base::time::utc_timestamp;
 use crate::catalog::Catalog;
 use crate::env::Env;
+use crate::env::{PostgresTarget, RecordKind};
+use crate::operator::kept::Kept;
 use crate::store::journal::{JournalRecord, RunOutcome};
-use crate::store::ledger::{self, RunEntry, RunPhase, State};
+use crate::store::ledger::{RunEntry, RunPhase, State};
+use crate::store::records::RunRecords;
 
 /// Runs `runs list` prints unless told otherwise, newest first.
 pub const LIST_LIMIT_DEFAULT: usize = 50;
@@ -84,21 +86,20 @@ pub struct Filter {
 }
 
 /// What is read once for every run described: the ledger, the journals, whether a server runs.
-struct Seen<'a> {
-    env: &'a Env,
-    journals: &'a Path,
+struct Seen {
+    records: RunRecords,
     state: State,
     server_running: bool,
     now_ms: u64,
 }
 
-impl<'a> Seen<'a> {
-    async fn read(env: &'a Env, catalog: &'a Catalog) -> Result<Seen<'a>, String> {
+impl Seen {
+    async fn read(env: &Env, catalog: &Catalog, store: Option<PostgresTarget>) -> Result<Seen, String> {
         let journals = &catalog.manifest.server.journals;
-        let state = ledger::read_on_disk(env, journals).await?;
+        let Kept { state, records, .. } = Kept::read(env, journals, store).await?;
         let server_running = crate::operator::status::server_running(env, journals).await == Some(true);
         let now_ms = env.clock.now_ms().max(state.last_at_ms);
-        Ok(Seen { env, journals, state, server_running, now_ms })
+        Ok(Seen { records, state, server_running, now_ms })
     }
 
     /// Where `entry` stands: the ledger says it for a finished run; an unfinished one's
@@ -110,11 +111,12 @@ impl<'a> Seen<'a> {
             RunPhase::Settled { .. } => return RunState::Failed,
             RunPhase::Open => {}
         }
-        let files = RunFiles::new(self.journals, &entry.tool, &entry.run);
-        if let Ok(waiting) = crate::run::runs::read_waiting(self.env, &files.waiting).await {
+        let waiting = self.records.read(&entry.tool, &entry.run, RecordKind::Waiting).await.ok().flatten();
+        let waiting = waiting.and_then(|bytes| crate::run::runs::WaitingRecord::decode(&bytes).ok());
+        if let Some(waiting) = waiting {
             return if waiting.halted { RunState::Halted } else { RunState::WaitingForOperator };
         }
-        let journal = read_records(self.env, &files.journal).await.ok().flatten();
+        let journal = read_records(&self.records, entry).await.ok().flatten();
         let awaiting = journal.is_some_and(|(records, _)| {
             let asked = records.iter().filter(|r| matches!(r, JournalRecord::Asked { .. })).count();
             let answered = records.iter().filter(|r| matches!(r, JournalRecord::Answered { .. })).count();
@@ -130,23 +132,28 @@ impl<'a> Seen<'a> {
 
 /// A run's records as its journal holds them (a torn last line left out), and the torn
 /// bytes; `None` when it has no journal (never started, or no longer kept).
-async fn read_records(env: &Env, path: &Path) -> Result<Option<(Vec<JournalRecord>, usize)>, String> {
-    let Some(bytes) =
-        crate::store::files::read_if_present(env, path).await.map_err(|e| format!("{}: {e}", path.display()))?
-    else {
+async fn read_records(records: &RunRecords, entry: &RunEntry) -> Result<Option<(Vec<JournalRecord>, usize)>, String> {
+    let Some(bytes) = records.read(&entry.tool, &entry.run, RecordKind::Journal).await? else {
         return Ok(None);
     };
+    let name = records.name(&entry.tool, &entry.run, RecordKind::Journal);
     let parsed = crate::store::record::parse_file::<JournalRecord>(&bytes)
-        .map_err(|d| format!("{}:{}: the journal is damaged: {}", path.display(), d.line, d.problem))?;
+        .map_err(|d| format!("{name}:{}: the journal is damaged: {}", d.line, d.problem))?;
     Ok(Some((parsed.records, parsed.torn_tail_bytes)))
 }
 
 /// `warden runs list`: the runs the ledger holds, newest first, as a table or as JSON.
-pub async fn list(env: &Env, catalog: &Catalog, filter: &Filter, as_json: bool) -> Result<String, String> {
+pub async fn list(
+    env: &Env,
+    catalog: &Catalog,
+    store: Option<PostgresTarget>,
+    filter: &Filter,
+    as_json: bool,
+) -> Result<String, String> {
     if filter.limit == 0 || filter.limit > LIST_LIMIT_MAX {
         return Err(format!("--limit: {} is out of range (1 to {LIST_LIMIT_MAX})", filter.limit));
     }
-    let seen = Seen::read(env, catalog).await?;
+    let seen = Seen::read(env, catalog, store).await?;
     if let Some(tool) = &filter.tool {
         // A tool no longer in the manifest may still have runs in the ledger.
         if catalog.tool(tool).is_none() && !seen.state.runs.values().any(|entry| &entry.tool == tool) {
@@ -241,22 +248,28 @@ fn table(rows: &[Value], more: usize) -> String {
 
 /// `warden runs show <run>`: the run's journal rendered (each action with its kind, target,
 /// result or error and duration; the answer its client got), or as JSON.
-pub async fn show(env: &Env, catalog: &Catalog, run: &str, as_json: bool) -> Result<String, String> {
-    let seen = Seen::read(env, catalog).await?;
+pub async fn show(
+    env: &Env,
+    catalog: &Catalog,
+    store: Option<PostgresTarget>,
+    run: &str,
+    as_json: bool,
+) -> Result<String, String> {
+    let seen = Seen::read(env, catalog, store).await?;
     let entry = find(&seen.state, run)?;
     let state = seen.run_state(entry).await;
-    let files = RunFiles::new(seen.journals, &entry.tool, &entry.run);
-    let records = read_records(env, &files.journal).await?;
+    let journal = seen.records.name(&entry.tool, &entry.run, RecordKind::Journal);
+    let records = read_records(&seen.records, entry).await?;
     let returns_content = catalog.tool(&entry.tool).is_some_and(|tool| tool.program.returns_content());
     let shown = Shown::of(entry, state, records.as_ref().map(|(records, _)| records.as_slice()), returns_content);
     let mut value = shown.to_json(entry, state);
-    value["journal"] = json!(files.journal.display().to_string());
+    value["journal"] = json!(journal);
     if let Some((_, torn)) = records.as_ref().filter(|(_, torn)| *torn > 0) {
         value["torn_tail_bytes"] = json!(torn);
     }
     Ok(match as_json {
         true => serde_json::to_string_pretty(&value).expect("JSON values serialise") + "\n",
-        false => shown.text(entry, state, &files.journal, records.is_some()),
+        false => shown.text(entry, state, Path::new(&journal), records.is_some()),
     })
 }
 

@@ -11,9 +11,8 @@ use crate::base::time::utc_timestamp;
 use crate::catalog::Catalog;
 use crate::env::Env;
 use crate::env::{PostgresTarget, RecordKind};
-use crate::store::ledger::{self, RunEntry, State, LEDGER_FILE, SHARED_LEDGER_NAME};
+use crate::store::ledger::{self, RunEntry, State};
 use crate::store::records::RunRecords;
-use crate::store::shared::SharedLedger;
 
 /// `warden mcp status <manifest>`: whether a server runs, each unfinished run (its state,
 /// the action it is in, its age, the one thing to do) and each tool's quota use (per
@@ -26,18 +25,8 @@ pub async fn report(
     as_json: bool,
 ) -> Result<String, String> {
     let journals = &catalog.manifest.server.journals;
-    let (state, file, records) = match store {
-        None => {
-            let state = ledger::read_on_disk(env, journals).await?;
-            (state, journals.join(LEDGER_FILE), RunRecords::in_files(env, journals))
-        }
-        Some(target) => {
-            let shared =
-                SharedLedger::open(env, target.clone()).await.map_err(|e| format!("{SHARED_LEDGER_NAME}: {e}"))?;
-            let state = shared.state().clone();
-            (state, SHARED_LEDGER_NAME.into(), RunRecords::in_database(env, journals, target))
-        }
-    };
+    let crate::operator::kept::Kept { state, ledger: file, records } =
+        crate::operator::kept::Kept::read(env, journals, store).await?;
     let now = env.clock.now_ms().max(state.last_at_ms);
     let running = server_running(env, journals).await;
     let here = Here { records: &records, manifest: &catalog.manifest.path, running: running == Some(true) };
@@ -213,9 +202,7 @@ async fn waiting_line(records: &RunRecords, entry: &RunEntry) -> String {
     let (tool, run) = (&entry.tool, &entry.run);
     let read = records.read(tool, run, RecordKind::Waiting).await;
     let bytes = read.and_then(|bytes| bytes.ok_or_else(|| "it is gone".to_string()));
-    let record = bytes.and_then(|bytes| {
-        crate::store::record::decode::<crate::run::runs::WaitingRecord>(bytes.strip_suffix(b"\n").unwrap_or(&bytes))
-    });
+    let record = bytes.and_then(|bytes| crate::run::runs::WaitingRecord::decode(&bytes));
     match record {
         Ok(record) => format!(
             "waiting for an operator at action {}: {}; resolve with: {}",

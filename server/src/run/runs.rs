@@ -549,7 +549,14 @@ pub struct WaitingRecord {
     pub halted: bool,
 }
 
-/// Reads a run's waiting record from its file (operator commands, which read the files).
+impl WaitingRecord {
+    /// The record a waiting record's bytes hold (its one line, with or without its newline).
+    pub fn decode(bytes: &[u8]) -> Result<WaitingRecord, String> {
+        record::decode(bytes.strip_suffix(b"\n").unwrap_or(bytes))
+    }
+}
+
+/// Reads a run's waiting record from its file (`warden resolve` with the server stopped).
 pub async fn read_waiting(env: &Env, path: &Path) -> Result<WaitingRecord, String> {
     let bytes = env.disk.read(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
     record::decode(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).map_err(|e| format!("{}: {e}", path.display()))
