@@ -120,6 +120,10 @@ pub async fn open_server(
     }
     runs.inputs.set_key(crate::run::input::load_key(env, &journals).await?);
     let runs = Rc::new(runs);
+    // Watched before recovery resumes any run: a lock lost meanwhile stops those runs too.
+    if let Some(sole) = sole {
+        stop_when_lost(&runs, sole);
+    }
     let report = recovery::recover(&runs).await.map_err(|fatal| fatal.to_string())?;
     if report != recovery::Report::default() {
         env.log(&format!(
@@ -141,9 +145,6 @@ pub async fn open_server(
         catalog.manifest.server.name,
         if pinned { ", each as warden.lock recorded it" } else { " (no warden.lock: the tools are not pinned)" }
     ));
-    if let Some(sole) = sole {
-        stop_when_lost(&runs, sole);
-    }
     spawn_daily_sweep(&runs);
     crate::operator::admin::start(&runs);
     crate::run::input::spawn_expiry(&runs);

@@ -227,3 +227,23 @@ fn a_retry_declaring_tasks_continues_its_run_instead_of_starting_a_task() {
     assert_eq!(done["result"]["structuredContent"]["result"], "deleted notes.txt", "{done}");
     assert_eq!(done["result"]["_meta"]["dev.warden/run"]["run"], run, "the run its state named: {done}");
 }
+
+/// A task whose journal reads back damaged is said so, for good (-32602): not "ask again"
+/// (-32603), which is for a journal that could not be read just now (found in review: the
+/// retryable answer first given to every read error would have a client ask for ever).
+#[test]
+fn a_task_whose_journal_is_damaged_is_said_so_not_to_ask_again() {
+    let mut wire = Wire::start(&fixture("tasks/manifest.json"));
+    let spin = create(&mut wire, "spin", json!({}));
+    until(&mut wire, &spin, "failed");
+    let journal = common::walk(wire.dir.path())
+        .into_iter()
+        .find(|path| path.file_name().is_some_and(|name| name.to_string_lossy() == format!("{spin}.journal")))
+        .expect("the task's journal");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    bytes[10] ^= 0x01;
+    std::fs::write(&journal, bytes).unwrap();
+    let answer = ask(&mut wire, with(declaring(), next_id(), "tasks/get", json!({"taskId": spin})));
+    assert_eq!(answer["error"]["code"], json!(-32602), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("damaged"), "{answer}");
+}

@@ -135,12 +135,15 @@ async fn awaited_round(runs: &Runs, tool: &Tool, claims: &Claims) -> Result<Roun
     if !runs.inputs.awaits(&claims.run, claims.round) {
         return Err(Unusable::Invalid(used(&claims.run)));
     }
-    let journal = match runs.read_journal(&tool.config.name, &claims.run).await {
+    let journal = match runs.read_journal_telling(&tool.config.name, &claims.run).await {
         Ok(Some(journal)) => journal,
         Ok(None) => return Err(Unusable::Invalid(used(&claims.run))),
-        Err(problem) => {
+        Err((again, problem)) => {
             runs.env.log(&format!("reading the journal of run {} for a retry: {problem}", claims.run));
-            return Err(Unusable::Unreadable);
+            return Err(match again {
+                true => Unusable::Unreadable,
+                false => Unusable::Invalid("the run's journal is damaged (see the server's log)".to_string()),
+            });
         }
     };
     match journal.rounds.get(claims.round as usize) {

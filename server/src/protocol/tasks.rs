@@ -42,6 +42,17 @@ enum Refused {
     Unreadable(String),
 }
 
+impl Refused {
+    /// A journal that could not be read now may be asked for again; one that reads back
+    /// damaged is said so, for good.
+    fn of_read((again, problem): (bool, String)) -> Refused {
+        match again {
+            true => Refused::Unreadable(problem),
+            false => Refused::Invalid(format!("the task's records are damaged: {problem}")),
+        }
+    }
+}
+
 impl From<String> for Refused {
     fn from(message: String) -> Refused {
         Refused::Invalid(message)
@@ -265,7 +276,7 @@ impl Connection {
     async fn task_status(&self, run: &str, tool: &str, phase: &RunPhase) -> Result<Value, Refused> {
         // A journal that cannot be read now is no expired task (found at seed 1363, a store
         // refusing a connection): the caller is told to ask again.
-        let journal = self.runs.read_journal(tool, run).await.map_err(Refused::Unreadable)?;
+        let journal = self.runs.read_journal_telling(tool, run).await.map_err(Refused::of_read)?;
         let created = journal.as_ref().map_or(0, |journal| journal.header_at_ms);
         let mut status = match phase {
             RunPhase::Released { .. } => {
@@ -338,7 +349,7 @@ impl Connection {
                 "the answers to task `{run}`'s questions were all given already; it goes on with them"
             )));
         }
-        let journal = self.runs.read_journal(tool, run).await.map_err(Refused::Unreadable)?;
+        let journal = self.runs.read_journal_telling(tool, run).await.map_err(Refused::of_read)?;
         let journal = journal.ok_or("the task's journal is gone".to_string())?;
         let round = journal.rounds.last().filter(|round| round.answered.is_none()).ok_or(not_waiting)?;
         let responses = responses.and_then(Value::as_object).cloned().unwrap_or_default();

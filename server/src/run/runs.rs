@@ -356,9 +356,15 @@ impl Runs {
 
     /// Reads a run's journal, if it exists.
     pub async fn read_journal(&self, tool: &str, run: &str) -> Result<Option<Journal>, String> {
+        self.read_journal_telling(tool, run).await.map_err(|(_, problem)| problem)
+    }
+
+    /// `read_journal`, its error telling whether reading again may succeed (`true`: the
+    /// record could not be read now) or not (`false`: it reads back damaged).
+    pub async fn read_journal_telling(&self, tool: &str, run: &str) -> Result<Option<Journal>, (bool, String)> {
         let name = self.records.name(tool, run, RecordKind::Journal);
-        match self.records.read(tool, run, RecordKind::Journal).await? {
-            Some(bytes) => Journal::parse(Path::new(&name), &bytes).map(Some),
+        match self.records.read(tool, run, RecordKind::Journal).await.map_err(|problem| (true, problem))? {
+            Some(bytes) => Journal::parse(Path::new(&name), &bytes).map(Some).map_err(|problem| (false, problem)),
             None => Ok(None),
         }
     }
