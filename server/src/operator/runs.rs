@@ -111,9 +111,8 @@ impl Seen {
             RunPhase::Settled { .. } => return RunState::Failed,
             RunPhase::Open => {}
         }
-        let waiting = self.records.read(&entry.tool, &entry.run, RecordKind::Waiting).await.ok().flatten();
-        let waiting = waiting.and_then(|bytes| crate::run::runs::WaitingRecord::decode(&bytes).ok());
-        if let Some(waiting) = waiting {
+        let waiting = crate::run::runs::WaitingRecord::read(&self.records, &entry.tool, &entry.run).await;
+        if let Ok(Some(waiting)) = waiting {
             return if waiting.halted { RunState::Halted } else { RunState::WaitingForOperator };
         }
         let journal = read_records(&self.records, entry).await.ok().flatten();

@@ -200,18 +200,14 @@ struct Here<'a> {
 /// its waiting record.
 async fn waiting_line(records: &RunRecords, entry: &RunEntry) -> String {
     let (tool, run) = (&entry.tool, &entry.run);
-    let read = records.read(tool, run, RecordKind::Waiting).await;
-    let bytes = read.and_then(|bytes| bytes.ok_or_else(|| "it is gone".to_string()));
-    let record = bytes.and_then(|bytes| crate::run::runs::WaitingRecord::decode(&bytes));
-    match record {
+    let read = crate::run::runs::WaitingRecord::read(records, tool, run).await;
+    match read.and_then(|record| record.ok_or_else(|| "it is gone".to_string())) {
         Ok(record) => format!(
             "waiting for an operator at action {}: {}; resolve with: {}",
             record.op, record.reason, record.resolve
         ),
-        Err(problem) => {
-            let name = records.name(tool, run, RecordKind::Waiting);
-            format!("waiting for an operator, but {name} cannot be read: {problem}")
-        }
+        // The problem names the record (its file, or its place in the store).
+        Err(problem) => format!("waiting for an operator, but its waiting record cannot be read: {problem}"),
     }
 }
 

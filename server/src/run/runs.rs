@@ -443,12 +443,7 @@ impl Runs {
 
     /// A run's waiting record, read and checked, if it has one.
     pub async fn read_waiting(&self, tool: &str, run: &str) -> Result<Option<WaitingRecord>, String> {
-        let Some(bytes) = self.records.read(tool, run, RecordKind::Waiting).await? else {
-            return Ok(None);
-        };
-        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-        let name = || self.records.name(tool, run, RecordKind::Waiting);
-        record::decode(line).map(Some).map_err(|e| format!("{}: {e}", name()))
+        WaitingRecord::read(&self.records, tool, run).await
     }
 
     /// Asks run `run`, executing in this process, to end at its next point between actions
@@ -560,12 +555,21 @@ impl WaitingRecord {
     pub fn decode(bytes: &[u8]) -> Result<WaitingRecord, String> {
         record::decode(bytes.strip_suffix(b"\n").unwrap_or(bytes))
     }
+
+    /// A run's waiting record where `records` keeps it, read and checked, if it has one.
+    pub async fn read(records: &RunRecords, tool: &str, run: &str) -> Result<Option<WaitingRecord>, String> {
+        let Some(bytes) = records.read(tool, run, RecordKind::Waiting).await? else {
+            return Ok(None);
+        };
+        let name = || records.name(tool, run, RecordKind::Waiting);
+        WaitingRecord::decode(&bytes).map(Some).map_err(|e| format!("{}: {e}", name()))
+    }
 }
 
 /// Reads a run's waiting record from its file (`warden resolve` with the server stopped).
 pub async fn read_waiting(env: &Env, path: &Path) -> Result<WaitingRecord, String> {
     let bytes = env.disk.read(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
-    record::decode(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).map_err(|e| format!("{}: {e}", path.display()))
+    WaitingRecord::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Model output tokens a run used, summed from its usage.

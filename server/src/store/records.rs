@@ -92,14 +92,34 @@ impl RunRecords {
 
     /// Writes a new record of one line (`line` ends with its newline), durably.
     pub async fn create(&self, tool: &str, run: &str, kind: RecordKind, line: Vec<u8>) -> Result<(), String> {
-        match &self.place {
-            Place::Files => {
-                let path = self.path(tool, run, kind);
-                self.create_dirs(path.parent().expect("records live in directories")).await?;
-                files::write_new_durably(&self.env, &path, line).await.map_err(|e| format!("{}: {e}", path.display()))
-            }
-            Place::Database(target) => self.write_line(target, (tool, run), kind, 1, line, false).await,
-        }
+        self.write_one(tool, run, kind, line, false).await
+    }
+
+    /// Writes a record of one line in place of any earlier one, atomically and durably.
+    pub async fn replace(&self, tool: &str, run: &str, kind: RecordKind, line: Vec<u8>) -> Result<(), String> {
+        self.write_one(tool, run, kind, line, true).await
+    }
+
+    /// A record of one line, new or in place of an earlier one (`replace`: a file through a
+    /// temporary and a rename; the store's earlier lines removed in the same transaction).
+    async fn write_one(
+        &self,
+        tool: &str,
+        run: &str,
+        kind: RecordKind,
+        line: Vec<u8>,
+        replace: bool,
+    ) -> Result<(), String> {
+        let Place::Database(target) = &self.place else {
+            let path = self.path(tool, run, kind);
+            self.create_dirs(path.parent().expect("records live in directories")).await?;
+            let written = match replace {
+                true => files::replace_durably(&self.env, &path, line).await,
+                false => files::write_new_durably(&self.env, &path, line).await,
+            };
+            return written.map_err(|e| format!("{}: {e}", path.display()));
+        };
+        self.write_line(target, (tool, run), kind, 1, line, replace).await
     }
 
     /// Appends line `seq` (from 1) of the run's journal (`line` ends with its newline), durably.
@@ -112,18 +132,6 @@ impl RunRecords {
             Place::Database(target) => {
                 self.write_line(target, (tool, run), RecordKind::Journal, seq, line, false).await
             }
-        }
-    }
-
-    /// Writes a record of one line in place of any earlier one, atomically and durably.
-    pub async fn replace(&self, tool: &str, run: &str, kind: RecordKind, line: Vec<u8>) -> Result<(), String> {
-        match &self.place {
-            Place::Files => {
-                let path = self.path(tool, run, kind);
-                self.create_dirs(path.parent().expect("records live in directories")).await?;
-                files::replace_durably(&self.env, &path, line).await.map_err(|e| format!("{}: {e}", path.display()))
-            }
-            Place::Database(target) => self.write_line(target, (tool, run), kind, 1, line, true).await,
         }
     }
 
