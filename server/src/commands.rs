@@ -105,6 +105,7 @@ pub async fn open_server(
     let journals = catalog.manifest.server.journals.clone();
     create_root(env, &journals).await?;
     let _lock = take_lock(env, &journals).await?;
+    check_the_place(env, manifest_path, &journals, &catalog.manifest.server.store).await?;
     let (ledger, records, sole) = match &catalog.manifest.server.store {
         Store::Files => {
             let ledger = Ledger::open(env, &journals).await.map_err(|e| e.to_string())?;
@@ -174,6 +175,45 @@ async fn open_store(
     let ledger = Ledger::open_shared(env, journals, target.clone()).await.map_err(|e| e.to_string())?;
     env.log(&format!("keeping the runs' records and the ledger in the PostgreSQL store at ${url_env}"));
     Ok((ledger, crate::store::records::RunRecords::in_database(env, journals, target), Some(sole)))
+}
+
+/// Refuses a start whose manifest keeps the runs elsewhere than this journals directory last
+/// did while that place still holds an open run: switched, it would never be finished
+/// (`store::place`). With nothing open there, the new place is recorded and the start goes on.
+async fn check_the_place(env: &Env, manifest_path: &Path, journals: &Path, now: &Store) -> Result<(), String> {
+    let before = crate::store::place::read(env, journals).await?;
+    if before == *now {
+        return Ok(());
+    }
+    let (was, is) = (crate::store::place::describe(&before), crate::store::place::describe(now));
+    let place_file = crate::store::place::path(journals);
+    let target = match &before {
+        Store::Files => None,
+        Store::Postgres { url_env } => Some(store_target(env, manifest_path, url_env).map_err(|_| {
+            format!(
+                "{}: this directory's runs were kept in {was}, and {url_env} is not set: set it, so that Warden can \
+                 check no run is still open there before it keeps the runs in {is}, or give the manifest its \
+                 server.store back",
+                place_file.display()
+            )
+        })?),
+    };
+    let kept = crate::operator::kept::Kept::read(env, journals, target).await?;
+    let open: Vec<&str> = kept.state.runs.values().filter(|entry| entry.is_open()).map(|e| e.run.as_str()).collect();
+    if let Some(first) = open.first() {
+        return Err(format!(
+            "{}: server.store keeps the runs in {is}, but {} run(s) are still open in {was} (the first: {first}): \
+             start Warden with server.store as it was until `warden runs list` and `warden mcp status` show none \
+             open, then switch",
+            manifest_path.display(),
+            open.len()
+        ));
+    }
+    crate::store::place::write(env, journals, now).await?;
+    env.log(&format!(
+        "the runs are kept in {is} from now on (no run is open in {was}; its `once` keys and quota use do not carry over)"
+    ));
+    Ok(())
 }
 
 /// Stops the server when the store's sole-instance lock is lost: another instance could

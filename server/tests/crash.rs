@@ -692,3 +692,67 @@ fn warden(args: &[&str]) -> String {
     assert!(output.status.success(), "warden {args:?}: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// A manifest switched from files to the PostgreSQL store (or back) while the other place
+/// still holds an open run would abandon it: its reserve never settled, its action never
+/// finished. The switch is refused, naming the run and what to do, until the place it was kept
+/// in has finished it; a switch with nothing open goes on.
+#[test]
+fn switching_the_store_with_a_run_open_is_refused_until_it_is_finished() {
+    let payments = Payments::start();
+    let pg = Pg::create("switch_store");
+    let to_files = |dir: tempfile::TempDir| {
+        let path = dir.path().join("manifest.json");
+        let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        manifest["server"].as_object_mut().unwrap().remove("store");
+        std::fs::write(&path, manifest.to_string()).unwrap();
+        dir
+    };
+    let refused = |dir: tempfile::TempDir, store: Option<&Pg>, expected: &[&str]| {
+        let mut wire = start_on(dir, None, store);
+        let status = wire.wait_exit(Duration::from_secs(30));
+        let said = wire.stderr();
+        assert!(!status.success(), "the switch was not refused: {said}");
+        for words in expected {
+            assert!(said.contains(words), "{words:?} not in: {said}");
+        }
+        assert!(!said.contains(&pg.password()), "{said}");
+        std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap())
+    };
+    let crashed = |dir: tempfile::TempDir, store: Option<&Pg>, order: &str| {
+        let mut wire = start_on(dir, Some("journal-created=return"), store);
+        wire.send_request(Era::Modern, json!(1), "tools/call", refund(order, "10.00"));
+        assert!(!wire.wait_exit(Duration::from_secs(30)).success(), "the process did not die at the crash point");
+        std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap())
+    };
+    let finished = |dir: tempfile::TempDir, store: Option<&Pg>| {
+        let mut wire = start_on(dir, None, store);
+        wire.assert_serving(900);
+        assert!(status_report(&wire).contains("unfinished runs: none") || store.is_some());
+        std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap())
+    };
+
+    // Files to the store, a run open in the files: refused; back on files it finishes.
+    let dir = crashed(folder(&payments), None, "pi_1001");
+    let dir = refused(on_store(dir), Some(&pg), &["still open in the files", "server.store", "warden runs list"]);
+    let tables = pg.sql("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'warden%'");
+    assert_eq!(tables, "0", "refused before the store was touched");
+    let dir = finished(to_files(dir), None);
+    assert_eq!(payments.refunded_minor(), 1000, "the open run finished where it was kept, once");
+
+    // Nothing open: the switch goes on. Then the store holds an open run, and the way back is
+    // refused, by the store's own count, or for want of its URL.
+    let dir = finished(on_store(dir), Some(&pg));
+    let dir = crashed(dir, Some(&pg), "pi_1002");
+    assert_eq!(store_open_runs(&pg), 1);
+    let dir = refused(to_files(dir), Some(&pg), &["still open in the PostgreSQL store", STORE_URL_ENV]);
+    let dir = refused(dir, None, &[STORE_URL_ENV, "is not set"]);
+    let dir = finished(on_store(dir), Some(&pg));
+    assert_eq!(store_open_runs(&pg), 0, "the store finished its run");
+    // Back to files: the store is checked through its URL, found with nothing open.
+    let dir = finished(to_files(dir), Some(&pg));
+
+    // A damaged place is refused, naming the file, not taken for files.
+    std::fs::write(dir.path().join("journals/server.store"), "{\"kept_in\":\"files\"}\n").unwrap();
+    refused(dir, None, &["server.store: not a record line", "restore it"]);
+}

@@ -5,6 +5,7 @@
 pub mod files;
 pub mod journal;
 pub mod ledger;
+pub mod place;
 pub mod record;
 pub mod records;
 pub mod shared;
