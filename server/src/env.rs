@@ -378,7 +378,7 @@ pub trait Db {
 /// The version of the schema Warden keeps its own state in, in a PostgreSQL database shared by
 /// several instances (`docs/design/several-instances.md`). A database at a newer version is
 /// refused; an older one is migrated.
-pub const STATE_SCHEMA_VERSION: u32 = 3;
+pub const STATE_SCHEMA_VERSION: u32 = 4;
 
 /// What `StateDb::migrate` found and left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -53,15 +53,15 @@ fn migrate_creates_the_schema_once_and_refuses_a_newer_one() {
     assert!(!ok && printed.contains(URL_ENV) && printed.contains("not set"), "{printed}");
 
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(ok && printed.contains("schema created at version 3"), "{printed}");
-    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "3");
+    assert!(ok && printed.contains("schema created at version 4"), "{printed}");
+    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "4");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "0");
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(ok && printed.contains("already at version 3"), "{printed}");
+    assert!(ok && printed.contains("already at version 4"), "{printed}");
 
     pg.sql("UPDATE warden_schema SET version = 7");
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(!ok && printed.contains("version 7, newer than this warden's (3)"), "{printed}");
+    assert!(!ok && printed.contains("version 7, newer than this warden's (4)"), "{printed}");
     assert_eq!(pg.sql("SELECT version FROM warden_schema"), "7", "a refused migration changes nothing");
 
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url_with_password("not-the-password")));
@@ -296,7 +296,7 @@ fn a_schema_of_an_earlier_version_is_migrated_and_keeps_its_ledger() {
     // As version 1 left it: the ledger, no instances, no records.
     pg.sql("DROP TABLE warden_instances; DROP TABLE warden_records; UPDATE warden_schema SET version = 1");
     let (ok, printed) = warden(&["migrate"], manifest_dir().path(), Some(&pg.url));
-    assert!(ok && printed.contains("migrated from version 1 to 3"), "{printed}");
+    assert!(ok && printed.contains("migrated from version 1 to 4"), "{printed}");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_records"), "0");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "1");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_instances"), "0");
@@ -424,4 +424,26 @@ fn one_instance_serves_a_store_and_a_killed_ones_lock_is_given_up() {
     let answer = third.request(Era::Legacy, json!(1), "tools/call", call);
     assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "4");
+}
+
+/// A start lists the runs with kept arguments and with waiting records, a page at a time
+/// (`record_runs`). The store keeps every journal line ever written (no retention on it yet),
+/// so the listing must reach the few rows of its kind without reading the journals' many:
+/// the plan the database runs, measured, removes no row by a filter and scans no table.
+#[test]
+fn listing_the_runs_with_a_kind_of_record_reads_no_row_of_another_kind() {
+    let pg = migrated("record_runs_plan");
+    pg.sql(
+        "INSERT INTO warden_records (run, kind, seq, line) \
+         SELECT 'run' || (n / 10), 'journal', n % 10 + 1, '\\x00' FROM generate_series(0, 49999) n; \
+         INSERT INTO warden_records VALUES ('run42', 'inputs', 1, '\\x00'), ('run7', 'waiting', 1, '\\x00'); \
+         ANALYZE warden_records",
+    );
+    let plan = pg.sql(&format!(
+        "PREPARE listing (text, text, bigint) AS {}; EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE listing('inputs', '', 256)",
+        warden::io::state_db::RECORD_RUNS
+    ));
+    assert!(plan.contains("\"Actual Rows\": 1"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "the table is scanned: {plan}");
+    assert!(!plan.contains("Rows Removed by Filter"), "rows of other kinds are read and dropped: {plan}");
 }

@@ -52,6 +52,8 @@ const MIGRATIONS: [&str; STATE_SCHEMA_VERSION as usize] = [
         "line BYTEA NOT NULL CHECK (octet_length(line) <= 8388608), ",
         "PRIMARY KEY (run, kind, seq))",
     ),
+    // A start lists the runs with a kind of record (`RECORD_RUNS`) among every journal line.
+    "CREATE INDEX warden_records_by_kind ON warden_records (kind, run)",
 ];
 const _: () =
     assert!(RUN_ID_BYTES_MAX == 64 && RECORD_LINE_BYTES_MAX == 8388608, "warden_records' CHECKs hold the same limits");
@@ -71,7 +73,9 @@ const INSERT_LINE: &str = "INSERT INTO warden_ledger (seq, line) VALUES ($1, $2)
 const INSERT_RECORD: &str =
     "INSERT INTO warden_records (run, kind, seq, line) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
 const READ_RECORD: &str = "SELECT seq, line FROM warden_records WHERE run = $1 AND kind = $2 ORDER BY seq";
-const RECORD_RUNS: &str = "SELECT DISTINCT run FROM warden_records WHERE kind = $1 AND run > $2 ORDER BY run LIMIT $3";
+/// Public for the test that measures its plan (`server/tests/shared_store.rs`).
+pub const RECORD_RUNS: &str =
+    "SELECT DISTINCT run FROM warden_records WHERE kind = $1 AND run > $2 ORDER BY run LIMIT $3";
 const REMOVE_RECORD: &str = "DELETE FROM warden_records WHERE run = $1 AND kind = $2";
 
 pub struct RealStateDb;
