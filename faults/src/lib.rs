@@ -161,6 +161,9 @@ pub enum Fault {
         times: u32,
     },
     StoreLosesCommitAnswer,
+    /// The next write's COMMIT never reaches the database: it is rolled back, and the server
+    /// hears, as when the answer is lost, that it may have committed.
+    StoreLosesCommit,
 }
 
 /// The file a `rot_byte` fault damages. An unknown name in a scenario file is a parse error.
@@ -224,6 +227,7 @@ impl Fault {
             Fault::MisdirectLedgerAppend { .. } => "a misdirected write",
             Fault::StoreRefuses { .. } => "the store refuses connections",
             Fault::StoreLosesCommitAnswer => "a COMMIT's answer lost",
+            Fault::StoreLosesCommit => "a COMMIT lost on its way",
         }
     }
 }

@@ -44,6 +44,9 @@ pub struct SharedDb {
     /// answer is lost (the connection breaks on its way back): their caller hears "may have
     /// committed".
     pub lose_commit_answers: Cell<u32>,
+    /// A fault: the next writes are rolled back (their COMMIT never arrived), and their caller
+    /// hears "may have committed" all the same: the doubt that did not commit.
+    pub lose_commits: Cell<u32>,
     /// A fault: the next operations are refused (the database down or away for a moment).
     pub refuse_next: Cell<u32>,
     /// Store faults that fired, by kind (the fault accounting's witness).
@@ -63,6 +66,7 @@ impl SharedDb {
             removed: RefCell::default(),
             unreachable: Cell::new(false),
             lose_commit_answers: Cell::new(0),
+            lose_commits: Cell::new(0),
             refuse_next: Cell::new(0),
             injected: RefCell::default(),
         })
@@ -109,6 +113,17 @@ impl SharedDb {
         lost
     }
 
+    /// Whether this write's COMMIT is lost on its way (it is rolled back, and its caller
+    /// told it may have committed).
+    fn commit_lost(&self) -> Result<(), DbFailure> {
+        if self.lose_commits.get() == 0 {
+            return Ok(());
+        }
+        self.lose_commits.set(self.lose_commits.get() - 1);
+        self.count("a COMMIT lost on its way");
+        Err(in_doubt())
+    }
+
     fn migrate(&self) -> Result<Migration, DbFailure> {
         self.reachable()?;
         let found = self.schema.get();
@@ -145,11 +160,11 @@ impl SharedDb {
         if line.len() > LEDGER_LINE_BYTES_MAX {
             return Err(DbFailure::rolled_back(format!("a ledger line of {} bytes", line.len())));
         }
+        self.commit_lost()?;
         self.lines.borrow_mut().push(line);
         self.changed();
         if self.commit_answer_lost() {
-            let message = "PostgreSQL: connection closed with COMMIT on its way (simulated)";
-            return Err(DbFailure { message: message.into(), may_have_committed: true });
+            return Err(in_doubt());
         }
         Ok(Exchanged { appended: Some(end + 1), seen: end + 1, more: false })
     }
@@ -234,11 +249,11 @@ impl SharedDb {
                 write.kind.name()
             )));
         }
+        self.commit_lost()?;
         record.insert(write.seq, write.line);
         self.changed();
         if self.commit_answer_lost() {
-            let message = "PostgreSQL: connection closed with COMMIT on its way (simulated)";
-            return Err(DbFailure { message: message.into(), may_have_committed: true });
+            return Err(in_doubt());
         }
         Ok(())
     }
@@ -300,6 +315,7 @@ impl SharedDb {
     fn record_remove(&self, run: &str, kind: RecordKind) -> Result<bool, DbFailure> {
         self.with_schema(3)?;
         Self::checked_run(run)?;
+        self.commit_lost()?;
         let removed = self.records.borrow_mut().remove(&(run.to_string(), kind));
         let removed = removed.filter(|record| !record.is_empty());
         if let Some(record) = &removed {
@@ -307,8 +323,18 @@ impl SharedDb {
             self.removed.borrow_mut().entry((run.to_string(), kind)).or_default().push(bytes);
             self.changed();
         }
+        if self.commit_answer_lost() {
+            return Err(in_doubt());
+        }
         Ok(removed.is_some())
     }
+}
+
+/// What a caller hears when the connection breaks with its COMMIT on the way, whether or not
+/// the database got it.
+fn in_doubt() -> DbFailure {
+    let message = "PostgreSQL: connection closed with COMMIT on its way (simulated)";
+    DbFailure { message: message.into(), may_have_committed: true }
 }
 
 /// Gives the sole-instance lock up when the hold holding it is dropped (its instance stopped

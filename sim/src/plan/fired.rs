@@ -110,7 +110,7 @@ impl Pending {
             Fault::MisdirectLedgerAppend { .. } => {
                 Witness::Injected { kind: "misdirected write", before: injected(world, "misdirected write") }
             }
-            Fault::StoreRefuses { .. } | Fault::StoreLosesCommitAnswer => {
+            Fault::StoreRefuses { .. } | Fault::StoreLosesCommitAnswer | Fault::StoreLosesCommit => {
                 Witness::Injected { kind: fault.kind(), before: injected(world, fault.kind()) }
             }
             _ => Witness::Now,

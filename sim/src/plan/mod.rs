@@ -104,6 +104,7 @@ const FAULT_KINDS: &[FaultKind] = &[
     // The PostgreSQL store failing under a world on the store (none fires in a world on files).
     FaultKind { draw: |r| Fault::StoreRefuses { times: 1 + pick(r, 3) as u32 }, rarity: 1 },
     FaultKind { draw: |_| Fault::StoreLosesCommitAnswer, rarity: 1 },
+    FaultKind { draw: |_| Fault::StoreLosesCommit, rarity: 1 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only
@@ -230,6 +231,7 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         }
         Fault::StoreRefuses { times } => world.shared_db.refuse_next.set(*times),
         Fault::StoreLosesCommitAnswer => world.shared_db.lose_commit_answers.set(1),
+        Fault::StoreLosesCommit => world.shared_db.lose_commits.set(1),
     }
     false
 }
