@@ -32,8 +32,12 @@ fn database(cluster: &str, name: &str) -> PostgresTarget {
     psql(cluster, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
     psql(cluster, &format!("CREATE DATABASE {name}"));
     let (root, _) = cluster.rsplit_once('/').expect("the cluster URL names a database");
-    let target =
-        PostgresTarget { url: format!("{root}/{name}"), connect_timeout_ms: 10_000, statement_timeout_ms: 30_000 };
+    let target = PostgresTarget {
+        url: format!("{root}/{name}"),
+        connect_timeout_ms: 10_000,
+        statement_timeout_ms: 30_000,
+        fence: None,
+    };
     warden::io::run(async {
         let env = warden::io::command_env();
         env.state_db.migrate(&target).await.expect("migrating");

@@ -121,9 +121,10 @@ pub async fn open_server(
     }
     runs.inputs.set_key(crate::run::input::load_key(env, &journals).await?);
     let runs = Rc::new(runs);
-    // Watched before recovery resumes any run: a lock lost meanwhile stops those runs too.
-    if let Some(sole) = sole {
+    // Watched before recovery resumes any run: a lock or lease lost meanwhile stops those runs too.
+    if let Some((sole, fenced)) = sole {
         stop_when_lost(&runs, sole);
+        stop_when_lease_lost(&runs, fenced);
     }
     let report = recovery::recover(&runs).await.map_err(|fatal| fatal.to_string())?;
     if report != recovery::Report::default() {
@@ -161,7 +162,7 @@ async fn open_store(
     manifest_path: &Path,
     url_env: &str,
     journals: &Path,
-) -> Result<(Ledger, crate::store::records::RunRecords, Option<crate::env::SoleHold>), String> {
+) -> Result<(Ledger, crate::store::records::RunRecords, Option<(crate::env::SoleHold, PostgresTarget)>), String> {
     let target = store_target(env, manifest_path, url_env)?;
     let store = |failure: crate::env::DbFailure| format!("the PostgreSQL store at ${url_env}: {}", failure.message);
     let migration = env.state_db.migrate(&target).await.map_err(store)?;
@@ -172,9 +173,12 @@ async fn open_store(
         ));
     }
     let sole = env.state_db.hold_sole(&target).await.map_err(store)?;
+    // Every write from here on is fenced by this start's lease.
+    let target = crate::store::lease::register(env, target).await.map_err(store)?;
     let ledger = Ledger::open_shared(env, journals, target.clone()).await.map_err(|e| e.to_string())?;
     env.log(&format!("keeping the runs' records and the ledger in the PostgreSQL store at ${url_env}"));
-    Ok((ledger, crate::store::records::RunRecords::in_database(env, journals, target), Some(sole)))
+    let records = crate::store::records::RunRecords::in_database(env, journals, target.clone());
+    Ok((ledger, records, Some((sole, target))))
 }
 
 /// Refuses a start whose manifest keeps the runs elsewhere than this journals directory last
@@ -223,6 +227,17 @@ fn stop_when_lost(runs: &Rc<Runs>, sole: crate::env::SoleHold) {
     let watched = runs.env.clone();
     watched.spawn.spawn(Box::pin(async move {
         let why = sole.await;
+        runs.stop(&crate::run::store::Fatal::storage(why));
+    }));
+}
+
+/// Stops the server when its lease on the store is lost (`store::lease`): its writes are
+/// refused from then on, and a start takes its runs up.
+fn stop_when_lease_lost(runs: &Rc<Runs>, fenced: PostgresTarget) {
+    let runs = Rc::clone(runs);
+    let watched = runs.env.clone();
+    watched.spawn.spawn(Box::pin(async move {
+        let why = crate::store::lease::renew_until_lost(&runs.env, &fenced).await;
         runs.stop(&crate::run::store::Fatal::storage(why));
     }));
 }
@@ -433,6 +448,7 @@ fn store_target(env: &Env, manifest_path: &Path, url_env: &str) -> Result<Postgr
         ));
     };
     Ok(PostgresTarget {
+        fence: None,
         url,
         connect_timeout_ms: STORE_CONNECT_TIMEOUT_MS,
         statement_timeout_ms: STORE_STATEMENT_TIMEOUT_MS,

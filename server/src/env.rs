@@ -312,6 +312,31 @@ pub struct PostgresTarget {
     pub url: String,
     pub connect_timeout_ms: u64,
     pub statement_timeout_ms: u64,
+    /// The lease the store's writes are fenced by (`Fence`): set for a serving instance once
+    /// it registered, `None` for a grant's database and for reading.
+    pub fence: Option<Fence>,
+}
+
+/// A serving instance's writes to the store are fenced by its lease: the database refuses a
+/// write, in the write's own transaction, unless `instance` still holds its lease at `epoch`
+/// (not expired by the database's clock, not taken by a later registration). An instance
+/// paused past its lease, or replaced by a later start, can no longer write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub instance: String,
+    pub epoch: u64,
+}
+
+impl Fence {
+    /// What a fenced write is refused with.
+    pub fn refusal(&self) -> String {
+        format!(
+            "instance `{}` no longer holds its lease at epoch {} (it expired while the instance was paused or \
+             cut off, or a later start took it): nothing was written; this instance stops, and a start takes \
+             its runs up",
+            self.instance, self.epoch
+        )
+    }
 }
 
 impl std::fmt::Debug for PostgresTarget {
@@ -320,6 +345,7 @@ impl std::fmt::Debug for PostgresTarget {
             .field("url", &"(secret)")
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("statement_timeout_ms", &self.statement_timeout_ms)
+            .field("fence", &self.fence)
             .finish()
     }
 }

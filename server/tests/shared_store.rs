@@ -103,7 +103,7 @@ fn migrations_started_together_create_the_schema_once() {
 }
 
 fn target(pg: &Pg) -> PostgresTarget {
-    PostgresTarget { url: pg.url.clone(), connect_timeout_ms: 10_000, statement_timeout_ms: 30_000 }
+    PostgresTarget { url: pg.url.clone(), connect_timeout_ms: 10_000, statement_timeout_ms: 30_000, fence: None }
 }
 
 /// A database with the schema, as `warden migrate` leaves it.
@@ -325,6 +325,50 @@ fn a_lease_is_renewed_while_held_and_fenced_once_it_ends_or_is_taken() {
         assert!(db.expired(&target).await.unwrap().is_empty());
         let refused = db.register(&target, &"x".repeat(129), 60_000).await.unwrap_err();
         assert!(refused.message.contains("instance name of 129 bytes"), "{refused:?}");
+    });
+}
+
+/// Writes fenced by a lease (the simulated store's model holds the same): accepted while the
+/// writer holds its lease at its epoch; once it ended, or a later registration took it, a
+/// record write, a removal and a ledger append are each refused in their own transaction with
+/// nothing written, saying so; the current epoch writes on.
+#[test]
+fn a_write_is_refused_once_its_lease_ended_or_a_later_start_took_it() {
+    use warden::env::{Fence, RecordKind, RecordWrite};
+    let pg = migrated("fenced");
+    let journal = |seq: u64, line: &str| RecordWrite {
+        run: "r1".into(),
+        kind: RecordKind::Journal,
+        seq,
+        line: line.as_bytes().to_vec(),
+        replace: false,
+    };
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let db = &env.state_db;
+        let first = db.register(&target(&pg), "desk", 60_000).await.unwrap();
+        let fenced =
+            PostgresTarget { fence: Some(Fence { instance: "desk".into(), epoch: first.epoch }), ..target(&pg) };
+        db.record_write(&fenced, journal(1, "header")).await.unwrap();
+        // The lease ends at once by the database's clock: the next write is refused.
+        assert!(db.renew(&target(&pg), "desk", first.epoch, 1).await.unwrap().is_some());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let refused = db.record_write(&fenced, journal(2, "late")).await.unwrap_err();
+        assert!(
+            !refused.may_have_committed && refused.message.contains("no longer holds its lease at epoch 1"),
+            "{refused:?}"
+        );
+        // A later start takes the next epoch: the earlier one stays fenced, on every write.
+        let second = db.register(&target(&pg), "desk", 60_000).await.unwrap();
+        assert!(db.record_remove(&fenced, "r1", RecordKind::Journal).await.unwrap_err().message.contains("epoch 1"));
+        let decide: warden::env::Decide = Box::new(|_, now| now.map(|_| b"a line".to_vec()));
+        assert!(db.ledger_exchange(&fenced, 0, decide).await.unwrap_err().message.contains("epoch 1"));
+        assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "0");
+        assert_eq!(pg.sql("SELECT string_agg(convert_from(line, 'UTF8'), ',') FROM warden_records"), "header");
+        let current =
+            PostgresTarget { fence: Some(Fence { instance: "desk".into(), epoch: second.epoch }), ..target(&pg) };
+        db.record_write(&current, journal(2, "resumed")).await.unwrap();
+        assert!(db.record_remove(&current, "r1", RecordKind::Journal).await.unwrap());
     });
 }
 

@@ -99,6 +99,7 @@ fn settle_down(world: &World, mut instance: Instance, client: &mut Client, repor
             last_stop = Some(why);
         }
         stopped_on_a_bug(&instance, report);
+        every_store_write_fenced(world, report);
         drained_leaves_nothing_new_in_doubt(world, &instance, signals, report);
         flipped_read_refused(world, &instance, flips, report);
         if world.disk.misdirected.borrow().is_some() {
@@ -153,6 +154,16 @@ fn drained_leaves_nothing_new_in_doubt(world: &World, instance: &Instance, signa
             let message = format!("a drained server left action {op} of run {} begun and not done", entry.run);
             report.violations.push(Violation { invariant: 2, message });
         }
+    }
+}
+
+/// 6: every write a serving instance makes to the PostgreSQL store is fenced by its lease, so
+/// the store refuses it once the lease ended or a later start took it.
+fn every_store_write_fenced(world: &World, report: &mut Report) {
+    let unfenced = world.shared_db.unfenced_writes.replace(0);
+    if unfenced > 0 {
+        let message = format!("{unfenced} write(s) reached the PostgreSQL store without a lease's fence");
+        report.violations.push(Violation { invariant: 6, message });
     }
 }
 
@@ -750,7 +761,8 @@ impl Sim<'_> {
             if check::open_runs(&self.world.disk, &World::path("journals")).is_empty() {
                 break;
             }
-            self.world.clock.advance(warden::limits::INPUT_WAIT_MS + 1_000);
+            // Time passes with the server up: it renews its lease on the store meanwhile.
+            instance.run_for(warden::limits::INPUT_WAIT_MS + 1_000);
             instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
         }
         instance

@@ -20,7 +20,12 @@ const DECISIONS_PER_INSTANCE: usize = 12;
 const QUOTA: u64 = 20;
 
 fn target() -> PostgresTarget {
-    PostgresTarget { url: "postgres://simulated".into(), connect_timeout_ms: 1000, statement_timeout_ms: 1000 }
+    PostgresTarget {
+        url: "postgres://simulated".into(),
+        connect_timeout_ms: 1000,
+        statement_timeout_ms: 1000,
+        fence: None,
+    }
 }
 
 /// What admission decides: a reserve if one more call fits the quota and the `once` key (if

@@ -77,6 +77,10 @@ const READ_RECORD: &str = "SELECT seq, line FROM warden_records WHERE run = $1 A
 pub const RECORD_RUNS: &str =
     "SELECT DISTINCT run FROM warden_records WHERE kind = $1 AND run > $2 ORDER BY run LIMIT $3";
 const REMOVE_RECORD: &str = "DELETE FROM warden_records WHERE run = $1 AND kind = $2";
+/// The writer's lease, locked until the write commits (a renewal or a registration of the
+/// same instance waits for it): held at this epoch, and not expired by the database's clock.
+const HOLDS_LEASE: &str =
+    "SELECT epoch FROM warden_instances WHERE id = $1 AND epoch = $2 AND lease_until > clock_timestamp() FOR SHARE";
 
 pub struct RealStateDb;
 
@@ -377,12 +381,27 @@ async fn ledger_exchange(target: &PostgresTarget, after: u64, decide: Decide) ->
     if line.len() > LEDGER_LINE_BYTES_MAX {
         return Err(failed(format!("a ledger line of {} bytes, over {LEDGER_LINE_BYTES_MAX}", line.len())));
     }
+    fenced(&session, target).await?;
     let seq = seen + 1;
     let inserted =
         session.within("appending to the ledger", session.client.execute(INSERT_LINE, &[&(seq as i64), &line])).await;
     inserted.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
     session.commit().await?;
     Ok(Exchanged { appended: Some(seq), seen: seq, more: false })
+}
+
+/// Refuses, inside the write's transaction, a write whose instance no longer holds the lease
+/// its target is fenced by (`Fence`).
+async fn fenced(session: &Session, target: &PostgresTarget) -> Result<(), DbFailure> {
+    let failed = DbFailure::rolled_back;
+    let Some(fence) = &target.fence else { return Ok(()) };
+    let epoch = i64::try_from(fence.epoch).map_err(|_| failed(fence.refusal()))?;
+    let params: [&(dyn ToSql + Sync); 2] = [&fence.instance, &epoch];
+    let held = session.within("checking the lease", session.client.query_opt(HOLDS_LEASE, &params)).await;
+    match held.map_err(failed)?.map_err(|e| failed(describe(&e)))? {
+        Some(_) => Ok(()),
+        None => Err(failed(fence.refusal())),
+    }
 }
 
 fn checked_run(run: &str) -> Result<(), DbFailure> {
@@ -402,6 +421,7 @@ async fn record_write(target: &PostgresTarget, write: RecordWrite) -> Result<(),
     }
     let seq = i64::try_from(seq).ok().filter(|seq| *seq > 0).ok_or_else(|| failed(format!("{what}: no such place")))?;
     let session = begun(target).await?;
+    fenced(&session, target).await?;
     if replace {
         let params: [&(dyn ToSql + Sync); 2] = [&run, &kind.name()];
         let removed = session.within("replacing a record", session.client.execute(REMOVE_RECORD, &params)).await;
@@ -447,6 +467,7 @@ async fn record_remove(target: &PostgresTarget, run: &str, kind: RecordKind) -> 
     let failed = DbFailure::rolled_back;
     checked_run(run)?;
     let session = begun(target).await?;
+    fenced(&session, target).await?;
     let params: [&(dyn ToSql + Sync); 2] = [&run, &kind.name()];
     let removed = session.within("removing a record", session.client.execute(REMOVE_RECORD, &params)).await;
     let removed = removed.map_err(failed)?.map_err(|e| failed(describe(&e)))?;

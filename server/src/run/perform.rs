@@ -272,6 +272,7 @@ fn database(env: &Env, grant: &CapabilityGrant, net: &NetConfig) -> Result<Datab
                 url: secret(env, variable)?,
                 connect_timeout_ms: net.connect_timeout_ms.unwrap_or(0),
                 statement_timeout_ms: net.timeout_ms.unwrap_or(0),
+                fence: None,
             }))
         }
         _ => Ok(Database::Sqlite(grant.path.clone().unwrap_or_default())),

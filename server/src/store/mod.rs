@@ -4,6 +4,7 @@
 
 pub mod files;
 pub mod journal;
+pub mod lease;
 pub mod ledger;
 pub mod place;
 pub mod record;

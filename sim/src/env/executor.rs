@@ -121,6 +121,18 @@ impl Executor {
         self.tasks.borrow().len() + self.spawned.queue.borrow().len()
     }
 
+    /// Lets `ms` of virtual time pass with the instance alive: its timers due meanwhile fire in
+    /// order (a lease renewed as each renewal falls due), then the clock reaches the end. Time
+    /// passing is not a pause: `Fault::AdvanceTime` is one.
+    pub fn run_for(&self, ms: u64, steps: u64) -> Stop {
+        let until = self.clock.now().saturating_add(ms);
+        let stop = self.run(ms, steps);
+        if stop == Stop::Quiet && self.clock.now() < until {
+            self.clock.advance(until - self.clock.now());
+        }
+        stop
+    }
+
     /// Runs until quiet, crashed, or `steps` polls. Timers due within `horizon_ms` of the
     /// current virtual time fire (time jumps to them); later ones wait for the next run.
     pub fn run(&self, horizon_ms: u64, steps: u64) -> Stop {

@@ -13,7 +13,7 @@ use warden::base::layout::RunFiles;
 use warden::store::ledger::{Event, LEDGER_FILE};
 
 use warden::env::{
-    DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, RecordKind,
+    DbFailure, Decide, Exchanged, Fence, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, RecordKind,
     RecordWrite, SoleHold, StateDb, INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES,
     RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
 };
@@ -47,6 +47,9 @@ pub struct SharedDb {
     /// A fault: the next writes are rolled back (their COMMIT never arrived), and their caller
     /// hears "may have committed" all the same: the doubt that did not commit.
     pub lose_commits: Cell<u32>,
+    /// Writes that came without a lease's fence (`Fence`): the checker's witness that every
+    /// write a serving instance makes is fenced (none is, by the real store, when it is not).
+    pub unfenced_writes: Cell<u64>,
     /// A fault: the next operations are refused (the database down or away for a moment).
     pub refuse_next: Cell<u32>,
     /// Store faults that fired, by kind (the fault accounting's witness).
@@ -67,6 +70,7 @@ impl SharedDb {
             unreachable: Cell::new(false),
             lose_commit_answers: Cell::new(0),
             lose_commits: Cell::new(0),
+            unfenced_writes: Cell::new(0),
             refuse_next: Cell::new(0),
             injected: RefCell::default(),
         })
@@ -124,6 +128,23 @@ impl SharedDb {
         Err(in_doubt())
     }
 
+    /// As the real store, in the write's transaction: refused unless the writer still holds
+    /// its lease at its epoch by the database's clock. A write without a fence is counted.
+    fn fenced(&self, fence: Option<&Fence>) -> Result<(), DbFailure> {
+        let Some(fence) = fence else {
+            self.unfenced_writes.set(self.unfenced_writes.get() + 1);
+            return Ok(());
+        };
+        let now = self.now();
+        match self.instances.borrow().get(&fence.instance) {
+            Some((epoch, until)) if *epoch == fence.epoch && *until > now => Ok(()),
+            _ => {
+                self.count("a write refused by its fence");
+                Err(DbFailure::rolled_back(fence.refusal()))
+            }
+        }
+    }
+
     fn migrate(&self) -> Result<Migration, DbFailure> {
         self.reachable()?;
         let found = self.schema.get();
@@ -136,7 +157,7 @@ impl SharedDb {
         Ok(Migration { found, now: STATE_SCHEMA_VERSION })
     }
 
-    fn exchange(&self, after: u64, decide: Decide) -> Result<Exchanged, DbFailure> {
+    fn exchange(&self, fence: Option<&Fence>, after: u64, decide: Decide) -> Result<Exchanged, DbFailure> {
         self.reachable()?;
         if self.schema.get() == 0 {
             return Err(DbFailure::rolled_back("PostgreSQL: relation \"warden_ledger\" does not exist"));
@@ -160,6 +181,7 @@ impl SharedDb {
         if line.len() > LEDGER_LINE_BYTES_MAX {
             return Err(DbFailure::rolled_back(format!("a ledger line of {} bytes", line.len())));
         }
+        self.fenced(fence)?;
         self.commit_lost()?;
         self.lines.borrow_mut().push(line);
         self.changed();
@@ -230,18 +252,17 @@ impl SharedDb {
 
     /// As the real store: the line's place must be free (the primary key), and the database
     /// may lose the COMMIT's answer after committing.
-    fn record_write(&self, write: RecordWrite) -> Result<(), DbFailure> {
+    fn record_write(&self, fence: Option<&Fence>, write: RecordWrite) -> Result<(), DbFailure> {
         self.with_schema(3)?;
         Self::checked_run(&write.run)?;
         if write.line.len() > RECORD_LINE_BYTES_MAX || write.seq == 0 || write.seq > i64::MAX as u64 {
             return Err(DbFailure::rolled_back(format!("line {} of {} bytes refused", write.seq, write.line.len())));
         }
+        self.fenced(fence)?;
         let mut records = self.records.borrow_mut();
         let record = records.entry((write.run.clone(), write.kind)).or_default();
-        if write.replace {
-            record.clear();
-        }
-        if record.contains_key(&write.seq) {
+        // A replace removes the earlier lines in the same transaction, so its place is free.
+        if !write.replace && record.contains_key(&write.seq) {
             return Err(DbFailure::rolled_back(format!(
                 "line {} of run {}'s {} is already written",
                 write.seq,
@@ -249,7 +270,11 @@ impl SharedDb {
                 write.kind.name()
             )));
         }
+        // Nothing is changed before this point: a COMMIT lost rolls the whole write back.
         self.commit_lost()?;
+        if write.replace {
+            record.clear();
+        }
         record.insert(write.seq, write.line);
         self.changed();
         if self.commit_answer_lost() {
@@ -312,9 +337,10 @@ impl SharedDb {
         Ok(runs.map(|((run, _), _)| run.clone()).take(RECORD_RUNS_PAGE).collect())
     }
 
-    fn record_remove(&self, run: &str, kind: RecordKind) -> Result<bool, DbFailure> {
+    fn record_remove(&self, fence: Option<&Fence>, run: &str, kind: RecordKind) -> Result<bool, DbFailure> {
         self.with_schema(3)?;
         Self::checked_run(run)?;
+        self.fenced(fence)?;
         self.commit_lost()?;
         let removed = self.records.borrow_mut().remove(&(run.to_string(), kind));
         let removed = removed.filter(|record| !record.is_empty());
@@ -442,7 +468,7 @@ impl StateDb for SimStateDb {
 
     fn ledger_exchange(
         &self,
-        _target: &PostgresTarget,
+        target: &PostgresTarget,
         after: u64,
         decide: Decide,
     ) -> LocalBoxFuture<'static, Result<Exchanged, DbFailure>> {
@@ -451,10 +477,10 @@ impl StateDb for SimStateDb {
         // another: as over a real connection, the instance's other decisions may have folded
         // lines meanwhile, before the exchange and after it (the defect the benchmark found
         // on PostgreSQL; cargo-mutants found the model too kind with one turn after only).
-        let db = Rc::clone(&self.0);
+        let (db, fence) = (Rc::clone(&self.0), target.fence.clone());
         Box::pin(async move {
             crate::env::disk::after_a_turn(()).await;
-            let done = db.exchange(after, decide);
+            let done = db.exchange(fence.as_ref(), after, decide);
             crate::env::disk::after_a_turn(done).await
         })
     }
@@ -484,10 +510,10 @@ impl StateDb for SimStateDb {
 
     fn record_write(
         &self,
-        _target: &PostgresTarget,
+        target: &PostgresTarget,
         write: RecordWrite,
     ) -> LocalBoxFuture<'static, Result<(), DbFailure>> {
-        crate::env::disk::after_a_turn(self.0.record_write(write))
+        crate::env::disk::after_a_turn(self.0.record_write(target.fence.as_ref(), write))
     }
 
     fn record_read(
@@ -501,11 +527,11 @@ impl StateDb for SimStateDb {
 
     fn record_remove(
         &self,
-        _target: &PostgresTarget,
+        target: &PostgresTarget,
         run: &str,
         kind: RecordKind,
     ) -> LocalBoxFuture<'static, Result<bool, DbFailure>> {
-        crate::env::disk::after_a_turn(self.0.record_remove(run, kind))
+        crate::env::disk::after_a_turn(self.0.record_remove(target.fence.as_ref(), run, kind))
     }
 
     fn record_runs(
@@ -532,13 +558,22 @@ mod tests {
 
     /// Appends `line` after `after` when the whole ledger is read; the lines handed over.
     fn exchange(db: &SharedDb, after: u64, append: Option<Vec<u8>>) -> (Result<Exchanged, DbFailure>, Vec<u64>) {
+        exchange_fenced(db, None, after, append)
+    }
+
+    fn exchange_fenced(
+        db: &SharedDb,
+        fence: Option<&Fence>,
+        after: u64,
+        append: Option<Vec<u8>>,
+    ) -> (Result<Exchanged, DbFailure>, Vec<u64>) {
         let handed = Rc::new(RefCell::new(Vec::new()));
         let seen = Rc::clone(&handed);
         let decide: Decide = Box::new(move |lines, now| {
             seen.borrow_mut().extend(lines.iter().map(|line| line.seq));
             now.and(append)
         });
-        let done = db.exchange(after, decide);
+        let done = db.exchange(fence, after, decide);
         let handed = handed.borrow().clone();
         (done, handed)
     }
@@ -586,6 +621,32 @@ mod tests {
         assert!(exchange(&db, 0, None).0.is_err());
     }
 
+    /// Writes fenced by a lease, as the real store fences them (`shared_store.rs` holds the
+    /// same on PostgreSQL): accepted while the lease is held at its epoch, refused with
+    /// nothing written once it ended or a later registration took it; an unfenced write counted.
+    #[test]
+    fn a_write_is_refused_once_its_lease_ended_or_was_taken() {
+        let db = SharedDb::new(SimClock::new());
+        db.migrate().unwrap();
+        let lease = db.register("a", 300).unwrap();
+        let fence = Fence { instance: "a".into(), epoch: lease.epoch };
+        db.record_write(Some(&fence), write("r1", RecordKind::Journal, 1, "h", false)).unwrap();
+        db.clock.advance(300);
+        let refused = db.record_write(Some(&fence), write("r1", RecordKind::Journal, 2, "late", false)).unwrap_err();
+        assert!(!refused.may_have_committed && refused.message.contains("no longer holds its lease"));
+        let lease = db.register("a", 300).unwrap();
+        assert!(db.record_remove(Some(&fence), "r1", RecordKind::Journal).is_err(), "the earlier epoch is fenced");
+        let (done, _) = exchange_fenced(&db, Some(&fence), 0, Some(b"x".to_vec()));
+        assert!(done.is_err());
+        assert!(db.lines.borrow().is_empty(), "a fenced exchange appends nothing");
+        assert_eq!(db.record_read("r1", RecordKind::Journal).unwrap().unwrap().len(), 1);
+        let current = Fence { instance: "a".into(), epoch: lease.epoch };
+        assert!(db.record_remove(Some(&current), "r1", RecordKind::Journal).unwrap());
+        assert_eq!(db.unfenced_writes.get(), 0);
+        db.record_write(None, write("r2", RecordKind::Inputs, 1, "i", false)).unwrap();
+        assert_eq!(db.unfenced_writes.get(), 1);
+    }
+
     fn write(run: &str, kind: RecordKind, seq: u64, line: &str, replace: bool) -> RecordWrite {
         RecordWrite { run: run.into(), kind, seq, line: line.as_bytes().to_vec(), replace }
     }
@@ -597,30 +658,32 @@ mod tests {
     fn the_model_keeps_a_runs_records_as_the_real_store() {
         let db = SharedDb::new(SimClock::new());
         assert!(
-            db.record_write(write("r1", RecordKind::Journal, 1, "h", false)).is_err(),
+            db.record_write(None, write("r1", RecordKind::Journal, 1, "h", false)).is_err(),
             "no table before the schema"
         );
         db.migrate().unwrap();
         assert_eq!(db.record_read("r1", RecordKind::Journal).unwrap(), None);
-        db.record_write(write("r1", RecordKind::Journal, 1, "h", false)).unwrap();
-        db.record_write(write("r1", RecordKind::Journal, 2, "a", false)).unwrap();
-        let taken = db.record_write(write("r1", RecordKind::Journal, 2, "b", false)).unwrap_err();
+        db.record_write(None, write("r1", RecordKind::Journal, 1, "h", false)).unwrap();
+        db.record_write(None, write("r1", RecordKind::Journal, 2, "a", false)).unwrap();
+        let taken = db.record_write(None, write("r1", RecordKind::Journal, 2, "b", false)).unwrap_err();
         assert!(taken.message.contains("already written") && !taken.may_have_committed, "{taken:?}");
         assert_eq!(db.record_read("r1", RecordKind::Journal).unwrap(), Some(vec![b"h".to_vec(), b"a".to_vec()]));
         assert_eq!(db.record_read("r1", RecordKind::Inputs).unwrap(), None, "kinds are apart");
-        db.record_write(write("r1", RecordKind::Waiting, 1, "w1", false)).unwrap();
-        db.record_write(write("r1", RecordKind::Waiting, 1, "w2", true)).unwrap();
+        db.record_write(None, write("r1", RecordKind::Waiting, 1, "w1", false)).unwrap();
+        db.record_write(None, write("r1", RecordKind::Waiting, 1, "w2", true)).unwrap();
         assert_eq!(db.record_read("r1", RecordKind::Waiting).unwrap(), Some(vec![b"w2".to_vec()]));
-        db.record_write(write("r2", RecordKind::Journal, 2, "x", false)).unwrap();
+        db.record_write(None, write("r2", RecordKind::Journal, 2, "x", false)).unwrap();
         assert!(db.record_read("r2", RecordKind::Journal).unwrap_err().message.contains("lacks line 1"));
         assert_eq!(db.record_runs(RecordKind::Journal, "").unwrap(), vec!["r1".to_string(), "r2".to_string()]);
         assert_eq!(db.record_runs(RecordKind::Journal, "r1").unwrap(), vec!["r2".to_string()]);
         assert_eq!(db.record_runs(RecordKind::Inputs, "").unwrap(), Vec::<String>::new());
-        assert!(db.record_remove("r1", RecordKind::Journal).unwrap());
-        assert!(!db.record_remove("r1", RecordKind::Journal).unwrap());
-        assert!(db.record_write(write(&"r".repeat(RUN_ID_BYTES_MAX + 1), RecordKind::Inputs, 1, "i", false)).is_err());
+        assert!(db.record_remove(None, "r1", RecordKind::Journal).unwrap());
+        assert!(!db.record_remove(None, "r1", RecordKind::Journal).unwrap());
+        assert!(db
+            .record_write(None, write(&"r".repeat(RUN_ID_BYTES_MAX + 1), RecordKind::Inputs, 1, "i", false))
+            .is_err());
         db.lose_commit_answers.set(1);
-        let lost = db.record_write(write("r3", RecordKind::Inputs, 1, "i", false)).unwrap_err();
+        let lost = db.record_write(None, write("r3", RecordKind::Inputs, 1, "i", false)).unwrap_err();
         assert!(lost.may_have_committed);
         assert!(db.record_read("r3", RecordKind::Inputs).unwrap().is_some(), "committed, its answer lost");
     }

@@ -321,6 +321,11 @@ impl Instance {
         self.executor.run(HORIZON_MS, STEPS_MAX)
     }
 
+    /// Lets `ms` pass with the instance alive (`Executor::run_for`).
+    pub fn run_for(&self, ms: u64) -> Stop {
+        self.executor.run_for(ms, STEPS_MAX)
+    }
+
     /// Every message written since the last call.
     pub fn outputs(&self) -> Vec<Value> {
         self.pipe

@@ -1,0 +1,48 @@
+//! The serving instance's lease on the PostgreSQL store (issue 28, step 3 in part): each start
+//! registers with the next epoch, which fences every write the store takes from it
+//! (`env::Fence`: the database refuses a write, in its own transaction, once the lease ended
+//! or a later start took it), renews it a third of a lease at a time, and stops the server
+//! when it is lost. An instance paused past its lease (a stall, a cut connection) therefore
+//! writes nothing more: its next start, or the instance that replaced it, recovers its runs.
+//!
+//! One instance serves a store (the sole-instance lock), so it registers under one name;
+//! several instances, each owning its runs, come with takeover.
+
+use crate::env::{DbFailure, Env, Fence, PostgresTarget};
+
+/// How long a lease lasts by the database's clock unless renewed.
+pub const LEASE_MS: u64 = 30_000;
+/// How often it is renewed: twice more before it could end, so one lost renewal costs nothing.
+pub const RENEW_EVERY_MS: u64 = LEASE_MS / 3;
+/// The name the sole serving instance registers under.
+pub const SOLE_INSTANCE: &str = "sole";
+
+/// Registers the serving instance and returns `target` fenced by its new lease.
+pub async fn register(env: &Env, target: PostgresTarget) -> Result<PostgresTarget, DbFailure> {
+    let lease = env.state_db.register(&target, SOLE_INSTANCE, LEASE_MS).await?;
+    let fence = Fence { instance: SOLE_INSTANCE.to_string(), epoch: lease.epoch };
+    env.log(&format!("registered as instance `{SOLE_INSTANCE}` with lease epoch {}", lease.epoch));
+    Ok(PostgresTarget { fence: Some(fence), ..target })
+}
+
+/// Renews the lease `target` is fenced by until it is lost, and says why: the database says it
+/// ended (or was taken), or no renewal got through for a whole lease. The server then stops.
+pub async fn renew_until_lost(env: &Env, target: &PostgresTarget) -> String {
+    let fence = target.fence.clone().expect("a serving instance's store is fenced");
+    let mut renewed_at = env.clock.monotonic_ms();
+    loop {
+        env.clock.sleep(RENEW_EVERY_MS).await;
+        match env.state_db.renew(target, &fence.instance, fence.epoch, LEASE_MS).await {
+            Ok(Some(_)) => renewed_at = env.clock.monotonic_ms(),
+            Ok(None) => return fence.refusal(),
+            Err(failure) if env.clock.monotonic_ms().saturating_sub(renewed_at) >= LEASE_MS => {
+                return format!(
+                    "the lease at epoch {} could not be renewed for a whole lease: {}",
+                    fence.epoch, failure.message
+                )
+            }
+            Err(failure) => env
+                .log(&format!("renewing the lease at epoch {} failed; trying again: {}", fence.epoch, failure.message)),
+        }
+    }
+}
