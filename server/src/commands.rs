@@ -111,7 +111,7 @@ pub async fn open_server(
             let ledger = Ledger::open(env, &journals).await.map_err(|e| e.to_string())?;
             (ledger, crate::store::records::RunRecords::in_files(env, &journals), None)
         }
-        Store::Postgres { url_env } => open_store(env, manifest_path, url_env, &journals).await?,
+        Store::Postgres { url_env } => open_store(env, &catalog, manifest_path, url_env).await?,
     };
     let mut runs = Runs::new(env.clone(), Rc::clone(&catalog), ledger, records);
     runs.secrets.extend(transport_secrets);
@@ -159,10 +159,11 @@ pub async fn open_server(
 /// keeps the runs' logs and `server.lock`.
 async fn open_store(
     env: &Env,
+    catalog: &Catalog,
     manifest_path: &Path,
     url_env: &str,
-    journals: &Path,
 ) -> Result<(Ledger, crate::store::records::RunRecords, Option<(crate::env::SoleHold, PostgresTarget)>), String> {
+    let (journals, lease_ms) = (&catalog.manifest.server.journals, catalog.manifest.server.store_lease_ms);
     let target = store_target(env, manifest_path, url_env)?;
     let store = |failure: crate::env::DbFailure| format!("the PostgreSQL store at ${url_env}: {}", failure.message);
     let migration = env.state_db.migrate(&target).await.map_err(store)?;
@@ -174,7 +175,7 @@ async fn open_store(
     }
     let sole = env.state_db.hold_sole(&target).await.map_err(store)?;
     // Every write from here on is fenced by this start's lease.
-    let target = crate::store::lease::register(env, target).await.map_err(store)?;
+    let target = crate::store::lease::register(env, target, lease_ms).await.map_err(store)?;
     let ledger = Ledger::open_shared(env, journals, target.clone()).await.map_err(|e| e.to_string())?;
     env.log(&format!("keeping the runs' records and the ledger in the PostgreSQL store at ${url_env}"));
     let records = crate::store::records::RunRecords::in_database(env, journals, target.clone());
@@ -237,7 +238,8 @@ fn stop_when_lease_lost(runs: &Rc<Runs>, fenced: PostgresTarget) {
     let runs = Rc::clone(runs);
     let watched = runs.env.clone();
     watched.spawn.spawn(Box::pin(async move {
-        let why = crate::store::lease::renew_until_lost(&runs.env, &fenced).await;
+        let lease_ms = runs.catalog.manifest.server.store_lease_ms;
+        let why = crate::store::lease::renew_until_lost(&runs.env, &fenced, lease_ms).await;
         runs.stop(&crate::run::store::Fatal::storage(why));
     }));
 }

@@ -22,10 +22,19 @@ const URL_ENV: &str = "WARDEN_STORE_URL";
 
 /// A manifest whose state is kept in PostgreSQL, with one tool, in a new directory.
 fn manifest_dir() -> tempfile::TempDir {
+    manifest_dir_leased(None)
+}
+
+/// The same, with `server.store.postgres.lease` set when given.
+fn manifest_dir_leased(lease: Option<&str>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("echo.star"), "def main(text: str) -> str:\n    \"\"\"Echoes.\n\n    Args:\n        text: what to echo\n    \"\"\"\n    return text\n").unwrap();
+    let mut store = serde_json::json!({"url": {"env": URL_ENV}});
+    if let Some(lease) = lease {
+        store["lease"] = lease.into();
+    }
     let manifest = serde_json::json!({
-        "server": {"name": "shared", "journals": "journals", "store": {"postgres": {"url": {"env": URL_ENV}}}},
+        "server": {"name": "shared", "journals": "journals", "store": {"postgres": store}},
         "tools": [{"name": "echo", "program": "echo.star"}]
     });
     std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
@@ -468,6 +477,48 @@ fn one_instance_serves_a_store_and_a_killed_ones_lock_is_given_up() {
     let answer = third.request(Era::Legacy, json!(1), "tools/call", call);
     assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "4");
+}
+
+/// A server paused past its lease (SIGSTOP for longer than `server.store.postgres.lease`)
+/// writes nothing more once it wakes: the call it was sent while paused is not recorded, and
+/// it stops saying its lease ended; a start takes the next epoch and serves.
+#[test]
+fn a_server_paused_past_its_lease_writes_nothing_more_and_stops() {
+    use common::{Era, Wire};
+    use serde_json::json;
+    let pg = migrated("lease_paused");
+    let mut paused = Wire::start_dir(manifest_dir_leased(Some("3s")), &[(URL_ENV, &pg.url)]);
+    paused.initialize();
+    let call = |text: &str| json!({"name": "echo", "arguments": {"text": text}});
+    let answer = paused.request(Era::Legacy, json!(1), "tools/call", call("before the pause"));
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "2", "a reserve and a settle");
+    let pid = paused.pid().to_string();
+    let signal = |name: &str| {
+        let sent = Command::new("kill").args([name, &pid]).status().unwrap();
+        assert!(sent.success(), "kill {name}");
+    };
+    signal("-STOP");
+    paused.send_request(Era::Legacy, json!(2), "tools/call", call("sent while paused"));
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert_eq!(
+        pg.sql("SELECT epoch::text || ' ' || (lease_until < clock_timestamp())::text FROM warden_instances"),
+        "1 true"
+    );
+    signal("-CONT");
+    let status = paused.wait_exit(std::time::Duration::from_secs(30));
+    assert!(!status.success());
+    let said = paused.stderr();
+    assert!(said.contains("no longer holds its lease at epoch 1"), "{said}");
+    assert!(!said.contains(&pg.password()), "{said}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "2", "the call sent while paused was not recorded");
+
+    let mut next = Wire::start_dir(manifest_dir_leased(Some("3s")), &[(URL_ENV, &pg.url)]);
+    next.initialize();
+    let answer = next.request(Era::Legacy, json!(1), "tools/call", call("after the pause"));
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    assert_eq!(pg.sql("SELECT epoch FROM warden_instances"), "2");
+    assert!(next.stderr().contains("with lease epoch 2 (3000 ms, renewed every 1000 ms)"), "{}", next.stderr());
 }
 
 /// A start lists the runs with kept arguments and with waiting records, a page at a time

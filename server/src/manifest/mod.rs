@@ -22,6 +22,12 @@ pub const KEEP_DAYS_DEFAULT: u64 = 90;
 /// every supervisor's own kill timeout).
 pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 30_000;
 pub const SHUTDOWN_GRACE_MS_LIMIT: u64 = 3_600_000;
+/// Default `server.store.postgres.lease`, and its range: renewed every third of it, a lease
+/// under 3 s would be renewed more often than a loaded database answers; one over 10 min would
+/// keep a paused server's runs from a new start that long.
+pub const STORE_LEASE_MS_DEFAULT: u64 = 30_000;
+pub const STORE_LEASE_MS_MIN: u64 = 3_000;
+pub const STORE_LEASE_MS_MAX: u64 = 600_000;
 /// Default `server.max_concurrent_runs`.
 pub const MAX_CONCURRENT_RUNS_DEFAULT: u64 = 8;
 /// Upper bound on any `max_concurrent_runs`, so every slot table stays small.
@@ -136,6 +142,9 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
     /// `server.store`: where the server's own state lives.
     pub store: Store,
+    /// `server.store.postgres.lease`: how long a serving instance's lease on the store lasts
+    /// unless renewed (`store::lease`); unused on files.
+    pub store_lease_ms: u64,
 }
 
 /// Where the server's own state (ledger, journals, inputs, waiting records) lives.

@@ -127,6 +127,7 @@ pub struct RawStore {
 #[serde(deny_unknown_fields)]
 pub struct RawPostgresStore {
     pub url: RawEnvRef,
+    pub lease: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

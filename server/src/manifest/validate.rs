@@ -346,6 +346,23 @@ fn limits_config(raw: Option<&RawLimits>, at: &str, problems: &mut Problems) -> 
     (max_steps, execution_ms)
 }
 
+/// `server.store.postgres.lease`, in its range (`STORE_LEASE_MS_MIN` to `STORE_LEASE_MS_MAX`).
+fn store_lease_ms(lease: Option<&str>, problems: &mut Problems) -> u64 {
+    const FIELD: &str = "server.store.postgres.lease";
+    let Some(lease) = lease else { return STORE_LEASE_MS_DEFAULT };
+    match parse_duration_ms(lease, DurationUnits::SecondsUp) {
+        Ok(ms) if (STORE_LEASE_MS_MIN..=STORE_LEASE_MS_MAX).contains(&ms) => ms,
+        Ok(_) => {
+            problems.add(FIELD, format!("`{lease}` is out of range: from 3s to 10m"));
+            STORE_LEASE_MS_DEFAULT
+        }
+        Err(problem) => {
+            problems.add(FIELD, problem);
+            STORE_LEASE_MS_DEFAULT
+        }
+    }
+}
+
 fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> ServerConfig {
     if raw.name.trim().is_empty() {
         problems.add("server.name", "must not be empty");
@@ -400,6 +417,7 @@ fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> Serve
             Store::Postgres { url_env: store.postgres.url.env.clone() }
         }
     };
+    let store_lease_ms = store_lease_ms(raw.store.as_ref().and_then(|store| store.postgres.lease.as_deref()), problems);
     ServerConfig {
         name: raw.name.clone(),
         journals: base.join(&raw.journals),
@@ -408,6 +426,7 @@ fn server_config(raw: &RawServer, base: &Path, problems: &mut Problems) -> Serve
         notify,
         notify_env,
         shutdown_grace_ms,
+        store_lease_ms,
         store,
     }
 }
@@ -1133,6 +1152,31 @@ mod tests {
             &tool(r#"{"env":"DESK_URL"}"#).replace(r#""net":{"timeout_ms":1000,"connect_timeout_ms":1000},"#, ""),
         );
         assert!(found.concat().contains("net.timeout_ms"), "{found:?}");
+    }
+
+    /// `server.store.postgres.lease` defaults to 30 s and is refused outside 3 s to 10 min,
+    /// naming the field.
+    #[test]
+    fn the_store_lease_is_range_checked() {
+        let manifest = |lease: &str| {
+            format!(
+                r#"{{"server":{{"name":"s","journals":"j","store":{{"postgres":{{"url":{{"env":"STORE_URL"}}{lease}}}}}}},
+                "tools":[{{"name":"t","program":"t.star"}}]}}"#
+            )
+        };
+        let lease_of = |lease: &str| {
+            Manifest::parse(Path::new("m.json"), manifest(lease).as_bytes())
+                .expect("a valid manifest")
+                .server
+                .store_lease_ms
+        };
+        assert_eq!(lease_of(""), STORE_LEASE_MS_DEFAULT);
+        assert_eq!(lease_of(r#","lease":"3s""#), 3_000);
+        assert_eq!(lease_of(r#","lease":"10m""#), 600_000);
+        for wrong in [r#","lease":"2s""#, r#","lease":"11m""#, r#","lease":"soon""#] {
+            let found = problems(&manifest(wrong));
+            assert!(found.iter().any(|p| p.contains("server.store.postgres.lease")), "{wrong}: {found:?}");
+        }
     }
 
     /// A tool that writes neither `requires` nor `task` keeps the binding it had before they

@@ -10,32 +10,36 @@
 
 use crate::env::{DbFailure, Env, Fence, PostgresTarget};
 
-/// How long a lease lasts by the database's clock unless renewed.
-pub const LEASE_MS: u64 = 30_000;
-/// How often it is renewed: twice more before it could end, so one lost renewal costs nothing.
-pub const RENEW_EVERY_MS: u64 = LEASE_MS / 3;
+/// How often a lease is renewed, as a share of its length (`server.store.postgres.lease`):
+/// twice more before it could end, so one lost renewal costs nothing.
+pub const RENEWALS_PER_LEASE: u64 = 3;
 /// The name the sole serving instance registers under.
 pub const SOLE_INSTANCE: &str = "sole";
 
-/// Registers the serving instance and returns `target` fenced by its new lease.
-pub async fn register(env: &Env, target: PostgresTarget) -> Result<PostgresTarget, DbFailure> {
-    let lease = env.state_db.register(&target, SOLE_INSTANCE, LEASE_MS).await?;
+/// Registers the serving instance with a lease of `lease_ms` and returns `target` fenced by it.
+pub async fn register(env: &Env, target: PostgresTarget, lease_ms: u64) -> Result<PostgresTarget, DbFailure> {
+    let lease = env.state_db.register(&target, SOLE_INSTANCE, lease_ms).await?;
     let fence = Fence { instance: SOLE_INSTANCE.to_string(), epoch: lease.epoch };
-    env.log(&format!("registered as instance `{SOLE_INSTANCE}` with lease epoch {}", lease.epoch));
+    env.log(&format!(
+        "registered as instance `{SOLE_INSTANCE}` with lease epoch {} ({} ms, renewed every {} ms)",
+        lease.epoch,
+        lease_ms,
+        lease_ms / RENEWALS_PER_LEASE
+    ));
     Ok(PostgresTarget { fence: Some(fence), ..target })
 }
 
 /// Renews the lease `target` is fenced by until it is lost, and says why: the database says it
 /// ended (or was taken), or no renewal got through for a whole lease. The server then stops.
-pub async fn renew_until_lost(env: &Env, target: &PostgresTarget) -> String {
+pub async fn renew_until_lost(env: &Env, target: &PostgresTarget, lease_ms: u64) -> String {
     let fence = target.fence.clone().expect("a serving instance's store is fenced");
     let mut renewed_at = env.clock.monotonic_ms();
     loop {
-        env.clock.sleep(RENEW_EVERY_MS).await;
-        match env.state_db.renew(target, &fence.instance, fence.epoch, LEASE_MS).await {
+        env.clock.sleep(lease_ms / RENEWALS_PER_LEASE).await;
+        match env.state_db.renew(target, &fence.instance, fence.epoch, lease_ms).await {
             Ok(Some(_)) => renewed_at = env.clock.monotonic_ms(),
             Ok(None) => return fence.refusal(),
-            Err(failure) if env.clock.monotonic_ms().saturating_sub(renewed_at) >= LEASE_MS => {
+            Err(failure) if env.clock.monotonic_ms().saturating_sub(renewed_at) >= lease_ms => {
                 return format!(
                     "the lease at epoch {} could not be renewed for a whole lease: {}",
                     fence.epoch, failure.message
