@@ -164,6 +164,10 @@ pub enum Fault {
     /// The next write's COMMIT never reaches the database: it is rolled back, and the server
     /// hears, as when the answer is lost, that it may have committed.
     StoreLosesCommit,
+    /// The database restarts before its next operation, which is refused: every connection
+    /// ends, the one holding the sole-instance lock included, so the serving instance stops
+    /// and its next start takes the store again.
+    StoreRestarts,
 }
 
 /// The file a `rot_byte` fault damages. An unknown name in a scenario file is a parse error.
@@ -228,6 +232,7 @@ impl Fault {
             Fault::StoreRefuses { .. } => "the store refuses connections",
             Fault::StoreLosesCommitAnswer => "a COMMIT's answer lost",
             Fault::StoreLosesCommit => "a COMMIT lost on its way",
+            Fault::StoreRestarts => "the store restarts",
         }
     }
 }

@@ -122,6 +122,9 @@ impl fmt::Display for Fault {
             Fault::StoreLosesCommitAnswer => {
                 write!(f, "the PostgreSQL store commits the next write and its answer is lost")
             }
+            Fault::StoreRestarts => {
+                write!(f, "the PostgreSQL store restarts before its next operation, ending every connection")
+            }
             Fault::StoreLosesCommit => {
                 write!(f, "the next write's COMMIT never reaches the PostgreSQL store, and no answer comes")
             }

@@ -897,6 +897,7 @@ fn disarm_disk_faults(world: &World) {
     world.shared_db.refuse_next.set(0);
     world.shared_db.lose_commit_answers.set(0);
     world.shared_db.lose_commits.set(0);
+    world.shared_db.restart_next.set(false);
 }
 
 /// After durable damage (a rotted byte, a misdirected write): the next start must refuse,

@@ -31,8 +31,15 @@ pub struct SharedDb {
     instances: RefCell<std::collections::BTreeMap<String, (u64, u64)>>,
     /// Runs' records: (run, kind) -> line number -> line.
     records: RefCell<BTreeMap<(String, RecordKind), BTreeMap<u64, Vec<u8>>>>,
-    /// Whether an instance holds the sole-instance lock.
-    sole: Cell<bool>,
+    /// The hold that has the sole-instance lock (0: none); a hold gives it up only if it is
+    /// still its own (a restart may have handed it to another since).
+    sole: Cell<u64>,
+    sole_holds: Cell<u64>,
+    /// Woken when the holder loses the lock to a restart.
+    sole_waker: RefCell<Option<std::task::Waker>>,
+    /// A fault: the database restarts before the next operation, which is refused: every
+    /// connection ends, the sole-instance lock's included.
+    pub restart_next: Cell<bool>,
     /// Counts every change (a line appended, a record written or removed): the checker's
     /// view of the store as files is rendered again only after one.
     changes: Cell<u64>,
@@ -64,7 +71,10 @@ impl SharedDb {
             lines: RefCell::default(),
             instances: RefCell::default(),
             records: RefCell::default(),
-            sole: Cell::new(false),
+            sole: Cell::new(0),
+            sole_holds: Cell::new(0),
+            sole_waker: RefCell::default(),
+            restart_next: Cell::new(false),
             changes: Cell::new(0),
             removed: RefCell::default(),
             unreachable: Cell::new(false),
@@ -92,6 +102,16 @@ impl SharedDb {
     }
 
     fn reachable(&self) -> Result<(), DbFailure> {
+        if self.restart_next.replace(false) {
+            self.count("the store restarts");
+            self.sole.set(0);
+            if let Some(waker) = self.sole_waker.borrow_mut().take() {
+                waker.wake();
+            }
+            return Err(DbFailure::rolled_back(
+                "PostgreSQL: terminating connection due to administrator command (simulated restart)",
+            ));
+        }
         let refused = self.refuse_next.get() > 0;
         if refused {
             self.refuse_next.set(self.refuse_next.get() - 1);
@@ -364,27 +384,40 @@ fn in_doubt() -> DbFailure {
 }
 
 /// Gives the sole-instance lock up when the hold holding it is dropped (its instance stopped
-/// or crashed: the simulated connection ends with it).
-struct SoleGuard(Rc<SharedDb>);
+/// or crashed: the simulated connection ends with it), if the lock is still that hold's.
+struct SoleGuard(Rc<SharedDb>, u64);
 
 impl Drop for SoleGuard {
     fn drop(&mut self) {
-        self.0.sole.set(false);
+        if self.0.sole.get() == self.1 {
+            self.0.sole.set(0);
+        }
     }
 }
 
 impl SharedDb {
+    /// The lock, held until the hold is dropped; the hold resolves if a restart ends the
+    /// connection holding it.
     fn hold_sole(self: &Rc<Self>) -> Result<SoleHold, DbFailure> {
         self.reachable()?;
-        if self.sole.replace(true) {
+        if self.sole.get() != 0 {
             return Err(DbFailure::rolled_back("another Warden instance serves this PostgreSQL store (simulated)"));
         }
-        let guard = SoleGuard(Rc::clone(self));
-        Ok(Box::pin(async move {
-            let _guard = guard;
-            std::future::pending::<()>().await;
-            unreachable!("a pending future never resolves")
-        }))
+        let hold = self.sole_holds.get() + 1;
+        self.sole_holds.set(hold);
+        self.sole.set(hold);
+        let guard = SoleGuard(Rc::clone(self), hold);
+        Ok(Box::pin(std::future::poll_fn(move |context| {
+            let db = &guard.0;
+            if db.sole.get() == guard.1 {
+                *db.sole_waker.borrow_mut() = Some(context.waker().clone());
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(
+                "the connection holding the PostgreSQL store's sole-instance lock ended (the simulated database restarted)"
+                    .to_string(),
+            )
+        })))
     }
 }
 

@@ -110,9 +110,10 @@ impl Pending {
             Fault::MisdirectLedgerAppend { .. } => {
                 Witness::Injected { kind: "misdirected write", before: injected(world, "misdirected write") }
             }
-            Fault::StoreRefuses { .. } | Fault::StoreLosesCommitAnswer | Fault::StoreLosesCommit => {
-                Witness::Injected { kind: fault.kind(), before: injected(world, fault.kind()) }
-            }
+            Fault::StoreRefuses { .. }
+            | Fault::StoreLosesCommitAnswer
+            | Fault::StoreLosesCommit
+            | Fault::StoreRestarts => Witness::Injected { kind: fault.kind(), before: injected(world, fault.kind()) },
             _ => Witness::Now,
         };
         // One setting per kind: an earlier one of the same kind not yet fired is overwritten.

@@ -105,6 +105,7 @@ const FAULT_KINDS: &[FaultKind] = &[
     FaultKind { draw: |r| Fault::StoreRefuses { times: 1 + pick(r, 3) as u32 }, rarity: 1 },
     FaultKind { draw: |_| Fault::StoreLosesCommitAnswer, rarity: 1 },
     FaultKind { draw: |_| Fault::StoreLosesCommit, rarity: 1 },
+    FaultKind { draw: |_| Fault::StoreRestarts, rarity: 1 },
 ];
 
 /// The fault plan a seed implies: each fault kind is switched on for some seeds only
@@ -232,6 +233,7 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::StoreRefuses { times } => world.shared_db.refuse_next.set(*times),
         Fault::StoreLosesCommitAnswer => world.shared_db.lose_commit_answers.set(1),
         Fault::StoreLosesCommit => world.shared_db.lose_commits.set(1),
+        Fault::StoreRestarts => world.shared_db.restart_next.set(true),
     }
     false
 }
