@@ -122,9 +122,9 @@ pub async fn open_server(
     runs.inputs.set_key(crate::run::input::load_key(env, &journals).await?);
     let runs = Rc::new(runs);
     // Watched before recovery resumes any run: a lock or lease lost meanwhile stops those runs too.
-    if let Some((sole, fenced)) = sole {
+    if let Some((sole, fenced, registered_at)) = sole {
         stop_when_lost(&runs, sole);
-        stop_when_lease_lost(&runs, fenced);
+        stop_when_lease_lost(&runs, fenced, registered_at);
     }
     let report = recovery::recover(&runs).await.map_err(|fatal| fatal.to_string())?;
     if report != recovery::Report::default() {
@@ -162,7 +162,7 @@ async fn open_store(
     catalog: &Catalog,
     manifest_path: &Path,
     url_env: &str,
-) -> Result<(Ledger, crate::store::records::RunRecords, Option<(crate::env::SoleHold, PostgresTarget)>), String> {
+) -> Result<(Ledger, crate::store::records::RunRecords, Option<(crate::env::SoleHold, PostgresTarget, u64)>), String> {
     let (journals, lease_ms) = (&catalog.manifest.server.journals, catalog.manifest.server.store_lease_ms);
     let target = store_target(env, manifest_path, url_env)?;
     let store = |failure: crate::env::DbFailure| format!("the PostgreSQL store at ${url_env}: {}", failure.message);
@@ -174,12 +174,14 @@ async fn open_store(
         ));
     }
     let sole = env.state_db.hold_sole(&target).await.map_err(store)?;
-    // Every write from here on is fenced by this start's lease.
-    let target = crate::store::lease::register(env, target, lease_ms).await.map_err(store)?;
-    let ledger = Ledger::open_shared(env, journals, target.clone()).await.map_err(|e| e.to_string())?;
+    let mut ledger = Ledger::open_shared(env, journals, target.clone()).await.map_err(|e| e.to_string())?;
+    // Every write from here on is fenced by this start's lease, renewed from its registration
+    // (`stop_when_lease_lost`).
+    let (target, registered_at) = crate::store::lease::register(env, target, lease_ms).await.map_err(store)?;
+    ledger.fence(target.clone());
     env.log(&format!("keeping the runs' records and the ledger in the PostgreSQL store at ${url_env}"));
     let records = crate::store::records::RunRecords::in_database(env, journals, target.clone());
-    Ok((ledger, records, Some((sole, target))))
+    Ok((ledger, records, Some((sole, target, registered_at))))
 }
 
 /// Refuses a start whose manifest keeps the runs elsewhere than this journals directory last
@@ -234,12 +236,12 @@ fn stop_when_lost(runs: &Rc<Runs>, sole: crate::env::SoleHold) {
 
 /// Stops the server when its lease on the store is lost (`store::lease`): its writes are
 /// refused from then on, and a start takes its runs up.
-fn stop_when_lease_lost(runs: &Rc<Runs>, fenced: PostgresTarget) {
+fn stop_when_lease_lost(runs: &Rc<Runs>, fenced: PostgresTarget, registered_at: u64) {
     let runs = Rc::clone(runs);
     let watched = runs.env.clone();
     watched.spawn.spawn(Box::pin(async move {
         let lease_ms = runs.catalog.manifest.server.store_lease_ms;
-        let why = crate::store::lease::renew_until_lost(&runs.env, &fenced, lease_ms).await;
+        let why = crate::store::lease::renew_until_lost(&runs.env, &fenced, lease_ms, registered_at).await;
         runs.stop(&crate::run::store::Fatal::storage(why));
     }));
 }

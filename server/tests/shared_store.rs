@@ -381,6 +381,39 @@ fn a_write_is_refused_once_its_lease_ended_or_a_later_start_took_it() {
     });
 }
 
+/// A later start's registration waits for a write of the earlier epoch in flight (its fence
+/// checked, its COMMIT not yet sent), so no write of an earlier epoch lands after a later start
+/// registered. The write is held open by psql with the fence's own statement; a renewal is not
+/// held off by it (the server's own writes would otherwise starve its renewals).
+#[test]
+fn a_registration_waits_for_a_fenced_write_in_flight_and_a_renewal_does_not() {
+    let pg = migrated("fence_wait");
+    let register =
+        || warden::io::run(async { warden::io::command_env().state_db.register(&target(&pg), "desk", 60_000).await });
+    assert_eq!(register().unwrap().epoch, 1);
+    let holds = warden::io::state_db::HOLDS_LEASE.replace("$1", "'desk'").replace("$2", "1");
+    let row_share = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON l.relation = c.oid \
+                     WHERE c.relname = 'warden_instances' AND l.mode = 'RowShareLock' AND l.granted";
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            pg.sql(&format!(
+                "BEGIN; {holds}; SELECT pg_sleep(2); \
+                 CREATE TABLE fenced_write AS SELECT clock_timestamp() AS committed_after; COMMIT;"
+            ))
+        });
+        while pg.sql(row_share) != "1" {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let renewed =
+            warden::io::run(async { warden::io::command_env().state_db.renew(&target(&pg), "desk", 1, 60_000).await });
+        assert!(renewed.unwrap().is_some());
+        assert_eq!(pg.sql("SELECT to_regclass('fenced_write') IS NULL"), "t", "the renewal did not wait for the write");
+        assert_eq!(register().unwrap().epoch, 2);
+        writer.join().unwrap();
+    });
+    assert_eq!(pg.sql("SELECT started_at > committed_after FROM warden_instances, fenced_write"), "t");
+}
+
 /// A run's records as the PostgreSQL store keeps them (the simulated store's model holds the
 /// same contract, `sim/src/env/state_db.rs`): lines in order, a place taken refused (a second
 /// writer of one journal line), a waiting record replaced in one transaction, kinds apart; a

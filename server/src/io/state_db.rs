@@ -77,10 +77,15 @@ const READ_RECORD: &str = "SELECT seq, line FROM warden_records WHERE run = $1 A
 pub const RECORD_RUNS: &str =
     "SELECT DISTINCT run FROM warden_records WHERE kind = $1 AND run > $2 ORDER BY run LIMIT $3";
 const REMOVE_RECORD: &str = "DELETE FROM warden_records WHERE run = $1 AND kind = $2";
-/// The writer's lease, locked until the write commits (a renewal or a registration of the
-/// same instance waits for it): held at this epoch, and not expired by the database's clock.
-const HOLDS_LEASE: &str =
-    "SELECT epoch FROM warden_instances WHERE id = $1 AND epoch = $2 AND lease_until > clock_timestamp() FOR SHARE";
+/// The writer's lease, checked just before the write commits: held at this epoch, and not
+/// expired by the database's clock. `FOR KEY SHARE` holds the row until the commit against a
+/// registration (which locks it `FOR UPDATE` first, so a later start waits for every write of
+/// the earlier epoch in flight) but not against a renewal's plain UPDATE, which the server's
+/// own stream of writes would otherwise hold off. Public for the test that holds it open.
+pub const HOLDS_LEASE: &str =
+    "SELECT epoch FROM warden_instances WHERE id = $1 AND epoch = $2 AND lease_until > clock_timestamp() FOR KEY SHARE";
+/// A registration's first step: waits for every fenced write of the instance in flight.
+const REGISTERING: &str = "SELECT epoch FROM warden_instances WHERE id = $1 FOR UPDATE";
 
 pub struct RealStateDb;
 
@@ -254,6 +259,8 @@ async fn register(target: &PostgresTarget, instance: &str, lease_ms: u64) -> Res
          RETURNING epoch, {REMAINING_MS}"
     );
     let session = begun(target).await?;
+    let waited = session.within("registering", session.client.query_opt(REGISTERING, &[&instance])).await;
+    waited.map_err(DbFailure::rolled_back)?.map_err(|e| DbFailure::rolled_back(describe(&e)))?;
     let version = env!("CARGO_PKG_VERSION");
     let asked = session.within("registering", session.client.query_one(&sql, &[&instance, &lease, &version])).await;
     let row = asked.map_err(DbFailure::rolled_back)?.map_err(|e| DbFailure::rolled_back(describe(&e)))?;
@@ -381,17 +388,17 @@ async fn ledger_exchange(target: &PostgresTarget, after: u64, decide: Decide) ->
     if line.len() > LEDGER_LINE_BYTES_MAX {
         return Err(failed(format!("a ledger line of {} bytes, over {LEDGER_LINE_BYTES_MAX}", line.len())));
     }
-    fenced(&session, target).await?;
     let seq = seen + 1;
     let inserted =
         session.within("appending to the ledger", session.client.execute(INSERT_LINE, &[&(seq as i64), &line])).await;
     inserted.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    fenced(&session, target).await?;
     session.commit().await?;
     Ok(Exchanged { appended: Some(seq), seen: seq, more: false })
 }
 
-/// Refuses, inside the write's transaction, a write whose instance no longer holds the lease
-/// its target is fenced by (`Fence`).
+/// Refuses, inside the write's transaction and just before its COMMIT, a write whose instance
+/// no longer holds the lease its target is fenced by (`Fence`).
 async fn fenced(session: &Session, target: &PostgresTarget) -> Result<(), DbFailure> {
     let failed = DbFailure::rolled_back;
     let Some(fence) = &target.fence else { return Ok(()) };
@@ -421,7 +428,6 @@ async fn record_write(target: &PostgresTarget, write: RecordWrite) -> Result<(),
     }
     let seq = i64::try_from(seq).ok().filter(|seq| *seq > 0).ok_or_else(|| failed(format!("{what}: no such place")))?;
     let session = begun(target).await?;
-    fenced(&session, target).await?;
     if replace {
         let params: [&(dyn ToSql + Sync); 2] = [&run, &kind.name()];
         let removed = session.within("replacing a record", session.client.execute(REMOVE_RECORD, &params)).await;
@@ -433,6 +439,7 @@ async fn record_write(target: &PostgresTarget, write: RecordWrite) -> Result<(),
     if inserted == 0 {
         return Err(failed(format!("{what} is already written")));
     }
+    fenced(&session, target).await?;
     session.commit().await
 }
 
@@ -467,10 +474,10 @@ async fn record_remove(target: &PostgresTarget, run: &str, kind: RecordKind) -> 
     let failed = DbFailure::rolled_back;
     checked_run(run)?;
     let session = begun(target).await?;
-    fenced(&session, target).await?;
     let params: [&(dyn ToSql + Sync); 2] = [&run, &kind.name()];
     let removed = session.within("removing a record", session.client.execute(REMOVE_RECORD, &params)).await;
     let removed = removed.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    fenced(&session, target).await?;
     session.commit().await?;
     Ok(removed > 0)
 }

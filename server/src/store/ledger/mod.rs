@@ -163,6 +163,15 @@ impl Ledger {
         Ok(ledger)
     }
 
+    /// Fences the shared ledger's appends by the serving instance's lease from now on
+    /// (`store::lease`): registered once the ledger is read, so the lease is not spent on how
+    /// long reading a long ledger took.
+    pub fn fence(&mut self, fenced: PostgresTarget) {
+        assert!(fenced.fence.is_some(), "a serving instance's ledger is fenced by its lease");
+        let shared = self.shared.as_mut().expect("only a shared ledger is fenced");
+        shared.target = fenced;
+    }
+
     fn with_state(env: &Env, dir: &Path, file: PathBuf, state: State) -> Ledger {
         Ledger {
             env: env.clone(),
