@@ -155,6 +155,12 @@ impl Executor {
                 }
             };
             let Some(id) = next else {
+                // An executor with no task left (a command's, once it finished) fires no timer:
+                // the timers are another executor's, and firing them here would move the shared
+                // clock past them while that one is not run (a server's lease renewals).
+                if self.task_count() == 0 {
+                    return Stop::Quiet;
+                }
                 if self.clock.fire_next_timer(until) {
                     continue;
                 }
