@@ -15,6 +15,7 @@ use crate::protocol::http::HttpOptions;
 use crate::protocol::Connection;
 use crate::run::runs::Runs;
 use crate::run::{recovery, retention};
+use crate::store::lease::Registered;
 use crate::store::ledger::Ledger;
 
 /// How long a second server waits for `server.lock` before refusing to start (an SDK's
@@ -88,7 +89,10 @@ pub async fn serve_http(env: &Env, manifest_path: &Path, options: HttpOptions) -
 /// lives.
 pub struct OpenServer {
     pub runs: Rc<Runs>,
-    _lock: DiskLock,
+    /// The journals' lock, held while serving runs kept in files; on the PostgreSQL store only
+    /// while starting (instances on one journals folder share it: each run's log is its own
+    /// file, and the store's slots keep the instances apart).
+    _lock: Option<DiskLock>,
 }
 
 /// Opens the server of `manifest_path`. `transport_secrets` (an HTTP bearer token) are
@@ -104,7 +108,7 @@ pub async fn open_server(
     initialize_databases(env, &catalog).await?;
     let journals = catalog.manifest.server.journals.clone();
     create_root(env, &journals).await?;
-    let _lock = take_lock(env, &journals).await?;
+    let lock = take_lock(env, &journals).await?;
     check_the_place(env, manifest_path, &journals, &catalog.manifest.server.store).await?;
     let (ledger, records, sole) = match &catalog.manifest.server.store {
         Store::Files => {
@@ -120,12 +124,13 @@ pub async fn open_server(
         runs.secrets.extend(env.process.var(url_env).filter(|url| !url.is_empty()));
     }
     runs.inputs.set_key(crate::run::input::load_key(env, &journals).await?);
+    let _lock = match &catalog.manifest.server.store {
+        Store::Files => Some(lock),
+        Store::Postgres { .. } => None,
+    };
     let runs = Rc::new(runs);
     // Watched before recovery resumes any run: a lock or lease lost meanwhile stops those runs too.
-    if let Some((sole, fenced, registered_at)) = sole {
-        stop_when_lost(&runs, sole);
-        stop_when_lease_lost(&runs, fenced, registered_at);
-    }
+    let registered = watch_the_lease(env, &runs, sole).await;
     let report = recovery::recover(&runs).await.map_err(|fatal| fatal.to_string())?;
     if report != recovery::Report::default() {
         env.log(&format!(
@@ -148,6 +153,9 @@ pub async fn open_server(
         if pinned { ", each as warden.lock recorded it" } else { " (no warden.lock: the tools are not pinned)" }
     ));
     spawn_daily_sweep(&runs);
+    if let Some(registered) = registered {
+        crate::run::takeover::spawn(&runs, registered.target);
+    }
     crate::operator::admin::start(&runs);
     crate::run::input::spawn_expiry(&runs);
     Ok(OpenServer { runs, _lock })
@@ -162,7 +170,7 @@ async fn open_store(
     catalog: &Catalog,
     manifest_path: &Path,
     url_env: &str,
-) -> Result<(Ledger, crate::store::records::RunRecords, Option<(crate::env::SoleHold, PostgresTarget, u64)>), String> {
+) -> Result<(Ledger, crate::store::records::RunRecords, Option<(crate::env::HoldLost, Registered)>), String> {
     let (journals, lease_ms) = (&catalog.manifest.server.journals, catalog.manifest.server.store_lease_ms);
     let target = store_target(env, manifest_path, url_env)?;
     let store = |failure: crate::env::DbFailure| format!("the PostgreSQL store at ${url_env}: {}", failure.message);
@@ -173,15 +181,16 @@ async fn open_store(
             migration.found, migration.now
         ));
     }
-    let sole = env.state_db.hold_sole(&target).await.map_err(store)?;
+    let slot = env.state_db.hold_slot(&target).await.map_err(store)?;
     let mut ledger = Ledger::open_shared(env, journals, target.clone()).await.map_err(|e| e.to_string())?;
     // Every write from here on is fenced by this start's lease, renewed from its registration
     // (`stop_when_lease_lost`).
-    let (target, registered_at) = crate::store::lease::register(env, target, lease_ms).await.map_err(store)?;
-    ledger.fence(target.clone());
+    let name = crate::env::instance_name(slot.slot);
+    let registered = crate::store::lease::register(env, target, &name, lease_ms).await.map_err(store)?;
+    ledger.fence(registered.target.clone());
     env.log(&format!("keeping the runs' records and the ledger in the PostgreSQL store at ${url_env}"));
-    let records = crate::store::records::RunRecords::in_database(env, journals, target.clone());
-    Ok((ledger, records, Some((sole, target, registered_at))))
+    let records = crate::store::records::RunRecords::in_database(env, journals, registered.target.clone());
+    Ok((ledger, records, Some((slot.hold, registered))))
 }
 
 /// Refuses a start whose manifest keeps the runs elsewhere than this journals directory last
@@ -223,9 +232,39 @@ async fn check_the_place(env: &Env, manifest_path: &Path, journals: &Path, now: 
     Ok(())
 }
 
-/// Stops the server when the store's sole-instance lock is lost: another instance could
-/// take the runs up.
-fn stop_when_lost(runs: &Rc<Runs>, sole: crate::env::SoleHold) {
+/// On the PostgreSQL store: stops the server when its slot or its lease is lost, and waits out
+/// the lease of the epoch its registration replaced; the registration, to take runs over with.
+async fn watch_the_lease(
+    env: &Env,
+    runs: &Rc<Runs>,
+    held: Option<(crate::env::HoldLost, Registered)>,
+) -> Option<Registered> {
+    let (slot, registered) = held?;
+    stop_when_lost(runs, slot);
+    runs.lease_lasts_until.set(Some(registered.lasts_until));
+    stop_when_lease_lost(runs, registered.target.clone(), registered.at);
+    wait_out_the_replaced_lease(env, &registered).await;
+    Some(registered)
+}
+
+/// Waits, before this start takes its slot's runs up, until the lease of the epoch its
+/// registration replaced has ended: until then that epoch could still send an action it
+/// checked (the action rule, `store::lease`), which recovery would otherwise find in doubt
+/// while it is still being sent.
+async fn wait_out_the_replaced_lease(env: &Env, registered: &Registered) {
+    let left = registered.replaced_remaining_ms;
+    if left > 0 {
+        env.log(&format!(
+            "the previous epoch of this slot held its lease for {left} ms more: waiting for it to end before taking \
+             its runs up"
+        ));
+        env.clock.sleep(left).await;
+    }
+}
+
+/// Stops the server when its slot of the store is lost: another instance could take the
+/// slot, and the runs with it.
+fn stop_when_lost(runs: &Rc<Runs>, sole: crate::env::HoldLost) {
     let runs = Rc::clone(runs);
     let watched = runs.env.clone();
     watched.spawn.spawn(Box::pin(async move {
@@ -241,7 +280,8 @@ fn stop_when_lease_lost(runs: &Rc<Runs>, fenced: PostgresTarget, registered_at: 
     let watched = runs.env.clone();
     watched.spawn.spawn(Box::pin(async move {
         let lease_ms = runs.catalog.manifest.server.store_lease_ms;
-        let why = crate::store::lease::renew_until_lost(&runs.env, &fenced, lease_ms, registered_at).await;
+        let confirmed = |until: u64| runs.lease_lasts_until.set(Some(until));
+        let why = crate::store::lease::renew_until_lost(&runs.env, &fenced, lease_ms, registered_at, &confirmed).await;
         runs.stop(&crate::run::store::Fatal::storage(why));
     }));
 }
@@ -585,6 +625,8 @@ struct LiveRun {
     tool: String,
     /// When the operator's command stops waiting for the server's answer.
     deadline_at_ms: u64,
+    /// The instance that owns the run, on the PostgreSQL store (its admin channel is its own).
+    instance: Option<String>,
 }
 
 /// The waiting run held here, or (`Right`) what the live server holding it answered to the
@@ -602,7 +644,8 @@ async fn here_or_live(
             Held::ByLiveServer(live) => live,
         };
         let journals = live.journals.clone();
-        match crate::operator::admin::ask(env, &journals, &request(live)).await {
+        let instance = live.instance.clone();
+        match crate::operator::admin::ask(env, &journals, instance.as_deref(), &request(live)).await {
             Ok(said) => return Ok(Either::Right(said)),
             Err(crate::operator::admin::Unanswered::Unreachable(_)) if waited < LOCK_WAIT_MS => {
                 env.clock.sleep(LOCK_RETRY_MS).await;
@@ -641,10 +684,16 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<Held, String
             // The server starts no work it could not finish before the command stops waiting.
             let wait_ms = crate::operator::admin::ASK_TIMEOUT_MS - crate::operator::admin::ASK_MARGIN_MS;
             let deadline_at_ms = env.clock.now_ms().saturating_add(wait_ms);
-            return Ok(Held::ByLiveServer(LiveRun { journals, run, tool, deadline_at_ms }));
+            return Ok(Held::ByLiveServer(LiveRun { journals, run, tool, deadline_at_ms, instance: None }));
         }
         Err(e) => return Err(format!("{}: cannot take the lock: {e}", lock.display())),
     };
+    if let Store::Postgres { url_env } = crate::store::place::read(env, root).await? {
+        // Instances serving the store hold the folder's lock only while they start: the word
+        // goes to the run's owner.
+        drop(held);
+        return owner_of(env, root, &url_env, (run, tool.unwrap_or_default()), &shown.to_string()).await;
+    }
     let waiting = root.join(crate::base::layout::WAITING_DIR).join(format!("{run}.json"));
     if !env.disk.exists(&waiting).await.map_err(|e| format!("{}: {e}", waiting.display()))? {
         return Err(format!(
@@ -666,6 +715,31 @@ async fn hold_waiting_run(env: &Env, journal_path: &Path) -> Result<Held, String
         ));
     }
     Ok(Held::Here(WaitingRun { _lock: held, path: journal_path.to_path_buf(), waiting, record, journal }))
+}
+
+/// The instance that owns `run` in the PostgreSQL store `url_env` names, to hand the word to.
+async fn owner_of(
+    env: &Env,
+    root: &Path,
+    url_env: &str,
+    (run, tool): (&str, &str),
+    shown: &str,
+) -> Result<Held, String> {
+    let target = store_target(env, &crate::store::place::path(root), url_env)?;
+    let owners = crate::store::owners::listed(env, &target).await?;
+    let Some(owner) = owners.get(run) else {
+        return Err(format!(
+            "{shown}: run {run} is not open in the PostgreSQL store (no instance owns it): there is nothing to resolve"
+        ));
+    };
+    let wait_ms = crate::operator::admin::ASK_TIMEOUT_MS - crate::operator::admin::ASK_MARGIN_MS;
+    Ok(Held::ByLiveServer(LiveRun {
+        journals: root.to_path_buf(),
+        run: run.to_string(),
+        tool: tool.to_string(),
+        deadline_at_ms: env.clock.now_ms().saturating_add(wait_ms),
+        instance: Some(owner.clone()),
+    }))
 }
 
 impl WaitingRun {

@@ -404,7 +404,7 @@ pub trait Db {
 /// The version of the schema Warden keeps its own state in, in a PostgreSQL database shared by
 /// several instances (`docs/design/several-instances.md`). A database at a newer version is
 /// refused; an older one is migrated.
-pub const STATE_SCHEMA_VERSION: u32 = 4;
+pub const STATE_SCHEMA_VERSION: u32 = 5;
 
 /// What `StateDb::migrate` found and left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -453,6 +453,35 @@ pub struct Exchanged {
 pub struct Lease {
     pub epoch: u64,
     pub remaining_ms: u64,
+    /// For a registration: how long the lease of the epoch it replaced had left (0 when that
+    /// lease had ended, or there was none). Runs that epoch owned are taken up once it ends.
+    pub replaced_remaining_ms: u64,
+}
+
+/// What an appended ledger line does to its run's owner (`warden_owners`), in the line's own
+/// transaction: a reserve makes the appending instance the run's owner, a settle or a
+/// release ends the ownership, so the table holds the open runs only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnerChange {
+    Keep,
+    Take(String),
+    End(String),
+}
+
+/// The most instances that serve one store at once: each holds a slot (`StateDb::hold_slot`),
+/// so the instances table and a lookup of expired leases stay bounded.
+pub const INSTANCE_SLOTS_MAX: u32 = 64;
+
+/// The name the instance holding slot `slot` registers under (a restart in the same slot takes
+/// its runs up at once, under the next epoch).
+pub fn instance_name(slot: u32) -> String {
+    format!("instance-{slot}")
+}
+
+/// A slot of the store held while `hold` lives (`StateDb::hold_slot`).
+pub struct SlotHold {
+    pub slot: u32,
+    pub hold: HoldLost,
 }
 
 /// The longest instance name the store keeps.
@@ -508,11 +537,13 @@ pub trait StateDb {
     /// time, and every line's sequence number is one more than the last): hands `decide` the
     /// lines after `after` (a page of them), in order, then appends what it returns. Refuses an
     /// `after` past the ledger's end (the database was restored from an older copy), and a line
-    /// over `LEDGER_LINE_BYTES_MAX`.
+    /// over `LEDGER_LINE_BYTES_MAX`. A line appended changes its run's owner as `owner` says
+    /// (`Take` needs a fenced target: the fence's instance becomes the owner).
     fn ledger_exchange(
         &self,
         target: &PostgresTarget,
         after: u64,
+        owner: OwnerChange,
         decide: Decide,
     ) -> LocalBoxFuture<'static, Result<Exchanged, DbFailure>>;
     /// Registers `instance` with a lease of `lease_ms` from now (the database's now): a new
@@ -567,16 +598,35 @@ pub trait StateDb {
         kind: RecordKind,
         after: &str,
     ) -> LocalBoxFuture<'static, Result<Vec<String>, DbFailure>>;
-    /// Takes the store's sole-instance lock (one instance serves a PostgreSQL store until
-    /// leases are built), refused while another instance holds it. The lock is held while the
-    /// hold lives, and given up when it is dropped or the process ends; the hold resolves, with
+    /// Takes the first free slot of the store (1 to `INSTANCE_SLOTS_MAX`): a lock held while the
+    /// hold lives and given up when it is dropped or the process ends; the hold resolves, with
     /// why, if the lock is lost (the connection holding it ended: a database restart).
-    fn hold_sole(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<SoleHold, DbFailure>>;
+    fn hold_slot(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<SlotHold, DbFailure>>;
+    /// The owners of open runs, `(run, instance)`, after run `after` in order, at most
+    /// `RECORD_RUNS_PAGE` of them.
+    fn owners(
+        &self,
+        target: &PostgresTarget,
+        after: &str,
+    ) -> LocalBoxFuture<'static, Result<Vec<(String, String)>, DbFailure>>;
+    /// Makes the fenced target's instance the owner of `run` if it has none (a run left open by
+    /// a version before owners were kept); whether it owns it now.
+    fn claim(&self, target: &PostgresTarget, run: &str) -> LocalBoxFuture<'static, Result<bool, DbFailure>>;
+    /// Takes over the runs of `instance`, whose lease at `epoch` has ended, for the fenced
+    /// target's instance, in one transaction that first waits for every write of `instance`
+    /// in flight: the runs taken, or `None` when the lease is not ended at that epoch (renewed,
+    /// or registered again).
+    fn take_over(
+        &self,
+        target: &PostgresTarget,
+        instance: &str,
+        epoch: u64,
+    ) -> LocalBoxFuture<'static, Result<Option<Vec<String>>, DbFailure>>;
 }
 
-/// The store's sole-instance lock, held while this lives (`StateDb::hold_sole`); resolves
-/// with why if the lock is lost.
-pub type SoleHold = LocalBoxFuture<'static, String>;
+/// A slot of the store, held while this lives (`StateDb::hold_slot`); resolves with why if
+/// the lock is lost.
+pub type HoldLost = LocalBoxFuture<'static, String>;
 
 /// Randomness: run ids and anything else random.
 pub trait Rng {

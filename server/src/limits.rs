@@ -54,6 +54,16 @@ pub const INPUT_RESPONSES_BYTES_MAX: usize = 256 * 1024;
 // The relations.
 
 // A frame's depth is refused by Warden's own scan, never by serde's parser.
+/// The action rule on the PostgreSQL store (issue 28): an action is sent only while the
+/// instance's lease, as last confirmed, outlasts the action's longest send by this margin (the
+/// time between the check and the first byte); `warden check` holds every grant's longest send
+/// and the margin within two thirds of the lease, so a healthy renewal never holds one back.
+pub const LEASE_SEND_MARGIN_MS: u64 = 500;
+/// The drift bound between the database's clock and an instance's monotonic clock, per
+/// thousand: a lease of `r` ms left by the database's clock lasts at least `r - r/1000` ms
+/// by the instance's.
+pub const LEASE_DRIFT_PER_MILLE: u64 = 1;
+
 const _: () = assert!(DEPTH_MAX < SERDE_DEPTH_MAX);
 // A record wraps its value a few levels deep and is parsed with serde's limit.
 const _: () = assert!(VALUE_DEPTH_MAX * 2 <= SERDE_DEPTH_MAX);

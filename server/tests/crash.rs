@@ -51,10 +51,18 @@ fn start_on(dir: tempfile::TempDir, failpoints: Option<&str>, store: Option<&Pg>
 }
 
 /// The folder's manifest, keeping the ledger and the runs' records in the PostgreSQL store.
+/// The lease is short (a start after a kill waits for the killed epoch's lease to end before
+/// it takes its runs up), and the refund's timeouts with it: every send must fit two thirds of
+/// the lease (the action rule, checked at start).
 fn on_store(dir: tempfile::TempDir) -> tempfile::TempDir {
     let path = dir.path().join("manifest.json");
     let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    manifest["server"]["store"] = json!({"postgres": {"url": {"env": STORE_URL_ENV}}});
+    manifest["server"]["store"] = json!({"postgres": {"url": {"env": STORE_URL_ENV}, "lease": "4s"}});
+    for tool in manifest["tools"].as_array_mut().unwrap() {
+        if tool["net"]["timeout_ms"] == json!(3000) {
+            tool["net"] = json!({"connect_timeout_ms": 300, "timeout_ms": 700});
+        }
+    }
     std::fs::write(&path, manifest.to_string()).unwrap();
     dir
 }
@@ -628,13 +636,13 @@ fn on_the_postgresql_store_the_operator_resolves_beside_the_live_server() {
     assert!(shown.contains("in the PostgreSQL store"), "the journal is named where it is: {shown}");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_records WHERE kind = 'waiting'"), "0");
 
-    // Stopped, the server cannot take a word: the command says to start it first.
+    // The run is settled: the store says no instance owns it, with the server up or stopped.
     let (ok, said) = on_store(&["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"]);
-    assert!(!ok, "{said}");
+    assert!(!ok && said.contains("is not open in the PostgreSQL store"), "{said}");
     let _kept = std::mem::replace(&mut wire.dir, tempfile::tempdir().unwrap());
     drop(wire);
     let (ok, said) = on_store(&["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"]);
-    assert!(!ok && said.contains("start it, then resolve"), "{said}");
+    assert!(!ok && said.contains("is not open in the PostgreSQL store"), "{said}");
 }
 
 /// The admin channel serves the server's own account only: another account cannot open the
@@ -705,6 +713,13 @@ fn switching_the_store_with_a_run_open_is_refused_until_it_is_finished() {
         let path = dir.path().join("manifest.json");
         let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         manifest["server"].as_object_mut().unwrap().remove("store");
+        // The refund's timeouts as the fixture has them (`on_store` shortens them to its lease):
+        // a run begun on files resumes with its tool's configuration unchanged.
+        for tool in manifest["tools"].as_array_mut().unwrap() {
+            if tool["net"]["timeout_ms"] == json!(700) {
+                tool["net"] = json!({"connect_timeout_ms": 1000, "timeout_ms": 3000});
+            }
+        }
         std::fs::write(&path, manifest.to_string()).unwrap();
         dir
     };

@@ -62,15 +62,15 @@ fn migrate_creates_the_schema_once_and_refuses_a_newer_one() {
     assert!(!ok && printed.contains(URL_ENV) && printed.contains("not set"), "{printed}");
 
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(ok && printed.contains("schema created at version 4"), "{printed}");
-    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "4");
+    assert!(ok && printed.contains("schema created at version 5"), "{printed}");
+    assert_eq!(pg.sql("SELECT version FROM warden_schema"), "5");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "0");
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(ok && printed.contains("already at version 4"), "{printed}");
+    assert!(ok && printed.contains("already at version 5"), "{printed}");
 
     pg.sql("UPDATE warden_schema SET version = 7");
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url));
-    assert!(!ok && printed.contains("version 7, newer than this warden's (4)"), "{printed}");
+    assert!(!ok && printed.contains("version 7, newer than this warden's (5)"), "{printed}");
     assert_eq!(pg.sql("SELECT version FROM warden_schema"), "7", "a refused migration changes nothing");
 
     let (ok, printed) = warden(&["migrate"], dir.path(), Some(&pg.url_with_password("not-the-password")));
@@ -302,10 +302,10 @@ fn a_schema_of_an_earlier_version_is_migrated_and_keeps_its_ledger() {
         let instance = SharedLedger::open(&env, target(&pg)).await.unwrap();
         instance.decide(|_, now| Some(reserve("kept".into(), now, None))).await.unwrap();
     });
-    // As version 1 left it: the ledger, no instances, no records.
-    pg.sql("DROP TABLE warden_instances; DROP TABLE warden_records; UPDATE warden_schema SET version = 1");
+    // As version 1 left it: the ledger, no instances, no records, no owners.
+    pg.sql("DROP TABLE warden_instances; DROP TABLE warden_records; DROP TABLE warden_owners; UPDATE warden_schema SET version = 1");
     let (ok, printed) = warden(&["migrate"], manifest_dir().path(), Some(&pg.url));
-    assert!(ok && printed.contains("migrated from version 1 to 4"), "{printed}");
+    assert!(ok && printed.contains("migrated from version 1 to 5"), "{printed}");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_records"), "0");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "1");
     assert_eq!(pg.sql("SELECT count(*) FROM warden_instances"), "0");
@@ -371,7 +371,12 @@ fn a_write_is_refused_once_its_lease_ended_or_a_later_start_took_it() {
         let second = db.register(&target(&pg), "desk", 60_000).await.unwrap();
         assert!(db.record_remove(&fenced, "r1", RecordKind::Journal).await.unwrap_err().message.contains("epoch 1"));
         let decide: warden::env::Decide = Box::new(|_, now| now.map(|_| b"a line".to_vec()));
-        assert!(db.ledger_exchange(&fenced, 0, decide).await.unwrap_err().message.contains("epoch 1"));
+        assert!(db
+            .ledger_exchange(&fenced, 0, warden::env::OwnerChange::Keep, decide)
+            .await
+            .unwrap_err()
+            .message
+            .contains("epoch 1"));
         assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "0");
         assert_eq!(pg.sql("SELECT string_agg(convert_from(line, 'UTF8'), ',') FROM warden_records"), "header");
         let current =
@@ -480,36 +485,46 @@ fn a_runs_records_are_kept_line_by_line_and_refused_when_damaged() {
 /// the same store (from another folder: the journals' own lock is not what stops it) is
 /// refused, saying why and what to do; once the first is killed -9, the database gives its
 /// lock up with its connection, and the second starts and finds the first's runs.
+/// Two stdio servers on one manifest keep their state in one store and both serve (issue 28
+/// item 5): each takes a slot of its own and registers as its instance, a call to either is
+/// recorded once, and each run's owner is its admitting instance until it settles. A killed
+/// server's slot is given up: the next start on its folder takes that slot again, at the next
+/// epoch, once the killed epoch's lease has ended.
 #[test]
-fn one_instance_serves_a_store_and_a_killed_ones_lock_is_given_up() {
+fn two_servers_on_one_manifest_both_serve_and_a_killed_ones_slot_is_taken_again() {
     use common::{Era, Wire};
     use serde_json::json;
-    let pg = migrated("sole");
-    let mut first = Wire::start_dir(manifest_dir(), &[(URL_ENV, &pg.url)]);
+    let pg = migrated("two_on_one");
+    let call = |text: &str| json!({"name": "echo", "arguments": {"text": text}});
+    let mut first = Wire::start_dir(manifest_dir_leased(Some("3s")), &[(URL_ENV, &pg.url)]);
     first.initialize();
-    let call = json!({"name": "echo", "arguments": {"text": "kept in the store"}});
-    let answer = first.request(Era::Legacy, json!(1), "tools/call", call);
+    let answer = first.request(Era::Legacy, json!(1), "tools/call", call("to the first"));
     assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
-    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "2", "a reserve and a settle");
-    assert_eq!(pg.sql("SELECT count(*) FROM warden_records WHERE kind = 'journal'"), "2", "a header and an end");
-
-    let mut second = Wire::start_dir(manifest_dir(), &[(URL_ENV, &pg.url)]);
-    let status = second.wait_exit(std::time::Duration::from_secs(30));
-    assert!(!status.success());
-    let said = second.stderr();
-    assert!(
-        said.contains("another Warden instance serves this PostgreSQL store") && said.contains("stop the other"),
-        "{said}"
+    let mut second = first.start_beside(&[(URL_ENV, &pg.url)]);
+    second.initialize();
+    let answer = second.request(Era::Legacy, json!(1), "tools/call", call("to the second"));
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    let answer = first.request(Era::Legacy, json!(2), "tools/call", call("to the first again"));
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "6", "three reserves and three settles");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_owners"), "0", "no run is open");
+    assert_eq!(
+        pg.sql("SELECT string_agg(id || ':' || epoch, ',' ORDER BY id) FROM warden_instances"),
+        "instance-1:1,instance-2:1"
     );
-    assert!(!said.contains(&pg.password()), "{said}");
+    assert!(first.stderr().contains("registered as instance `instance-1`"), "{}", first.stderr());
+    assert!(second.stderr().contains("registered as instance `instance-2`"), "{}", second.stderr());
+    assert!(!second.stderr().contains(&pg.password()), "{}", second.stderr());
 
     assert!(first.kill_now());
-    let mut third = Wire::start_dir(manifest_dir(), &[(URL_ENV, &pg.url)]);
+    let mut third = first.start_beside(&[(URL_ENV, &pg.url)]);
     third.initialize();
-    let call = json!({"name": "echo", "arguments": {"text": "after the first died"}});
-    let answer = third.request(Era::Legacy, json!(1), "tools/call", call);
+    let answer = third.request(Era::Legacy, json!(1), "tools/call", call("after the first died"));
     assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
-    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "4");
+    assert!(third.stderr().contains("registered as instance `instance-1` with lease epoch 2"), "{}", third.stderr());
+    let answer = second.request(Era::Legacy, json!(2), "tools/call", call("the second goes on"));
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_ledger"), "10");
 }
 
 /// A server paused past its lease (SIGSTOP for longer than `server.store.postgres.lease`)

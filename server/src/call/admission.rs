@@ -40,6 +40,10 @@ fn not_recorded(runs: &Runs, error: LedgerError) -> Admission<'static> {
     answered("the server could not record the call durably and stops; nothing was run".to_string())
 }
 
+/// How many times a call is decided again when other instances keep appending to the shared
+/// ledger between its decision and its reserve (`LedgerError::Moved`).
+const ADMISSION_TRIES_MAX: u32 = 16;
+
 /// Admits one call of `tool` with its checked `inputs`, or answers it.
 pub async fn admit<'a>(
     runs: &'a Runs,
@@ -56,19 +60,48 @@ pub async fn admit<'a>(
         return Admission::Answered(CallReply::Result(crate::call::answer::stopping_result(), None));
     }
     let once = once_record(tool, inputs, principal);
+    // On the shared ledger, another instance may append between this decision and its
+    // reserve: the reserve is then refused (`Moved`), its lines folded, and the call decided
+    // again on the new state, a bounded number of times.
+    for _ in 0..ADMISSION_TRIES_MAX {
+        let call = (inputs, principal, input_kinds);
+        if let Some(admission) = admit_once(runs, slots, tool, call, control, once.clone()).await {
+            return admission;
+        }
+    }
+    answered(format!(
+        "the server is busy: other Warden instances admitted calls while this one decided `{name}` \
+         {ADMISSION_TRIES_MAX} times over; nothing was run, try again"
+    ))
+}
+
+/// One decision on the ledger as read now: the call answered or reserved, or `None` when
+/// another instance appended before the reserve (decided again).
+async fn admit_once<'a>(
+    runs: &'a Runs,
+    slots: &Rc<Slots>,
+    tool: &Tool,
+    (inputs, principal, input_kinds): (&Map<String, Value>, Option<&Principal>, &[String]),
+    control: &CallControl,
+    once: Option<OnceRecord>,
+) -> Option<Admission<'a>> {
+    let name = &tool.config.name;
     let subject = principal.map(|principal| principal.subject.as_str());
     let held = runs.ledger.lock().await;
+    if let Err(error) = runs.ledger.catch_up(&held).await {
+        return Some(not_recorded(runs, error));
+    }
     let now = runs.ledger.stamp();
     if let (Some(once), Some(config)) = (&once, &tool.config.once) {
         if let Some(earlier) = once_found(runs, &once.key, config.keep_ms, now) {
             drop(held);
-            return answered_from_earlier(runs, tool, earlier, once, (inputs, principal, input_kinds)).await;
+            return Some(answered_from_earlier(runs, tool, earlier, once, (inputs, principal, input_kinds)).await);
         }
     }
     let Some(slot) = slots.take(tool, runs.catalog.manifest.server.max_concurrent_runs) else {
-        return answered(format!(
+        return Some(answered(format!(
             "the server is busy: `{name}` already has its maximum of runs in progress; nothing was run, try again later"
-        ));
+        )));
     };
     let worst = worst_case(tool);
     let worst_tokens = crate::call::worst_tokens(tool, runs.catalog.manifest.model.as_ref());
@@ -76,16 +109,16 @@ pub async fn admit<'a>(
         // The runs that fill the window may still wait for their fsync.
         drop(held);
         if let Err(error) = runs.ledger.flush().await {
-            return not_recorded(runs, error);
+            return Some(not_recorded(runs, error));
         }
         let mut result = error_result(refusal.message);
         result["_meta"] = serde_json::json!({crate::call::answer::META_REFUSED: refusal.limit.name()});
-        return Admission::Answered(CallReply::Result(result, None));
+        return Some(Admission::Answered(CallReply::Result(result, None)));
     }
     // The last point where cancellation stops the call: nothing is reserved yet.
     if control.is_cancelled() {
         runs.env.log(&format!("tool {name}: call cancelled before its run started; nothing was reserved or run"));
-        return Admission::Answered(CallReply::Silent);
+        return Some(Admission::Answered(CallReply::Silent));
     }
     let run = runs.env.new_run_id();
     let reserve = Event::Reserve {
@@ -101,10 +134,11 @@ pub async fn admit<'a>(
     // In progress from the reserve on (marked first: the lock is released while the reserve
     // waits for its fsync), so a repeated `once` call finds this run in progress.
     let running = runs.running(&run);
-    if let Err(error) = RunStore::reserve(runs, held, reserve).await {
-        return not_recorded(runs, error);
+    match RunStore::reserve(runs, held, reserve).await {
+        Ok(()) => Some(Admission::Reserved { run, slot, running }),
+        Err(LedgerError::Moved) => None,
+        Err(error) => Some(not_recorded(runs, error)),
     }
-    Admission::Reserved { run, slot, running }
 }
 
 /// The run an earlier call with the same `once` key made, within its keep. Copied out: the
@@ -230,6 +264,11 @@ async fn repeated(runs: &Runs, tool: &Tool, earlier: &RunEntry, once: &OnceRecor
         // stopping on a failed write) and resumes at the next start.
         RunPhase::Open => match runs.has_waiting_record(&tool.config.name, run).await {
             Ok(true) => stopped_result(run),
+            Ok(false) if runs.records.store().is_some() => error_result(format!(
+                "already in progress as run {run} on another instance, or it was interrupted and resumes when its \
+                 instance starts again or another takes it over; follow it with warden_run_status instead of calling \
+                 again"
+            )),
             Ok(false) => error_result(format!(
                 "run {run} was interrupted and resumes when the server starts again; follow it with \
                  warden_run_status instead of calling again"

@@ -15,9 +15,9 @@ use tokio_postgres::types::ToSql;
 
 use super::postgres::{bounded_transaction, describe, Session};
 use crate::env::{
-    DbFailure, Decide, Exchanged, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, RecordKind,
-    RecordWrite, SoleHold, StateDb, INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES,
-    RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
+    DbFailure, Decide, Exchanged, HoldLost, Lease, LedgerLine, LocalBoxFuture, Migration, OwnerChange, PostgresTarget,
+    RecordKind, RecordWrite, SlotHold, StateDb, INSTANCE_NAME_BYTES_MAX, INSTANCE_SLOTS_MAX, LEDGER_LINE_BYTES_MAX,
+    LEDGER_PAGE_LINES, RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
 };
 use crate::limits::RECORD_LINE_BYTES_MAX;
 
@@ -25,8 +25,12 @@ use crate::limits::RECORD_LINE_BYTES_MAX;
 /// version of Warden takes the same ones.
 const MIGRATION_LOCK: i64 = 0x7761_7264_6d69_6772;
 const LEDGER_LOCK: i64 = 0x7761_7264_6c65_6467;
-/// "wardsole": the session lock of the one instance serving the store.
+/// "wardsole": the session lock the one instance serving the store took before instances had
+/// slots. Every instance now holds it shared, so a Warden of that version cannot start beside
+/// them, nor they beside it.
 const SOLE_LOCK: i64 = 0x7761_7264_736f_6c65;
+/// "ward": the first key of the two-key session lock each slot is (`hold_slot`).
+const SLOT_LOCKS: i32 = 0x7761_7264;
 
 /// The statements that bring a schema from version `n` to `n + 1`, at index `n`. Appended to,
 /// never edited: a database migrated by one version must read the same in the next.
@@ -54,6 +58,13 @@ const MIGRATIONS: [&str; STATE_SCHEMA_VERSION as usize] = [
     ),
     // A start lists the runs with a kind of record (`RECORD_RUNS`) among every journal line.
     "CREATE INDEX warden_records_by_kind ON warden_records (kind, run)",
+    // Each open run's owner: taken with its reserve, ended with its settle or release.
+    concat!(
+        "CREATE TABLE warden_owners (",
+        "run TEXT PRIMARY KEY CHECK (octet_length(run) BETWEEN 1 AND 64), ",
+        "instance TEXT NOT NULL CHECK (octet_length(instance) BETWEEN 1 AND 128)); ",
+        "CREATE INDEX warden_owners_by_instance ON warden_owners (instance, run)",
+    ),
 ];
 const _: () =
     assert!(RUN_ID_BYTES_MAX == 64 && RECORD_LINE_BYTES_MAX == 8388608, "warden_records' CHECKs hold the same limits");
@@ -84,8 +95,22 @@ const REMOVE_RECORD: &str = "DELETE FROM warden_records WHERE run = $1 AND kind 
 /// own stream of writes would otherwise hold off. Public for the test that holds it open.
 pub const HOLDS_LEASE: &str =
     "SELECT epoch FROM warden_instances WHERE id = $1 AND epoch = $2 AND lease_until > clock_timestamp() FOR KEY SHARE";
-/// A registration's first step: waits for every fenced write of the instance in flight.
-const REGISTERING: &str = "SELECT epoch FROM warden_instances WHERE id = $1 FOR UPDATE";
+/// A registration's first step: waits for every fenced write of the instance in flight, and
+/// reads how long the epoch it replaces had left.
+const REGISTERING: &str = "SELECT epoch, (extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint \
+     FROM warden_instances WHERE id = $1 FOR UPDATE";
+const TAKE_OWNER: &str = "INSERT INTO warden_owners (run, instance) VALUES ($1, $2)";
+const END_OWNER: &str = "DELETE FROM warden_owners WHERE run = $1";
+const OWNERS: &str = "SELECT run, instance FROM warden_owners WHERE run > $1 ORDER BY run LIMIT $2";
+const CLAIM: &str = "INSERT INTO warden_owners (run, instance) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+const OWNER_OF: &str = "SELECT instance FROM warden_owners WHERE run = $1";
+/// A takeover's first step: the ended lease's row, locked, so every write of that epoch in
+/// flight (each holds it `FOR KEY SHARE` until its COMMIT) has landed or failed.
+const ENDED: &str = "SELECT epoch FROM warden_instances \
+     WHERE id = $1 AND epoch = $2 AND lease_until <= clock_timestamp() FOR UPDATE";
+/// A page of the ended instance's runs, made the taker's.
+const TAKE_RUNS: &str = "UPDATE warden_owners SET instance = $2 WHERE run IN \
+     (SELECT run FROM warden_owners WHERE instance = $1 ORDER BY run LIMIT $3 FOR UPDATE) RETURNING run";
 
 pub struct RealStateDb;
 
@@ -99,10 +124,11 @@ impl StateDb for RealStateDb {
         &self,
         target: &PostgresTarget,
         after: u64,
+        owner: OwnerChange,
         decide: Decide,
     ) -> LocalBoxFuture<'static, Result<Exchanged, DbFailure>> {
         let target = target.clone();
-        Box::pin(async move { ledger_exchange(&target, after, decide).await })
+        Box::pin(async move { ledger_exchange(&target, after, owner, decide).await })
     }
 
     fn register(
@@ -170,9 +196,33 @@ impl StateDb for RealStateDb {
         Box::pin(async move { record_runs(&target, kind, &after).await })
     }
 
-    fn hold_sole(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<SoleHold, DbFailure>> {
+    fn owners(
+        &self,
+        target: &PostgresTarget,
+        after: &str,
+    ) -> LocalBoxFuture<'static, Result<Vec<(String, String)>, DbFailure>> {
+        let (target, after) = (target.clone(), after.to_string());
+        Box::pin(async move { owners(&target, &after).await })
+    }
+
+    fn claim(&self, target: &PostgresTarget, run: &str) -> LocalBoxFuture<'static, Result<bool, DbFailure>> {
+        let (target, run) = (target.clone(), run.to_string());
+        Box::pin(async move { claim(&target, &run).await })
+    }
+
+    fn take_over(
+        &self,
+        target: &PostgresTarget,
+        instance: &str,
+        epoch: u64,
+    ) -> LocalBoxFuture<'static, Result<Option<Vec<String>>, DbFailure>> {
+        let (target, instance) = (target.clone(), instance.to_string());
+        Box::pin(async move { take_over(&target, &instance, epoch).await })
+    }
+
+    fn hold_slot(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<SlotHold, DbFailure>> {
         let target = target.clone();
-        Box::pin(async move { hold_sole(&target).await })
+        Box::pin(async move { hold_slot(&target).await })
     }
 }
 
@@ -192,25 +242,44 @@ async fn record_runs(target: &PostgresTarget, kind: RecordKind, after: &str) -> 
     Ok(runs)
 }
 
-/// A session-level advisory lock on a connection of its own, kept open while the hold lives:
-/// the database gives the lock up when the connection ends (a clean exit, a kill -9, a
-/// database restart), so a crashed instance never leaves it held.
-async fn hold_sole(target: &PostgresTarget) -> Result<SoleHold, DbFailure> {
+/// The first free slot of the store: a session-level advisory lock on a connection of its own,
+/// kept open while the hold lives. The database gives the lock up when the connection ends (a
+/// clean exit, a kill -9, a database restart), so a crashed instance never leaves it held, and
+/// its next start takes the same slot (the first free one) and its runs with it.
+async fn hold_slot(target: &PostgresTarget) -> Result<SlotHold, DbFailure> {
     let mut session = Session::open(target).await.map_err(DbFailure::rolled_back)?;
-    let taken: bool =
-        single(&session, "taking the sole-instance lock", "SELECT pg_try_advisory_lock($1)", &[&SOLE_LOCK])
+    let shared: bool =
+        single(&session, "taking the store's shared lock", "SELECT pg_try_advisory_lock_shared($1)", &[&SOLE_LOCK])
             .await
             .map_err(DbFailure::rolled_back)?;
-    if !taken {
+    if !shared {
         return Err(DbFailure::rolled_back(
-            "another Warden instance serves this PostgreSQL store (it holds the store's sole-instance lock): one \
-             instance serves a store until leases are built; stop the other one first",
+            "a Warden older than this one serves this PostgreSQL store (it holds the store's sole-instance lock): \
+             stop it first; instances of this version serve one store together",
         ));
     }
-    Ok(Box::pin(async move {
+    let mut held = None;
+    for slot in 1..=INSTANCE_SLOTS_MAX {
+        let key = slot as i32;
+        let taken: bool =
+            single(&session, "taking a slot", "SELECT pg_try_advisory_lock($1, $2)", &[&SLOT_LOCKS, &key])
+                .await
+                .map_err(DbFailure::rolled_back)?;
+        if taken {
+            held = Some(slot);
+            break;
+        }
+    }
+    let Some(slot) = held else {
+        return Err(DbFailure::rolled_back(format!(
+            "{INSTANCE_SLOTS_MAX} Warden instances serve this PostgreSQL store already: stop one first"
+        )));
+    };
+    let hold: HoldLost = Box::pin(async move {
         session.closed().await;
-        "the connection holding the PostgreSQL store's sole-instance lock ended (a database restart?)".to_string()
-    }))
+        format!("the connection holding slot {slot} of the PostgreSQL store ended (a database restart?)")
+    });
+    Ok(SlotHold { slot, hold })
 }
 
 /// A connection with a transaction open, bounded by the statement timeout.
@@ -245,7 +314,7 @@ fn lease_millis(lease_ms: u64) -> Result<i64, DbFailure> {
 fn lease_of(row: &tokio_postgres::Row) -> Result<Lease, DbFailure> {
     let epoch: i64 = row.try_get(0).map_err(|e| DbFailure::rolled_back(describe(&e)))?;
     let remaining: i64 = row.try_get(1).map_err(|e| DbFailure::rolled_back(describe(&e)))?;
-    Ok(Lease { epoch: epoch as u64, remaining_ms: remaining.max(0) as u64 })
+    Ok(Lease { epoch: epoch as u64, remaining_ms: remaining.max(0) as u64, replaced_remaining_ms: 0 })
 }
 
 async fn register(target: &PostgresTarget, instance: &str, lease_ms: u64) -> Result<Lease, DbFailure> {
@@ -260,13 +329,17 @@ async fn register(target: &PostgresTarget, instance: &str, lease_ms: u64) -> Res
     );
     let session = begun(target).await?;
     let waited = session.within("registering", session.client.query_opt(REGISTERING, &[&instance])).await;
-    waited.map_err(DbFailure::rolled_back)?.map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+    let replaced = waited.map_err(DbFailure::rolled_back)?.map_err(|e| DbFailure::rolled_back(describe(&e)))?;
+    let replaced_remaining_ms = match replaced {
+        Some(row) => lease_of(&row)?.remaining_ms,
+        None => 0,
+    };
     let version = env!("CARGO_PKG_VERSION");
     let asked = session.within("registering", session.client.query_one(&sql, &[&instance, &lease, &version])).await;
     let row = asked.map_err(DbFailure::rolled_back)?.map_err(|e| DbFailure::rolled_back(describe(&e)))?;
     let granted = lease_of(&row)?;
     session.commit().await?;
-    Ok(granted)
+    Ok(Lease { replaced_remaining_ms, ..granted })
 }
 
 async fn renew(target: &PostgresTarget, instance: &str, epoch: u64, lease_ms: u64) -> Result<Option<Lease>, DbFailure> {
@@ -346,7 +419,12 @@ async fn migrate(target: &PostgresTarget) -> Result<Migration, DbFailure> {
     Ok(Migration { found, now: STATE_SCHEMA_VERSION })
 }
 
-async fn ledger_exchange(target: &PostgresTarget, after: u64, decide: Decide) -> Result<Exchanged, DbFailure> {
+async fn ledger_exchange(
+    target: &PostgresTarget,
+    after: u64,
+    owner: OwnerChange,
+    decide: Decide,
+) -> Result<Exchanged, DbFailure> {
     let failed = DbFailure::rolled_back;
     let after_seq = i64::try_from(after).map_err(|_| failed(format!("ledger position {after} is over bigint")))?;
     let session = locked(target, LEDGER_LOCK).await?;
@@ -392,9 +470,86 @@ async fn ledger_exchange(target: &PostgresTarget, after: u64, decide: Decide) ->
     let inserted =
         session.within("appending to the ledger", session.client.execute(INSERT_LINE, &[&(seq as i64), &line])).await;
     inserted.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    change_owner(&session, target, &owner).await?;
     fenced(&session, target).await?;
     session.commit().await?;
     Ok(Exchanged { appended: Some(seq), seen: seq, more: false })
+}
+
+/// An appended line's change to its run's owner, in the line's transaction.
+async fn change_owner(session: &Session, target: &PostgresTarget, owner: &OwnerChange) -> Result<(), DbFailure> {
+    let failed = DbFailure::rolled_back;
+    let changed = match owner {
+        OwnerChange::Keep => return Ok(()),
+        OwnerChange::Take(run) => {
+            let fence = target
+                .fence
+                .as_ref()
+                .ok_or_else(|| failed("a run taken by an instance without a lease".to_string()))?;
+            session.within("taking the run", session.client.execute(TAKE_OWNER, &[run, &fence.instance])).await
+        }
+        OwnerChange::End(run) => {
+            session.within("ending the run's owner", session.client.execute(END_OWNER, &[run])).await
+        }
+    };
+    changed.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    Ok(())
+}
+
+async fn owners(target: &PostgresTarget, after: &str) -> Result<Vec<(String, String)>, DbFailure> {
+    let failed = DbFailure::rolled_back;
+    let session = begun(target).await?;
+    let page = RECORD_RUNS_PAGE as i64;
+    let asked = session.within("listing owners", session.client.query(OWNERS, &[&after, &page])).await;
+    let rows = asked.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    let mut owners = Vec::with_capacity(rows.len());
+    for row in rows {
+        let run: String = row.try_get(0).map_err(|e| failed(describe(&e)))?;
+        let instance: String = row.try_get(1).map_err(|e| failed(describe(&e)))?;
+        checked_run(&run)?;
+        checked_name(&instance)?;
+        owners.push((run, instance));
+    }
+    Ok(owners)
+}
+
+async fn claim(target: &PostgresTarget, run: &str) -> Result<bool, DbFailure> {
+    let failed = DbFailure::rolled_back;
+    checked_run(run)?;
+    let fence =
+        target.fence.as_ref().ok_or_else(|| failed("a run claimed by an instance without a lease".to_string()))?;
+    let session = begun(target).await?;
+    let inserted = session.within("claiming a run", session.client.execute(CLAIM, &[&run, &fence.instance])).await;
+    inserted.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    let owner: String = single(&session, "reading the run's owner", OWNER_OF, &[&run]).await.map_err(failed)?;
+    fenced(&session, target).await?;
+    session.commit().await?;
+    Ok(owner == fence.instance)
+}
+
+async fn take_over(target: &PostgresTarget, instance: &str, epoch: u64) -> Result<Option<Vec<String>>, DbFailure> {
+    let failed = DbFailure::rolled_back;
+    checked_name(instance)?;
+    let fence = target.fence.as_ref().ok_or_else(|| failed("a takeover by an instance without a lease".to_string()))?;
+    let epoch = i64::try_from(epoch).map_err(|_| failed(format!("an epoch of {epoch}")))?;
+    let session = begun(target).await?;
+    let ended = session.within("locking the ended lease", session.client.query_opt(ENDED, &[&instance, &epoch])).await;
+    if ended.map_err(failed)?.map_err(|e| failed(describe(&e)))?.is_none() {
+        return Ok(None);
+    }
+    let page = RECORD_RUNS_PAGE as i64;
+    let params: [&(dyn ToSql + Sync); 3] = [&instance, &fence.instance, &page];
+    let taken = session.within("taking the runs over", session.client.query(TAKE_RUNS, &params)).await;
+    let rows = taken.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    let mut runs = Vec::with_capacity(rows.len());
+    for row in rows {
+        let run: String = row.try_get(0).map_err(|e| failed(describe(&e)))?;
+        checked_run(&run)?;
+        runs.push(run);
+    }
+    fenced(&session, target).await?;
+    session.commit().await?;
+    Ok(Some(runs))
 }
 
 /// Refuses, inside the write's transaction and just before its COMMIT, a write whose instance

@@ -568,8 +568,7 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
     }
     let once = raw.once.as_ref().map(|once| once_config(once, &format!("{at}.once"), server, problems));
     let quota = raw.quota.as_ref().map(|quota| quota_config(quota, &format!("{at}.quota"), problems));
-    check_money_limits(&grants, quota.as_ref(), at, problems);
-    check_token_limits(&grants, quota.as_ref(), at, problems);
+    check_grant_limits(&grants, quota.as_ref(), (&net, server), at, problems);
     let (max_steps, execution_ms) = limits_config(raw.limits.as_ref(), at, problems);
     if let Some(description) = &raw.description {
         if description.trim().is_empty() {
@@ -599,6 +598,56 @@ fn tool_config(raw: &RawTool, at: &str, base: &Path, server: &ServerConfig, prob
         max_steps,
         execution_ms,
         config_json,
+    }
+}
+
+/// A tool's grants against its quota (money, tokens) and against the store's lease.
+fn check_grant_limits(
+    grants: &BTreeMap<String, Grant>,
+    quota: Option<&QuotaConfig>,
+    (net, server): (&crate::manifest::NetConfig, &ServerConfig),
+    at: &str,
+    problems: &mut Problems,
+) {
+    check_money_limits(grants, quota, at, problems);
+    check_token_limits(grants, quota, at, problems);
+    check_sends_fit_the_lease(grants, net, server, at, problems);
+}
+
+/// On the PostgreSQL store, every action a tool's grants may send fits the action rule with
+/// the lease healthy: its longest send and `LEASE_SEND_MARGIN_MS` within two thirds of
+/// `server.store.postgres.lease` (a renewal is due every third), or it could never be sent.
+fn check_sends_fit_the_lease(
+    grants: &BTreeMap<String, Grant>,
+    net: &crate::manifest::NetConfig,
+    server: &ServerConfig,
+    at: &str,
+    problems: &mut Problems,
+) {
+    if server.store == Store::Files {
+        return;
+    }
+    let room = server.store_lease_ms / 3 * 2;
+    for (name, grant) in grants {
+        let Grant::Capability(grant) = grant else { continue };
+        let Some(send) = grant.cap.longest_send_ms(net) else { continue };
+        let needed = send.saturating_add(crate::limits::LEASE_SEND_MARGIN_MS);
+        if needed > room {
+            problems.add(
+                &format!("{at}.net.timeout_ms"),
+                format!(
+                    "an action of grant `{name}` ({}) may take {send} ms to send (net.connect_timeout_ms and \
+                     net.timeout_ms{}), which with a margin of {} ms is more than two thirds of \
+                     server.store.postgres.lease ({room} of {} ms): it could still be on its way after the lease \
+                     ended; set the lease to at least {} ms, or shorten the timeouts",
+                    grant.cap.name(),
+                    if grant.cap == kinds::Kind::StripeRefund { ", twice: the currency is read first" } else { "" },
+                    crate::limits::LEASE_SEND_MARGIN_MS,
+                    server.store_lease_ms,
+                    needed.saturating_mul(3).div_ceil(2)
+                ),
+            );
+        }
     }
 }
 

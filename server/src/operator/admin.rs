@@ -71,15 +71,24 @@ impl Request {
     }
 }
 
-/// The socket of the server using `journals`.
-pub fn socket_path(journals: &Path) -> PathBuf {
-    journals.join(ADMIN_SOCKET_FILE)
+/// The socket of the server using `journals`; on the PostgreSQL store, instances share the
+/// folder, and each has its own socket, named after the instance.
+pub fn socket_path(journals: &Path, instance: Option<&str>) -> PathBuf {
+    match instance {
+        None => journals.join(ADMIN_SOCKET_FILE),
+        Some(name) => journals.join(format!("{ADMIN_SOCKET_FILE}.{name}")),
+    }
+}
+
+/// This server's own socket.
+fn own_socket(runs: &Runs) -> PathBuf {
+    socket_path(&runs.journals, runs.records.store().map(crate::store::owners::me))
 }
 
 /// Starts the server's admin channel. A channel that cannot listen (a journals path too long
 /// for a Unix socket, say) is logged and the server goes on: resolving then needs it stopped.
 pub fn start(runs: &Rc<Runs>) {
-    let path = socket_path(&runs.journals);
+    let path = own_socket(runs);
     let served = Rc::clone(runs);
     let handler: crate::env::AdminHandler = Rc::new(move |line| {
         let runs = Rc::clone(&served);
@@ -104,7 +113,7 @@ pub fn start(runs: &Rc<Runs>) {
 /// A server exiting cleanly removes its socket (one a crash leaves is replaced at the next
 /// start); `warden resolve` then finds the lock free and writes to the journal itself.
 pub async fn remove_socket(runs: &Runs) {
-    let _ = runs.env.disk.remove(&socket_path(&runs.journals)).await;
+    let _ = runs.env.disk.remove(&own_socket(runs)).await;
 }
 
 /// Answers one request line.
@@ -125,6 +134,9 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
     let run = request.run().to_string();
     if runs.env.clock.now_ms() > request.deadline_at_ms() {
         return Err("the request reached the server after its client gave up waiting: nothing was recorded".into());
+    }
+    if let Some(target) = runs.records.store() {
+        owned_here(runs, target, &run).await?;
     }
     let entry = runs.ledger.state().run(&run).cloned().ok_or_else(|| format!("run {run} is not in the ledger"))?;
     if entry.tool != request.tool() {
@@ -162,6 +174,22 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
     let journal = runs.records.name(&entry.tool, &run, RecordKind::Journal);
     resume(runs, run, entry.tool.clone());
     Ok(format!("{journal}: {said}; the server resumes the run now"))
+}
+
+/// On the PostgreSQL store, only the run's owner takes the word (another instance could take
+/// the run over meanwhile): refused, naming the owner, when it is another instance. The
+/// shared ledger is read first, so a run another instance admitted is known.
+async fn owned_here(runs: &Runs, target: &crate::env::PostgresTarget, run: &str) -> Result<(), String> {
+    let owners = crate::store::owners::listed(&runs.env, target).await?;
+    let me = crate::store::owners::me(target);
+    if let Some(owner) = owners.get(run).filter(|owner| *owner != me) {
+        return Err(format!(
+            "run {run} is owned by instance `{owner}`, not by this one (`{me}`): its own admin channel takes the word; \
+             try again"
+        ));
+    }
+    let held = runs.ledger.lock().await;
+    runs.ledger.catch_up(&held).await.map_err(|error| stop(runs, &error.into()))
 }
 
 /// The record the request asks for, checked against the run's waiting record and journal.
@@ -220,10 +248,19 @@ pub enum Unanswered {
 }
 
 /// `warden resolve` beside a live server: hands `request` to it and returns what it said.
-pub async fn ask(env: &Env, journals: &Path, request: &Request) -> Result<String, Unanswered> {
-    let path = socket_path(journals);
+pub async fn ask(env: &Env, journals: &Path, instance: Option<&str>, request: &Request) -> Result<String, Unanswered> {
+    let path = socket_path(journals, instance);
     let line = serde_json::to_vec(request).expect("requests serialise");
     let answer = env.admin.ask(&path, line, ASK_TIMEOUT_MS).await.map_err(|error| match error.kind() {
+        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound if instance.is_some() => {
+            Unanswered::Unreachable(format!(
+                "instance `{}` owns the run on the PostgreSQL store, and its admin channel {} cannot be reached \
+                 ({error}): start the server again (a start in its slot, or another instance once its lease has \
+                 ended, takes the run up), then resolve through it",
+                instance.unwrap_or_default(),
+                path.display()
+            ))
+        }
         std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => Unanswered::Unreachable(format!(
             "a Warden server is using this journal directory, and its admin channel {} cannot be reached ({error}); \
              stop the server, then resolve",

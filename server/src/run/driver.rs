@@ -288,6 +288,9 @@ impl<S: RunStore> Driver<'_, S> {
                     true => self.sends_interrupted(cx.tool, run).await?.max(1),
                     false => 0,
                 };
+                if let Some(send_ms) = grant.cap.longest_send_ms(net) {
+                    self.store.lease_allows(send_ms).await?;
+                }
                 let started_us = self.env.clock.monotonic_us();
                 let span = action_span(&action);
                 let performing = perform::perform(self.env, grant, net, model, run, &action, &cx.secrets, resend);

@@ -15,3 +15,4 @@ pub mod recovery;
 pub mod retention;
 pub mod runs;
 pub mod store;
+pub mod takeover;

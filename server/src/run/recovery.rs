@@ -182,15 +182,88 @@ fn listed(listing: std::io::Result<Vec<String>>, dir: &std::path::Path) -> Resul
     }
 }
 
-/// Applies the decision table to every run, resuming interrupted runs one after another.
+/// Applies the decision table to every run this instance owns, resuming interrupted runs one
+/// after another; refuses to start while a run needs an operator.
 pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
     let found = scan(runs).await?;
     // Only a run with files on disk or open in the ledger can need anything: a settled or
     // released run whose files are gone is in its final cell (Nothing) already.
+    let owners = match runs.records.store() {
+        Some(target) => Some(crate::store::owners::listed(&runs.env, target).await.map_err(Fatal::storage)?),
+        None => None,
+    };
+    // Read after the records and the owners: a run they name was reserved before, so the
+    // ledger read now knows it.
+    caught_up(runs).await?;
     let mut all: Vec<String> = found.keys().cloned().collect();
     all.extend(runs.ledger.state().runs.values().filter(|entry| entry.is_open()).map(|entry| entry.run.clone()));
     all.sort_unstable();
     all.dedup();
+    if let Some(owners) = owners {
+        all = owned_here(runs, all, &owners).await?;
+    }
+    let (report, refusals) = apply_the_table(runs, Scope::Start, all, &found).await?;
+    if !refusals.is_empty() {
+        return Err(Fatal::needs_operator(format!(
+            "refusing to start; these runs need an operator (let unfinished runs end before changing tools or \
+             upgrading, seed 000 section 7):\n{}",
+            refusals.join("\n")
+        )));
+    }
+    Ok(report)
+}
+
+/// Applies the decision table to runs this instance took over from one whose lease ended
+/// (`run::takeover`), as a start would; a run that needs an operator is named in the second
+/// part and left as it is (its journal says why), while the others go on.
+pub async fn recover_taken(runs: &Runs, taken: Vec<String>) -> Result<(Report, Vec<String>), Fatal> {
+    caught_up(runs).await?;
+    apply_the_table(runs, Scope::TakenOver, taken, &BTreeMap::new()).await
+}
+
+/// Folds what other instances appended to the shared ledger (nothing for a file).
+async fn caught_up(runs: &Runs) -> Result<(), Fatal> {
+    let held = runs.ledger.lock().await;
+    runs.ledger.catch_up(&held).await.map_err(Fatal::from)
+}
+
+/// The runs of `all` this instance acts on: the open runs it owns, the open runs a Warden
+/// before owners left without one (claimed first), and the leftovers of finished runs
+/// (removing them twice is harmless). An open run another instance owns is left to it.
+async fn owned_here(runs: &Runs, all: Vec<String>, owners: &BTreeMap<String, String>) -> Result<Vec<String>, Fatal> {
+    let target = runs.records.store().expect("owners are kept in the store");
+    let me = crate::store::owners::me(target);
+    let mut mine = Vec::with_capacity(all.len());
+    for run in all {
+        let open = runs.ledger.state().run(&run).is_some_and(|entry| entry.is_open());
+        let here = match (open, owners.get(&run)) {
+            (false, _) => true,
+            (true, Some(owner)) => owner == me,
+            (true, None) => crate::store::owners::claim(&runs.env, target, &run).await.map_err(Fatal::storage)?,
+        };
+        if here {
+            mine.push(run);
+        }
+    }
+    Ok(mine)
+}
+
+/// Why the table is applied: a start (which refuses to go on while a run needs an operator)
+/// or a takeover (which cannot refuse: the runs are its now).
+enum Scope {
+    Start,
+    TakenOver,
+}
+
+/// The decision table applied to each of `all`: releases and clean-ups done at once, then the
+/// interrupted runs resumed one after another unless some run needs an operator. Returns what
+/// was done and the refusals.
+async fn apply_the_table(
+    runs: &Runs,
+    scope: Scope,
+    all: Vec<String>,
+    found: &BTreeMap<String, Found>,
+) -> Result<(Report, Vec<String>), Fatal> {
     let mut report = Report::default();
     let mut refusals = Vec::new();
     let mut to_resume = Vec::new();
@@ -229,12 +302,10 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             }
         }
     }
-    if !refusals.is_empty() {
-        return Err(Fatal::needs_operator(format!(
-            "refusing to start; these runs need an operator (let unfinished runs end before changing tools or \
-             upgrading, seed 000 section 7):\n{}",
-            refusals.join("\n")
-        )));
+    // A start resumes nothing while a run needs an operator; runs taken over go on, each
+    // refused one left where it is.
+    if !refusals.is_empty() && matches!(scope, Scope::Start) {
+        return Ok((report, refusals));
     }
     for (run, tool, journal, changed) in to_resume {
         if let Some(problem) = changed {
@@ -249,7 +320,7 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
             report.resumed.push(run);
         }
     }
-    Ok(report)
+    Ok((report, refusals))
 }
 
 /// One run as recovery finds it: its tool, its journal, and its cell of the table.

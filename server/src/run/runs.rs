@@ -63,6 +63,9 @@ pub struct Runs {
     /// Notify commands not yet delivered: an exiting server waits for them (`notify.rs`).
     pub notifications_owed: crate::base::sync::WaitGroup,
     fatal_message: RefCell<Option<String>>,
+    /// On the PostgreSQL store: until when, on the monotonic clock, this instance's lease surely
+    /// lasts, as last confirmed (the action rule, `RunStore::lease_allows`).
+    pub lease_lasts_until: std::cell::Cell<Option<u64>>,
     /// Every secret value any grant can attach: scrubbed at every output boundary.
     pub secrets: Vec<String>,
     /// The callers listening to runs in progress (progress and log messages).
@@ -102,6 +105,7 @@ impl Runs {
             ledger,
             records,
             in_progress: RefCell::new(BTreeSet::new()),
+            lease_lasts_until: std::cell::Cell::new(None),
             journals_executing: RefCell::new(BTreeMap::new()),
             never_waited: RefCell::new(BTreeSet::new()),
             fatal: Signal::new(),

@@ -6,6 +6,7 @@ pub mod files;
 pub mod journal;
 pub mod lease;
 pub mod ledger;
+pub mod owners;
 pub mod place;
 pub mod record;
 pub mod records;

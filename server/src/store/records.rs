@@ -220,6 +220,15 @@ impl RunRecords {
         }
     }
 
+    /// The PostgreSQL store these records are kept in, fenced by the serving instance's lease
+    /// (`None` for files).
+    pub fn store(&self) -> Option<&PostgresTarget> {
+        match &self.place {
+            Place::Files => None,
+            Place::Database(target) => Some(target),
+        }
+    }
+
     /// The runs with a record of `kind` in the database, read a page at a time (the file
     /// store's runs are found by listing the journals folder, `run::recovery`).
     pub async fn listed_in_database(&self, kind: RecordKind) -> Result<Vec<String>, String> {

@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::env::{DbFailure, Env, LedgerLine, PostgresTarget, LEDGER_LINE_BYTES_MAX};
+use crate::env::{DbFailure, Env, LedgerLine, OwnerChange, PostgresTarget, LEDGER_LINE_BYTES_MAX};
 use crate::store::ledger::{Event, State};
 use crate::store::record;
 
@@ -112,7 +112,7 @@ impl SharedLedger {
                 line
             });
             let after = self.seen();
-            let exchanged = self.env.state_db.ledger_exchange(&self.target, after, exchange).await;
+            let exchanged = self.env.state_db.ledger_exchange(&self.target, after, OwnerChange::Keep, exchange).await;
             let exchanged = exchanged.map_err(SharedError::Database)?;
             let chosen = outcome.borrow_mut().take().expect("the exchange called its decision")?;
             if let (Some(seq), Some(event)) = (exchanged.appended, &chosen) {

@@ -141,6 +141,13 @@ impl Wire {
         Wire::spawn_in(dir, &manifest, &[], true)
     }
 
+    /// Starts another server on this one's folder and manifest, beside it (two servers on one
+    /// manifest); the folder stays this one's.
+    pub fn start_beside(&self, env: &[(&str, &str)]) -> Wire {
+        let manifest = self.dir.path().join("manifest.json");
+        Wire::spawn_in(tempfile::tempdir().unwrap(), &manifest, env, true)
+    }
+
     /// Starts a server on a prepared folder holding `manifest.json`.
     pub fn start_dir(dir: tempfile::TempDir, env: &[(&str, &str)]) -> Wire {
         let manifest = dir.path().join("manifest.json");

@@ -13,9 +13,9 @@ use warden::base::layout::RunFiles;
 use warden::store::ledger::{Event, LEDGER_FILE};
 
 use warden::env::{
-    DbFailure, Decide, Exchanged, Fence, Lease, LedgerLine, LocalBoxFuture, Migration, PostgresTarget, RecordKind,
-    RecordWrite, SoleHold, StateDb, INSTANCE_NAME_BYTES_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES,
-    RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
+    DbFailure, Decide, Exchanged, Fence, HoldLost, Lease, LedgerLine, LocalBoxFuture, Migration, OwnerChange,
+    PostgresTarget, RecordKind, RecordWrite, SlotHold, StateDb, INSTANCE_NAME_BYTES_MAX, INSTANCE_SLOTS_MAX,
+    LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
 };
 use warden::limits::RECORD_LINE_BYTES_MAX;
 
@@ -31,12 +31,14 @@ pub struct SharedDb {
     instances: RefCell<std::collections::BTreeMap<String, (u64, u64)>>,
     /// Runs' records: (run, kind) -> line number -> line.
     records: RefCell<BTreeMap<(String, RecordKind), BTreeMap<u64, Vec<u8>>>>,
-    /// The hold that has the sole-instance lock (0: none); a hold gives it up only if it is
-    /// still its own (a restart may have handed it to another since).
-    sole: Cell<u64>,
-    sole_holds: Cell<u64>,
-    /// Woken when the holder loses the lock to a restart.
-    sole_waker: RefCell<Option<std::task::Waker>>,
+    /// Each slot's holder (`hold_slot`); a hold gives its slot up only if it is still its own
+    /// (a restart may have handed it to another since).
+    slots: RefCell<BTreeMap<u32, u64>>,
+    holds: Cell<u64>,
+    /// Woken when a slot's holder loses it to a restart.
+    slot_wakers: RefCell<BTreeMap<u32, std::task::Waker>>,
+    /// Each open run's owner (`warden_owners`).
+    owners: RefCell<BTreeMap<String, String>>,
     /// A fault: the database restarts before the next operation, which is refused: every
     /// connection ends, the sole-instance lock's included.
     pub restart_next: Cell<bool>,
@@ -71,9 +73,10 @@ impl SharedDb {
             lines: RefCell::default(),
             instances: RefCell::default(),
             records: RefCell::default(),
-            sole: Cell::new(0),
-            sole_holds: Cell::new(0),
-            sole_waker: RefCell::default(),
+            slots: RefCell::default(),
+            holds: Cell::new(0),
+            slot_wakers: RefCell::default(),
+            owners: RefCell::default(),
             restart_next: Cell::new(false),
             changes: Cell::new(0),
             removed: RefCell::default(),
@@ -104,8 +107,8 @@ impl SharedDb {
     fn reachable(&self) -> Result<(), DbFailure> {
         if self.restart_next.replace(false) {
             self.count("the store restarts");
-            self.sole.set(0);
-            if let Some(waker) = self.sole_waker.borrow_mut().take() {
+            self.slots.borrow_mut().clear();
+            for (_, waker) in std::mem::take(&mut *self.slot_wakers.borrow_mut()) {
                 waker.wake();
             }
             return Err(DbFailure::rolled_back(
@@ -177,7 +180,13 @@ impl SharedDb {
         Ok(Migration { found, now: STATE_SCHEMA_VERSION })
     }
 
-    fn exchange(&self, fence: Option<&Fence>, after: u64, decide: Decide) -> Result<Exchanged, DbFailure> {
+    fn exchange(
+        &self,
+        fence: Option<&Fence>,
+        after: u64,
+        owner: OwnerChange,
+        decide: Decide,
+    ) -> Result<Exchanged, DbFailure> {
         self.reachable()?;
         if self.schema.get() == 0 {
             return Err(DbFailure::rolled_back("PostgreSQL: relation \"warden_ledger\" does not exist"));
@@ -201,9 +210,27 @@ impl SharedDb {
         if line.len() > LEDGER_LINE_BYTES_MAX {
             return Err(DbFailure::rolled_back(format!("a ledger line of {} bytes", line.len())));
         }
+        if matches!(owner, OwnerChange::Take(_)) && fence.is_none() {
+            return Err(DbFailure::rolled_back("a run taken by an instance without a lease"));
+        }
+        if let OwnerChange::Take(run) = &owner {
+            if self.owners.borrow().contains_key(run) {
+                return Err(DbFailure::rolled_back(format!("PostgreSQL: run {run} has an owner already (simulated)")));
+            }
+        }
         self.fenced(fence)?;
         self.commit_lost()?;
         self.lines.borrow_mut().push(line);
+        match owner {
+            OwnerChange::Keep => {}
+            OwnerChange::Take(run) => {
+                let instance = fence.expect("checked above").instance.clone();
+                self.owners.borrow_mut().insert(run, instance);
+            }
+            OwnerChange::End(run) => {
+                self.owners.borrow_mut().remove(&run);
+            }
+        }
         self.changed();
         if self.commit_answer_lost() {
             return Err(in_doubt());
@@ -233,11 +260,12 @@ impl SharedDb {
         if !(1..=INSTANCE_NAME_BYTES_MAX).contains(&instance.len()) {
             return Err(DbFailure::rolled_back(format!("an instance name of {} bytes", instance.len())));
         }
-        let until = self.now() + lease_ms;
+        let now = self.now();
         let mut instances = self.instances.borrow_mut();
-        let epoch = instances.get(instance).map_or(1, |(epoch, _)| epoch + 1);
-        instances.insert(instance.to_string(), (epoch, until));
-        Ok(Lease { epoch, remaining_ms: lease_ms })
+        let (epoch, replaced_remaining_ms) =
+            instances.get(instance).map_or((1, 0), |(epoch, until)| (epoch + 1, until.saturating_sub(now)));
+        instances.insert(instance.to_string(), (epoch, now + lease_ms));
+        Ok(Lease { epoch, remaining_ms: lease_ms, replaced_remaining_ms })
     }
 
     fn renew(&self, instance: &str, epoch: u64, lease_ms: u64) -> Result<Option<Lease>, DbFailure> {
@@ -247,7 +275,7 @@ impl SharedDb {
         Ok(match instances.get_mut(instance) {
             Some((held, until)) if *held == epoch && *until > now => {
                 *until = now + lease_ms;
-                Some(Lease { epoch, remaining_ms: lease_ms })
+                Some(Lease { epoch, remaining_ms: lease_ms, replaced_remaining_ms: 0 })
             }
             _ => None,
         })
@@ -259,6 +287,48 @@ impl SharedDb {
         let instances = self.instances.borrow();
         let dead = instances.iter().filter(|(_, (_, until))| *until <= now);
         Ok(dead.take(64).map(|(name, (epoch, _))| (name.clone(), *epoch)).collect())
+    }
+
+    fn owners_after(&self, after: &str) -> Result<Vec<(String, String)>, DbFailure> {
+        self.with_schema(5)?;
+        let owners = self.owners.borrow();
+        let page = owners.range::<str, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded));
+        Ok(page.take(RECORD_RUNS_PAGE).map(|(run, instance)| (run.clone(), instance.clone())).collect())
+    }
+
+    /// As the real store: an ownerless run made the fenced instance's, in a fenced write.
+    fn claim(&self, fence: Option<&Fence>, run: &str) -> Result<bool, DbFailure> {
+        self.with_schema(5)?;
+        Self::checked_run(run)?;
+        let fence = fence.ok_or_else(|| DbFailure::rolled_back("a run claimed by an instance without a lease"))?;
+        self.fenced(Some(fence))?;
+        let mut owners = self.owners.borrow_mut();
+        let owner = owners.entry(run.to_string()).or_insert_with(|| fence.instance.clone());
+        Ok(*owner == fence.instance)
+    }
+
+    /// As the real store: the runs of an instance whose lease ended at `epoch`, a page of them,
+    /// made the fenced instance's (atomic: no write of the ended epoch is in flight here).
+    fn take_over(&self, fence: Option<&Fence>, instance: &str, epoch: u64) -> Result<Option<Vec<String>>, DbFailure> {
+        self.with_schema(5)?;
+        let fence = fence.ok_or_else(|| DbFailure::rolled_back("a takeover by an instance without a lease"))?;
+        let now = self.now();
+        let ended = matches!(self.instances.borrow().get(instance), Some((at, until)) if *at == epoch && *until <= now);
+        if !ended {
+            return Ok(None);
+        }
+        self.fenced(Some(fence))?;
+        let mut owners = self.owners.borrow_mut();
+        let theirs: Vec<String> = owners
+            .iter()
+            .filter(|(_, owner)| *owner == instance)
+            .map(|(run, _)| run.clone())
+            .take(RECORD_RUNS_PAGE)
+            .collect();
+        for run in &theirs {
+            owners.insert(run.clone(), fence.instance.clone());
+        }
+        Ok(Some(theirs))
     }
 }
 
@@ -383,41 +453,44 @@ fn in_doubt() -> DbFailure {
     DbFailure { message: message.into(), may_have_committed: true }
 }
 
-/// Gives the sole-instance lock up when the hold holding it is dropped (its instance stopped
-/// or crashed: the simulated connection ends with it), if the lock is still that hold's.
-struct SoleGuard(Rc<SharedDb>, u64);
+/// Gives a slot up when the hold holding it is dropped (its instance stopped or crashed: the
+/// simulated connection ends with it), if the slot is still that hold's.
+struct SlotGuard(Rc<SharedDb>, u32, u64);
 
-impl Drop for SoleGuard {
+impl Drop for SlotGuard {
     fn drop(&mut self) {
-        if self.0.sole.get() == self.1 {
-            self.0.sole.set(0);
+        let mut slots = self.0.slots.borrow_mut();
+        if slots.get(&self.1) == Some(&self.2) {
+            slots.remove(&self.1);
         }
     }
 }
 
 impl SharedDb {
-    /// The lock, held until the hold is dropped; the hold resolves if a restart ends the
-    /// connection holding it.
-    fn hold_sole(self: &Rc<Self>) -> Result<SoleHold, DbFailure> {
+    /// The first free slot, held until the hold is dropped; the hold resolves if a restart
+    /// ends the connection holding it.
+    fn hold_slot(self: &Rc<Self>) -> Result<SlotHold, DbFailure> {
         self.reachable()?;
-        if self.sole.get() != 0 {
-            return Err(DbFailure::rolled_back("another Warden instance serves this PostgreSQL store (simulated)"));
-        }
-        let hold = self.sole_holds.get() + 1;
-        self.sole_holds.set(hold);
-        self.sole.set(hold);
-        let guard = SoleGuard(Rc::clone(self), hold);
-        Ok(Box::pin(std::future::poll_fn(move |context| {
+        let slot = (1..=INSTANCE_SLOTS_MAX).find(|slot| !self.slots.borrow().contains_key(slot));
+        let Some(slot) = slot else {
+            return Err(DbFailure::rolled_back("every slot of this PostgreSQL store is taken (simulated)"));
+        };
+        let hold = self.holds.get() + 1;
+        self.holds.set(hold);
+        self.slots.borrow_mut().insert(slot, hold);
+        let guard = SlotGuard(Rc::clone(self), slot, hold);
+        let hold: HoldLost = Box::pin(std::future::poll_fn(move |context| {
             let db = &guard.0;
-            if db.sole.get() == guard.1 {
-                *db.sole_waker.borrow_mut() = Some(context.waker().clone());
+            if db.slots.borrow().get(&guard.1) == Some(&guard.2) {
+                db.slot_wakers.borrow_mut().insert(guard.1, context.waker().clone());
                 return std::task::Poll::Pending;
             }
-            std::task::Poll::Ready(
-                "the connection holding the PostgreSQL store's sole-instance lock ended (the simulated database restarted)"
-                    .to_string(),
-            )
-        })))
+            std::task::Poll::Ready(format!(
+                "the connection holding slot {} of the PostgreSQL store ended (the simulated database restarted)",
+                guard.1
+            ))
+        }));
+        Ok(SlotHold { slot, hold })
     }
 }
 
@@ -503,6 +576,7 @@ impl StateDb for SimStateDb {
         &self,
         target: &PostgresTarget,
         after: u64,
+        owner: OwnerChange,
         decide: Decide,
     ) -> LocalBoxFuture<'static, Result<Exchanged, DbFailure>> {
         // Atomic, as the transaction holding the lock is, but done only after other tasks had
@@ -513,7 +587,7 @@ impl StateDb for SimStateDb {
         let (db, fence) = (Rc::clone(&self.0), target.fence.clone());
         Box::pin(async move {
             crate::env::disk::after_a_turn(()).await;
-            let done = db.exchange(fence.as_ref(), after, decide);
+            let done = db.exchange(fence.as_ref(), after, owner, decide);
             crate::env::disk::after_a_turn(done).await
         })
     }
@@ -576,8 +650,29 @@ impl StateDb for SimStateDb {
         crate::env::disk::after_a_turn(self.0.record_runs(kind, after))
     }
 
-    fn hold_sole(&self, _target: &PostgresTarget) -> LocalBoxFuture<'static, Result<SoleHold, DbFailure>> {
-        crate::env::disk::after_a_turn(self.0.hold_sole())
+    fn hold_slot(&self, _target: &PostgresTarget) -> LocalBoxFuture<'static, Result<SlotHold, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.hold_slot())
+    }
+
+    fn owners(
+        &self,
+        _target: &PostgresTarget,
+        after: &str,
+    ) -> LocalBoxFuture<'static, Result<Vec<(String, String)>, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.owners_after(after))
+    }
+
+    fn claim(&self, target: &PostgresTarget, run: &str) -> LocalBoxFuture<'static, Result<bool, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.claim(target.fence.as_ref(), run))
+    }
+
+    fn take_over(
+        &self,
+        target: &PostgresTarget,
+        instance: &str,
+        epoch: u64,
+    ) -> LocalBoxFuture<'static, Result<Option<Vec<String>>, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.take_over(target.fence.as_ref(), instance, epoch))
     }
 }
 
@@ -606,7 +701,7 @@ mod tests {
             seen.borrow_mut().extend(lines.iter().map(|line| line.seq));
             now.and(append)
         });
-        let done = db.exchange(fence, after, decide);
+        let done = db.exchange(fence, after, OwnerChange::Keep, decide);
         let handed = handed.borrow().clone();
         (done, handed)
     }

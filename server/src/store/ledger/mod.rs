@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use crate::base::sync::{MutexGuard, Notify};
-use crate::env::{Env, PostgresTarget};
+use crate::env::{Env, LedgerLine, OwnerChange, PostgresTarget};
 use crate::store::record;
 
 pub use event::{Event, MoneyRecord, OnceRecord};
@@ -40,6 +40,9 @@ pub enum LedgerError {
     Io { file: PathBuf, problem: String },
     /// The ledger was poisoned by an earlier failure.
     Poisoned,
+    /// Another instance appended to the shared ledger since this reserve was decided: its lines
+    /// are folded now, nothing was appended, and the caller decides again on the new state.
+    Moved,
 }
 
 impl std::fmt::Display for LedgerError {
@@ -52,6 +55,9 @@ impl std::fmt::Display for LedgerError {
                 write!(f, "{}: {problem}; the ledger accepts no more writes", file.display())
             }
             LedgerError::Poisoned => write!(f, "the ledger accepts no more writes after an earlier write failed"),
+            LedgerError::Moved => {
+                write!(f, "another instance appended to the shared ledger meanwhile; nothing was appended")
+            }
         }
     }
 }
@@ -289,47 +295,110 @@ impl Ledger {
         self.durable_up_to(seq).await
     }
 
-    /// One transaction appending `event` to the shared ledger, refused when the ledger holds
-    /// a line this instance has not folded; applied to the state once committed, so the
-    /// state holds durable events only (and `flush` has nothing to wait for).
+    /// One transaction appending `event` to the shared ledger, applied to the state once
+    /// committed, so the state holds durable events only (and `flush` has nothing to wait for).
+    /// Lines other instances appended since this one last read are folded first, in the same
+    /// transaction: a settle or release goes after them (they never touch this instance's runs:
+    /// a run is another's only once this instance's lease ended, and then the fence refuses the
+    /// write), while a reserve, decided on the state without them, is appended only if there
+    /// were none (`LedgerError::Moved` otherwise: its caller decides again).
     async fn append_shared(&self, shared: &Shared, event: &Event) -> Result<(), LedgerError> {
         let mut line = record::encode(event);
         assert_eq!(line.pop(), Some(b'\n'), "an encoded record ends its line");
         assert!(line.len() <= crate::env::LEDGER_LINE_BYTES_MAX, "a ledger line of {} bytes", line.len());
-        let foreign: Rc<Cell<Option<u64>>> = Rc::default();
-        let told = Rc::clone(&foreign);
-        let decide: crate::env::Decide = Box::new(move |lines, now| match lines.first() {
-            Some(first) => {
-                told.set(Some(first.seq));
-                None
-            }
-            None => now.map(|_| line),
-        });
-        let exchanged = self.env.state_db.ledger_exchange(&shared.target, shared.seen.get(), decide).await;
-        let fail = |problem: String| {
-            self.poisoned.set(true);
-            Err(LedgerError::Io { file: self.file.clone(), problem })
+        let (owner, decided_on_state) = match event {
+            Event::Reserve { run, .. } => (OwnerChange::Take(run.clone()), true),
+            Event::Settle { run, .. } | Event::Release { run, .. } => (OwnerChange::End(run.clone()), false),
         };
-        let exchanged = match exchanged {
-            Ok(exchanged) => exchanged,
-            Err(failure) if failure.may_have_committed => {
-                return fail(format!("{} (the event may have been appended)", failure.message))
-            }
-            Err(failure) => return fail(failure.message),
-        };
-        if let Some(seq) = foreign.get() {
-            return fail(format!(
-                "line {seq} was appended by another Warden instance: one instance serves a PostgreSQL store until \
-                 leases are built (issue 28); nothing was appended"
-            ));
+        loop {
+            let foreign: Rc<RefCell<Vec<LedgerLine>>> = Rc::default();
+            let (told, line) = (Rc::clone(&foreign), line.clone());
+            let decide: crate::env::Decide = Box::new(move |lines, now| {
+                told.borrow_mut().extend_from_slice(lines);
+                let free = lines.is_empty() || !decided_on_state;
+                now.filter(|_| free).map(|_| line)
+            });
+            let after = shared.seen.get();
+            let exchanged = self.env.state_db.ledger_exchange(&shared.target, after, owner.clone(), decide).await;
+            let exchanged = match exchanged {
+                Ok(exchanged) => exchanged,
+                Err(failure) if failure.may_have_committed => {
+                    return self.poison(format!("{} (the event may have been appended)", failure.message))
+                }
+                Err(failure) => return self.poison(failure.message),
+            };
+            self.fold_foreign(shared, &foreign.borrow())?;
+            let Some(seq) = exchanged.appended else {
+                if exchanged.more {
+                    continue;
+                }
+                assert!(decided_on_state, "a settle or release is appended once the whole ledger is read");
+                return Err(LedgerError::Moved);
+            };
+            assert_eq!(seq, shared.seen.get() + 1, "an appended line follows the lines folded");
+            shared.seen.set(seq);
+            self.state.borrow_mut().apply(event).expect("another instance's lines never touch this instance's runs");
+            self.written.set(self.written.get() + 1);
+            self.durable.set(self.written.get());
+            return Ok(());
         }
-        let seq = exchanged.appended.expect("the whole ledger was read and the line given");
-        assert_eq!(seq, shared.seen.get() + 1, "an appended line follows the lines folded");
-        shared.seen.set(seq);
-        self.state.borrow_mut().apply(event).expect("checked before writing");
-        self.written.set(self.written.get() + 1);
-        self.durable.set(self.written.get());
+    }
+
+    /// Folds the lines other instances appended to the shared ledger since this one last read
+    /// (`catch_up` before a decision, and every append).
+    fn fold_foreign(&self, shared: &Shared, lines: &[LedgerLine]) -> Result<(), LedgerError> {
+        for LedgerLine { seq, line } in lines {
+            let damaged =
+                |problem: String| LedgerError::Damaged { file: self.file.clone(), line: *seq as usize, problem };
+            if *seq != shared.seen.get() + 1 {
+                self.poisoned.set(true);
+                return Err(damaged(format!("it follows line {}: a line is missing", shared.seen.get())));
+            }
+            let event: Event = record::decode(line).map_err(|problem| {
+                self.poisoned.set(true);
+                damaged(problem)
+            })?;
+            self.state.borrow_mut().apply(&event).map_err(|problem| {
+                self.poisoned.set(true);
+                damaged(problem)
+            })?;
+            shared.seen.set(*seq);
+        }
         Ok(())
+    }
+
+    /// Folds every line other instances appended to the shared ledger since this one last read,
+    /// so a decision made under the lock (a quota, a `once` key) sees them; nothing for a file.
+    /// The caller holds the ledger's lock (`lock`): no append of this instance folds lines
+    /// meanwhile.
+    pub async fn catch_up(&self, _held: &MutexGuard<'_>) -> Result<(), LedgerError> {
+        let Some(shared) = &self.shared else { return Ok(()) };
+        if self.poisoned.get() {
+            return Err(LedgerError::Poisoned);
+        }
+        loop {
+            let read: Rc<RefCell<Vec<LedgerLine>>> = Rc::default();
+            let told = Rc::clone(&read);
+            let decide: crate::env::Decide = Box::new(move |lines, _| {
+                told.borrow_mut().extend_from_slice(lines);
+                None
+            });
+            let after = shared.seen.get();
+            let exchanged = self.env.state_db.ledger_exchange(&shared.target, after, OwnerChange::Keep, decide).await;
+            if let Err(failure) = exchanged.as_ref() {
+                return self.poison(format!("cannot read it: {}", failure.message));
+            }
+            let exchanged = exchanged.expect("checked");
+            self.fold_foreign(shared, &read.borrow())?;
+            if !exchanged.more {
+                return Ok(());
+            }
+        }
+    }
+
+    fn poison(&self, problem: String) -> Result<(), LedgerError> {
+        self.poisoned.set(true);
+        Err(LedgerError::Io { file: self.file.clone(), problem })
     }
 
     /// Returns once every event written so far is durable: a decision read from the state
