@@ -771,3 +771,111 @@ fn switching_the_store_with_a_run_open_is_refused_until_it_is_finished() {
     std::fs::write(dir.path().join("journals/server.store"), "{\"kept_in\":\"files\"}\n").unwrap();
     refused(dir, None, &["server.store: not a record line", "restore it"]);
 }
+
+/// The most money the store's ledger ever held against a quota, in cents, line after line:
+/// each open run at what it reserved, each settled run at what it was charged.
+fn most_held_cents(pg: &Pg) -> i64 {
+    use warden::store::ledger::{Event, MoneyRecord};
+    let cents = |money: &[MoneyRecord]| -> i64 {
+        money.iter().map(|m| (m.amount.parse::<f64>().unwrap() * 100.0).round() as i64).sum()
+    };
+    let lines = pg.sql("SELECT convert_from(line, 'UTF8') FROM warden_ledger ORDER BY seq");
+    let (mut open, mut held, mut most) = (std::collections::BTreeMap::new(), 0, 0);
+    for line in lines.lines() {
+        match warden::store::record::decode::<Event>(line.as_bytes()).unwrap() {
+            Event::Reserve { run, money, .. } => {
+                held += cents(&money);
+                open.insert(run, cents(&money));
+            }
+            Event::Settle { run, charged, .. } => held += cents(&charged) - open.remove(&run).unwrap(),
+            Event::Release { run, .. } => held -= open.remove(&run).unwrap(),
+        }
+        most = most.max(held);
+    }
+    most
+}
+
+/// Issue 28 item 5: three servers on one manifest share the PostgreSQL store. A burst of
+/// refunds is spread over them, each order sent to one instance and again to another (`once`
+/// holds across instances), under a money quota every instance counts. One instance dies at an
+/// action's begin (its refund in doubt) and another is killed (kill -9) in the middle of the
+/// burst; neither is started again: the survivor takes their runs over once their leases end,
+/// finishes them (the refund in doubt sent again under its idempotency key), and leaves no run
+/// open. Every order is refunded once at most, and the quota is held.
+#[test]
+fn three_instances_share_the_store_through_kills_in_a_burst() {
+    const ORDERS: usize = 30;
+    let payments = Payments::start();
+    let pg = Pg::create("three_instances");
+    let dir = on_store(folder(&payments));
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    // Each run reserves 2.00 and is charged what it refunds (1.00): at most 15.00 a window.
+    manifest["tools"][0]["grants"]["pay"]["each"] = json!({"amount": "2.00", "currency": "USD"});
+    manifest["tools"][0]["quota"] =
+        json!({"window": "24h", "calls": 1000, "money": {"amount": "15.00", "currency": "USD"}});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let env = [("STRIPE_SECRET_KEY", SECRET), (STORE_URL_ENV, pg.url.as_str())];
+    let mut survivor = Wire::start_dir(dir, &env);
+    survivor.assert_serving(1);
+    let mut killed = survivor.start_beside(&env);
+    killed.assert_serving(1);
+    let crashing =
+        [("STRIPE_SECRET_KEY", SECRET), (STORE_URL_ENV, pg.url.as_str()), ("FAILPOINTS", "action-begun=return")];
+    let mut crashed = survivor.start_beside(&crashing);
+    crashed.assert_serving(1);
+    crashed.send_request(Era::Modern, json!("first"), "tools/call", refund("pi_97000", "1.00"));
+    assert!(!crashed.wait_exit(Duration::from_secs(30)).success(), "the process did not die at the crash point");
+
+    let mut instances = [survivor, killed];
+    let mut alive = 2;
+    for n in 1..ORDERS {
+        // After the kill, the calls go to the survivor alone, as a client's retries would.
+        let order = format!("pi_97{n:03}");
+        instances[n % alive].send_request(Era::Modern, json!(format!("{n}")), "tools/call", refund(&order, "1.00"));
+        let again = json!(format!("{n}-again"));
+        instances[(n + 1) % alive].send_request(Era::Modern, again, "tools/call", refund(&order, "1.00"));
+        if n == ORDERS / 2 {
+            std::thread::sleep(Duration::from_millis(150));
+            assert!(instances[1].kill_now(), "the instance was alive until the kill");
+            alive = 1;
+        }
+    }
+    let [mut survivor, _killed] = instances;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store_open_runs(&pg) > 0 {
+        assert!(Instant::now() < deadline, "runs left open: {}", survivor.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let said = survivor.stderr();
+    assert!(said.contains("took over 1 run(s) of instance `instance-3`"), "{said}");
+    assert!(!said.contains(&pg.password()) && !said.contains(SECRET), "{said}");
+    let mut by_order = std::collections::BTreeMap::new();
+    for (intent, minor) in payments.ledger.lock().unwrap().refunds.iter() {
+        *by_order.entry(intent.clone()).or_insert(0) += minor;
+    }
+    assert!(by_order.values().all(|&minor| minor == 100), "an order was refunded twice: {by_order:?}");
+    assert!(by_order.contains_key("pi_97000"), "the refund in doubt was finished once: {by_order:?} {said}");
+    let refunded: i64 = by_order.values().sum();
+    assert!(refunded <= 1500, "the quota of 15.00 was exceeded: {refunded} cents refunded");
+    let most = most_held_cents(&pg);
+    assert!(most <= 1500, "the ledger held {most} cents against the quota of 1500 at some line");
+    assert!(store_events(&pg, "settle") as usize >= by_order.len(), "every refund belongs to a settled run");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_owners"), "0", "no run is owned any more");
+    // Every call the survivor was sent is answered, and it goes on serving.
+    survivor.send_request(Era::Modern, json!(900), "tools/list", json!({}));
+    let mut answered = 0;
+    while survivor.recv()["id"] != json!(900) {
+        answered += 1;
+    }
+    // One call an order until the kill, both after it.
+    assert_eq!(answered, ORDERS / 2 + 2 * (ORDERS - 1 - ORDERS / 2), "an answer to every call the survivor was sent");
+    println!(
+        "three instances: {} orders, {} refunded ({refunded} cents; quota 1500, at most {most} held), {} runs settled, \
+         {} released",
+        ORDERS,
+        by_order.len(),
+        store_events(&pg, "settle"),
+        store_events(&pg, "release")
+    );
+}
