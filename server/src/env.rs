@@ -472,6 +472,10 @@ pub enum OwnerChange {
 /// so the instances table and a lookup of expired leases stay bounded.
 pub const INSTANCE_SLOTS_MAX: u32 = 64;
 
+/// The most instances `StateDb::instances` lists: every slot, and as many names again left by
+/// Warden versions before slots.
+pub const INSTANCES_LISTED_MAX: usize = 2 * INSTANCE_SLOTS_MAX as usize;
+
 /// The name the instance holding slot `slot` registers under (a restart in the same slot takes
 /// its runs up at once, under the next epoch).
 pub fn instance_name(slot: u32) -> String {
@@ -609,6 +613,9 @@ pub trait StateDb {
         target: &PostgresTarget,
         after: &str,
     ) -> LocalBoxFuture<'static, Result<Vec<(String, String)>, DbFailure>>;
+    /// Every registered instance with its epoch and how long its lease has left by the
+    /// database's clock (0: ended), by name, at most `INSTANCES_LISTED_MAX` (slots keep them few).
+    fn instances(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Vec<(String, Lease)>, DbFailure>>;
     /// Makes the fenced target's instance the owner of `run` if it has none (a run left open by
     /// a version before owners were kept); whether it owns it now.
     fn claim(&self, target: &PostgresTarget, run: &str) -> LocalBoxFuture<'static, Result<bool, DbFailure>>;

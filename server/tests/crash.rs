@@ -616,6 +616,12 @@ fn on_the_postgresql_store_the_operator_resolves_beside_the_live_server() {
     let (ok, report) = on_store(&["mcp", "status", manifest.to_str().unwrap()]);
     assert!(ok && report.contains("waiting for an operator at action 0: "), "{report}");
     assert!(report.contains("warden_ledger"), "the report names the store's ledger: {report}");
+    // Who serves the store and who owns the run: the restart took slot 1 again, at epoch 2.
+    assert!(report.contains("server: running, 1 instance(s) on the store: instance-1 (epoch 2"), "{report}");
+    assert!(report.contains("reserved") && report.contains("owned by instance-1"), "{report}");
+    let run = report.split("add_note ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let (ok, shown) = on_store(&["runs", "show", manifest.to_str().unwrap(), &run]);
+    assert!(ok && shown.contains("owned by instance instance-1"), "{shown}");
     let journal = report.split("--journal ").nth(1).unwrap().split(' ').next().unwrap().to_string();
     assert!(!Path::new(&journal).exists(), "no journal file on the store: {journal}");
     let (ok, said) = on_store(&["resolve", "--journal", &journal, "--op", "0", "--did-not-happen"]);

@@ -16,8 +16,8 @@ use tokio_postgres::types::ToSql;
 use super::postgres::{bounded_transaction, describe, Session};
 use crate::env::{
     DbFailure, Decide, Exchanged, HoldLost, Lease, LedgerLine, LocalBoxFuture, Migration, OwnerChange, PostgresTarget,
-    RecordKind, RecordWrite, SlotHold, StateDb, INSTANCE_NAME_BYTES_MAX, INSTANCE_SLOTS_MAX, LEDGER_LINE_BYTES_MAX,
-    LEDGER_PAGE_LINES, RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
+    RecordKind, RecordWrite, SlotHold, StateDb, INSTANCES_LISTED_MAX, INSTANCE_NAME_BYTES_MAX, INSTANCE_SLOTS_MAX,
+    LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
 };
 use crate::limits::RECORD_LINE_BYTES_MAX;
 
@@ -203,6 +203,11 @@ impl StateDb for RealStateDb {
     ) -> LocalBoxFuture<'static, Result<Vec<(String, String)>, DbFailure>> {
         let (target, after) = (target.clone(), after.to_string());
         Box::pin(async move { owners(&target, &after).await })
+    }
+
+    fn instances(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Vec<(String, Lease)>, DbFailure>> {
+        let target = target.clone();
+        Box::pin(async move { instances(&target).await })
     }
 
     fn claim(&self, target: &PostgresTarget, run: &str) -> LocalBoxFuture<'static, Result<bool, DbFailure>> {
@@ -511,6 +516,25 @@ async fn owners(target: &PostgresTarget, after: &str) -> Result<Vec<(String, Str
         owners.push((run, instance));
     }
     Ok(owners)
+}
+
+async fn instances(target: &PostgresTarget) -> Result<Vec<(String, Lease)>, DbFailure> {
+    let failed = DbFailure::rolled_back;
+    let sql = format!("SELECT id, epoch, {REMAINING_MS} FROM warden_instances ORDER BY id LIMIT $1");
+    let session = begun(target).await?;
+    let most = INSTANCES_LISTED_MAX as i64;
+    let asked = session.within("listing instances", session.client.query(&sql, &[&most])).await;
+    let rows = asked.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
+    let mut listed = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id: String = row.try_get(0).map_err(|e| failed(describe(&e)))?;
+        checked_name(&id)?;
+        let epoch: i64 = row.try_get(1).map_err(|e| failed(describe(&e)))?;
+        let remaining: i64 = row.try_get(2).map_err(|e| failed(describe(&e)))?;
+        let lease = Lease { epoch: epoch as u64, remaining_ms: remaining.max(0) as u64, replaced_remaining_ms: 0 };
+        listed.push((id, lease));
+    }
+    Ok(listed)
 }
 
 async fn claim(target: &PostgresTarget, run: &str) -> Result<bool, DbFailure> {

@@ -91,15 +91,22 @@ struct Seen {
     state: State,
     server_running: bool,
     now_ms: u64,
+    /// On the PostgreSQL store, each open run's owner.
+    owners: std::collections::BTreeMap<String, String>,
 }
 
 impl Seen {
     async fn read(env: &Env, catalog: &Catalog, store: Option<PostgresTarget>) -> Result<Seen, String> {
         let journals = &catalog.manifest.server.journals;
-        let Kept { state, records, .. } = Kept::read(env, journals, store).await?;
-        let server_running = crate::operator::status::server_running(env, journals).await == Some(true);
+        let Kept { state, records, instances, .. } = Kept::read(env, journals, store).await?;
+        // On the store, a server runs while an instance holds its lease.
+        let server_running = match &instances {
+            Some(instances) => instances.serving().next().is_some(),
+            None => crate::operator::status::server_running(env, journals).await == Some(true),
+        };
         let now_ms = env.clock.now_ms().max(state.last_at_ms);
-        Ok(Seen { records, state, server_running, now_ms })
+        let owners = instances.map(|instances| instances.owners).unwrap_or_default();
+        Ok(Seen { records, state, server_running, now_ms, owners })
     }
 
     /// Where `entry` stands: the ledger says it for a finished run; an unfinished one's
@@ -263,12 +270,22 @@ pub async fn show(
     let shown = Shown::of(entry, state, records.as_ref().map(|(records, _)| records.as_slice()), returns_content);
     let mut value = shown.to_json(entry, state);
     value["journal"] = json!(journal);
+    let owner = seen.owners.get(&entry.run);
+    if let Some(owner) = owner {
+        value["owner"] = json!(owner);
+    }
     if let Some((_, torn)) = records.as_ref().filter(|(_, torn)| *torn > 0) {
         value["torn_tail_bytes"] = json!(torn);
     }
     Ok(match as_json {
         true => serde_json::to_string_pretty(&value).expect("JSON values serialise") + "\n",
-        false => shown.text(entry, state, Path::new(&journal), records.is_some()),
+        false => {
+            let text = shown.text(entry, state, Path::new(&journal), records.is_some());
+            match owner {
+                Some(owner) => format!("{text}owned by instance {owner} (PostgreSQL store)\n"),
+                None => text,
+            }
+        }
     })
 }
 

@@ -25,12 +25,18 @@ pub async fn report(
     as_json: bool,
 ) -> Result<String, String> {
     let journals = &catalog.manifest.server.journals;
-    let crate::operator::kept::Kept { state, ledger: file, records } =
+    let crate::operator::kept::Kept { state, ledger: file, records, instances } =
         crate::operator::kept::Kept::read(env, journals, store).await?;
     let now = env.clock.now_ms().max(state.last_at_ms);
-    let running = server_running(env, journals).await;
+    // On the store, instances hold the journals' lock only while they start: a server runs
+    // while an instance holds its lease.
+    let running = match &instances {
+        Some(instances) => Some(instances.serving().next().is_some()),
+        None => server_running(env, journals).await,
+    };
     let here = Here { records: &records, manifest: &catalog.manifest.path, running: running == Some(true) };
-    let unfinished = unfinished(&here, &state).await;
+    let owners = instances.as_ref().map(|instances| &instances.owners);
+    let unfinished = unfinished(&here, &state, owners).await;
     let quotas: Vec<QuotaUse> = catalog.tools.iter().flat_map(|tool| quota_use(tool, &state, now)).collect();
     if as_json {
         let value = json!({
@@ -39,15 +45,21 @@ pub async fn report(
             "server": match running { Some(true) => "running", Some(false) => "not_running", None => "unknown" },
             "unfinished": unfinished.iter().map(|u| u.to_json(now)).collect::<Vec<_>>(),
             "quotas": quotas.iter().map(QuotaUse::to_json).collect::<Vec<_>>(),
+            "instances": instances.as_ref().map(|instances| instances.leases.iter().map(|(name, lease)| json!({
+                "name": name, "epoch": lease.epoch, "lease_left_ms": lease.remaining_ms,
+            })).collect::<Vec<_>>()),
         });
         return Ok(serde_json::to_string_pretty(&value).expect("JSON values serialise") + "\n");
     }
     let mut out = format!("ledger {} ({} runs recorded)\n", file.display(), state.runs.len());
-    out.push_str(match running {
-        Some(true) => "server: running (it holds the journals' lock)\n",
-        Some(false) => "server: not running\n",
-        None => "server: unknown (the journals' lock cannot be probed)\n",
-    });
+    match &instances {
+        Some(instances) => out.push_str(&instances_text(instances)),
+        None => out.push_str(match running {
+            Some(true) => "server: running (it holds the journals' lock)\n",
+            Some(false) => "server: not running\n",
+            None => "server: unknown (the journals' lock cannot be probed)\n",
+        }),
+    }
     match unfinished.is_empty() {
         true => out.push_str("unfinished runs: none\n"),
         false => out.push_str(&format!("unfinished runs: {}\n", unfinished.len())),
@@ -60,6 +72,32 @@ pub async fn report(
         out.push_str(&quota.text());
     }
     Ok(out)
+}
+
+/// The instances serving the PostgreSQL store, and those whose lease ended (their runs are
+/// taken over by a serving instance, or by the next start in their slot).
+fn instances_text(instances: &crate::operator::kept::Instances) -> String {
+    let serving: Vec<String> = instances
+        .serving()
+        .map(|(name, lease)| format!("{name} (epoch {}, lease {} ms left)", lease.epoch, lease.remaining_ms))
+        .collect();
+    let owning = |name: &str| instances.owners.values().filter(|owner| *owner == name).count();
+    let ended: Vec<String> = (instances.leases.iter())
+        .filter(|(name, lease)| lease.remaining_ms == 0 && owning(name) > 0)
+        .map(|(name, lease)| format!("{name} (epoch {}, owning {} open run(s))", lease.epoch, owning(name)))
+        .collect();
+    let mut out = match serving.is_empty() {
+        true => "server: not running (no instance holds a lease on the store)\n".to_string(),
+        false => format!("server: running, {} instance(s) on the store: {}\n", serving.len(), serving.join(", ")),
+    };
+    if !ended.is_empty() {
+        out.push_str(&format!(
+            "leases ended: {} (their runs are taken over by an instance serving the store, or by the next start in \
+             their slot)\n",
+            ended.join(", ")
+        ));
+    }
+    out
 }
 
 /// Whether a server holds the journals' lock: probed by taking it for an instant (a server
@@ -214,6 +252,8 @@ async fn waiting_line(records: &RunRecords, entry: &RunEntry) -> String {
 /// One unfinished run as the report tells it.
 struct Unfinished {
     entry: RunEntry,
+    /// The instance that owns it, on the PostgreSQL store.
+    owner: Option<String>,
     /// Waiting for an operator (its waiting record exists).
     waiting: bool,
     /// What it is doing and the one thing to do, in words.
@@ -229,7 +269,8 @@ impl Unfinished {
             None => entry.run.clone(),
         };
         let age = ledger::duration_text(now_ms.saturating_sub(entry.reserved_at_ms).max(1000));
-        format!("  {} {run}, reserved {age} ago: {}\n", entry.tool, self.detail)
+        let owner = self.owner.as_ref().map(|owner| format!(", owned by {owner}")).unwrap_or_default();
+        format!("  {} {run}, reserved {age} ago{owner}: {}\n", entry.tool, self.detail)
     }
 
     fn to_json(&self, now_ms: u64) -> Value {
@@ -242,13 +283,18 @@ impl Unfinished {
             "reserved_at": utc_timestamp(entry.reserved_at_ms),
             "age_ms": now_ms.saturating_sub(entry.reserved_at_ms),
             "waiting_for_operator": self.waiting,
+            "owner": self.owner,
             "detail": self.detail,
             "resolve": resolve,
         })
     }
 }
 
-async fn unfinished(here: &Here<'_>, state: &State) -> Vec<Unfinished> {
+async fn unfinished(
+    here: &Here<'_>,
+    state: &State,
+    owners: Option<&std::collections::BTreeMap<String, String>>,
+) -> Vec<Unfinished> {
     let mut out = Vec::new();
     for entry in state.runs.values().filter(|e| e.is_open()) {
         let waiting = here.records.exists(&entry.tool, &entry.run, RecordKind::Waiting).await.unwrap_or(false);
@@ -256,7 +302,8 @@ async fn unfinished(here: &Here<'_>, state: &State) -> Vec<Unfinished> {
             true => waiting_line(here.records, entry).await,
             false => run_line(here, entry).await,
         };
-        out.push(Unfinished { entry: entry.clone(), waiting, detail });
+        let owner = owners.and_then(|owners| owners.get(&entry.run)).cloned();
+        out.push(Unfinished { entry: entry.clone(), owner, waiting, detail });
     }
     out
 }

@@ -14,8 +14,9 @@ use warden::store::ledger::{Event, LEDGER_FILE};
 
 use warden::env::{
     DbFailure, Decide, Exchanged, Fence, HoldLost, Lease, LedgerLine, LocalBoxFuture, Migration, OwnerChange,
-    PostgresTarget, RecordKind, RecordWrite, SlotHold, StateDb, INSTANCE_NAME_BYTES_MAX, INSTANCE_SLOTS_MAX,
-    LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX, STATE_SCHEMA_VERSION,
+    PostgresTarget, RecordKind, RecordWrite, SlotHold, StateDb, INSTANCES_LISTED_MAX, INSTANCE_NAME_BYTES_MAX,
+    INSTANCE_SLOTS_MAX, LEDGER_LINE_BYTES_MAX, LEDGER_PAGE_LINES, RECORD_RUNS_PAGE, RUN_ID_BYTES_MAX,
+    STATE_SCHEMA_VERSION,
 };
 use warden::limits::RECORD_LINE_BYTES_MAX;
 
@@ -287,6 +288,16 @@ impl SharedDb {
         let instances = self.instances.borrow();
         let dead = instances.iter().filter(|(_, (_, until))| *until <= now);
         Ok(dead.take(64).map(|(name, (epoch, _))| (name.clone(), *epoch)).collect())
+    }
+
+    fn instances_listed(&self) -> Result<Vec<(String, Lease)>, DbFailure> {
+        self.with_schema(2)?;
+        let now = self.now();
+        let instances = self.instances.borrow();
+        let listed = instances.iter().take(INSTANCES_LISTED_MAX).map(|(name, (epoch, until))| {
+            (name.clone(), Lease { epoch: *epoch, remaining_ms: until.saturating_sub(now), replaced_remaining_ms: 0 })
+        });
+        Ok(listed.collect())
     }
 
     fn owners_after(&self, after: &str) -> Result<Vec<(String, String)>, DbFailure> {
@@ -660,6 +671,10 @@ impl StateDb for SimStateDb {
         after: &str,
     ) -> LocalBoxFuture<'static, Result<Vec<(String, String)>, DbFailure>> {
         crate::env::disk::after_a_turn(self.0.owners_after(after))
+    }
+
+    fn instances(&self, _target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Vec<(String, Lease)>, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.instances_listed())
     }
 
     fn claim(&self, target: &PostgresTarget, run: &str) -> LocalBoxFuture<'static, Result<bool, DbFailure>> {
