@@ -110,6 +110,17 @@ pub async fn open_server(
     create_root(env, &journals).await?;
     let lock = take_lock(env, &journals).await?;
     check_the_place(env, manifest_path, &journals, &catalog.manifest.server.store).await?;
+    let key = crate::run::input::load_key(env, &journals).await?;
+    // On the store, instances share the journals folder (each run's log is its own file, and
+    // the store's slots keep the instances apart): its lock is held only for the place and the
+    // key, not while the ledger is read.
+    let _lock = match &catalog.manifest.server.store {
+        Store::Files => Some(lock),
+        Store::Postgres { .. } => {
+            drop(lock);
+            None
+        }
+    };
     let (ledger, records, sole) = match &catalog.manifest.server.store {
         Store::Files => {
             let ledger = Ledger::open(env, &journals).await.map_err(|e| e.to_string())?;
@@ -123,11 +134,7 @@ pub async fn open_server(
     if let Store::Postgres { url_env } = &catalog.manifest.server.store {
         runs.secrets.extend(env.process.var(url_env).filter(|url| !url.is_empty()));
     }
-    runs.inputs.set_key(crate::run::input::load_key(env, &journals).await?);
-    let _lock = match &catalog.manifest.server.store {
-        Store::Files => Some(lock),
-        Store::Postgres { .. } => None,
-    };
+    runs.inputs.set_key(key);
     let runs = Rc::new(runs);
     // Watched before recovery resumes any run: a lock or lease lost meanwhile stops those runs too.
     let registered = watch_the_lease(env, &runs, sole).await;
@@ -252,7 +259,9 @@ async fn watch_the_lease(
 /// checked (the action rule, `store::lease`), which recovery would otherwise find in doubt
 /// while it is still being sent.
 async fn wait_out_the_replaced_lease(env: &Env, registered: &Registered) {
+    // The database's clock may run faster than this instance's by the drift bound.
     let left = registered.replaced_remaining_ms;
+    let left = left.saturating_add(left.div_ceil(1000) * crate::limits::LEASE_DRIFT_PER_MILLE);
     if left > 0 {
         env.log(&format!(
             "the previous epoch of this slot held its lease for {left} ms more: waiting for it to end before taking \

@@ -59,6 +59,9 @@ pub const INPUT_RESPONSES_BYTES_MAX: usize = 256 * 1024;
 /// time between the check and the first byte); `warden check` holds every grant's longest send
 /// and the margin within two thirds of the lease, so a healthy renewal never holds one back.
 pub const LEASE_SEND_MARGIN_MS: u64 = 500;
+/// How long past its statement timeout a PostgreSQL session may still be open (the client's
+/// grace, `io/postgres.rs`): a `db.postgres` write's COMMIT can land that late.
+pub const POSTGRES_CLIENT_GRACE_MS: u64 = 1000;
 /// The drift bound between the database's clock and an instance's monotonic clock, per
 /// thousand: a lease of `r` ms left by the database's clock lasts at least `r - r/1000` ms
 /// by the instance's.

@@ -159,10 +159,17 @@ fn drained_leaves_nothing_new_in_doubt(world: &World, instance: &Instance, signa
 
 /// 6: every write a serving instance makes to the PostgreSQL store is fenced by its lease, so
 /// the store refuses it once the lease ended or a later start took it.
+/// And the action rule: no write reaches a service while the sending instance's lease has ended
+/// (an action it might no longer own).
 fn every_store_write_fenced(world: &World, report: &mut Report) {
     let unfenced = world.shared_db.unfenced_writes.replace(0);
     if unfenced > 0 {
         let message = format!("{unfenced} write(s) reached the PostgreSQL store without a lease's fence");
+        report.violations.push(Violation { invariant: 6, message });
+    }
+    let unleased = world.shared_db.sends_without_a_lease.replace(0);
+    if unleased > 0 {
+        let message = format!("{unleased} write action(s) reached a service after the sender's lease ended");
         report.violations.push(Violation { invariant: 6, message });
     }
 }

@@ -44,6 +44,14 @@ fn not_recorded(runs: &Runs, error: LedgerError) -> Admission<'static> {
 /// ledger between its decision and its reserve (`LedgerError::Moved`).
 const ADMISSION_TRIES_MAX: u32 = 16;
 
+/// The shared ledger could not be read or appended to, and nothing was written: the call is
+/// answered, and the server goes on (the store may be back for the next one).
+fn store_unreachable(runs: &Runs, tool: &str, problem: &str) -> Admission<'static> {
+    let problem = crate::broker::scrub(problem, &runs.secrets);
+    runs.env.log(&format!("tool {tool}: a call refused: the PostgreSQL store cannot be reached: {problem}"));
+    answered("the server cannot reach its store for a moment; nothing was run, try again".to_string())
+}
+
 /// Admits one call of `tool` with its checked `inputs`, or answers it.
 pub async fn admit<'a>(
     runs: &'a Runs,
@@ -88,8 +96,10 @@ async fn admit_once<'a>(
     let name = &tool.config.name;
     let subject = principal.map(|principal| principal.subject.as_str());
     let held = runs.ledger.lock().await;
-    if let Err(error) = runs.ledger.catch_up(&held).await {
-        return Some(not_recorded(runs, error));
+    match runs.ledger.catch_up(&held).await {
+        Ok(()) => {}
+        Err(LedgerError::Unreachable(problem)) => return Some(store_unreachable(runs, name, &problem)),
+        Err(error) => return Some(not_recorded(runs, error)),
     }
     let now = runs.ledger.stamp();
     if let (Some(once), Some(config)) = (&once, &tool.config.once) {
@@ -137,6 +147,7 @@ async fn admit_once<'a>(
     match RunStore::reserve(runs, held, reserve).await {
         Ok(()) => Some(Admission::Reserved { run, slot, running }),
         Err(LedgerError::Moved) => None,
+        Err(LedgerError::Unreachable(problem)) => Some(store_unreachable(runs, name, &problem)),
         Err(error) => Some(not_recorded(runs, error)),
     }
 }

@@ -40,8 +40,7 @@ pub async fn run_status(
             )
         }
     };
-    // What the state says is answered only once it is durable.
-    if let Err(error) = runs.ledger.flush().await {
+    if let Err(error) = read_up_to_date(runs).await {
         // The error names the ledger's path: the operator's log keeps it, not the caller.
         runs.env.log(&format!("run status: {error}"));
         return crate::call::answer::error_result("the server could not read its ledger durably".to_string());
@@ -59,16 +58,7 @@ pub async fn run_status(
         RunPhase::Released { .. } => {
             json!({"run": run, "tool": tool, "status": "unknown", "detail": "the call was recorded but its run never started"})
         }
-        RunPhase::Open if runs.is_in_progress(&run) => {
-            json!({"run": run, "tool": tool, "status": "running"})
-        }
-        RunPhase::Open if runs.inputs.awaited(&run).is_some() => {
-            json!({"run": run, "tool": tool, "status": "waiting_for_input",
-                   "detail": "the run asked its client for input; it goes on when the client retries with the answers, or ends when the wait expires"})
-        }
-        RunPhase::Open => {
-            json!({"run": run, "tool": tool, "status": "waiting", "detail": "an action may have happened; the run waits for an operator"})
-        }
+        RunPhase::Open => open_status(runs, &run, &tool).await,
         RunPhase::Settled { outcome, .. } => match runs.read_journal(&tool, &run).await {
             Ok(Some(journal)) if journal.end.is_some() => {
                 let end = journal.end.expect("checked");
@@ -94,6 +84,32 @@ pub async fn run_status(
     };
     // The run's result may be up to a journal line's size; what is sent has the call's limit.
     crate::call::answer::bounded(status_result(status, text), &run)
+}
+
+/// An unfinished run's status: running here, waiting for its client's input, running on another
+/// instance of the store, or waiting for an operator.
+async fn open_status(runs: &Runs, run: &str, tool: &str) -> Value {
+    if runs.is_in_progress(run) {
+        return json!({"run": run, "tool": tool, "status": "running"});
+    }
+    if runs.inputs.awaited(run).is_some() {
+        return json!({"run": run, "tool": tool, "status": "waiting_for_input",
+               "detail": "the run asked its client for input; it goes on when the client retries with the answers, or ends when the wait expires"});
+    }
+    if runs.records.store().is_some() && !runs.has_waiting_record(tool, run).await.unwrap_or(true) {
+        return json!({"run": run, "tool": tool, "status": "running", "detail": "on another instance of the store"});
+    }
+    json!({"run": run, "tool": tool, "status": "waiting", "detail": "an action may have happened; the run waits for an operator"})
+}
+
+/// What other instances appended is read first (a run admitted by another instance of the
+/// store), and what the state says is answered only once it is durable.
+async fn read_up_to_date(runs: &Runs) -> Result<(), crate::store::ledger::LedgerError> {
+    let caught_up = {
+        let held = runs.ledger.lock().await;
+        runs.ledger.catch_up(&held).await
+    };
+    caught_up.and(runs.ledger.flush().await)
 }
 
 fn status_result(status: Value, summary: String) -> Value {

@@ -35,7 +35,7 @@ const STILL_READ_ONLY: &str = "SELECT current_setting('transaction_read_only')";
 
 /// The time this side waits past the server's own `statement_timeout` before it gives up
 /// on an exchange (the server's error is the one a reader should see).
-const CLIENT_GRACE_MS: u64 = 1000;
+const CLIENT_GRACE_MS: u64 = crate::limits::POSTGRES_CLIENT_GRACE_MS;
 
 /// Statements a program may not send: they would end the transaction its write's
 /// `warden_actions` row is in, or lift the bounds Warden set on it.

@@ -627,7 +627,9 @@ fn check_sends_fit_the_lease(
     if server.store == Store::Files {
         return;
     }
-    let room = server.store_lease_ms / 3 * 2;
+    // Two thirds of the lease: what is left just before a renewal, less the drift bound.
+    let lease = server.store_lease_ms;
+    let room = (lease / 3 * 2).saturating_sub(lease.div_ceil(1000) * crate::limits::LEASE_DRIFT_PER_MILLE);
     for (name, grant) in grants {
         let Grant::Capability(grant) = grant else { continue };
         let Some(send) = grant.cap.longest_send_ms(net) else { continue };
@@ -644,7 +646,7 @@ fn check_sends_fit_the_lease(
                     if grant.cap == kinds::Kind::StripeRefund { ", twice: the currency is read first" } else { "" },
                     crate::limits::LEASE_SEND_MARGIN_MS,
                     server.store_lease_ms,
-                    needed.saturating_mul(3).div_ceil(2)
+                    (needed + 1).saturating_mul(3).div_ceil(2) + needed.div_ceil(500)
                 ),
             );
         }
@@ -1225,6 +1227,44 @@ mod tests {
         for wrong in [r#","lease":"2s""#, r#","lease":"11m""#, r#","lease":"soon""#] {
             let found = problems(&manifest(wrong));
             assert!(found.iter().any(|p| p.contains("server.store.postgres.lease")), "{wrong}: {found:?}");
+        }
+    }
+
+    /// The action rule's bound at `warden check`: on the store, a grant's longest send (twice
+    /// for a refund, a session's grace more for `db.postgres`) and the margin must fit two
+    /// thirds of the lease less the drift; the refusal names the grant and a lease that fits,
+    /// and that lease is accepted. On files nothing bounds a send.
+    #[test]
+    fn every_send_must_fit_two_thirds_of_the_store_s_lease() {
+        let manifest = |store: &str, cap: &str, timeout: u64| {
+            let grant = match cap {
+                "db.postgres" => r#"{"cap":"db.postgres","mode":"write","url":{"env":"DB_URL"}}"#.to_string(),
+                _ => format!(r#"{{"cap":"{cap}","only":["https://example.com/*"]}}"#),
+            };
+            format!(
+                r#"{{"server":{{"name":"s","journals":"j"{store}}},
+                "tools":[{{"name":"t","program":"t.star","net":{{"timeout_ms":{timeout},"connect_timeout_ms":1000}},
+                "grants":{{"g":{grant}}}}}]}}"#
+            )
+        };
+        let store =
+            |lease: &str| format!(r#","store":{{"postgres":{{"url":{{"env":"STORE_URL"}},"lease":"{lease}"}}}}"#);
+        let fits = |store: &str, cap: &str, timeout: u64| {
+            let found = problems(&manifest(store, cap, timeout));
+            found.iter().all(|p| !p.contains("net.timeout_ms")).then_some(()).ok_or(found)
+        };
+        // 3s: 2 s less 3 ms of drift holds 1000 + 497 ms and the 500 ms margin, not a ms more.
+        assert!(fits(&store("3s"), "net.http.post", 497).is_ok());
+        let refused = fits(&store("3s"), "net.http.post", 498).unwrap_err();
+        assert!(refused.iter().any(|p| p.contains("grant `g`") && p.contains("at least")), "{refused:?}");
+        assert!(fits("", "net.http.post", 60_000).is_ok(), "files bound no send");
+        // The lease the refusal names is one that fits.
+        for (cap, timeout) in [("net.http.post", 20_000), ("db.postgres", 20_000)] {
+            let found = fits(&store("30s"), cap, timeout).unwrap_err();
+            let named = found.concat().split("at least ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+            let ms: u64 = named.parse().unwrap();
+            assert!(fits(&store(&format!("{}s", ms.div_ceil(1000))), cap, timeout).is_ok(), "{cap}: {found:?}");
+            assert!(fits(&store(&format!("{}ms", ms - 100)), cap, timeout).is_err(), "{cap}: {ms} is not the least");
         }
     }
 

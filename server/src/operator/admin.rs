@@ -189,7 +189,13 @@ async fn owned_here(runs: &Runs, target: &crate::env::PostgresTarget, run: &str)
         ));
     }
     let held = runs.ledger.lock().await;
-    runs.ledger.catch_up(&held).await.map_err(|error| stop(runs, &error.into()))
+    match runs.ledger.catch_up(&held).await {
+        Ok(()) => Ok(()),
+        Err(crate::store::ledger::LedgerError::Unreachable(problem)) => {
+            Err(format!("the PostgreSQL store cannot be reached: {problem}; nothing was recorded, try again"))
+        }
+        Err(error) => Err(stop(runs, &error.into())),
+    }
 }
 
 /// The record the request asks for, checked against the run's waiting record and journal.

@@ -269,6 +269,21 @@ impl<S: RunStore> Driver<'_, S> {
         self.store.journal(tool, run).await
     }
 
+    /// An action the action rule held back: not sent. A write begun before a crash may have
+    /// happened all the same, so it stays in doubt.
+    fn not_sent_for_the_lease(
+        action: &crate::broker::Action,
+        resend: u64,
+        problem: String,
+    ) -> crate::broker::Performed {
+        match resend > 0 && !action.is_read() {
+            true => {
+                crate::broker::Performed::InDoubt(format!("it was begun before a crash, and not sent again: {problem}"))
+            }
+            false => crate::broker::Performed::Done(serde_json::json!({"error": problem, "may_have_been_sent": false})),
+        }
+    }
+
     /// Carries out one command; returns the event it yields, if it yields one.
     async fn carry_out(&self, cx: &Context<'_>, command: Command) -> Result<Option<Event>, Fatal> {
         let (name, run) = (&cx.tool.config.name, cx.run);
@@ -289,11 +304,15 @@ impl<S: RunStore> Driver<'_, S> {
                     false => 0,
                 };
                 if let Some(send_ms) = grant.cap.longest_send_ms(net) {
-                    self.store.lease_allows(send_ms).await?;
+                    if let Err(problem) = self.store.lease_allows(send_ms).await {
+                        return Ok(Some(Event::Performed(Self::not_sent_for_the_lease(&action, resend, problem))));
+                    }
                 }
                 let started_us = self.env.clock.monotonic_us();
                 let span = action_span(&action);
-                let performing = perform::perform(self.env, grant, net, model, run, &action, &cx.secrets, resend);
+                let lease_left = || self.store.lease_left_ms();
+                let performing =
+                    perform::perform(self.env, (grant, net, model), run, &action, &cx.secrets, resend, &lease_left);
                 let performed = tracing::Instrument::instrument(performing, span.clone()).await;
                 let took_us = self.env.clock.monotonic_us().saturating_sub(started_us);
                 self.store.observe_action(&action.kind.to_string(), took_us);

@@ -107,16 +107,16 @@ fn http_request(
 }
 
 /// Performs `action` once. `resend`: it was begun before a crash and may have happened.
-#[allow(clippy::too_many_arguments)]
+/// `lease_left`: how long the instance's lease on the PostgreSQL store surely lasts (the action
+/// rule): a refund's write, sent after its currency was read, is held back when too little is.
 pub async fn perform(
     env: &Env,
-    grant: &CapabilityGrant,
-    net: &NetConfig,
-    model: Option<&crate::manifest::ModelConfig>,
+    (grant, net, model): (&CapabilityGrant, &NetConfig, Option<&crate::manifest::ModelConfig>),
     run: &str,
     action: &Action,
     secrets: &[String],
     sends_interrupted: u64,
+    lease_left: &dyn Fn() -> Option<u64>,
 ) -> Performed {
     let resend = sends_interrupted > 0;
     if grant.cap.is_database() {
@@ -141,6 +141,15 @@ pub async fn perform(
     if action.method == Method::Refund {
         if let Err(problem) = check_intent_currency(env, grant, net, action).await {
             return not_sent(problem);
+        }
+        // The read took time (or the process was paused in it): the write is checked again.
+        let send = Kind::HttpPost.longest_send_ms(net).unwrap_or(0);
+        let needed = send.saturating_add(crate::limits::LEASE_SEND_MARGIN_MS);
+        if let Some(left) = lease_left().filter(|left| *left < needed) {
+            return not_sent(format!(
+                "this instance's lease on the PostgreSQL store is sure for {left} ms more, too short to send the \
+                 refund (up to {send} ms, and a margin): nothing was sent"
+            ));
         }
     }
     let (request, safe) = match http_request(env, grant, net, action) {

@@ -217,6 +217,9 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
 /// (`run::takeover`), as a start would; a run that needs an operator is named in the second
 /// part and left as it is (its journal says why), while the others go on.
 pub async fn recover_taken(runs: &Runs, taken: Vec<String>) -> Result<(Report, Vec<String>), Fatal> {
+    // Held in progress from now until each is recovered: the operator's word or a client's
+    // retry reaching this instance meanwhile is refused, not carried out beside the recovery.
+    let _held: Vec<_> = taken.iter().map(|run| runs.running(run)).collect();
     caught_up(runs).await?;
     apply_the_table(runs, Scope::TakenOver, taken, &BTreeMap::new()).await
 }

@@ -45,7 +45,9 @@ pub struct Runs {
     /// Where each run's kept arguments, journal and waiting record are (files or the database).
     pub records: RunRecords,
     /// Runs executing in this process now.
-    in_progress: RefCell<BTreeSet<String>>,
+    /// (Counted: a takeover holds its runs in progress while it recovers them one by one, and
+    /// each one's driver holds it again.)
+    in_progress: RefCell<BTreeMap<String, u32>>,
     /// The journals of runs executing in this process, as read once from disk and then grown
     /// by each record once its append is durable: the driver reads a run's journal before
     /// every execution without going to disk. Dropped when the run stops executing.
@@ -104,7 +106,7 @@ impl Runs {
             journals,
             ledger,
             records,
-            in_progress: RefCell::new(BTreeSet::new()),
+            in_progress: RefCell::new(BTreeMap::new()),
             lease_lasts_until: std::cell::Cell::new(None),
             journals_executing: RefCell::new(BTreeMap::new()),
             never_waited: RefCell::new(BTreeSet::new()),
@@ -124,7 +126,7 @@ impl Runs {
     }
 
     pub fn is_in_progress(&self, run: &str) -> bool {
-        self.in_progress.borrow().contains(run)
+        self.in_progress.borrow().contains_key(run)
     }
 
     /// Records a fatal failure once; the connection stops reading when it sees it.
@@ -385,7 +387,7 @@ impl Runs {
 
     /// Marks `run` as executing in this process until the guard drops.
     pub fn running(&self, run: &str) -> InProgress<'_> {
-        self.in_progress.borrow_mut().insert(run.to_string());
+        *self.in_progress.borrow_mut().entry(run.to_string()).or_insert(0) += 1;
         InProgress { runs: self, run: run.to_string(), _executing: self.executing.enter() }
     }
 
@@ -613,8 +615,13 @@ pub struct InProgress<'a> {
 
 impl Drop for InProgress<'_> {
     fn drop(&mut self) {
-        self.runs.in_progress.borrow_mut().remove(&self.run);
-        self.runs.journals_executing.borrow_mut().remove(&self.run);
+        let mut in_progress = self.runs.in_progress.borrow_mut();
+        let held = in_progress.get_mut(&self.run).expect("a run in progress is counted");
+        *held -= 1;
+        if *held == 0 {
+            in_progress.remove(&self.run);
+            self.runs.journals_executing.borrow_mut().remove(&self.run);
+        }
     }
 }
 

@@ -159,10 +159,15 @@ pub trait RunStore {
     }
     /// An action of `kind` took `us` microseconds to perform (for metrics; a store may ignore it).
     fn observe_action(&self, _kind: &str, _us: u64) {}
+    /// How long this instance's lease surely lasts still, on the PostgreSQL store (`None`: no
+    /// other instance can take a run over from this store, so nothing bounds a send).
+    fn lease_left_ms(&self) -> Option<u64> {
+        None
+    }
     /// The action rule (issue 28): whether an action whose send may take `send_ms` may be sent
     /// now, with this instance's lease sure to outlast it. A store no other instance can take
     /// a run over from allows every send.
-    fn lease_allows<'a>(&'a self, _send_ms: u64) -> LocalBoxFuture<'a, Result<(), Fatal>> {
+    fn lease_allows<'a>(&'a self, _send_ms: u64) -> LocalBoxFuture<'a, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
     /// Keeps one line of the run's log (about its action `action`, if any), scrubbed;
@@ -246,28 +251,29 @@ impl RunStore for Runs {
         self.metrics.observe_action(kind, us);
     }
 
+    fn lease_left_ms(&self) -> Option<u64> {
+        let until = self.lease_lasts_until.get()?;
+        Some(until.saturating_sub(self.env.clock.monotonic_ms()))
+    }
+
     /// Allowed while the lease, as last confirmed, outlasts the send and its margin; otherwise
-    /// waited for one renewal (a third of the lease), and then refused: the server stops
-    /// before sending, and the run's next owner finds the action begun, in doubt.
-    fn lease_allows<'a>(&'a self, send_ms: u64) -> LocalBoxFuture<'a, Result<(), Fatal>> {
+    /// waited for one renewal (a third of the lease), and then refused: the action is not sent
+    /// (the run hears why; if the lease is gone, the write of that fails on its fence).
+    fn lease_allows<'a>(&'a self, send_ms: u64) -> LocalBoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             let needed = send_ms.saturating_add(crate::limits::LEASE_SEND_MARGIN_MS);
-            let left = || {
-                let until = self.lease_lasts_until.get()?;
-                Some(until.saturating_sub(self.env.clock.monotonic_ms()))
-            };
+            let left = || self.lease_left_ms();
             if left().is_none_or(|left| left >= needed) {
                 return Ok(());
             }
             let lease_ms = self.catalog.manifest.server.store_lease_ms;
             self.env.clock.sleep(lease_ms / crate::store::lease::RENEWALS_PER_LEASE).await;
             match left() {
-                Some(left) if left < needed => Err(Fatal::storage(format!(
-                    "the lease on the PostgreSQL store is sure for {left} ms more, too short to send an action \
-                     that may take {send_ms} ms (and a margin of {} ms): nothing was sent; this instance stops, and \
-                     the run's next owner finds the action begun, in doubt",
+                Some(left) if left < needed => Err(format!(
+                    "this instance's lease on the PostgreSQL store is sure for {left} ms more, too short to send an \
+                     action that may take {send_ms} ms (and a margin of {} ms): nothing was sent",
                     crate::limits::LEASE_SEND_MARGIN_MS
-                ))),
+                )),
                 _ => Ok(()),
             }
         })

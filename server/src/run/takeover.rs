@@ -45,6 +45,17 @@ pub async fn take_over_ended(runs: &Runs, target: &PostgresTarget) {
         let taken = match env.state_db.take_over(target, &instance, epoch).await {
             Ok(Some(taken)) if !taken.is_empty() => taken,
             Ok(_) => continue,
+            // The runs may be this instance's now, and it would never know which: it stops, and
+            // its slot's next start recovers every run the slot owns.
+            Err(failure) if failure.may_have_committed => {
+                let why = format!(
+                    "taking over the runs of instance `{instance}` may have committed, and which runs were taken is \
+                     not known: {}",
+                    failure.message
+                );
+                runs.stop(&crate::run::store::Fatal::storage(why));
+                return;
+            }
             Err(failure) => {
                 env.log(&format!(
                     "taking over the runs of instance `{instance}` (its lease at epoch {epoch} ended) failed; \

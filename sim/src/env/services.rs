@@ -121,6 +121,9 @@ pub struct Services {
     pub own_world: Cell<bool>,
     /// The simulated disk, where a SQLite database made from its `init` file appears.
     pub disk: RefCell<Option<Rc<crate::env::disk::SimDisk>>>,
+    /// The shared PostgreSQL store, which knows the instances' leases: every write a service
+    /// receives is checked to come while a lease is held (the action rule).
+    pub shared_db: RefCell<Option<Rc<crate::env::state_db::SharedDb>>>,
     /// Effects made before the simulation began, by signature (`truth::signature`): the
     /// writes done in the journals a world starts from (`--from-journals`).
     pub inherited: RefCell<BTreeMap<String, u32>>,
@@ -467,6 +470,12 @@ impl Net for SimNet {
             oracle.before_request(&request);
         }
         services.requests.borrow_mut().push(request.clone());
+        // A write (a model call aside: one sent again is charged, never in doubt) is sent only
+        // while the sender holds its lease on the store (the action rule).
+        let write = request.method != "GET" && !request.url.ends_with("/v1/messages");
+        if let (true, Some(db)) = (write, services.shared_db.borrow().as_ref()) {
+            db.note_a_write_sent();
+        }
         let step = services.step_wall_on_next_request.replace(0);
         if let (true, Some(clock)) = (step != 0, services.clock.borrow().as_ref()) {
             clock.step_wall(step);

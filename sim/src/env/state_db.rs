@@ -60,6 +60,10 @@ pub struct SharedDb {
     /// Writes that came without a lease's fence (`Fence`): the checker's witness that every
     /// write a serving instance makes is fenced (none is, by the real store, when it is not).
     pub unfenced_writes: Cell<u64>,
+    /// Writes a service received while instances were registered and none held its lease:
+    /// the checker's witness of the action rule (an instance sends nothing it might no longer
+    /// own).
+    pub sends_without_a_lease: Cell<u64>,
     /// A fault: the next operations are refused (the database down or away for a moment).
     pub refuse_next: Cell<u32>,
     /// Store faults that fired, by kind (the fault accounting's witness).
@@ -85,6 +89,7 @@ impl SharedDb {
             lose_commit_answers: Cell::new(0),
             lose_commits: Cell::new(0),
             unfenced_writes: Cell::new(0),
+            sends_without_a_lease: Cell::new(0),
             refuse_next: Cell::new(0),
             injected: RefCell::default(),
         })
@@ -290,6 +295,16 @@ impl SharedDb {
         Ok(dead.take(64).map(|(name, (epoch, _))| (name.clone(), *epoch)).collect())
     }
 
+    /// A service received a write: counted when instances are registered (the world is on the
+    /// store) and none holds its lease now.
+    pub fn note_a_write_sent(&self) {
+        let now = self.now();
+        let instances = self.instances.borrow();
+        if !instances.is_empty() && instances.values().all(|(_, until)| *until <= now) {
+            self.sends_without_a_lease.set(self.sends_without_a_lease.get() + 1);
+        }
+    }
+
     fn instances_listed(&self) -> Result<Vec<(String, Lease)>, DbFailure> {
         self.with_schema(2)?;
         let now = self.now();
@@ -313,9 +328,15 @@ impl SharedDb {
         Self::checked_run(run)?;
         let fence = fence.ok_or_else(|| DbFailure::rolled_back("a run claimed by an instance without a lease"))?;
         self.fenced(Some(fence))?;
-        let mut owners = self.owners.borrow_mut();
-        let owner = owners.entry(run.to_string()).or_insert_with(|| fence.instance.clone());
-        Ok(*owner == fence.instance)
+        self.commit_lost()?;
+        let owned = {
+            let mut owners = self.owners.borrow_mut();
+            *owners.entry(run.to_string()).or_insert_with(|| fence.instance.clone()) == fence.instance
+        };
+        match self.commit_answer_lost() {
+            true => Err(in_doubt()),
+            false => Ok(owned),
+        }
     }
 
     /// As the real store: the runs of an instance whose lease ended at `epoch`, a page of them,
@@ -329,6 +350,7 @@ impl SharedDb {
             return Ok(None);
         }
         self.fenced(Some(fence))?;
+        self.commit_lost()?;
         let mut owners = self.owners.borrow_mut();
         let theirs: Vec<String> = owners
             .iter()
@@ -339,7 +361,11 @@ impl SharedDb {
         for run in &theirs {
             owners.insert(run.clone(), fence.instance.clone());
         }
-        Ok(Some(theirs))
+        drop(owners);
+        match self.commit_answer_lost() {
+            true => Err(in_doubt()),
+            false => Ok(Some(theirs)),
+        }
     }
 }
 

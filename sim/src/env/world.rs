@@ -130,6 +130,7 @@ impl World {
         *services.oracle.borrow_mut() = Some(Rc::clone(&oracle));
         *services.disk.borrow_mut() = Some(Rc::clone(&disk));
         let shared_db = crate::env::state_db::SharedDb::new(Rc::clone(&clock));
+        *services.shared_db.borrow_mut() = Some(Rc::clone(&shared_db));
         // The checker reads the store's records where the files would be (a world on files
         // leaves the store empty, and the overlay shows nothing).
         *disk.overlay.borrow_mut() = Some(crate::env::state_db::StoreFiles::new(&shared_db, World::path("journals")));

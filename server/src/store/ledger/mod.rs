@@ -40,9 +40,12 @@ pub enum LedgerError {
     Io { file: PathBuf, problem: String },
     /// The ledger was poisoned by an earlier failure.
     Poisoned,
-    /// Another instance appended to the shared ledger since this reserve was decided: its lines
-    /// are folded now, nothing was appended, and the caller decides again on the new state.
+    /// Another instance appended a reserve to the shared ledger since this reserve was decided:
+    /// its lines are folded now, nothing was appended, and the caller decides again.
     Moved,
+    /// The shared ledger could not be read or appended to, and nothing was written: the call
+    /// waiting on it is answered, and the server goes on.
+    Unreachable(String),
 }
 
 impl std::fmt::Display for LedgerError {
@@ -55,8 +58,9 @@ impl std::fmt::Display for LedgerError {
                 write!(f, "{}: {problem}; the ledger accepts no more writes", file.display())
             }
             LedgerError::Poisoned => write!(f, "the ledger accepts no more writes after an earlier write failed"),
-            LedgerError::Moved => {
-                write!(f, "another instance appended to the shared ledger meanwhile; nothing was appended")
+            LedgerError::Moved => write!(f, "another instance admitted a call meanwhile; nothing was appended"),
+            LedgerError::Unreachable(problem) => {
+                write!(f, "the PostgreSQL store's ledger cannot be reached: {problem}; nothing was written")
             }
         }
     }
@@ -143,6 +147,17 @@ pub struct Ledger {
 struct Shared {
     target: PostgresTarget,
     seen: Cell<u64>,
+    /// The database's time the last exchange read (its caller keeps it in `database_clock`).
+    database_now: Rc<Cell<Option<u64>>>,
+    /// The database's time as last read, and this instance's monotonic time then: events are
+    /// stamped by the database's clock, so instances whose clocks disagree agree on windows.
+    database_clock: Cell<Option<(u64, u64)>>,
+}
+
+/// Whether a shared ledger's line is a reserve (a line that does not read back counts as one:
+/// the fold names it).
+fn is_reserve(line: &[u8]) -> bool {
+    !matches!(record::decode::<Event>(line), Ok(Event::Settle { .. } | Event::Release { .. }))
 }
 
 /// What the errors of a shared ledger name in place of a file.
@@ -165,7 +180,12 @@ impl Ledger {
             })?;
         let (state, seen) = (folded.state().clone(), folded.seen());
         let mut ledger = Ledger::with_state(env, dir, name, state);
-        ledger.shared = Some(Shared { target, seen: Cell::new(seen) });
+        ledger.shared = Some(Shared {
+            target,
+            seen: Cell::new(seen),
+            database_now: Rc::default(),
+            database_clock: Cell::new(None),
+        });
         Ok(ledger)
     }
 
@@ -244,7 +264,11 @@ impl Ledger {
     /// The time to stamp the next event with: never before the last event (a clock set back
     /// cannot shorten a window or reorder events).
     pub fn stamp(&self) -> u64 {
-        let now = self.env.clock.now_ms();
+        let now = match self.shared.as_ref().and_then(|shared| shared.database_clock.get()) {
+            // The database's time, as last read, moved on by this instance's monotonic clock.
+            Some((database, at)) => database.saturating_add(self.env.clock.monotonic_ms().saturating_sub(at)),
+            None => self.env.clock.now_ms(),
+        };
         let last = self.state.borrow().last_at_ms;
         if now < last {
             self.env.log(&format!(
@@ -313,10 +337,14 @@ impl Ledger {
         loop {
             let foreign: Rc<RefCell<Vec<LedgerLine>>> = Rc::default();
             let (told, line) = (Rc::clone(&foreign), line.clone());
+            let clock = Rc::clone(&shared.database_now);
             let decide: crate::env::Decide = Box::new(move |lines, now| {
                 told.borrow_mut().extend_from_slice(lines);
-                let free = lines.is_empty() || !decided_on_state;
-                now.filter(|_| free).map(|_| line)
+                clock.set(now.or(clock.get()));
+                // Only another reserve can change what a reserve decided (a settle or a release
+                // frees quota and adds no key): a damaged line is taken for one.
+                let overtaken = decided_on_state && lines.iter().any(|line| is_reserve(&line.line));
+                now.filter(|_| !overtaken).map(|_| line)
             });
             let after = shared.seen.get();
             let exchanged = self.env.state_db.ledger_exchange(&shared.target, after, owner.clone(), decide).await;
@@ -325,8 +353,11 @@ impl Ledger {
                 Err(failure) if failure.may_have_committed => {
                     return self.poison(format!("{} (the event may have been appended)", failure.message))
                 }
+                // Nothing was appended: a reserve's call is answered, the server goes on.
+                Err(failure) if decided_on_state => return Err(LedgerError::Unreachable(failure.message)),
                 Err(failure) => return self.poison(failure.message),
             };
+            self.database_clock_read(shared);
             self.fold_foreign(shared, &foreign.borrow())?;
             let Some(seq) = exchanged.appended else {
                 if exchanged.more {
@@ -378,21 +409,29 @@ impl Ledger {
         }
         loop {
             let read: Rc<RefCell<Vec<LedgerLine>>> = Rc::default();
-            let told = Rc::clone(&read);
-            let decide: crate::env::Decide = Box::new(move |lines, _| {
+            let (told, clock) = (Rc::clone(&read), Rc::clone(&shared.database_now));
+            let decide: crate::env::Decide = Box::new(move |lines, now| {
                 told.borrow_mut().extend_from_slice(lines);
+                clock.set(now.or(clock.get()));
                 None
             });
             let after = shared.seen.get();
             let exchanged = self.env.state_db.ledger_exchange(&shared.target, after, OwnerChange::Keep, decide).await;
-            if let Err(failure) = exchanged.as_ref() {
-                return self.poison(format!("cannot read it: {}", failure.message));
-            }
-            let exchanged = exchanged.expect("checked");
+            // Nothing was written: the decision waiting on it is answered, the server goes on.
+            let exchanged = exchanged.map_err(|failure| LedgerError::Unreachable(failure.message))?;
+            self.database_clock_read(shared);
             self.fold_foreign(shared, &read.borrow())?;
             if !exchanged.more {
                 return Ok(());
             }
+        }
+    }
+
+    /// Keeps the database's time an exchange read, with when this instance read it
+    /// (`Clock::monotonic_ms`): the shared ledger's events are stamped by it (`stamp`).
+    fn database_clock_read(&self, shared: &Shared) {
+        if let Some(now) = shared.database_now.take() {
+            shared.database_clock.set(Some((now, self.env.clock.monotonic_ms())));
         }
     }
 
