@@ -9,6 +9,10 @@
 #   scripts/mutants.sh 04 10           only the mutants whose names start so
 #   scripts/mutants.sh --debug 06      the same with a debug build
 #
+# A patch whose header has a line "Test: <cargo test arguments>" is caught by that test instead
+# of the sweep (a failure mode the simulator's one-instance worlds cannot reach, such as two
+# instances racing: run with WARDEN_TEST_PG_URL set, as scripts/test-all.sh does).
+#
 # The patches are applied to the working tree and reverted on exit; the script refuses to
 # start when the server has uncommitted changes.
 set -euo pipefail
@@ -57,6 +61,18 @@ for patch in mutants/*.patch; do
     fi
     git apply "$patch"
     applied="$patch"
+    test_args="$(sed -n 's/^Test: \(.*\)$/\1/p' "$patch" | head -1)"
+    if [ -n "$test_args" ]; then
+        # shellcheck disable=SC2086
+        if cargo test --locked --quiet $test_args >"$scratch/$name.log" 2>&1; then
+            echo "| $name | NOT CAUGHT | test: $test_args | - |"
+            failed=1
+        else
+            echo "| $name | by a test | - | cargo test $test_args failed |"
+        fi
+        revert
+        continue
+    fi
     build
     report="$scratch/$name.json"
     # A patch may state its own budget on a line "Seeds: N" of its header.

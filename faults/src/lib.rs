@@ -165,9 +165,15 @@ pub enum Fault {
     /// hears, as when the answer is lost, that it may have committed.
     StoreLosesCommit,
     /// The database restarts before its next operation, which is refused: every connection
-    /// ends, the one holding the sole-instance lock included, so the serving instance stops
-    /// and its next start takes the store again.
+    /// ends, each instance's slot included, so the serving instance stops and its next start
+    /// takes the store again.
     StoreRestarts,
+    /// The server pauses (a stall, SIGSTOP) for `ms` right after the next action's begin record
+    /// is durable, before it sends the action: in a world on the store, longer than its lease,
+    /// so the action rule must keep it from sending what it may no longer own.
+    PausesAfterActionBegun {
+        ms: u64,
+    },
 }
 
 /// The file a `rot_byte` fault damages. An unknown name in a scenario file is a parse error.
@@ -233,6 +239,7 @@ impl Fault {
             Fault::StoreLosesCommitAnswer => "a COMMIT's answer lost",
             Fault::StoreLosesCommit => "a COMMIT lost on its way",
             Fault::StoreRestarts => "the store restarts",
+            Fault::PausesAfterActionBegun { .. } => "a pause after an action's begin",
         }
     }
 }

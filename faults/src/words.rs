@@ -125,6 +125,9 @@ impl fmt::Display for Fault {
             Fault::StoreRestarts => {
                 write!(f, "the PostgreSQL store restarts before its next operation, ending every connection")
             }
+            Fault::PausesAfterActionBegun { ms } => {
+                write!(f, "the server pauses for {} right after the next action's begin is durable", duration(*ms))
+            }
             Fault::StoreLosesCommit => {
                 write!(f, "the next write's COMMIT never reaches the PostgreSQL store, and no answer comes")
             }

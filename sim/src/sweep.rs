@@ -517,6 +517,7 @@ fn disarm_all_faults(world: &World) {
     world.sandbox.disarm();
     world.disk.slow.set((0, 0));
     world.slow_reader.armed.set((0, 0));
+    world.probes.pause_after_begin.set(None);
 }
 
 impl Sim<'_> {

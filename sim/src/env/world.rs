@@ -37,6 +37,11 @@ pub struct Probes {
     pub seen: RefCell<Vec<(Point, String)>>,
     pub crash_at: Cell<Option<CrashAt>>,
     pub crashes: RefCell<Vec<Point>>,
+    /// A pause armed for the next action's begin (`Fault::PausesAfterActionBegun`), and the
+    /// clock it moves; how many fired.
+    pub pause_after_begin: Cell<Option<u64>>,
+    pub pauses: Cell<u64>,
+    pub clock: RefCell<Option<Rc<SimClock>>>,
 }
 
 /// A check that watches one server instance's probes: the checks room makes one for each
@@ -62,6 +67,15 @@ impl Probe for SimProbe {
         self.probes.seen.borrow_mut().push((point, run.to_string()));
         if let Some(watch) = &self.watch {
             watch.reached(point, run);
+        }
+        if point == Point::ActionBegun {
+            if let (Some(ms), Some(clock)) = (self.probes.pause_after_begin.get(), self.probes.clock.borrow().as_ref())
+            {
+                // The process stalls here: no task of it runs, and time passes.
+                self.probes.pause_after_begin.set(None);
+                self.probes.pauses.set(self.probes.pauses.get() + 1);
+                clock.advance(ms);
+            }
         }
         if let Some(at) = self.probes.crash_at.get() {
             let count = self.probes.seen.borrow().iter().filter(|(p, _)| *p == point).count() as u32;
@@ -131,6 +145,7 @@ impl World {
         *services.disk.borrow_mut() = Some(Rc::clone(&disk));
         let shared_db = crate::env::state_db::SharedDb::new(Rc::clone(&clock));
         *services.shared_db.borrow_mut() = Some(Rc::clone(&shared_db));
+        let probes = Rc::new(Probes { clock: RefCell::new(Some(Rc::clone(&clock))), ..Probes::default() });
         // The checker reads the store's records where the files would be (a world on files
         // leaves the store empty, and the overlay shows nothing).
         *disk.overlay.borrow_mut() = Some(crate::env::state_db::StoreFiles::new(&shared_db, World::path("journals")));
@@ -140,7 +155,7 @@ impl World {
             clock,
             disk,
             crashed,
-            probes: Rc::new(Probes::default()),
+            probes,
             instances: Cell::new(0),
             services,
             sandbox: Rc::new(crate::env::sandbox::SandboxFaults::default()),

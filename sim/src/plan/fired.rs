@@ -39,6 +39,9 @@ enum Witness {
     PoisonRun {
         before: u64,
     },
+    PauseAfterBegin {
+        before: u64,
+    },
     SlowReader {
         before: u64,
     },
@@ -98,6 +101,7 @@ impl Pending {
             Fault::NotifyHangs { .. } => Witness::NotifyHangs,
             Fault::StepClockDuringRun { .. } => Witness::ClockStepDuringRun { before: world.sandbox.steps_taken.get() },
             Fault::PoisonRun => Witness::PoisonRun { before: world.sandbox.poison_crashes.get() },
+            Fault::PausesAfterActionBegun { .. } => Witness::PauseAfterBegin { before: world.probes.pauses.get() },
             Fault::SlowReader { .. } => Witness::SlowReader { before: world.slow_reader.lines_read.get() },
             Fault::Shutdown { .. } => Witness::Shutdown { before: world.services.shutdowns_sent.get() },
             Fault::StreamCut { .. } => Witness::StreamCut { before: world.stream_cut.cuts.get() },
@@ -154,6 +158,7 @@ fn has_fired(world: &World, armed: &Armed) -> bool {
         Witness::NotifyHangs => world.services.notify_hangs.get() == 0,
         Witness::ClockStepDuringRun { before } => world.sandbox.steps_taken.get() > *before,
         Witness::PoisonRun { before } => world.sandbox.poison_crashes.get() > *before,
+        Witness::PauseAfterBegin { before } => world.probes.pauses.get() > *before,
         Witness::SlowReader { before } => world.slow_reader.lines_read.get() > *before,
         Witness::Shutdown { before } => world.services.shutdowns_sent.get() > *before,
         Witness::StreamCut { before } => world.stream_cut.cuts.get() > *before,

@@ -234,6 +234,9 @@ pub fn arm(world: &World, fault: &Fault, report: &mut Report) -> bool {
         Fault::StoreLosesCommitAnswer => world.shared_db.lose_commit_answers.set(1),
         Fault::StoreLosesCommit => world.shared_db.lose_commits.set(1),
         Fault::StoreRestarts => world.shared_db.restart_next.set(true),
+        // A pause is the store's concern (the lease); in a world on files it never fires.
+        Fault::PausesAfterActionBegun { ms } if world.on_the_store() => world.probes.pause_after_begin.set(Some(*ms)),
+        Fault::PausesAfterActionBegun { .. } => {}
     }
     false
 }
