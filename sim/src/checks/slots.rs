@@ -7,8 +7,8 @@
 //! limit is a violation; runs resumed at start and prompts also hold slots and are not
 //! counted, which keeps the bound low, never high. A stop (a failed write, a shutdown's drain)
 //! ends runs without a mark the checker sees, giving their slots back while the ledger holds
-//! them open: so an instance is counted only until the first write fault or shutdown signal in
-//! its life. A resource's read is a run of its own name and holds a slot like a tool's.
+//! them open: so an instance is counted only until the first write fault (of its disk or of
+//! the PostgreSQL store) or shutdown signal in its life. A resource's read is a run of its own name and holds a slot like a tool's.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -69,15 +69,19 @@ impl SlotWatch {
     /// The factory the sweep gives a world: a fresh watch for each instance.
     pub fn for_each_instance(world: &World) -> crate::env::world::ProbeWatchFactory {
         let (disk, oracle, services) = (Rc::clone(&world.disk), Rc::clone(&world.oracle), Rc::clone(&world.services));
+        let store = Rc::clone(&world.shared_db);
         Box::new(move || {
-            let (counted_disk, services) = (Rc::clone(&disk), Rc::clone(&services));
+            let (counted_disk, services, store) = (Rc::clone(&disk), Rc::clone(&services), Rc::clone(&store));
             let stops = move || {
                 let injected = counted_disk.injected.borrow();
                 let faults: u64 = ["fsync failure", "write failure", "disk full"]
                     .iter()
                     .map(|kind| injected.get(kind).copied().unwrap_or(0))
                     .sum();
-                faults + services.shutdowns_sent.get()
+                // A world on the store stops on the store's failures as a world on files on its
+                // disk's (every fault the simulated store injects fails a write or a read).
+                let on_the_store: u64 = store.injected.borrow().values().sum();
+                faults + on_the_store + services.shutdowns_sent.get()
             };
             Box::new(SlotWatch::new(Rc::clone(&disk), Rc::clone(&oracle), Box::new(stops)))
         })
