@@ -885,3 +885,153 @@ fn three_instances_share_the_store_through_kills_in_a_burst() {
         store_events(&pg, "release")
     );
 }
+
+/// A `warden serve-http` replica of a folder's manifest: its process, address and log.
+struct Replica {
+    child: std::process::Child,
+    address: std::net::SocketAddr,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Replica {
+    fn start(dir: &Path, env: &[(&str, &str)]) -> Replica {
+        use std::io::BufRead;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+        command.arg("serve-http").arg(dir.join("manifest.json")).args(["--listen", "127.0.0.1:0"]);
+        command.envs(env.iter().copied()).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+        let mut child = command.stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let address = loop {
+            let line = lines.next().expect("the replica logs where it listens").unwrap();
+            stderr.lock().unwrap().push_str(&format!("{line}\n"));
+            if let Some((_, rest)) = line.split_once("warden: listening on http://") {
+                break rest.strip_suffix("/mcp").unwrap().parse().unwrap();
+            }
+        };
+        let kept = std::sync::Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                kept.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        Replica { child, address, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A 2026-07-28 `tools/call` of `refund_order` POSTed to `address`: its answer, or `None` when
+/// the replica could not be reached or answered nothing (killed meanwhile).
+fn post_refund(address: std::net::SocketAddr, id: u64, order: &str) -> Option<Value> {
+    use std::io::{Read, Write};
+    let mut call = refund(order, "1.00");
+    call["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                           "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": call}).to_string();
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-method: tools/call\r\nmcp-name: refund_order\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).ok()?;
+    stream.write_all(body.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    serde_json::from_slice(&raw[split + 4..]).ok()
+}
+
+/// Issue 28 item 5 over Streamable HTTP: three `warden serve-http` replicas of one manifest on
+/// the PostgreSQL store, a client spreading refunds over them (each order to one replica and
+/// again to the next, as a load balancer's retries would: `once` holds across them), under a
+/// money quota, and one replica killed (kill -9) in the middle of the burst, its calls then
+/// sent to the others. Its runs are taken over once its lease ends: every order refunded once
+/// at most, the quota held at every line of the ledger, no run left open or owned.
+#[test]
+fn three_http_replicas_share_the_store_through_a_kill_9_in_a_burst() {
+    const ORDERS: u64 = 24;
+    let payments = Payments::start();
+    let pg = Pg::create("three_replicas");
+    let dir = on_store(folder(&payments));
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["tools"][0]["grants"]["pay"]["each"] = json!({"amount": "2.00", "currency": "USD"});
+    manifest["tools"][0]["quota"] =
+        json!({"window": "24h", "calls": 1000, "money": {"amount": "15.00", "currency": "USD"}});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let env = [("STRIPE_SECRET_KEY", SECRET), (STORE_URL_ENV, pg.url.as_str())];
+    let mut replicas: Vec<Replica> = (0..3).map(|_| Replica::start(dir.path(), &env)).collect();
+    let addresses: Vec<std::net::SocketAddr> = replicas.iter().map(|r| r.address).collect();
+    let dead = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..ORDERS)
+            .map(|n| {
+                let (addresses, dead) = (addresses.clone(), std::sync::Arc::clone(&dead));
+                scope.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(20 * n));
+                    let order = format!("pi_98{n:03}");
+                    let mut answers = 0;
+                    for (attempt, offset) in [0, 1].into_iter().enumerate() {
+                        // A replica found dead is skipped, as a load balancer would.
+                        let mut to = (n as usize + offset) % 3;
+                        if to == 2 && dead.load(std::sync::atomic::Ordering::SeqCst) {
+                            to = (to + 1) % 3;
+                        }
+                        let id = n * 10 + attempt as u64;
+                        match post_refund(addresses[to], id, &order) {
+                            Some(answer) if answer["id"] == json!(id) => answers += 1,
+                            _ => {
+                                let retried = post_refund(addresses[(to + 1) % 3], id + 5, &order);
+                                answers += retried.is_some() as u64;
+                            }
+                        }
+                    }
+                    answers
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20 * ORDERS / 2));
+        let killed = replicas[2].child.kill().is_ok() && replicas[2].child.wait().is_ok();
+        dead.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(killed, "the replica was killed");
+        clients.into_iter().map(|client| client.join().unwrap()).sum::<u64>()
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store_open_runs(&pg) > 0 {
+        assert!(Instant::now() < deadline, "runs left open: {}", replicas[0].stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut by_order = std::collections::BTreeMap::new();
+    for (intent, minor) in payments.ledger.lock().unwrap().refunds.iter() {
+        *by_order.entry(intent.clone()).or_insert(0) += minor;
+    }
+    assert!(by_order.values().all(|&minor| minor == 100), "an order was refunded twice: {by_order:?}");
+    let most = most_held_cents(&pg);
+    assert!(most <= 1500, "the ledger held {most} cents against the quota of 1500 at some line");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_owners"), "0", "no run is owned any more");
+    assert_eq!(answered, 2 * ORDERS, "every call answered, by a live replica");
+    for replica in &replicas[..2] {
+        let said = replica.stderr();
+        assert!(!said.contains(&pg.password()) && !said.contains(SECRET), "{said}");
+    }
+    let took_over = replicas[..2].iter().any(|replica| replica.stderr().contains("of instance `instance-3`"));
+    println!("taken over from the killed replica: {took_over}");
+    println!(
+        "three HTTP replicas: {ORDERS} orders, {} refunded; at most {most} cents held of 1500; {} runs settled",
+        by_order.len(),
+        store_events(&pg, "settle")
+    );
+}
