@@ -377,12 +377,20 @@ pub struct DbReply {
 pub struct DbFailure {
     pub message: String,
     pub may_have_committed: bool,
+    /// The database answered, and what it holds cannot be trusted (a shared ledger that went
+    /// back, a line over the limit): not a moment's unavailability, so the server stops.
+    pub untrusted: bool,
 }
 
 impl DbFailure {
     /// A failure that certainly committed nothing.
     pub fn rolled_back(message: impl Into<String>) -> DbFailure {
-        DbFailure { message: message.into(), may_have_committed: false }
+        DbFailure { message: message.into(), may_have_committed: false, untrusted: false }
+    }
+
+    /// The database holds what cannot be trusted (nothing was committed).
+    pub fn untrusted(message: impl Into<String>) -> DbFailure {
+        DbFailure { message: message.into(), may_have_committed: false, untrusted: true }
     }
 }
 

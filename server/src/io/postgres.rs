@@ -181,8 +181,8 @@ impl Session {
             // constraint) and rolled the transaction back.
             Ok(Err(error)) if error.as_db_error().is_some() => Err(Failed::rolled_back(describe(&error))),
             // The connection broke or went silent with COMMIT on its way: it may have committed.
-            Ok(Err(error)) => Err(DbFailure { message: describe(&error), may_have_committed: true }),
-            Err(problem) => Err(DbFailure { message: problem, may_have_committed: true }),
+            Ok(Err(error)) => Err(DbFailure { message: describe(&error), may_have_committed: true, untrusted: false }),
+            Err(problem) => Err(DbFailure { message: problem, may_have_committed: true, untrusted: false }),
         }
     }
 
@@ -211,7 +211,11 @@ impl Session {
         match (same, row.try_get::<_, bool>(1).unwrap_or(false)) {
             (true, true) => Ok(()),
             // Its row is there outside the transaction: something committed, so it is looked up.
-            (false, true) => Err(DbFailure { message: format!("{ended}, and committed"), may_have_committed: true }),
+            (false, true) => Err(DbFailure {
+                message: format!("{ended}, and committed"),
+                may_have_committed: true,
+                untrusted: false,
+            }),
             (_, false) => Err(Failed::rolled_back(format!("{ended}; nothing was committed"))),
         }
     }
@@ -267,6 +271,7 @@ async fn record_action(session: &Session, target: &PostgresTarget, run: &str, ac
         return Err(DbFailure {
             message: format!("warden_actions already holds run {run} action {action}: an earlier attempt committed"),
             may_have_committed: true,
+            untrusted: false,
         });
     }
     if error.code() != Some(&SqlState::UNDEFINED_TABLE) {

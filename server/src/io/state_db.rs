@@ -435,7 +435,7 @@ async fn ledger_exchange(
     let session = locked(target, LEDGER_LOCK).await?;
     let last: i64 = single(&session, "reading the ledger's end", LAST_SEQ, &[]).await.map_err(failed)?;
     if last < after_seq {
-        return Err(failed(format!(
+        return Err(DbFailure::untrusted(format!(
             "the shared ledger ends at line {last}, before line {after} this instance has read: \
              was the database restored from an older copy? Stop every instance and ask a person"
         )));
@@ -449,7 +449,7 @@ async fn ledger_exchange(
         let line: Vec<u8> = row.try_get(1).map_err(|e| failed(describe(&e)))?;
         // The table's CHECK holds this limit; a database whose table lost it is not trusted.
         if line.len() > LEDGER_LINE_BYTES_MAX {
-            return Err(failed(format!(
+            return Err(DbFailure::untrusted(format!(
                 "the shared ledger's line {seq} is {} bytes, over the limit of {LEDGER_LINE_BYTES_MAX}: \
                  the table no longer holds Warden's limit; ask a person",
                 line.len()

@@ -627,9 +627,7 @@ fn check_sends_fit_the_lease(
     if server.store == Store::Files {
         return;
     }
-    // Two thirds of the lease: what is left just before a renewal, less the drift bound.
-    let lease = server.store_lease_ms;
-    let room = (lease / 3 * 2).saturating_sub(lease.div_ceil(1000) * crate::limits::LEASE_DRIFT_PER_MILLE);
+    let room = room_for_sends(server.store_lease_ms);
     for (name, grant) in grants {
         let Grant::Capability(grant) = grant else { continue };
         let Some(send) = grant.cap.longest_send_ms(net) else { continue };
@@ -641,16 +639,31 @@ fn check_sends_fit_the_lease(
                     "an action of grant `{name}` ({}) may take {send} ms to send (net.connect_timeout_ms and \
                      net.timeout_ms{}), which with a margin of {} ms is more than two thirds of \
                      server.store.postgres.lease ({room} of {} ms): it could still be on its way after the lease \
-                     ended; set the lease to at least {} ms, or shorten the timeouts",
+                     ended; set the lease to at least {}s, or shorten the timeouts",
                     grant.cap.name(),
                     if grant.cap == kinds::Kind::StripeRefund { ", twice: the currency is read first" } else { "" },
                     crate::limits::LEASE_SEND_MARGIN_MS,
                     server.store_lease_ms,
-                    (needed + 1).saturating_mul(3).div_ceil(2) + needed.div_ceil(500)
+                    least_lease_seconds_for(needed)
                 ),
             );
         }
     }
+}
+
+/// What a lease of `lease_ms` leaves a send: two thirds of it (what is left just before a
+/// renewal is due), less the drift bound.
+fn room_for_sends(lease_ms: u64) -> u64 {
+    (lease_ms / 3 * 2).saturating_sub(lease_ms.div_ceil(1000) * crate::limits::LEASE_DRIFT_PER_MILLE)
+}
+
+/// The shortest lease, in whole seconds (as the manifest writes it), whose room holds `needed` ms.
+fn least_lease_seconds_for(needed: u64) -> u64 {
+    let mut seconds = needed.saturating_mul(3) / 2 / 1000;
+    while room_for_sends(seconds.saturating_mul(1000)) < needed && seconds < STORE_LEASE_MS_MAX {
+        seconds += 1;
+    }
+    seconds
 }
 
 /// What a tool asks of its callers' protocol: `scopes`, `requires`, `task`, `headers`.
@@ -1261,10 +1274,11 @@ mod tests {
         // The lease the refusal names is one that fits.
         for (cap, timeout) in [("net.http.post", 20_000), ("db.postgres", 20_000)] {
             let found = fits(&store("30s"), cap, timeout).unwrap_err();
-            let named = found.concat().split("at least ").nth(1).unwrap().split(' ').next().unwrap().to_string();
-            let ms: u64 = named.parse().unwrap();
-            assert!(fits(&store(&format!("{}s", ms.div_ceil(1000))), cap, timeout).is_ok(), "{cap}: {found:?}");
-            assert!(fits(&store(&format!("{}ms", ms - 100)), cap, timeout).is_err(), "{cap}: {ms} is not the least");
+            let named = found.concat().split("at least ").nth(1).unwrap().split('s').next().unwrap().to_string();
+            let seconds: u64 = named.parse().unwrap();
+            assert!(fits(&store(&format!("{seconds}s")), cap, timeout).is_ok(), "{cap}: {found:?}");
+            let shorter = format!("{}s", seconds - 1);
+            assert!(fits(&store(&shorter), cap, timeout).is_err(), "{cap}: {seconds}s is not the least");
         }
     }
 

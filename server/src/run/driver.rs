@@ -269,21 +269,6 @@ impl<S: RunStore> Driver<'_, S> {
         self.store.journal(tool, run).await
     }
 
-    /// An action the action rule held back: not sent. A write begun before a crash may have
-    /// happened all the same, so it stays in doubt.
-    fn not_sent_for_the_lease(
-        action: &crate::broker::Action,
-        resend: u64,
-        problem: String,
-    ) -> crate::broker::Performed {
-        match resend > 0 && !action.is_read() {
-            true => {
-                crate::broker::Performed::InDoubt(format!("it was begun before a crash, and not sent again: {problem}"))
-            }
-            false => crate::broker::Performed::Done(serde_json::json!({"error": problem, "may_have_been_sent": false})),
-        }
-    }
-
     /// Carries out one command; returns the event it yields, if it yields one.
     async fn carry_out(&self, cx: &Context<'_>, command: Command) -> Result<Option<Event>, Fatal> {
         let (name, run) = (&cx.tool.config.name, cx.run);
@@ -305,7 +290,15 @@ impl<S: RunStore> Driver<'_, S> {
                 };
                 if let Some(send_ms) = grant.cap.longest_send_ms(net) {
                     if let Err(problem) = self.store.lease_allows(send_ms).await {
-                        return Ok(Some(Event::Performed(Self::not_sent_for_the_lease(&action, resend, problem))));
+                        // Sent again after a crash, it may have happened: the server stops, and
+                        // the run's next owner decides it as recovery does (sent again when safe).
+                        if resend > 0 {
+                            return Err(Fatal::storage(format!(
+                                "{problem}; the action is left to the run's next owner"
+                            )));
+                        }
+                        let not_sent = serde_json::json!({"error": problem, "may_have_been_sent": false});
+                        return Ok(Some(Event::Performed(crate::broker::Performed::Done(not_sent))));
                     }
                 }
                 let started_us = self.env.clock.monotonic_us();

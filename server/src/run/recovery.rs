@@ -217,11 +217,21 @@ pub async fn recover(runs: &Runs) -> Result<Report, Fatal> {
 /// (`run::takeover`), as a start would; a run that needs an operator is named in the second
 /// part and left as it is (its journal says why), while the others go on.
 pub async fn recover_taken(runs: &Runs, taken: Vec<String>) -> Result<(Report, Vec<String>), Fatal> {
-    // Held in progress from now until each is recovered: the operator's word or a client's
-    // retry reaching this instance meanwhile is refused, not carried out beside the recovery.
-    let _held: Vec<_> = taken.iter().map(|run| runs.running(run)).collect();
+    // Each is held in progress from now until its own recovery is done: the operator's word or
+    // a client's retry reaching this instance meanwhile is refused, not carried out beside it.
+    let mut held: BTreeMap<String, _> = taken.iter().map(|run| (run.clone(), runs.running(run))).collect();
     caught_up(runs).await?;
-    apply_the_table(runs, Scope::TakenOver, taken, &BTreeMap::new()).await
+    let (mut report, mut refusals) = (Report::default(), Vec::new());
+    for run in taken {
+        let (done, refused) = apply_the_table(runs, Scope::TakenOver, vec![run.clone()], &BTreeMap::new()).await?;
+        held.remove(&run);
+        report.released.extend(done.released);
+        report.resumed.extend(done.resumed);
+        report.settled_from_end.extend(done.settled_from_end);
+        report.cleaned.extend(done.cleaned);
+        refusals.extend(refused);
+    }
+    Ok((report, refusals))
 }
 
 /// Folds what other instances appended to the shared ledger (nothing for a file).

@@ -156,7 +156,11 @@ mod tests {
     /// line may be there when it is not).
     #[test]
     fn an_error_says_what_the_database_said_and_whether_the_line_may_be_there() {
-        let lost = SharedError::Database(DbFailure { message: "connection closed".into(), may_have_committed: true });
+        let lost = SharedError::Database(DbFailure {
+            message: "connection closed".into(),
+            may_have_committed: true,
+            untrusted: false,
+        });
         assert_eq!(lost.to_string(), "connection closed (the line may have been appended)");
         let refused = SharedError::Database(DbFailure::rolled_back("connection refused"));
         assert_eq!(refused.to_string(), "connection refused");

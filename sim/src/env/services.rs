@@ -634,6 +634,7 @@ impl SimDb {
                     Ok(_) => Err(DbFailure {
                         message: "PostgreSQL: connection closed with COMMIT on its way".into(),
                         may_have_committed: request.write,
+                        untrusted: false,
                     }),
                     Err(problem) => Err(DbFailure::rolled_back(problem)),
                 }

@@ -199,7 +199,7 @@ impl SharedDb {
         }
         let last = self.lines.borrow().len() as u64;
         if last < after {
-            return Err(DbFailure::rolled_back(format!(
+            return Err(DbFailure::untrusted(format!(
                 "the shared ledger ends at line {last}, before line {after} this instance has read: was the database restored from an older copy?"
             )));
         }
@@ -487,7 +487,7 @@ impl SharedDb {
 /// the database got it.
 fn in_doubt() -> DbFailure {
     let message = "PostgreSQL: connection closed with COMMIT on its way (simulated)";
-    DbFailure { message: message.into(), may_have_committed: true }
+    DbFailure { message: message.into(), may_have_committed: true, untrusted: false }
 }
 
 /// Gives a slot up when the hold holding it is dropped (its instance stopped or crashed: the

@@ -334,17 +334,20 @@ impl Ledger {
             Event::Reserve { run, .. } => (OwnerChange::Take(run.clone()), true),
             Event::Settle { run, .. } | Event::Release { run, .. } => (OwnerChange::End(run.clone()), false),
         };
+        // Another instance's reserve on any page read since the decision overtakes it.
+        let overtaken: Rc<Cell<bool>> = Rc::default();
         loop {
             let foreign: Rc<RefCell<Vec<LedgerLine>>> = Rc::default();
             let (told, line) = (Rc::clone(&foreign), line.clone());
-            let clock = Rc::clone(&shared.database_now);
+            let (clock, seen_reserve) = (Rc::clone(&shared.database_now), Rc::clone(&overtaken));
             let decide: crate::env::Decide = Box::new(move |lines, now| {
                 told.borrow_mut().extend_from_slice(lines);
                 clock.set(now.or(clock.get()));
                 // Only another reserve can change what a reserve decided (a settle or a release
                 // frees quota and adds no key): a damaged line is taken for one.
-                let overtaken = decided_on_state && lines.iter().any(|line| is_reserve(&line.line));
-                now.filter(|_| !overtaken).map(|_| line)
+                let reserves = decided_on_state && lines.iter().any(|line| is_reserve(&line.line));
+                seen_reserve.set(seen_reserve.get() || reserves);
+                now.filter(|_| !seen_reserve.get()).map(|_| line)
             });
             let after = shared.seen.get();
             let exchanged = self.env.state_db.ledger_exchange(&shared.target, after, owner.clone(), decide).await;
@@ -354,7 +357,9 @@ impl Ledger {
                     return self.poison(format!("{} (the event may have been appended)", failure.message))
                 }
                 // Nothing was appended: a reserve's call is answered, the server goes on.
-                Err(failure) if decided_on_state => return Err(LedgerError::Unreachable(failure.message)),
+                Err(failure) if decided_on_state && !failure.untrusted => {
+                    return Err(LedgerError::Unreachable(failure.message))
+                }
                 Err(failure) => return self.poison(failure.message),
             };
             self.database_clock_read(shared);
@@ -417,8 +422,13 @@ impl Ledger {
             });
             let after = shared.seen.get();
             let exchanged = self.env.state_db.ledger_exchange(&shared.target, after, OwnerChange::Keep, decide).await;
-            // Nothing was written: the decision waiting on it is answered, the server goes on.
-            let exchanged = exchanged.map_err(|failure| LedgerError::Unreachable(failure.message))?;
+            // Nothing was written: the decision waiting on it is answered, the server goes on
+            // (unless the store holds what cannot be trusted: then it stops).
+            let exchanged = match exchanged {
+                Ok(exchanged) => exchanged,
+                Err(failure) if failure.untrusted => return self.poison(failure.message),
+                Err(failure) => return Err(LedgerError::Unreachable(failure.message)),
+            };
             self.database_clock_read(shared);
             self.fold_foreign(shared, &read.borrow())?;
             if !exchanged.more {
