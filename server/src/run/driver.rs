@@ -269,6 +269,20 @@ impl<S: RunStore> Driver<'_, S> {
         self.store.journal(tool, run).await
     }
 
+    /// The action rule (issue 28): an action whose longest send is `send_ms` is sent only while
+    /// the lease surely outlasts it. Held back, a first send is not sent and the run hears why;
+    /// one sent again after a crash may have happened, so the server stops, and the run's next
+    /// owner decides it as recovery does (sent again when that is safe).
+    async fn held_back_by_the_lease(&self, send_ms: Option<u64>, resend: u64) -> Result<Option<Event>, Fatal> {
+        let Some(send_ms) = send_ms else { return Ok(None) };
+        let Err(problem) = self.store.lease_allows(send_ms).await else { return Ok(None) };
+        if resend > 0 {
+            return Err(Fatal::storage(format!("{problem}; the action is left to the run's next owner")));
+        }
+        let not_sent = serde_json::json!({"error": problem, "may_have_been_sent": false});
+        Ok(Some(Event::Performed(crate::broker::Performed::Done(not_sent))))
+    }
+
     /// Carries out one command; returns the event it yields, if it yields one.
     async fn carry_out(&self, cx: &Context<'_>, command: Command) -> Result<Option<Event>, Fatal> {
         let (name, run) = (&cx.tool.config.name, cx.run);
@@ -288,18 +302,8 @@ impl<S: RunStore> Driver<'_, S> {
                     true => self.sends_interrupted(cx.tool, run).await?.max(1),
                     false => 0,
                 };
-                if let Some(send_ms) = grant.cap.longest_send_ms(net) {
-                    if let Err(problem) = self.store.lease_allows(send_ms).await {
-                        // Sent again after a crash, it may have happened: the server stops, and
-                        // the run's next owner decides it as recovery does (sent again when safe).
-                        if resend > 0 {
-                            return Err(Fatal::storage(format!(
-                                "{problem}; the action is left to the run's next owner"
-                            )));
-                        }
-                        let not_sent = serde_json::json!({"error": problem, "may_have_been_sent": false});
-                        return Ok(Some(Event::Performed(crate::broker::Performed::Done(not_sent))));
-                    }
+                if let Some(held_back) = self.held_back_by_the_lease(grant.cap.longest_send_ms(net), resend).await? {
+                    return Ok(Some(held_back));
                 }
                 let started_us = self.env.clock.monotonic_us();
                 let span = action_span(&action);
