@@ -505,10 +505,7 @@ fn kill_9_under_load(store: Option<&Pg>) {
     }
     let mut last = start_on(dir, None, store);
     last.assert_serving(2);
-    let mut by_order = std::collections::BTreeMap::new();
-    for (intent, minor) in payments.ledger.lock().unwrap().refunds.iter() {
-        *by_order.entry(intent.clone()).or_insert(0) += minor;
-    }
+    let by_order = refunds_by_order(&payments);
     assert!(by_order.values().all(|&minor| minor == 100), "an order was refunded twice: {by_order:?}");
     let settled = match store {
         Some(pg) => {
@@ -778,6 +775,26 @@ fn switching_the_store_with_a_run_open_is_refused_until_it_is_finished() {
     refused(dir, None, &["server.store: not a record line", "restore it"]);
 }
 
+/// The refund tool of a folder made to fill its quota: each run reserves 2.00 and is charged
+/// what it refunds (1.00), at most 15.00 a window.
+fn with_a_tight_money_quota(dir: &tempfile::TempDir) {
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["tools"][0]["grants"]["pay"]["each"] = json!({"amount": "2.00", "currency": "USD"});
+    manifest["tools"][0]["quota"] =
+        json!({"window": "24h", "calls": 1000, "money": {"amount": "15.00", "currency": "USD"}});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+}
+
+/// What the payments service refunded, in cents, by order.
+fn refunds_by_order(payments: &Payments) -> std::collections::BTreeMap<String, i64> {
+    let mut by_order = std::collections::BTreeMap::new();
+    for (intent, minor) in payments.ledger.lock().unwrap().refunds.iter() {
+        *by_order.entry(intent.clone()).or_insert(0) += minor;
+    }
+    by_order
+}
+
 /// The most money the store's ledger ever held against a quota, in cents, line after line:
 /// each open run at what it reserved, each settled run at what it was charged.
 fn most_held_cents(pg: &Pg) -> i64 {
@@ -814,13 +831,7 @@ fn three_instances_share_the_store_through_kills_in_a_burst() {
     let payments = Payments::start();
     let pg = Pg::create("three_instances");
     let dir = on_store(folder(&payments));
-    let path = dir.path().join("manifest.json");
-    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    // Each run reserves 2.00 and is charged what it refunds (1.00): at most 15.00 a window.
-    manifest["tools"][0]["grants"]["pay"]["each"] = json!({"amount": "2.00", "currency": "USD"});
-    manifest["tools"][0]["quota"] =
-        json!({"window": "24h", "calls": 1000, "money": {"amount": "15.00", "currency": "USD"}});
-    std::fs::write(&path, manifest.to_string()).unwrap();
+    with_a_tight_money_quota(&dir);
     let env = [("STRIPE_SECRET_KEY", SECRET), (STORE_URL_ENV, pg.url.as_str())];
     let mut survivor = Wire::start_dir(dir, &env);
     survivor.assert_serving(1);
@@ -856,10 +867,7 @@ fn three_instances_share_the_store_through_kills_in_a_burst() {
     let said = survivor.stderr();
     assert!(said.contains("took over 1 run(s) of instance `instance-3`"), "{said}");
     assert!(!said.contains(&pg.password()) && !said.contains(SECRET), "{said}");
-    let mut by_order = std::collections::BTreeMap::new();
-    for (intent, minor) in payments.ledger.lock().unwrap().refunds.iter() {
-        *by_order.entry(intent.clone()).or_insert(0) += minor;
-    }
+    let by_order = refunds_by_order(&payments);
     assert!(by_order.values().all(|&minor| minor == 100), "an order was refunded twice: {by_order:?}");
     assert!(by_order.contains_key("pi_97000"), "the refund in doubt was finished once: {by_order:?} {said}");
     let refunded: i64 = by_order.values().sum();
@@ -966,12 +974,7 @@ fn three_http_replicas_share_the_store_through_a_kill_9_in_a_burst() {
     let payments = Payments::start();
     let pg = Pg::create("three_replicas");
     let dir = on_store(folder(&payments));
-    let path = dir.path().join("manifest.json");
-    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    manifest["tools"][0]["grants"]["pay"]["each"] = json!({"amount": "2.00", "currency": "USD"});
-    manifest["tools"][0]["quota"] =
-        json!({"window": "24h", "calls": 1000, "money": {"amount": "15.00", "currency": "USD"}});
-    std::fs::write(&path, manifest.to_string()).unwrap();
+    with_a_tight_money_quota(&dir);
     let env = [("STRIPE_SECRET_KEY", SECRET), (STORE_URL_ENV, pg.url.as_str())];
     let mut replicas: Vec<Replica> = (0..3).map(|_| Replica::start(dir.path(), &env)).collect();
     let addresses: Vec<std::net::SocketAddr> = replicas.iter().map(|r| r.address).collect();
@@ -1014,10 +1017,7 @@ fn three_http_replicas_share_the_store_through_a_kill_9_in_a_burst() {
         assert!(Instant::now() < deadline, "runs left open: {}", replicas[0].stderr());
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut by_order = std::collections::BTreeMap::new();
-    for (intent, minor) in payments.ledger.lock().unwrap().refunds.iter() {
-        *by_order.entry(intent.clone()).or_insert(0) += minor;
-    }
+    let by_order = refunds_by_order(&payments);
     assert!(by_order.values().all(|&minor| minor == 100), "an order was refunded twice: {by_order:?}");
     let most = most_held_cents(&pg);
     assert!(most <= 1500, "the ledger held {most} cents against the quota of 1500 at some line");
