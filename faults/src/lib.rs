@@ -310,6 +310,15 @@ pub struct WorldFile {
     /// manifest and programs; absent for a generated world.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own: Option<OwnWorld>,
+    /// Instances serving beside the first on the same PostgreSQL store (0 to 2; a world on the
+    /// store only): each with a client of its own, some killed, stalled or skewed
+    /// (`sim/src/sweep/peers.rs`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub peers: u32,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 /// What an operator's own world adds: the files its grants name (a database's `init` SQL),

@@ -625,8 +625,15 @@ pub trait StateDb {
     /// database's clock (0: ended), by name, at most `INSTANCES_LISTED_MAX` (slots keep them few).
     fn instances(&self, target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Vec<(String, Lease)>, DbFailure>>;
     /// Makes the fenced target's instance the owner of `run` if it has none (a run left open by
-    /// a version before owners were kept); whether it owns it now.
-    fn claim(&self, target: &PostgresTarget, run: &str) -> LocalBoxFuture<'static, Result<bool, DbFailure>>;
+    /// a version before owners were kept), under the ledger's lock and only if the ledger ends
+    /// at line `after`, which its caller has read: whether it owns it now, or `None` when lines
+    /// came after (the run may have ended since it was read open: read them and decide again).
+    fn claim(
+        &self,
+        target: &PostgresTarget,
+        run: &str,
+        after: u64,
+    ) -> LocalBoxFuture<'static, Result<Option<bool>, DbFailure>>;
     /// Takes over the runs of `instance`, whose lease at `epoch` has ended, for the fenced
     /// target's instance, in one transaction that first waits for every write of `instance`
     /// in flight: the runs taken, or `None` when the lease is not ended at that epoch (renewed,

@@ -59,6 +59,10 @@ pub const INPUT_RESPONSES_BYTES_MAX: usize = 256 * 1024;
 /// time between the check and the first byte); `warden check` holds every grant's longest send
 /// and the margin within two thirds of the lease, so a healthy renewal never holds one back.
 pub const LEASE_SEND_MARGIN_MS: u64 = 500;
+/// How many times a decision on the shared ledger is made again when other instances keep
+/// appending to it between the decision and its write: a call's admission (`LedgerError::Moved`)
+/// and a start's claim of a run left without an owner.
+pub const ADMISSION_TRIES_MAX: u32 = 16;
 /// How long past its statement timeout a PostgreSQL session may still be open (the client's
 /// grace, `io/postgres.rs`): a `db.postgres` write's COMMIT can land that late.
 pub const POSTGRES_CLIENT_GRACE_MS: u64 = 1000;

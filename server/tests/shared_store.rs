@@ -386,6 +386,32 @@ fn a_write_is_refused_once_its_lease_ended_or_a_later_start_took_it() {
     });
 }
 
+/// A claim of an ownerless run is made only on the ledger as its claimer read it: with a line
+/// after that (another instance's settle of the run, say) it is refused to be decided again, and
+/// a run another instance owns is not taken (the sweep's seed 1069: a run reserved and settled
+/// between a start's reads looked ownerless and open).
+#[test]
+fn a_claim_is_made_only_on_the_ledger_as_read() {
+    use warden::env::Fence;
+    let pg = migrated("claim");
+    warden::io::run(async {
+        let env = warden::io::command_env();
+        let db = &env.state_db;
+        let lease = db.register(&target(&pg), "desk", 60_000).await.unwrap();
+        let fenced =
+            PostgresTarget { fence: Some(Fence { instance: "desk".into(), epoch: lease.epoch }), ..target(&pg) };
+        let decide: warden::env::Decide = Box::new(|_, now| now.map(|_| b"a line".to_vec()));
+        db.ledger_exchange(&fenced, 0, warden::env::OwnerChange::Keep, decide).await.unwrap();
+        assert_eq!(db.claim(&fenced, "r1", 0).await.unwrap(), None, "a line came after the one read");
+        assert_eq!(pg.sql("SELECT count(*) FROM warden_owners"), "0");
+        assert_eq!(db.claim(&fenced, "r1", 1).await.unwrap(), Some(true));
+        let other = db.register(&target(&pg), "beside", 60_000).await.unwrap();
+        let beside =
+            PostgresTarget { fence: Some(Fence { instance: "beside".into(), epoch: other.epoch }), ..target(&pg) };
+        assert_eq!(db.claim(&beside, "r1", 1).await.unwrap(), Some(false), "another instance owns it");
+    });
+}
+
 /// A later start's registration waits for a write of the earlier epoch in flight (its fence
 /// checked, its COMMIT not yet sent), so no write of an earlier epoch lands after a later start
 /// registered. The write is held open by psql with the fence's own statement; a renewal is not

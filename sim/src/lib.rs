@@ -13,7 +13,7 @@ pub mod checks;
 pub mod workload;
 // Fault plans, which faults fired, and the crash windows covered.
 pub mod plan;
-// One seeded simulation.
+// One seeded simulation (and the instances beside its first on one store).
 pub mod sweep;
 // What is built on one simulation: fuzz properties, shrinking, the timeline.
 pub mod fuzzing;

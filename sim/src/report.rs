@@ -94,6 +94,8 @@ pub struct Report {
     pub with_principals: bool,
     /// The world kept its ledger and records in the PostgreSQL store (`server.store`).
     pub on_the_store: bool,
+    /// Instances that served beside the first on that store (`peers.rs`).
+    pub peers: u32,
     /// Input requests: calls answered `input_required`, retries served, retries refused
     /// (altered states among them).
     pub inputs: Inputs,

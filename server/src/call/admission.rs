@@ -13,6 +13,7 @@ use crate::call::answer::{answer, error_result, stopped_result};
 use crate::call::Principal;
 use crate::call::{once_record, worst_case, CallControl, CallReply};
 use crate::catalog::Tool;
+use crate::limits::ADMISSION_TRIES_MAX;
 use crate::run::runs::{InProgress, Runs};
 use crate::run::store::RunStore;
 use crate::store::ledger::{
@@ -39,10 +40,6 @@ fn not_recorded(runs: &Runs, error: LedgerError) -> Admission<'static> {
     runs.stop(&error.into());
     answered("the server could not record the call durably and stops; nothing was run".to_string())
 }
-
-/// How many times a call is decided again when other instances keep appending to the shared
-/// ledger between its decision and its reserve (`LedgerError::Moved`).
-const ADMISSION_TRIES_MAX: u32 = 16;
 
 /// The shared ledger could not be read or appended to, and nothing was written: the call is
 /// answered, and the server goes on (the store may be back for the next one).

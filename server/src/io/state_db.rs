@@ -210,9 +210,14 @@ impl StateDb for RealStateDb {
         Box::pin(async move { instances(&target).await })
     }
 
-    fn claim(&self, target: &PostgresTarget, run: &str) -> LocalBoxFuture<'static, Result<bool, DbFailure>> {
+    fn claim(
+        &self,
+        target: &PostgresTarget,
+        run: &str,
+        after: u64,
+    ) -> LocalBoxFuture<'static, Result<Option<bool>, DbFailure>> {
         let (target, run) = (target.clone(), run.to_string());
-        Box::pin(async move { claim(&target, &run).await })
+        Box::pin(async move { claim(&target, &run, after).await })
     }
 
     fn take_over(
@@ -537,18 +542,24 @@ async fn instances(target: &PostgresTarget) -> Result<Vec<(String, Lease)>, DbFa
     Ok(listed)
 }
 
-async fn claim(target: &PostgresTarget, run: &str) -> Result<bool, DbFailure> {
+async fn claim(target: &PostgresTarget, run: &str, after: u64) -> Result<Option<bool>, DbFailure> {
     let failed = DbFailure::rolled_back;
     checked_run(run)?;
     let fence =
         target.fence.as_ref().ok_or_else(|| failed("a run claimed by an instance without a lease".to_string()))?;
-    let session = begun(target).await?;
+    // Under the ledger's lock, no settle or release can land between the check and the COMMIT:
+    // a run its caller read open is still open if no line came after.
+    let session = locked(target, LEDGER_LOCK).await?;
+    let last: i64 = single(&session, "reading the ledger's end", LAST_SEQ, &[]).await.map_err(failed)?;
+    if u64::try_from(last).map_or(true, |last| last > after) {
+        return Ok(None);
+    }
     let inserted = session.within("claiming a run", session.client.execute(CLAIM, &[&run, &fence.instance])).await;
     inserted.map_err(failed)?.map_err(|e| failed(describe(&e)))?;
     let owner: String = single(&session, "reading the run's owner", OWNER_OF, &[&run]).await.map_err(failed)?;
     fenced(&session, target).await?;
     session.commit().await?;
-    Ok(owner == fence.instance)
+    Ok(Some(owner == fence.instance))
 }
 
 async fn take_over(target: &PostgresTarget, instance: &str, epoch: u64) -> Result<Option<Vec<String>>, DbFailure> {

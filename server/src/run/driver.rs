@@ -117,8 +117,7 @@ impl<S: RunStore> Driver<'_, S> {
         let context = self.context(tool, run, inputs, &journal, &entry, client_kinds);
         let mut event = self.first_event(tool, run, &journal, entry)?;
         for _ in 0..TRANSITIONS_MAX {
-            let (next, commands) =
-                machine::step(state, event).map_err(|invalid| Fatal::bug(format!("run {run}: {invalid}")))?;
+            let (next, commands) = machine::step(state, event).map_err(|invalid| self.invalid_step(run, invalid))?;
             state = next;
             // A stopping server lets a run finish the action it is in, never begin another:
             // stopped here, nothing is in doubt and the next start resumes the run.
@@ -146,6 +145,19 @@ impl<S: RunStore> Driver<'_, S> {
             };
         }
         Err(Fatal::bug(format!("run {run} did not end within {TRANSITIONS_MAX} transitions")))
+    }
+
+    /// A step the machine has no transition for is a bug, unless this instance's lease on the
+    /// PostgreSQL store has ended: then another instance may have taken the run over and
+    /// written its records meanwhile (a stall past the lease), and this instance stops as one
+    /// that lost its lease (its writes would be refused by their fence anyway).
+    fn invalid_step(&self, run: &str, invalid: impl std::fmt::Display) -> Fatal {
+        match self.store.lease_left_ms() {
+            Some(0) => Fatal::storage(format!(
+                "run {run}: {invalid}: this instance's lease on the PostgreSQL store has ended, and another instance                  may have taken the run over; this instance stops, and a start takes its runs up"
+            )),
+            _ => Fatal::bug(format!("run {run}: {invalid}")),
+        }
     }
 
     /// What every step of one run's drive needs.

@@ -34,7 +34,7 @@ pub async fn perform_model(
     model: &ModelConfig,
     action: &Action,
     secrets: &[String],
-    sends_interrupted: u64,
+    (sends_interrupted, lease_left): (u64, &dyn Fn() -> Option<u64>),
 ) -> Performed {
     let asked: Value = match serde_json::from_str(&action.body) {
         Ok(asked) => asked,
@@ -54,6 +54,15 @@ pub async fn perform_model(
     for attempt in 0..attempts_per_send(model) {
         if attempt > 0 {
             env.clock.sleep(wait_before(attempt, &last)).await;
+            // The action rule, for each request (the first was checked before the send):
+            // one started after the lease may have ended could reach the provider after the
+            // run's next owner settled it.
+            if let Some(left) = lease_left().filter(|left| *left < crate::limits::LEASE_SEND_MARGIN_MS) {
+                let problem = format!(
+                    "this instance's lease on the PostgreSQL store is sure for {left} ms more, too short to try                      the model again (the last attempt: {last})"
+                );
+                return failed(problem, charged, secrets);
+            }
         }
         let request = request(model, &asked, &key);
         let response = match env.net.request(request).await {

@@ -124,7 +124,9 @@ pub async fn perform(
     }
     if grant.cap == Kind::Model {
         return match model {
-            Some(model) => super::model::perform_model(env, model, action, secrets, sends_interrupted).await,
+            Some(model) => {
+                super::model::perform_model(env, model, action, secrets, (sends_interrupted, lease_left)).await
+            }
             None => Performed::Done(json!({"error": "the manifest has no `model` section; nothing was sent"})),
         };
     }

@@ -248,17 +248,39 @@ async fn owned_here(runs: &Runs, all: Vec<String>, owners: &BTreeMap<String, Str
     let me = crate::store::owners::me(target);
     let mut mine = Vec::with_capacity(all.len());
     for run in all {
-        let open = runs.ledger.state().run(&run).is_some_and(|entry| entry.is_open());
-        let here = match (open, owners.get(&run)) {
-            (false, _) => true,
-            (true, Some(owner)) => owner == me,
-            (true, None) => crate::store::owners::claim(&runs.env, target, &run).await.map_err(Fatal::storage)?,
+        let here = match owners.get(&run) {
+            Some(owner) => owner == me || !is_open(runs, &run),
+            None => claimed_unless_ended(runs, target, &run).await?,
         };
         if here {
             mine.push(run);
         }
     }
     Ok(mine)
+}
+
+fn is_open(runs: &Runs, run: &str) -> bool {
+    runs.ledger.state().run(run).is_some_and(|entry| entry.is_open())
+}
+
+/// Whether a run the owners did not name is this instance's to act on: ended (its leftovers
+/// are anyone's to remove), or open and claimed. A run another instance reserved after the
+/// owners were read may end before the claim: the claim is made only on the ledger as read,
+/// and each line that came after is read before deciding again.
+async fn claimed_unless_ended(runs: &Runs, target: &crate::env::PostgresTarget, run: &str) -> Result<bool, Fatal> {
+    for _ in 0..crate::limits::ADMISSION_TRIES_MAX {
+        if !is_open(runs, run) {
+            return Ok(true);
+        }
+        let after = runs.ledger.seen().expect("owners are kept beside a shared ledger");
+        match crate::store::owners::claim(&runs.env, target, run, after).await.map_err(Fatal::storage)? {
+            Some(claimed) => return Ok(claimed),
+            None => caught_up(runs).await?,
+        }
+    }
+    Err(Fatal::storage(format!(
+        "run {run} has no owner, and other instances kept appending to the shared ledger while this one tried to          claim it; start again"
+    )))
 }
 
 /// Why the table is applied: a start (which refuses to go on while a run needs an operator)

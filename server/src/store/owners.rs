@@ -27,9 +27,10 @@ pub async fn listed(env: &Env, target: &PostgresTarget) -> Result<BTreeMap<Strin
     }
 }
 
-/// Makes `run`, open and without an owner, this instance's if no other claimed it first.
-pub async fn claim(env: &Env, target: &PostgresTarget, run: &str) -> Result<bool, String> {
-    let claimed = env.state_db.claim(target, run).await;
+/// Makes `run`, open and without an owner, this instance's if no other claimed it first and
+/// the shared ledger still ends at line `after` (`None`: it does not; read on and decide again).
+pub async fn claim(env: &Env, target: &PostgresTarget, run: &str, after: u64) -> Result<Option<bool>, String> {
+    let claimed = env.state_db.claim(target, run, after).await;
     claimed.map_err(|failure| format!("claiming run {run}: {}", failure.message))
 }
 

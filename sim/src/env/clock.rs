@@ -122,3 +122,24 @@ impl Drop for Sleep {
         self.clock.timers.borrow_mut().remove(&self.key);
     }
 }
+
+/// The clock of an instance beside the first on another machine: the same time, its wall
+/// clock off by `skew_ms` more (clock skew between instances; the database's time is not).
+pub struct PeerClockHandle {
+    pub clock: SimClockHandle,
+    pub skew_ms: i64,
+}
+
+impl Clock for PeerClockHandle {
+    fn now_ms(&self) -> u64 {
+        (self.clock.now_ms() as i64).saturating_add(self.skew_ms).max(0) as u64
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        self.clock.monotonic_ms()
+    }
+
+    fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
+        self.clock.sleep(ms)
+    }
+}

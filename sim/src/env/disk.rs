@@ -474,11 +474,23 @@ impl SimDisk {
 }
 
 /// The `Disk` half of the seam over a shared `SimDisk`.
-pub struct SimDiskHandle(pub Rc<SimDisk>);
+/// An instance's disk; a peer instance's carries its own crash flag (`crash_now`).
+pub struct SimDiskHandle(pub Rc<SimDisk>, pub Option<Rc<Cell<bool>>>);
+
+impl SimDiskHandle {
+    /// Whether this operation crashes the instance: a peer's disk operations are not counted
+    /// for the plan's crash at a disk operation, which is the first instance's.
+    fn crash_now(&self) -> bool {
+        match &self.1 {
+            Some(crashed) => crashed.get(),
+            None => self.0.crash_now(),
+        }
+    }
+}
 
 impl Disk for SimDiskHandle {
     fn read(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Vec<u8>>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         let bytes = self.0.peek(path).map(|bytes| self.0.as_read(path, bytes));
@@ -486,21 +498,21 @@ impl Disk for SimDiskHandle {
     }
 
     fn append(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         self.0.complete(self.0.modify(path, bytes, true))
     }
 
     fn write(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         self.0.complete(self.0.modify(path, bytes, false))
     }
 
     fn fsync(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         let disk = &self.0;
@@ -524,7 +536,7 @@ impl Disk for SimDiskHandle {
     }
 
     fn fsync_dir(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         let disk = &self.0;
@@ -552,7 +564,7 @@ impl Disk for SimDiskHandle {
 
     /// The primitives one after another, so every crash point between them stays reachable.
     fn write_new_durably(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
-        let (disk, path) = (SimDiskHandle(Rc::clone(&self.0)), path.to_path_buf());
+        let (disk, path) = (SimDiskHandle(Rc::clone(&self.0), self.1.clone()), path.to_path_buf());
         Box::pin(async move {
             disk.write(&path, bytes).await?;
             disk.fsync(&path).await?;
@@ -561,7 +573,7 @@ impl Disk for SimDiskHandle {
     }
 
     fn append_durably(&self, path: &Path, bytes: Vec<u8>) -> LocalBoxFuture<'static, io::Result<()>> {
-        let (disk, path) = (SimDiskHandle(Rc::clone(&self.0)), path.to_path_buf());
+        let (disk, path) = (SimDiskHandle(Rc::clone(&self.0), self.1.clone()), path.to_path_buf());
         Box::pin(async move {
             disk.append(&path, bytes).await?;
             disk.fsync(&path).await
@@ -569,7 +581,7 @@ impl Disk for SimDiskHandle {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         let mut state = self.0.state.borrow_mut();
@@ -585,7 +597,7 @@ impl Disk for SimDiskHandle {
     }
 
     fn remove(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         let mut state = self.0.state.borrow_mut();
@@ -597,7 +609,7 @@ impl Disk for SimDiskHandle {
     }
 
     fn create_dir_all(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<()>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         let mut state = self.0.state.borrow_mut();
@@ -610,7 +622,7 @@ impl Disk for SimDiskHandle {
     }
 
     fn list(&self, dir: &Path) -> LocalBoxFuture<'static, io::Result<Vec<String>>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         let failing = self.0.fail_list_containing.borrow().clone();
@@ -635,7 +647,7 @@ impl Disk for SimDiskHandle {
     }
 
     fn exists(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<bool>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         let failing = self.0.fail_exists_containing.borrow().clone();
@@ -648,7 +660,7 @@ impl Disk for SimDiskHandle {
     }
 
     fn try_lock(&self, path: &Path) -> LocalBoxFuture<'static, io::Result<Option<DiskLock>>> {
-        if self.0.crash_now() {
+        if self.crash_now() {
             return pending_forever();
         }
         let mut state = self.0.state.borrow_mut();

@@ -55,7 +55,7 @@ pub struct Executor {
     next_id: Cell<u64>,
     rng: RefCell<ChaCha8Rng>,
     clock: Rc<SimClock>,
-    crashed: Rc<Cell<bool>>,
+    pub crashed: Rc<Cell<bool>>,
     /// The process exited (its main task returned): as a real exit, no task of it runs again.
     pub exited: Rc<Cell<bool>>,
     pub polls: Cell<u64>,
@@ -125,8 +125,13 @@ impl Executor {
     /// order (a lease renewed as each renewal falls due), then the clock reaches the end. Time
     /// passing is not a pause: `Fault::AdvanceTime` is one.
     pub fn run_for(&self, ms: u64, steps: u64) -> Stop {
+        self.run_for_beside(ms, steps, &[])
+    }
+
+    /// `run_for`, with the instances beside this one running too (`run_beside`).
+    pub fn run_for_beside(&self, ms: u64, steps: u64, beside: &[Rc<Process>]) -> Stop {
         let until = self.clock.now().saturating_add(ms);
-        let stop = self.run(ms, steps);
+        let stop = self.run_beside(ms, steps, beside);
         if stop == Stop::Quiet && self.clock.now() < until {
             self.clock.advance(until - self.clock.now());
         }
@@ -136,6 +141,14 @@ impl Executor {
     /// Runs until quiet, crashed, or `steps` polls. Timers due within `horizon_ms` of the
     /// current virtual time fire (time jumps to them); later ones wait for the next run.
     pub fn run(&self, horizon_ms: u64, steps: u64) -> Stop {
+        self.run_beside(horizon_ms, steps, &[])
+    }
+
+    /// Runs this executor and, interleaved with it, the instances beside it (`beside`, the
+    /// other instances of a world on one store) that are not paused: the next task is drawn
+    /// from every ready one, so the instances run concurrently on the one clock. Alone, the
+    /// draws are this executor's own, as they always were.
+    pub fn run_beside(&self, horizon_ms: u64, steps: u64, beside: &[Rc<Process>]) -> Stop {
         let until = self.clock.now().saturating_add(horizon_ms);
         for _ in 0..steps {
             if self.crashed.get() {
@@ -145,20 +158,14 @@ impl Executor {
                 return Stop::Quiet;
             }
             self.admit_spawned();
-            let next = {
-                let ready = self.ready.lock().expect("ready set");
-                if ready.is_empty() {
-                    None
-                } else {
-                    let index = (self.rng.borrow_mut().next_u64() % ready.len() as u64) as usize;
-                    ready.iter().nth(index).copied()
-                }
-            };
-            let Some(id) = next else {
+            let running: Vec<&Executor> = beside.iter().filter(|p| p.runs()).map(|p| &p.executor).collect();
+            running.iter().for_each(|peer| peer.admit_spawned());
+            let Some(next) = self.draw_ready(&running) else {
                 // An executor with no task left (a command's, once it finished) fires no timer:
                 // the timers are another executor's, and firing them here would move the shared
                 // clock past them while that one is not run (a server's lease renewals).
-                if self.task_count() == 0 {
+                let idle = self.task_count() == 0 && beside.iter().all(|p| p.executor.task_count() == 0);
+                if idle {
                     return Stop::Quiet;
                 }
                 if self.clock.fire_next_timer(until) {
@@ -166,17 +173,69 @@ impl Executor {
                 }
                 return Stop::Quiet;
             };
-            self.ready.lock().expect("ready set").remove(&id);
-            let task = self.tasks.borrow_mut().remove(&id);
-            let Some(mut task) = task else { continue };
-            let waker = Waker::from(Arc::new(TaskWaker { id, ready: Arc::clone(&self.ready) }));
-            let mut context = Context::from_waker(&waker);
-            self.polls.set(self.polls.get() + 1);
-            if task.as_mut().poll(&mut context).is_pending() {
-                self.tasks.borrow_mut().insert(id, task);
-            }
+            next.poll_ready(next.pick_ready());
         }
         Stop::StepBudget
+    }
+
+    /// The executor whose task runs next: this one alone draws as it always did; beside peers,
+    /// one ready task is drawn among all of them.
+    fn draw_ready<'a>(&'a self, running: &[&'a Executor]) -> Option<&'a Executor> {
+        let mine = self.ready.lock().expect("ready set").len() as u64;
+        if running.is_empty() {
+            return (mine > 0).then_some(self);
+        }
+        let counts: Vec<u64> = running.iter().map(|peer| peer.ready.lock().expect("ready set").len() as u64).collect();
+        let total = mine + counts.iter().sum::<u64>();
+        if total == 0 {
+            return None;
+        }
+        let mut draw = self.rng.borrow_mut().next_u64() % total;
+        if draw < mine {
+            return Some(self);
+        }
+        draw -= mine;
+        for (peer, count) in running.iter().zip(counts) {
+            if draw < count {
+                return Some(peer);
+            }
+            draw -= count;
+        }
+        unreachable!("the draw is below the total")
+    }
+
+    /// One of this executor's ready tasks, drawn by its own RNG.
+    fn pick_ready(&self) -> u64 {
+        let ready = self.ready.lock().expect("ready set");
+        let index = (self.rng.borrow_mut().next_u64() % ready.len() as u64) as usize;
+        ready.iter().nth(index).copied().expect("a ready task")
+    }
+
+    /// Polls task `id` once.
+    fn poll_ready(&self, id: u64) {
+        self.ready.lock().expect("ready set").remove(&id);
+        let task = self.tasks.borrow_mut().remove(&id);
+        let Some(mut task) = task else { return };
+        let waker = Waker::from(Arc::new(TaskWaker { id, ready: Arc::clone(&self.ready) }));
+        let mut context = Context::from_waker(&waker);
+        self.polls.set(self.polls.get() + 1);
+        if task.as_mut().poll(&mut context).is_pending() {
+            self.tasks.borrow_mut().insert(id, task);
+        }
+    }
+}
+
+/// A server instance's process: its executor, and whether it is paused. The instances beside
+/// a world's first one (several instances on one store) are run interleaved with it.
+pub struct Process {
+    pub executor: Executor,
+    /// Paused: none of its tasks runs (a stall, a stopped process), while time passes.
+    pub paused: Cell<bool>,
+}
+
+impl Process {
+    fn runs(&self) -> bool {
+        !self.paused.get() && !self.executor.exited.get() && !self.executor.crashed.get()
     }
 }
 

@@ -85,6 +85,8 @@ pub struct Services {
     pub ignore_idempotency_keys: Cell<bool>,
     pub faults: RefCell<Vec<(String, NetFault)>>,
     pub crashed: RefCell<Option<Rc<Cell<bool>>>>,
+    /// The crash flag of a peer instance while it asks a service (`as_instance`).
+    beside: RefCell<Option<Rc<Cell<bool>>>>,
     /// Payment intents: id -> (amount in minor units, currency).
     pub intents: RefCell<BTreeMap<String, (i64, String)>>,
     pub notify_calls: RefCell<Vec<Vec<u8>>>,
@@ -446,22 +448,45 @@ impl Services {
         })
     }
 
-    /// Whether the server instance has crashed: then it can reach no service.
+    /// Whether the server instance asking has crashed: then it can reach no service.
     fn server_crashed(&self) -> bool {
-        self.crashed.borrow().as_ref().is_some_and(|crashed| crashed.get())
+        self.asking().is_some_and(|crashed| crashed.get())
     }
 
     fn crash_server(&self) {
-        if let Some(crashed) = self.crashed.borrow().as_ref() {
+        if let Some(crashed) = self.asking() {
             crashed.set(true);
         }
     }
+
+    /// The crash flag of the instance asking now: a peer's own while it asks (`beside`), else
+    /// the world's.
+    fn asking(&self) -> Option<Rc<Cell<bool>>> {
+        self.beside.borrow().clone().or_else(|| self.crashed.borrow().clone())
+    }
+
+    /// Runs `ask` as the instance whose crash flag is `beside` (a peer's), if any: a crash a
+    /// service's fault causes is that instance's.
+    fn as_instance<T>(&self, beside: &Option<Rc<Cell<bool>>>, ask: impl FnOnce() -> T) -> T {
+        let before = self.beside.replace(beside.clone());
+        let outcome = ask();
+        *self.beside.borrow_mut() = before;
+        outcome
+    }
 }
 
-pub struct SimNet(pub Rc<Services>);
+/// An instance's network: the world's services, and the registration its store handle made
+/// (the action rule's witness names the sender).
+pub struct SimNet(pub Rc<Services>, pub crate::env::state_db::Registration, pub Option<Rc<Cell<bool>>>);
 
 impl Net for SimNet {
     fn request(&self, request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>> {
+        self.0.as_instance(&self.2, || self.request_now(request))
+    }
+}
+
+impl SimNet {
+    fn request_now(&self, request: HttpRequest) -> LocalBoxFuture<'static, Result<HttpResponse, NetError>> {
         let services = &self.0;
         if services.server_crashed() {
             return Box::pin(std::future::pending());
@@ -474,7 +499,7 @@ impl Net for SimNet {
         // while the sender holds its lease on the store (the action rule).
         let write = request.method != "GET" && !request.url.ends_with("/v1/messages");
         if let (true, Some(db)) = (write, services.shared_db.borrow().as_ref()) {
-            db.note_a_write_sent();
+            db.note_a_write_sent(self.1.borrow().as_ref());
         }
         let step = services.step_wall_on_next_request.replace(0);
         if let (true, Some(clock)) = (step != 0, services.clock.borrow().as_ref()) {
@@ -554,7 +579,8 @@ impl Services {
     }
 }
 
-pub struct SimDb(pub Rc<Services>);
+/// An instance's databases; a peer's crash flag (`Services::as_instance`).
+pub struct SimDb(pub Rc<Services>, pub Option<Rc<Cell<bool>>>);
 
 impl Db for SimDb {
     fn initialize(&self, path: &Path, sql: &str) -> LocalBoxFuture<'static, Result<(), String>> {
@@ -571,25 +597,7 @@ impl Db for SimDb {
     }
 
     fn execute(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, DbFailure>> {
-        if self.0.server_crashed() {
-            return Box::pin(std::future::pending());
-        }
-        if let (true, Some((run, op)), Some(oracle)) = (request.write, &request.action, self.0.oracle.borrow().as_ref())
-        {
-            oracle.before_sql_write(run, *op);
-        }
-        if let Database::Postgres(target) = &request.database {
-            self.0.postgres_statements.set(self.0.postgres_statements.get() + 1);
-            if let Some(fault) = self.0.take_fault(&target.url) {
-                return self.postgres_fault(&request, target.statement_timeout_ms, fault);
-            }
-        }
-        let reply = self.0.execute(&request).map_err(DbFailure::rolled_back);
-        if request.write && reply.is_ok() && self.0.crash_after_commit.replace(false) {
-            self.0.crash_server();
-            return Box::pin(std::future::pending());
-        }
-        Box::pin(std::future::ready(reply))
+        self.0.as_instance(&self.1, || self.execute_now(request))
     }
 
     fn action_recorded(
@@ -614,6 +622,28 @@ impl Db for SimDb {
 }
 
 impl SimDb {
+    fn execute_now(&self, request: DbRequest) -> LocalBoxFuture<'static, Result<DbReply, DbFailure>> {
+        if self.0.server_crashed() {
+            return Box::pin(std::future::pending());
+        }
+        if let (true, Some((run, op)), Some(oracle)) = (request.write, &request.action, self.0.oracle.borrow().as_ref())
+        {
+            oracle.before_sql_write(run, *op);
+        }
+        if let Database::Postgres(target) = &request.database {
+            self.0.postgres_statements.set(self.0.postgres_statements.get() + 1);
+            if let Some(fault) = self.0.take_fault(&target.url) {
+                return self.postgres_fault(&request, target.statement_timeout_ms, fault);
+            }
+        }
+        let reply = self.0.execute(&request).map_err(DbFailure::rolled_back);
+        if request.write && reply.is_ok() && self.0.crash_after_commit.replace(false) {
+            self.0.crash_server();
+            return Box::pin(std::future::pending());
+        }
+        Box::pin(std::future::ready(reply))
+    }
+
     /// A statement on the PostgreSQL server's connection, under a network fault.
     fn postgres_fault(
         &self,
@@ -688,15 +718,26 @@ pub struct SimProcess {
     pub services: Rc<Services>,
     /// Shutdown signals this process received.
     received: Rc<Cell<u64>>,
+    /// A peer instance's crash flag: the shutdown faults are the first instance's, and a
+    /// crash a command's fault causes is the peer's own.
+    beside: Option<Rc<Cell<bool>>>,
 }
 
 impl SimProcess {
     pub fn new(services: Rc<Services>) -> SimProcess {
-        SimProcess { services, received: Rc::default() }
+        SimProcess { services, received: Rc::default(), beside: None }
     }
 
-    /// An armed signal whose time has come reaches this process.
+    /// A peer instance's process (`beside`: its crash flag).
+    pub fn beside(services: Rc<Services>, crashed: Rc<Cell<bool>>) -> SimProcess {
+        SimProcess { services, received: Rc::default(), beside: Some(crashed) }
+    }
+
+    /// An armed signal whose time has come reaches this process (the first instance's).
     fn deliver_due_signal(&self) {
+        if self.beside.is_some() {
+            return;
+        }
         let Some(at) = self.services.shutdown_at_ms.get() else { return };
         let Some(clock) = self.services.clock.borrow().clone() else { return };
         if warden::env::Clock::monotonic_ms(&crate::env::clock::SimClockHandle(clock)) >= at {
@@ -709,7 +750,7 @@ impl SimProcess {
 
 impl Process for SimProcess {
     fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>> {
-        if self.services.server_crashed() {
+        if self.services.as_instance(&self.beside, || self.services.server_crashed()) {
             return Box::pin(std::future::pending());
         }
         if let Some(oracle) = self.services.oracle.borrow().as_ref() {
@@ -751,7 +792,15 @@ impl Process for SimProcess {
     /// A signal comes when a `shutdown` fault armed one (`Services::arm_shutdown`), at its
     /// virtual time; never otherwise.
     fn shutdown_signal(&self, nth: u64) -> LocalBoxFuture<'static, ()> {
-        let process = SimProcess { services: Rc::clone(&self.services), received: Rc::clone(&self.received) };
+        if self.beside.is_some() {
+            // The shutdown faults are the first instance's: no signal comes to a peer.
+            return Box::pin(std::future::pending());
+        }
+        let process = SimProcess {
+            services: Rc::clone(&self.services),
+            received: Rc::clone(&self.received),
+            beside: self.beside.clone(),
+        };
         Box::pin(async move {
             loop {
                 process.deliver_due_signal();

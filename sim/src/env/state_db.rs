@@ -105,6 +105,11 @@ impl SharedDb {
         self.schema.set(version);
     }
 
+    /// The instance owning open run `run` (`warden_owners`), if any.
+    pub fn owner_of(&self, run: &str) -> Option<String> {
+        self.owners.borrow().get(run).cloned()
+    }
+
     /// Every line of the ledger, in order (the checker's view).
     pub fn ledger(&self) -> Vec<Vec<u8>> {
         self.lines.borrow().clone()
@@ -295,12 +300,17 @@ impl SharedDb {
         Ok(dead.take(64).map(|(name, (epoch, _))| (name.clone(), *epoch)).collect())
     }
 
-    /// A service received a write: counted when instances are registered (the world is on the
-    /// store) and none holds its lease now.
-    pub fn note_a_write_sent(&self) {
+    /// A service received a write from the instance registered as `sender` (its name and
+    /// epoch): counted unless that very registration holds its lease now. A sender not (yet)
+    /// registered is counted when instances are registered and none holds its lease.
+    pub fn note_a_write_sent(&self, sender: Option<&(String, u64)>) {
         let now = self.now();
         let instances = self.instances.borrow();
-        if !instances.is_empty() && instances.values().all(|(_, until)| *until <= now) {
+        let without = match sender {
+            Some((name, epoch)) => !matches!(instances.get(name), Some((held, until)) if held == epoch && *until > now),
+            None => !instances.is_empty() && instances.values().all(|(_, until)| *until <= now),
+        };
+        if without {
             self.sends_without_a_lease.set(self.sends_without_a_lease.get() + 1);
         }
     }
@@ -322,11 +332,15 @@ impl SharedDb {
         Ok(page.take(RECORD_RUNS_PAGE).map(|(run, instance)| (run.clone(), instance.clone())).collect())
     }
 
-    /// As the real store: an ownerless run made the fenced instance's, in a fenced write.
-    fn claim(&self, fence: Option<&Fence>, run: &str) -> Result<bool, DbFailure> {
+    /// As the real store: an ownerless run made the fenced instance's, in a fenced write, only
+    /// if the ledger still ends at line `after` (`None` otherwise).
+    fn claim(&self, fence: Option<&Fence>, run: &str, after: u64) -> Result<Option<bool>, DbFailure> {
         self.with_schema(5)?;
         Self::checked_run(run)?;
         let fence = fence.ok_or_else(|| DbFailure::rolled_back("a run claimed by an instance without a lease"))?;
+        if self.lines.borrow().len() as u64 > after {
+            return Ok(None);
+        }
         self.fenced(Some(fence))?;
         self.commit_lost()?;
         let owned = {
@@ -335,7 +349,7 @@ impl SharedDb {
         };
         match self.commit_answer_lost() {
             true => Err(in_doubt()),
-            false => Ok(owned),
+            false => Ok(Some(owned)),
         }
     }
 
@@ -362,6 +376,9 @@ impl SharedDb {
             owners.insert(run.clone(), fence.instance.clone());
         }
         drop(owners);
+        for _ in theirs.iter().filter(|run| self.action_begun(run)) {
+            self.count("a run taken over with an action begun");
+        }
         match self.commit_answer_lost() {
             true => Err(in_doubt()),
             false => Ok(Some(theirs)),
@@ -370,6 +387,16 @@ impl SharedDb {
 }
 
 impl SharedDb {
+    /// Whether run `run`'s journal ends with an action begun and not done (restarts noted
+    /// after it aside): the window a takeover must decide as recovery does.
+    fn action_begun(&self, run: &str) -> bool {
+        let records = self.records.borrow();
+        let Some(lines) = records.get(&(run.to_string(), RecordKind::Journal)) else { return false };
+        let tags = lines.values().rev().map(|line| crate::env::oracle::record_tag(line));
+        let mut tags = tags.skip_while(|tag| matches!(tag, Some("resumed" | "retried")));
+        tags.next() == Some(Some("begin"))
+    }
+
     fn checked_run(run: &str) -> Result<(), DbFailure> {
         match (1..=RUN_ID_BYTES_MAX).contains(&run.len()) {
             true => Ok(()),
@@ -601,8 +628,12 @@ impl Overlay for StoreFiles {
     }
 }
 
-/// An instance's handle on the shared database.
-pub struct SimStateDb(pub Rc<SharedDb>);
+/// An instance's handle on the shared database, and the registration it made (its name and
+/// epoch), which its services' witness reads.
+pub struct SimStateDb(pub Rc<SharedDb>, pub Registration);
+
+/// The name and epoch an instance registered as, shared with its `SimNet`.
+pub type Registration = Rc<RefCell<Option<(String, u64)>>>;
 
 impl StateDb for SimStateDb {
     fn migrate(&self, _target: &PostgresTarget) -> LocalBoxFuture<'static, Result<Migration, DbFailure>> {
@@ -635,7 +666,11 @@ impl StateDb for SimStateDb {
         instance: &str,
         lease_ms: u64,
     ) -> LocalBoxFuture<'static, Result<Lease, DbFailure>> {
-        crate::env::disk::after_a_turn(self.0.register(instance, lease_ms))
+        let registered = self.0.register(instance, lease_ms);
+        if let Ok(lease) = &registered {
+            *self.1.borrow_mut() = Some((instance.to_string(), lease.epoch));
+        }
+        crate::env::disk::after_a_turn(registered)
     }
 
     fn renew(
@@ -703,8 +738,13 @@ impl StateDb for SimStateDb {
         crate::env::disk::after_a_turn(self.0.instances_listed())
     }
 
-    fn claim(&self, target: &PostgresTarget, run: &str) -> LocalBoxFuture<'static, Result<bool, DbFailure>> {
-        crate::env::disk::after_a_turn(self.0.claim(target.fence.as_ref(), run))
+    fn claim(
+        &self,
+        target: &PostgresTarget,
+        run: &str,
+        after: u64,
+    ) -> LocalBoxFuture<'static, Result<Option<bool>, DbFailure>> {
+        crate::env::disk::after_a_turn(self.0.claim(target.fence.as_ref(), run, after))
     }
 
     fn take_over(

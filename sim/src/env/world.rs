@@ -5,7 +5,7 @@
 use crate::names::ROOT;
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -15,7 +15,7 @@ use warden_faults::Transport;
 
 use crate::env::clock::{SimClock, SimClockHandle};
 use crate::env::disk::{SimDisk, SimDiskHandle};
-use crate::env::executor::{Executor, Stop};
+use crate::env::executor::{Executor, Process, Stop};
 use crate::env::oracle::Oracle;
 use crate::env::services::{Services, SimDb, SimNet, SimProcess};
 use crate::env::stdio::{Pipe, SimStdio};
@@ -57,6 +57,9 @@ struct SimProbe {
     probes: Rc<Probes>,
     crashed: Rc<Cell<bool>>,
     watch: Option<Box<dyn ProbeWatch>>,
+    /// An instance beside the first: a pause armed for its next action's begin stalls it
+    /// alone while the others run (`Cluster::stall`).
+    beside: Option<(Rc<Cluster>, Weak<Process>)>,
 }
 
 impl Probe for SimProbe {
@@ -67,6 +70,13 @@ impl Probe for SimProbe {
         self.probes.seen.borrow_mut().push((point, run.to_string()));
         if let Some(watch) = &self.watch {
             watch.reached(point, run);
+        }
+        if let (Point::ActionBegun, Some((cluster, process))) = (point, &self.beside) {
+            if let (Some(ms), Some(process)) = (self.probes.pause_after_begin.take(), process.upgrade()) {
+                self.probes.pauses.set(self.probes.pauses.get() + 1);
+                cluster.stall(&process, ms);
+            }
+            return;
         }
         if point == Point::ActionBegun {
             if let (Some(ms), Some(clock)) = (self.probes.pause_after_begin.get(), self.probes.clock.borrow().as_ref())
@@ -122,13 +132,44 @@ pub struct World {
     pub probe_watch: RefCell<Option<ProbeWatchFactory>>,
     /// The PostgreSQL database instances keep their shared state in (issue 28).
     pub shared_db: Rc<crate::env::state_db::SharedDb>,
+    /// The instances serving at once: the first, and those beside it on the same store.
+    pub cluster: Rc<Cluster>,
+}
+
+/// The processes of a world's instances: the first one's (which the sweep runs, crashes and
+/// restarts) and the peers beside it on the same store, run interleaved with it.
+#[derive(Default)]
+pub struct Cluster {
+    first: RefCell<Weak<Process>>,
+    pub peers: RefCell<Vec<Rc<Process>>>,
+}
+
+impl Cluster {
+    fn peers(&self) -> Vec<Rc<Process>> {
+        self.peers.borrow().clone()
+    }
+
+    /// Stalls `process` for `ms` of virtual time while the other instances run on: a pause
+    /// of one process (a stall, a partition) from where it stands.
+    pub fn stall(&self, process: &Process, ms: u64) {
+        let Some(first) = self.first.borrow().upgrade() else { return };
+        process.paused.set(true);
+        first.executor.run_for_beside(ms, STEPS_MAX, &self.peers());
+        process.paused.set(false);
+    }
 }
 
 pub struct Instance {
-    executor: Executor,
+    process: Rc<Process>,
     pub pipe: Rc<Pipe>,
     pub exit: Rc<RefCell<Option<Result<(), String>>>>,
     disk: Rc<SimDisk>,
+    cluster: Rc<Cluster>,
+    /// An instance beside the first one: its own probes (no crash point of the plan fires in
+    /// it), and it leaves the cluster when dropped (a kill).
+    pub peer: Option<Rc<Probes>>,
+    /// The name and epoch it registered as on the store, once it has.
+    pub registration: crate::env::state_db::Registration,
 }
 
 impl World {
@@ -167,6 +208,7 @@ impl World {
             admin: Rc::default(),
             probe_watch: RefCell::default(),
             shared_db,
+            cluster: Rc::default(),
         }
     }
 
@@ -190,40 +232,63 @@ impl World {
         self.rng.borrow_mut().next_u64()
     }
 
-    fn stdio(&self, executor: &Executor, pipe: &Rc<Pipe>) -> SimStdio {
+    fn stdio(&self, executor: &Executor, pipe: &Rc<Pipe>, own: &Own) -> SimStdio {
         SimStdio {
             pipe: Rc::clone(pipe),
-            crashed: Rc::clone(&self.crashed),
+            crashed: Rc::clone(&own.stdio_crashed),
             oracle: Rc::clone(&self.oracle),
             clock: Rc::clone(&self.clock),
             spawn: executor.spawner(),
         }
     }
 
-    fn env(&self, executor: &Executor, pipe: &Rc<Pipe>, http: Rc<dyn warden::env::HttpServe>) -> Env {
+    fn env(&self, executor: &Executor, pipe: &Rc<Pipe>, http: Rc<dyn warden::env::HttpServe>, own: &Own) -> Env {
+        let registration = Rc::clone(&own.registration);
+        let clock = SimClockHandle(Rc::clone(&self.clock));
+        let clock: Rc<dyn warden::env::Clock> = match own.skew_ms {
+            0 => Rc::new(clock),
+            skew_ms => Rc::new(crate::env::clock::PeerClockHandle { clock, skew_ms }),
+        };
         Env {
-            clock: Rc::new(SimClockHandle(Rc::clone(&self.clock))),
-            disk: Rc::new(SimDiskHandle(Rc::clone(&self.disk))),
-            stdio: Rc::new(self.stdio(executor, pipe)),
-            net: Rc::new(SimNet(Rc::clone(&self.services))),
-            db: Rc::new(SimDb(Rc::clone(&self.services))),
-            state_db: Rc::new(crate::env::state_db::SimStateDb(Rc::clone(&self.shared_db))),
-            rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(self.next_u64())))),
+            clock,
+            disk: Rc::new(SimDiskHandle(Rc::clone(&self.disk), own.peer_crashed.clone())),
+            stdio: Rc::new(self.stdio(executor, pipe, own)),
+            net: Rc::new(SimNet(Rc::clone(&self.services), Rc::clone(&registration), own.peer_crashed.clone())),
+            db: Rc::new(SimDb(Rc::clone(&self.services), own.peer_crashed.clone())),
+            state_db: Rc::new(crate::env::state_db::SimStateDb(Rc::clone(&self.shared_db), registration)),
+            rng: Rc::new(SimRng(RefCell::new(ChaCha8Rng::seed_from_u64(own.rng_seed)))),
             spawn: Rc::new(executor.spawner()),
             sandbox: Rc::new(crate::env::sandbox::SimSandbox {
                 spawn: Rc::new(executor.spawner()),
                 clock: Rc::clone(&self.clock),
                 faults: Rc::clone(&self.sandbox),
-                crashed: Rc::clone(&self.crashed),
+                crashed: own.peer_crashed.clone().unwrap_or_else(|| Rc::clone(&self.crashed)),
             }),
-            process: Rc::new(SimProcess::new(Rc::clone(&self.services))),
+            process: Rc::new(match &own.peer_crashed {
+                Some(crashed) => SimProcess::beside(Rc::clone(&self.services), Rc::clone(crashed)),
+                None => SimProcess::new(Rc::clone(&self.services)),
+            }),
             probe: Rc::new(SimProbe {
-                probes: Rc::clone(&self.probes),
+                probes: Rc::clone(&own.probes),
                 crashed: Rc::clone(&self.crashed),
                 watch: self.probe_watch.borrow().as_ref().map(|make| make()),
+                beside: own.beside.clone(),
             }),
             http,
             admin: Rc::new(crate::env::admin::SimAdminHandle(Rc::clone(&self.admin))),
+        }
+    }
+
+    /// What is the first instance's own: the world's probes and crash flag, its clock.
+    fn own_of_the_first(&self) -> Own {
+        Own {
+            probes: Rc::clone(&self.probes),
+            stdio_crashed: Rc::clone(&self.crashed),
+            skew_ms: 0,
+            beside: None,
+            rng_seed: 0,
+            peer_crashed: None,
+            registration: Rc::default(),
         }
     }
 
@@ -232,13 +297,44 @@ impl World {
         self.instances.set(self.instances.get() + 1);
         let executor =
             Executor::new(ChaCha8Rng::seed_from_u64(self.next_u64()), Rc::clone(&self.clock), Rc::clone(&self.crashed));
+        let process = Rc::new(Process { executor, paused: Cell::new(false) });
+        *self.cluster.first.borrow_mut() = Rc::downgrade(&process);
+        let own = Own { rng_seed: self.next_u64(), ..self.own_of_the_first() };
+        self.launch(manifest, process, &own, None)
+    }
+
+    /// Starts an instance beside the first on the same store (a second machine): its own
+    /// probes, no crash point of the plan, its wall clock off by `skew_ms`; drawn from `rng`,
+    /// so starting it changes no draw of the first instance.
+    pub fn start_peer(&self, manifest: &str, skew_ms: i64, rng: &mut ChaCha8Rng) -> Instance {
+        self.instances.set(self.instances.get() + 1);
+        let crashed = Rc::new(Cell::new(false));
+        let executor =
+            Executor::new(ChaCha8Rng::seed_from_u64(rng.next_u64()), Rc::clone(&self.clock), Rc::clone(&crashed));
+        let process = Rc::new(Process { executor, paused: Cell::new(false) });
+        let probes = Rc::new(Probes::default());
+        let own = Own {
+            probes: Rc::clone(&probes),
+            stdio_crashed: Rc::clone(&crashed),
+            skew_ms,
+            beside: Some((Rc::clone(&self.cluster), Rc::downgrade(&process))),
+            rng_seed: rng.next_u64(),
+            peer_crashed: Some(crashed),
+            registration: Rc::default(),
+        };
+        self.cluster.peers.borrow_mut().push(Rc::clone(&process));
+        self.launch(manifest, process, &own, Some(probes))
+    }
+
+    fn launch(&self, manifest: &str, process: Rc<Process>, own: &Own, peer: Option<Rc<Probes>>) -> Instance {
+        let executor = &process.executor;
         let pipe = Pipe::new(Rc::clone(&self.slow_reader));
         let exit = Rc::new(RefCell::new(None));
         let slot = Rc::clone(&exit);
         let manifest = World::path(manifest);
         match self.transport.get() {
             Transport::Stdio => {
-                let env = self.env(&executor, &pipe, Rc::new(NoHttp));
+                let env = self.env(executor, &pipe, Rc::new(NoHttp), own);
                 let exited = Rc::clone(&executor.exited);
                 executor.spawn(Box::pin(async move {
                     let outcome = warden::commands::serve_mcp(&env, &manifest, None).await;
@@ -255,14 +351,14 @@ impl World {
                 });
                 let bridge = crate::env::http::Bridge::new(
                     Rc::clone(&pipe),
-                    Rc::clone(&self.crashed),
-                    self.stdio(&executor, &pipe),
+                    Rc::clone(&own.stdio_crashed),
+                    self.stdio(executor, &pipe, own),
                     &http,
                     executor.spawner(),
                     oauth.then(|| Rc::clone(&self.principals)),
                     (Rc::clone(&self.stream_cut), Rc::clone(&self.clock)),
                 );
-                let env = self.env(&executor, &pipe, http);
+                let env = self.env(executor, &pipe, http, own);
                 let options = warden::protocol::http::HttpOptions {
                     listen: crate::env::http::ADDRESS.parse().expect("an address"),
                     bearer_token_env: (!oauth).then(|| crate::names::HTTP_TOKEN_ENV.to_string()),
@@ -282,7 +378,16 @@ impl World {
                 executor.spawn(Box::pin(bridge.run()));
             }
         }
-        Instance { executor, pipe, exit, disk: Rc::clone(&self.disk) }
+        let registration = Rc::clone(&own.registration);
+        Instance {
+            process,
+            pipe,
+            exit,
+            disk: Rc::clone(&self.disk),
+            cluster: Rc::clone(&self.cluster),
+            peer,
+            registration,
+        }
     }
 
     /// Runs an operator command (`warden resolve`, `warden mcp status`) to its end.
@@ -293,7 +398,8 @@ impl World {
         let executor =
             Executor::new(ChaCha8Rng::seed_from_u64(self.next_u64()), Rc::clone(&self.clock), Rc::clone(&self.crashed));
         let pipe = Pipe::new(Rc::default());
-        let env = self.env(&executor, &pipe, Rc::new(NoHttp));
+        let own = Own { rng_seed: self.next_u64(), ..self.own_of_the_first() };
+        let env = self.env(&executor, &pipe, Rc::new(NoHttp), &own);
         let outcome = Rc::new(RefCell::new(None));
         let slot = Rc::clone(&outcome);
         let future = command(env);
@@ -312,7 +418,11 @@ impl World {
     /// data is lost or torn, and its lock is freed.
     pub fn crash(&self, instance: Instance) {
         drop(instance);
-        self.clock.clear_timers();
+        // The instances beside it run on: their timers stay (the crashed one's went with its
+        // tasks).
+        if self.cluster.peers.borrow().is_empty() {
+            self.clock.clear_timers();
+        }
         self.disk.crash();
         self.crashed.set(false);
     }
@@ -333,13 +443,27 @@ impl Instance {
         self.pipe.close();
     }
 
+    /// Runs the instance, and the peers beside it, until quiet.
     pub fn run(&self) -> Stop {
-        self.executor.run(HORIZON_MS, STEPS_MAX)
+        self.process.executor.run_beside(HORIZON_MS, STEPS_MAX, &self.cluster.peers())
     }
 
-    /// Lets `ms` pass with the instance alive (`Executor::run_for`).
+    /// Lets `ms` pass with the instance (and its peers) alive (`Executor::run_for_beside`).
     pub fn run_for(&self, ms: u64) -> Stop {
-        self.executor.run_for(ms, STEPS_MAX)
+        self.process.executor.run_for_beside(ms, STEPS_MAX, &self.cluster.peers())
+    }
+
+    /// Arms (or, with 0, disarms) a stall of an instance beside the first at its next action's
+    /// begin: it stands still for `ms` while the others run (`Cluster::stall`).
+    pub fn stall_at_next_begin(&self, ms: u64) {
+        if let Some(probes) = &self.peer {
+            probes.pause_after_begin.set((ms > 0).then_some(ms));
+        }
+    }
+
+    /// Pauses or resumes an instance beside the first (it stands still while time passes).
+    pub fn set_paused(&self, paused: bool) {
+        self.process.paused.set(paused);
     }
 
     /// Every message written since the last call.
@@ -360,19 +484,43 @@ impl Instance {
         self.pipe.log_at.borrow().iter().copied().zip(self.pipe.log.borrow().iter().cloned()).collect()
     }
 
+    /// Whether the instance crashed (a peer's own crash, a service's fault after acting).
+    pub fn crashed(&self) -> bool {
+        self.process.executor.crashed.get()
+    }
+
     pub fn exited(&self) -> Option<Result<(), String>> {
         self.exit.borrow().clone()
     }
 
     pub fn polls(&self) -> u64 {
-        self.executor.polls.get()
+        self.process.executor.polls.get()
     }
 }
 
 impl Drop for Instance {
+    /// The first instance's end frees every lock, as a power cut does; a peer's end (a kill)
+    /// leaves the cluster, and its locks go with its tasks.
     fn drop(&mut self) {
-        self.disk.release_locks();
+        match self.peer {
+            None => self.disk.release_locks(),
+            Some(_) => self.cluster.peers.borrow_mut().retain(|p| !Rc::ptr_eq(p, &self.process)),
+        }
     }
+}
+
+/// What one instance has of its own in the world: its probes, the flag its output obeys, its
+/// wall clock's skew, whether it stands beside the first, its RNG's seed.
+struct Own {
+    probes: Rc<Probes>,
+    stdio_crashed: Rc<Cell<bool>>,
+    skew_ms: i64,
+    beside: Option<(Rc<Cluster>, Weak<Process>)>,
+    rng_seed: u64,
+    /// A peer's own crash flag: its services' and disk's crash faults are its own.
+    peer_crashed: Option<Rc<Cell<bool>>>,
+    /// The name and epoch it registered as on the store (its services' witness reads it).
+    registration: crate::env::state_db::Registration,
 }
 
 /// The simulated server speaks stdio only, so far: a listener is refused.

@@ -25,8 +25,10 @@ pub struct Totals {
     pub answered: u64,
     /// Seeds and calls of worlds served over Streamable HTTP.
     pub http_seeds: u64,
-    /// Seeds whose world kept its state in the PostgreSQL store.
+    /// Seeds whose world kept its state in the PostgreSQL store, and those of them that ran
+    /// instances beside the first (`peers.rs`).
     pub store_seeds: u64,
+    pub peer_seeds: u64,
     pub http_calls: u64,
     pub principal_seeds: u64,
     pub inputs: Inputs,
@@ -75,6 +77,7 @@ impl Totals {
         }
         self.principal_seeds += u64::from(report.with_principals);
         self.store_seeds += u64::from(report.on_the_store);
+        self.peer_seeds += u64::from(report.peers > 0);
         self.model_requests += report.model_requests;
         self.model_seeds += u64::from(report.model_requests > 0);
         self.postgres_statements += report.postgres_statements;
@@ -218,12 +221,14 @@ impl Totals {
 
     fn worlds_in_words(&self) -> String {
         format!(
-            "{} over stdio, {} over Streamable HTTP ({} calls; {} with OAuth principals); {} on the PostgreSQL store",
+            "{} over stdio, {} over Streamable HTTP ({} calls; {} with OAuth principals); {} on the PostgreSQL store \
+             ({} with two or three instances)",
             self.seeds - self.http_seeds,
             self.http_seeds,
             self.http_calls,
             self.principal_seeds,
-            self.store_seeds
+            self.store_seeds,
+            self.peer_seeds
         )
     }
 

@@ -76,14 +76,28 @@ pub const REQUIRED: &[(&str, &str)] = &[
     ("a disk operation", "no action"),
     ("a disk operation", "a waiting run"),
     ("a disk operation", "an HTTP read begun"),
+    ("a takeover", "an action begun"),
+    ("a write after its lease", "refused by its fence"),
 ];
 
-/// Where a crash can land besides right after a durable step.
+/// Where a crash can land besides right after a durable step; and, in a world of several
+/// instances on one store, the windows of a takeover (`TAKEOVER_WINDOWS`).
 pub const OTHER_PLACES: &[&str] = &[
     "a disk operation",
     "a service's answer (the server crashed after it acted)",
     "a program's execution",
     "a stop (a failed write, a refused start)",
+    "a takeover",
+    "a write after its lease",
+];
+
+/// The windows of a takeover between instances on one store, each from the simulated
+/// database's witness (its kind): a run taken over with an action begun (its instance stalled
+/// or killed in it), a write refused because its instance's lease had ended (a stalled
+/// instance woke). (witness, place, what was in flight)
+pub const TAKEOVER_WINDOWS: &[(&str, &str, &str)] = &[
+    ("a run taken over with an action begun", "a takeover", "an action begun"),
+    ("a write refused by its fence", "a write after its lease", "refused by its fence"),
 ];
 
 /// Every window the report names, required or not: each place a crash can land by each thing
@@ -102,6 +116,8 @@ pub const IN_FLIGHT: &[&str] = &[
     "a model call begun",
     "a waiting run",
     "a compaction",
+    "an action begun",
+    "refused by its fence",
 ];
 
 /// A window's name in reports.

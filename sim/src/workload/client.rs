@@ -75,6 +75,10 @@ pub struct Client {
     /// In an operator's world, the answers to the reads beside the workload, by method
     /// (`resources/read`, `prompts/get`): they count in the tools' outcomes.
     pub read_answers: Vec<(&'static str, Value)>,
+    /// A client of an instance beside the first (`peers.rs`): it offers no elicitation and
+    /// asks for no task, since a retry or a task's poll reaching an instance that no longer
+    /// owns the run is refused, not forwarded (a known gap).
+    pub plain: bool,
 }
 
 /// A task the client follows.
@@ -172,7 +176,8 @@ impl Client {
     /// calls' runs ask it through server requests (`answer_session_request`).
     pub fn connect(&mut self, instance: &Instance) {
         self.connections += 1;
-        let capabilities = if self.connections % 2 == 1 { json!({"elicitation": {}}) } else { json!({}) };
+        let elicits = self.connections % 2 == 1 && !self.plain;
+        let capabilities = if elicits { json!({"elicitation": {}}) } else { json!({}) };
         instance.send(&json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "sim-client", "version": "1"}}}));
         instance.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -182,7 +187,7 @@ impl Client {
         let id = self.next_id;
         self.next_id += 1;
         // Two 2026-07-28 calls in three come from a client that can answer elicitations.
-        let mut capabilities = if id % 3 == 0 { json!({}) } else { json!({"elicitation": {}}) };
+        let mut capabilities = if id % 3 == 0 || self.plain { json!({}) } else { json!({"elicitation": {}}) };
         // One 2026-07-28 call in four of a tool that allows it asks for a task.
         if !legacy && id % 4 == 1 && self.task_tools.contains(tool) {
             capabilities["extensions"] = json!({TASKS_EXTENSION: {}});

@@ -106,7 +106,8 @@ fn draw_world(seed: u64, attempt: u64) -> WorldFile {
         scoped(&mut manifest);
     }
     let manifest = serde_json::to_string_pretty(&manifest).expect("JSON");
-    WorldFile { manifest, programs, tools: shapes, transport, own: None }
+    let peers = if on_the_store(seed) { peers_for_seed(seed) } else { 0 };
+    WorldFile { manifest, programs, tools: shapes, transport, own: None, peers }
 }
 
 /// The tool at `index`: a template drawn, its program (added to `programs`) and its
@@ -295,6 +296,12 @@ fn with_ask(program: &str) -> String {
 /// drawn from the seed apart from the world's other draws, so it changed no other world.
 fn on_the_store(seed: u64) -> bool {
     (seed ^ 0x0073_746f_7265).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 0
+}
+
+/// How many instances serve beside the first in a world on the store: none in a third of
+/// them, one in a third, two in the rest. Drawn apart from the world's other draws.
+fn peers_for_seed(seed: u64) -> u32 {
+    ((seed ^ 0x7065_6572).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % 3
 }
 
 fn transport_for_seed(seed: u64) -> Transport {

@@ -81,7 +81,14 @@ pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
     }
     let variables = variables_of(&raw);
     let own = Some(OwnWorld { files, variables, resource_uris, prompt_calls });
-    Ok(WorldFile { manifest: with_journals_here(text, raw), programs, tools, transport: Transport::Stdio, own })
+    Ok(WorldFile {
+        manifest: with_journals_here(text, raw),
+        programs,
+        tools,
+        transport: Transport::Stdio,
+        own,
+        peers: 0,
+    })
 }
 
 /// The most files `--from-journals` reads from a journals directory.

@@ -403,6 +403,11 @@ impl Ledger {
         Ok(())
     }
 
+    /// The shared ledger's last line this instance has folded (`None` for a file).
+    pub fn seen(&self) -> Option<u64> {
+        self.shared.as_ref().map(|shared| shared.seen.get())
+    }
+
     /// Folds every line other instances appended to the shared ledger since this one last read,
     /// so a decision made under the lock (a quota, a `once` key) sees them; nothing for a file.
     /// The caller holds the ledger's lock (`lock`): no append of this instance folds lines

@@ -23,13 +23,18 @@ use crate::report::{Report, Violation};
 use crate::workload::client::{generated_call, workload_call, Client};
 use crate::workload::fixture::{install, SECRETS};
 use crate::workload::operator::{operator, resolved_runs_moved_on, waiting_records};
+use peers::Peers;
 use serde_json::Value;
 use warden::base::layout::RunFiles;
 use warden::run::store::FatalCause;
 use warden::store::ledger::QuotaLimit;
 
+pub mod peers;
+
 /// Restarts one run may take before the checker calls it a livelock.
 pub const RESTARTS_MAX: u32 = 200;
+/// Times the world settles again after the calls did, while a peer wakes or starts again.
+const PEER_SETTLES_MAX: u32 = 4;
 
 /// Counts the crash against the step it followed, and its window (before the disk's crash
 /// semantics apply, so what was in flight is still there to see).
@@ -146,7 +151,10 @@ fn drained_leaves_nothing_new_in_doubt(world: &World, instance: &Instance, signa
     }
     let journals = World::path("journals");
     let Ok(state) = check::ledger_state(&world.disk, &journals) else { return };
-    for entry in state.runs.values().filter(|entry| entry.is_open()) {
+    // Another instance's runs (a peer serving beside it on the store) are not this drain's.
+    let drained = instance.registration.borrow().as_ref().map(|(name, _)| name.clone());
+    let others = |run: &str| world.shared_db.owner_of(run).is_some_and(|owner| Some(owner) != drained);
+    for entry in state.runs.values().filter(|entry| entry.is_open() && !others(&entry.run)) {
         let Some(Ok(journal)) = check::journal(&world.disk, &journals, &entry.tool, &entry.run) else { continue };
         let Some(op) = journal.begun_op() else { continue };
         let waiting = warden::base::layout::RunFiles::new(&journals, &entry.tool, &entry.run).waiting;
@@ -176,7 +184,7 @@ fn every_store_write_fenced(world: &World, report: &mut Report) {
 
 /// A server may stop because its disk failed or programs cannot run; never because its own
 /// code broke an invariant (`FatalCause::Bug`).
-fn stopped_on_a_bug(instance: &Instance, report: &mut Report) {
+pub(crate) fn stopped_on_a_bug(instance: &Instance, report: &mut Report) {
     if let Some(Err(message)) = instance.exited() {
         if FatalCause::of_exit(&message) == Some(FatalCause::Bug) {
             report
@@ -302,9 +310,13 @@ fn simulate_unguarded(scenario: &Scenario) -> Report {
         verified: BTreeSet::new(),
         draws: Draws::of(scenario.seed),
         report,
+        peers: None,
     };
     let instance = world.start("manifest.json");
     sim.client.connect(&instance);
+    let beside = Peers::start(&world, scenario.world.as_ref(), || client_for(scenario, &limits), scenario.seed);
+    sim.report.peers = beside.count();
+    sim.peers = Some(beside).filter(Peers::any);
     let Ok(instance) = sim.workload(instance) else { return sim.report };
     let instance = sim.liveness(instance);
     sim.finish(instance)
@@ -324,6 +336,8 @@ struct Sim<'a> {
     verified: BTreeSet<String>,
     draws: Draws,
     report: Report,
+    /// The instances beside the first on the store, if the world runs any.
+    peers: Option<Peers>,
 }
 
 /// The seed ended early: durable damage was found and checked; it waits for a person, so
@@ -527,10 +541,16 @@ impl Sim<'_> {
     fn workload(&mut self, mut instance: Instance) -> Result<Instance, SeedEnded> {
         let shape = Shape::of(self.scenario);
         for index in 0..self.scenario.calls {
+            if let Some(peers) = &mut self.peers {
+                peers.before_call(self.world, index, &mut self.report);
+            }
             let (armed, faults) = self.arm_faults(index, instance)?;
             instance = armed;
             send_fault_lines(&instance, &faults);
             let message = self.send_call(&instance, index);
+            if let (Some(peers), Some(file)) = (&mut self.peers, &self.scenario.world) {
+                peers.send_calls(self.world, index, file, &mut self.report);
+            }
             read_beside(&instance, index, &shape, &mut self.draws.reads);
             self.client_faults(&instance, &faults, &message);
             self.note_sent(&message);
@@ -577,6 +597,12 @@ impl Sim<'_> {
         instance: Instance,
     ) -> Result<Instance, SeedEnded> {
         *self.report.faults.entry(fault.kind()).or_insert(0) += 1;
+        // Beside peers, the damaged run may be another instance's, which the next start
+        // neither reads nor reports: damage is checked in worlds of one instance.
+        if self.peers.is_some() {
+            self.pending.never.push((position, fault.kind()));
+            return Ok(instance);
+        }
         let state = coverage::window(fault.kind(), coverage::in_flight(self.world));
         *self.report.fault_states.entry(state).or_insert(0) += 1;
         // Damage ends the seed: what happened before it is checked first.
@@ -657,7 +683,7 @@ impl Sim<'_> {
     /// input are answered, and the checker looks at the journals at rest.
     fn settle_calls(&mut self, instance: Instance) -> Result<Instance, SeedEnded> {
         let known = self.report.violations.len();
-        let mut instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+        let mut instance = self.settle(instance);
         // The calls that asked for input are answered (their retries run with the next calls),
         // and the tasks asked about.
         self.client.answer_asked(&instance, &mut self.draws.asks, self.world.clock.now());
@@ -687,7 +713,7 @@ impl Sim<'_> {
         let instance = misdirected(self.world, instance, &mut self.report)?;
         self.client.connect(&instance);
         self.client.resend_after_restart(&instance);
-        Ok(settle_down(self.world, instance, &mut self.client, &mut self.report))
+        Ok(self.settle(instance))
     }
 
     /// Liveness: faults stop; the operator resolves what waits; every call ends answered.
@@ -695,13 +721,43 @@ impl Sim<'_> {
         count_fired(&mut self.report, self.pending.close(self.world));
         self.report.never_fired = self.pending.never.clone();
         disarm_all_faults(self.world);
+        if let Some(peers) = &mut self.peers {
+            peers.calm(self.world, &mut self.report);
+        }
         let instance = self.operator_resolves(instance);
         self.client.resend_after_restart(&instance);
-        let instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+        let instance = self.settle(instance);
         let instance = self.answer_the_asking(instance);
         let instance = self.follow_the_tasks(instance);
         let instance = self.wait_out_expiries(instance);
+        let instance = self.peers_answered(instance);
         self.follow_the_tasks(instance)
+    }
+
+    /// The instance settles (`settle_down`), then the peers' clients read what theirs wrote;
+    /// while a peer woke or started again, the world settles once more (a few times at most).
+    fn settle(&mut self, mut instance: Instance) -> Instance {
+        for _ in 0..PEER_SETTLES_MAX {
+            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+            let moved = self.peers.as_mut().is_some_and(|peers| peers.after_settle(self.world, &mut self.report));
+            if !moved {
+                break;
+            }
+        }
+        instance
+    }
+
+    /// The peers' clients send again what is still unanswered, a few times, as the first
+    /// client does after a restart: a run another instance took over answers once settled.
+    fn peers_answered(&mut self, mut instance: Instance) -> Instance {
+        for _ in 0..4 {
+            match &mut self.peers {
+                Some(peers) if peers.waiting() => peers.resend(),
+                _ => break,
+            }
+            instance = self.settle(instance);
+        }
+        instance
     }
 
     /// Every task is asked about until it ends (its rounds answered as they come).
@@ -711,7 +767,7 @@ impl Sim<'_> {
                 break;
             }
             self.client.follow_tasks(&instance, &mut self.draws.asks);
-            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+            instance = self.settle(instance);
         }
         instance
     }
@@ -725,7 +781,7 @@ impl Sim<'_> {
                 break;
             }
             let resolved = operator(self.world, &mut self.report);
-            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+            instance = self.settle(instance);
             resolved_runs_moved_on(self.world, &resolved, &mut self.report);
             if waiting_records(self.world).is_empty() {
                 break;
@@ -744,7 +800,7 @@ impl Sim<'_> {
             operator(self.world, &mut self.report);
             instance = self.world.start("manifest.json");
             self.client.connect(&instance);
-            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+            instance = self.settle(instance);
         }
         instance
     }
@@ -756,7 +812,7 @@ impl Sim<'_> {
                 break;
             }
             self.client.answer_asked(&instance, &mut self.draws.asks, self.world.clock.now());
-            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+            instance = self.settle(instance);
         }
         self.client.asked.clear();
         instance
@@ -771,7 +827,7 @@ impl Sim<'_> {
             }
             // Time passes with the server up: it renews its lease on the store meanwhile.
             instance.run_for(warden::limits::INPUT_WAIT_MS + 1_000);
-            instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
+            instance = self.settle(instance);
         }
         instance
     }
@@ -782,9 +838,16 @@ impl Sim<'_> {
         self.report.violations.append(&mut self.world.oracle.violations.borrow_mut());
         let known = self.report.violations.len();
         final_checks(self.world, self.limits, &self.client, &mut self.report);
+        for client in self.peers.iter().flat_map(Peers::clients) {
+            client_checks(self.world, self.limits, client, &mut self.report);
+        }
         note_violations(self.world, &mut self.report, known);
         self.report.log.extend(instance.log_timed());
         drop(instance);
+        if let Some(peers) = &mut self.peers {
+            peers.end(&mut self.report);
+        }
+        takeover_windows(self.world, &mut self.report);
         if self.world.services.own_world.get() {
             self.report.findings = crate::checks::own::findings(self.world, &self.report.log, self.limits);
             let calls = crate::checks::own::Calls {
@@ -807,6 +870,16 @@ impl Sim<'_> {
         }
         report.trace_hash = warden::base::json::sha256_hex(&trace)[..16].to_string();
         report
+    }
+}
+
+/// The windows of a takeover the seed hit (`coverage::TAKEOVER_WINDOWS`).
+fn takeover_windows(world: &World, report: &mut Report) {
+    let injected = world.shared_db.injected.borrow();
+    for (witness, place, in_flight) in coverage::TAKEOVER_WINDOWS {
+        if let Some(count) = injected.get(witness).copied().filter(|count| *count > 0) {
+            *report.windows.entry(coverage::window(place, in_flight)).or_insert(0) += count;
+        }
     }
 }
 
@@ -947,12 +1020,26 @@ fn ground_truth(world: &World, limits: &BTreeMap<String, ToolLimits>, report: &m
 /// secret written.
 fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &Client, report: &mut Report) {
     ground_truth(world, limits, report);
-    refusals_name_a_limit_of_the_tool(limits, client, report);
     let journals = World::path("journals");
-    nothing_left_undone(world, client, report);
+    let open = check::open_runs(&world.disk, &journals);
+    if !open.is_empty() {
+        report.violations.push(Violation {
+            invariant: 10,
+            message: format!("reservations still held after the liveness phase: {open:?}"),
+        });
+    }
     // 3 and 6 once more: runs made by calls resent in the liveness phase are checked too.
     let once_keep_ms = |tool: &str| once_keep_ms(limits, tool);
     report.violations.extend(check::at_rest_with(&world.disk, &journals, &once_keep_ms));
+    client_checks(world, limits, client, report);
+}
+
+/// The checks of one client's answers after the liveness phase (the first instance's, and
+/// each peer's): nothing left undone, every answer backed by its run, no secret written.
+fn client_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &Client, report: &mut Report) {
+    refusals_name_a_limit_of_the_tool(limits, client, report);
+    let journals = World::path("journals");
+    nothing_left_undone(world, client, report);
     if let Ok(state) = check::ledger_state(&world.disk, &journals) {
         report.violations.extend(answers_backed_by_settled_runs(client, &state));
         report.violations.extend(tasks_told_as_their_runs_ended(world, client, &state));
@@ -964,8 +1051,8 @@ fn final_checks(world: &World, limits: &BTreeMap<String, ToolLimits>, client: &C
     report.violations.extend(crate::workload::refusable::not_refused(&client.refusable_answers));
 }
 
-/// 10 and 3 after the liveness phase: every call was answered, some retry of each input
-/// round was served, and no reservation is still held.
+/// 10 and 3 after the liveness phase: every call of `client` was answered, some retry of each
+/// input round was served, and every task was told ended.
 fn nothing_left_undone(world: &World, client: &Client, report: &mut Report) {
     let mut push = |invariant: u8, message: String| report.violations.push(Violation { invariant, message });
     if !client.unanswered.is_empty() {
@@ -984,10 +1071,6 @@ fn nothing_left_undone(world: &World, client: &Client, report: &mut Report) {
     };
     for round in client.rounds_refused(&answered) {
         push(3, format!("every retry of an input round was refused, none served: {round}"));
-    }
-    let open = check::open_runs(&world.disk, &World::path("journals"));
-    if !open.is_empty() {
-        push(10, format!("reservations still held after the liveness phase: {open:?}"));
     }
     let tasks = client.tasks_open();
     if !tasks.is_empty() {
