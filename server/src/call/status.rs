@@ -104,7 +104,7 @@ async fn open_status(runs: &Runs, run: &str, tool: &str) -> Value {
 
 /// What other instances appended is read first (a run admitted by another instance of the
 /// store), and what the state says is answered only once it is durable.
-async fn read_up_to_date(runs: &Runs) -> Result<(), crate::store::ledger::LedgerError> {
+pub(crate) async fn read_up_to_date(runs: &Runs) -> Result<(), crate::store::ledger::LedgerError> {
     let caught_up = {
         let held = runs.ledger.lock().await;
         runs.ledger.catch_up(&held).await

@@ -551,7 +551,14 @@ async fn claim(target: &PostgresTarget, run: &str, after: u64) -> Result<Option<
     // a run its caller read open is still open if no line came after.
     let session = locked(target, LEDGER_LOCK).await?;
     let last: i64 = single(&session, "reading the ledger's end", LAST_SEQ, &[]).await.map_err(failed)?;
-    if u64::try_from(last).map_or(true, |last| last > after) {
+    let last = u64::try_from(last).unwrap_or(0);
+    if last < after {
+        return Err(DbFailure::untrusted(format!(
+            "the shared ledger ends at line {last}, before line {after} this instance has read: was the database \
+             restored from an older copy? Stop every instance and ask a person"
+        )));
+    }
+    if last > after {
         return Ok(None);
     }
     let inserted = session.within("claiming a run", session.client.execute(CLAIM, &[&run, &fence.instance])).await;

@@ -35,14 +35,14 @@ impl Kind {
     /// The longest one action of this kind can take to send, by `net` (the action rule on the
     /// PostgreSQL store, `limits::LEASE_SEND_MARGIN_MS`): its connection and its answer, twice
     /// for a refund (its currency is read first), and a database session's grace past its
-    /// statement timeout for `db.postgres` (its COMMIT can land that late). 0 for a model
-    /// call: each of its requests is started only while the lease surely outlasts the margin
-    /// (`run::model`), and one still on its way when the lease ends is charged by the run's next
-    /// owner as a send a crash interrupted, never in doubt.
+    /// statement timeout for `db.postgres` (its COMMIT can land that late). `None` for a model
+    /// call, which keeps the rule for each of its requests itself (`run::model`): one starts only
+    /// while the lease surely outlasts the margin, and one still on its way when the lease ends
+    /// is charged by the run's next owner as a send a crash interrupted, never in doubt.
     pub fn longest_send_ms(self, net: &crate::manifest::NetConfig) -> Option<u64> {
         let once = net.connect_timeout_ms.unwrap_or(0).saturating_add(net.timeout_ms.unwrap_or(0));
         match self {
-            Kind::Model => Some(0),
+            Kind::Model => None,
             Kind::StripeRefund => Some(once.saturating_mul(2)),
             Kind::Postgres => Some(once.saturating_add(crate::limits::POSTGRES_CLIENT_GRACE_MS)),
             _ => Some(once),

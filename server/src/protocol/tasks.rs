@@ -232,8 +232,9 @@ impl Connection {
 
     /// Answers a `tasks/*` request.
     pub(super) async fn serve_task(self: &Rc<Self>, request: TaskRequest) -> Value {
-        // What a task is said to be is only what is durable.
-        if let Err(error) = self.runs.ledger.flush().await {
+        // What a task is said to be is only what is durable, and what other instances of the
+        // store appended is read first (one may have taken the task's run over and ended it).
+        if let Err(error) = crate::call::status::read_up_to_date(&self.runs).await {
             self.env.log(&format!("tasks: {error}"));
             let text = "the server could not read its ledger durably";
             return RpcError::new(Some(request.id), jsonrpc::INTERNAL_ERROR, text).to_value();

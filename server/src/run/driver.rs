@@ -117,7 +117,10 @@ impl<S: RunStore> Driver<'_, S> {
         let context = self.context(tool, run, inputs, &journal, &entry, client_kinds);
         let mut event = self.first_event(tool, run, &journal, entry)?;
         for _ in 0..TRANSITIONS_MAX {
-            let (next, commands) = machine::step(state, event).map_err(|invalid| self.invalid_step(run, invalid))?;
+            let (next, commands) = match machine::step(state, event) {
+                Ok(stepped) => stepped,
+                Err(invalid) => return Err(self.invalid_step(run, invalid).await),
+            };
             state = next;
             // A stopping server lets a run finish the action it is in, never begin another:
             // stopped here, nothing is in doubt and the next start resumes the run.
@@ -147,16 +150,16 @@ impl<S: RunStore> Driver<'_, S> {
         Err(Fatal::bug(format!("run {run} did not end within {TRANSITIONS_MAX} transitions")))
     }
 
-    /// A step the machine has no transition for is a bug, unless this instance's lease on the
-    /// PostgreSQL store has ended: then another instance may have taken the run over and
-    /// written its records meanwhile (a stall past the lease), and this instance stops as one
-    /// that lost its lease (its writes would be refused by their fence anyway).
-    fn invalid_step(&self, run: &str, invalid: impl std::fmt::Display) -> Fatal {
-        match self.store.lease_left_ms() {
-            Some(0) => Fatal::storage(format!(
-                "run {run}: {invalid}: this instance's lease on the PostgreSQL store has ended, and another instance                  may have taken the run over; this instance stops, and a start takes its runs up"
+    /// A step the machine has no transition for is a bug, unless another instance took the run
+    /// over (this one stalled past its lease) and wrote its records meanwhile: then this
+    /// instance stops as one that lost its lease (its writes would be refused by their fence).
+    async fn invalid_step(&self, run: &str, invalid: impl std::fmt::Display) -> Fatal {
+        match self.store.taken_by_another(run).await {
+            Some(owner) => Fatal::storage(format!(
+                "run {run}: {invalid}: this instance's lease on the PostgreSQL store ended and the run is no longer \
+                 its own ({owner}); this instance stops, and a start takes its runs up"
             )),
-            _ => Fatal::bug(format!("run {run}: {invalid}")),
+            None => Fatal::bug(format!("run {run}: {invalid}")),
         }
     }
 

@@ -54,15 +54,17 @@ pub async fn perform_model(
     for attempt in 0..attempts_per_send(model) {
         if attempt > 0 {
             env.clock.sleep(wait_before(attempt, &last)).await;
-            // The action rule, for each request (the first was checked before the send):
-            // one started after the lease may have ended could reach the provider after the
-            // run's next owner settled it.
-            if let Some(left) = lease_left().filter(|left| *left < crate::limits::LEASE_SEND_MARGIN_MS) {
-                let problem = format!(
-                    "this instance's lease on the PostgreSQL store is sure for {left} ms more, too short to try                      the model again (the last attempt: {last})"
-                );
-                return failed(problem, charged, secrets);
-            }
+        }
+        // The action rule, for each request: one started after the lease may have ended could
+        // reach the provider after the run's next owner settled it. Held back, the call fails,
+        // charged for what the sends before it may have cost (never in doubt).
+        if let Some(left) = lease_left().filter(|left| *left < crate::limits::LEASE_SEND_MARGIN_MS) {
+            let tried = if attempt == 0 { String::new() } else { format!(" (the last attempt: {last})") };
+            let problem = format!(
+                "this instance's lease on the PostgreSQL store is sure for {left} ms more, too short to send the \
+                 model call{tried}; nothing more was sent"
+            );
+            return failed(problem, charged, secrets);
         }
         let request = request(model, &asked, &key);
         let response = match env.net.request(request).await {

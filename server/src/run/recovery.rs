@@ -279,7 +279,8 @@ async fn claimed_unless_ended(runs: &Runs, target: &crate::env::PostgresTarget, 
         }
     }
     Err(Fatal::storage(format!(
-        "run {run} has no owner, and other instances kept appending to the shared ledger while this one tried to          claim it; start again"
+        "run {run} has no owner, and other instances kept appending to the shared ledger while this one tried to \
+         claim it; start again"
     )))
 }
 

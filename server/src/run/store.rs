@@ -164,6 +164,12 @@ pub trait RunStore {
     fn lease_left_ms(&self) -> Option<u64> {
         None
     }
+    /// Whether `run` is no longer this instance's, its lease having ended (another owns it, or
+    /// ended it): only then can a run's records change under its driver. A store no other
+    /// instance can take a run over from says no.
+    fn taken_by_another<'a>(&'a self, _run: &'a str) -> LocalBoxFuture<'a, Option<String>> {
+        Box::pin(async { None })
+    }
     /// The action rule (issue 28): whether an action whose send may take `send_ms` may be sent
     /// now, with this instance's lease sure to outlast it. A store no other instance can take
     /// a run over from allows every send.
@@ -254,6 +260,19 @@ impl RunStore for Runs {
     fn lease_left_ms(&self) -> Option<u64> {
         let until = self.lease_lasts_until.get()?;
         Some(until.saturating_sub(self.env.clock.monotonic_ms()))
+    }
+
+    /// Read only on the path of a step the machine has no transition for: the owners listed.
+    fn taken_by_another<'a>(&'a self, run: &'a str) -> LocalBoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let target = self.records.store().filter(|_| self.lease_left_ms() == Some(0))?;
+            let owners = crate::store::owners::listed(&self.env, target).await.ok()?;
+            match owners.get(run) {
+                Some(owner) if owner == crate::store::owners::me(target) => None,
+                Some(owner) => Some(format!("instance `{owner}`")),
+                None => Some("ended by another instance".to_string()),
+            }
+        })
     }
 
     /// Allowed while the lease, as last confirmed, outlasts the send and its margin; otherwise

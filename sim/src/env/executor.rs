@@ -158,6 +158,10 @@ impl Executor {
                 return Stop::Quiet;
             }
             self.admit_spawned();
+            // Beside others, an executor whose every task ended (a command's) is done.
+            if !beside.is_empty() && self.task_count() == 0 {
+                return Stop::Quiet;
+            }
             let running: Vec<&Executor> = beside.iter().filter(|p| p.runs()).map(|p| &p.executor).collect();
             running.iter().for_each(|peer| peer.admit_spawned());
             let Some(next) = self.draw_ready(&running) else {
@@ -234,7 +238,8 @@ pub struct Process {
 }
 
 impl Process {
-    fn runs(&self) -> bool {
+    /// Neither paused, exited nor crashed.
+    pub fn runs(&self) -> bool {
         !self.paused.get() && !self.executor.exited.get() && !self.executor.crashed.get()
     }
 }

@@ -495,9 +495,9 @@ impl SimNet {
             oracle.before_request(&request);
         }
         services.requests.borrow_mut().push(request.clone());
-        // A write (a model call aside: one sent again is charged, never in doubt) is sent only
-        // while the sender holds its lease on the store (the action rule).
-        let write = request.method != "GET" && !request.url.ends_with("/v1/messages");
+        // A write (a model call's request included) is sent only while the sender holds its
+        // lease on the store (the action rule).
+        let write = request.method != "GET";
         if let (true, Some(db)) = (write, services.shared_db.borrow().as_ref()) {
             db.note_a_write_sent(self.1.borrow().as_ref());
         }

@@ -5,7 +5,7 @@
 //! its own clock: the world's time, with none of an instance's skew or drift.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -30,6 +30,12 @@ pub struct SharedDb {
     lines: RefCell<Vec<Vec<u8>>>,
     /// Instance name -> (epoch, lease's end in the database's ms).
     instances: RefCell<std::collections::BTreeMap<String, (u64, u64)>>,
+    /// Where the lease of each epoch a later registration replaced would have ended (a new
+    /// start in the slot waits it out before taking the runs up): the lease witness's record.
+    replaced: RefCell<BTreeMap<(String, u64), u64>>,
+    /// The (instance, epoch) pairs whose runs another instance took over: a write of theirs
+    /// refused is the window of a stalled instance waking (`coverage::TAKEOVER_WINDOWS`).
+    taken: RefCell<BTreeSet<(String, u64)>>,
     /// Runs' records: (run, kind) -> line number -> line.
     records: RefCell<BTreeMap<(String, RecordKind), BTreeMap<u64, Vec<u8>>>>,
     /// Each slot's holder (`hold_slot`); a hold gives its slot up only if it is still its own
@@ -77,6 +83,8 @@ impl SharedDb {
             schema: Cell::new(0),
             lines: RefCell::default(),
             instances: RefCell::default(),
+            replaced: RefCell::default(),
+            taken: RefCell::default(),
             records: RefCell::default(),
             slots: RefCell::default(),
             holds: Cell::new(0),
@@ -103,6 +111,13 @@ impl SharedDb {
     /// Sets the schema's version, as a newer Warden's migration would have (for tests).
     pub fn set_schema(&self, version: u32) {
         self.schema.set(version);
+    }
+
+    /// Whether the registration `(name, epoch)` holds its lease now (the current epoch of its
+    /// name, unexpired by the database's clock).
+    pub fn holds_lease(&self, (name, epoch): &(String, u64)) -> bool {
+        let now = self.now();
+        matches!(self.instances.borrow().get(name), Some((held, until)) if held == epoch && *until > now)
     }
 
     /// The instance owning open run `run` (`warden_owners`), if any.
@@ -174,6 +189,9 @@ impl SharedDb {
             Some((epoch, until)) if *epoch == fence.epoch && *until > now => Ok(()),
             _ => {
                 self.count("a write refused by its fence");
+                if self.taken.borrow().contains(&(fence.instance.clone(), fence.epoch)) {
+                    self.count("a write refused after its runs were taken over");
+                }
                 Err(DbFailure::rolled_back(fence.refusal()))
             }
         }
@@ -275,6 +293,9 @@ impl SharedDb {
         let mut instances = self.instances.borrow_mut();
         let (epoch, replaced_remaining_ms) =
             instances.get(instance).map_or((1, 0), |(epoch, until)| (epoch + 1, until.saturating_sub(now)));
+        if let Some((replaced, until)) = instances.get(instance) {
+            self.replaced.borrow_mut().insert((instance.to_string(), *replaced), *until);
+        }
         instances.insert(instance.to_string(), (epoch, now + lease_ms));
         Ok(Lease { epoch, remaining_ms: lease_ms, replaced_remaining_ms })
     }
@@ -301,13 +322,18 @@ impl SharedDb {
     }
 
     /// A service received a write from the instance registered as `sender` (its name and
-    /// epoch): counted unless that very registration holds its lease now. A sender not (yet)
-    /// registered is counted when instances are registered and none holds its lease.
+    /// epoch): counted unless that registration's lease still runs now (held, or replaced by a
+    /// later start that waits it out). A sender not (yet) registered is counted when instances
+    /// are registered and none holds its lease.
     pub fn note_a_write_sent(&self, sender: Option<&(String, u64)>) {
         let now = self.now();
         let instances = self.instances.borrow();
         let without = match sender {
-            Some((name, epoch)) => !matches!(instances.get(name), Some((held, until)) if held == epoch && *until > now),
+            Some((name, epoch)) => {
+                let current = instances.get(name).filter(|(held, _)| held == epoch).map(|(_, until)| *until);
+                let until = current.or_else(|| self.replaced.borrow().get(&(name.clone(), *epoch)).copied());
+                until.is_none_or(|until| until <= now)
+            }
             None => !instances.is_empty() && instances.values().all(|(_, until)| *until <= now),
         };
         if without {
@@ -376,6 +402,9 @@ impl SharedDb {
             owners.insert(run.clone(), fence.instance.clone());
         }
         drop(owners);
+        if !theirs.is_empty() {
+            self.taken.borrow_mut().insert((instance.to_string(), epoch));
+        }
         for _ in theirs.iter().filter(|run| self.action_begun(run)) {
             self.count("a run taken over with an action begun");
         }
@@ -744,7 +773,13 @@ impl StateDb for SimStateDb {
         run: &str,
         after: u64,
     ) -> LocalBoxFuture<'static, Result<Option<bool>, DbFailure>> {
-        crate::env::disk::after_a_turn(self.0.claim(target.fence.as_ref(), run, after))
+        // Decided after other tasks had a turn, as a transaction over a connection is.
+        let (db, fence, run) = (Rc::clone(&self.0), target.fence.clone(), run.to_string());
+        Box::pin(async move {
+            crate::env::disk::after_a_turn(()).await;
+            let claimed = db.claim(fence.as_ref(), &run, after);
+            crate::env::disk::after_a_turn(claimed).await
+        })
     }
 
     fn take_over(

@@ -149,10 +149,22 @@ impl Cluster {
         self.peers.borrow().clone()
     }
 
+    /// The instances that run while an operator's command does: none in a world of one
+    /// instance; every live one beside peers.
+    fn beside_a_command(&self) -> Vec<Rc<Process>> {
+        let peers = self.peers();
+        if peers.is_empty() {
+            return peers;
+        }
+        self.first.borrow().upgrade().into_iter().chain(peers).collect()
+    }
+
     /// Stalls `process` for `ms` of virtual time while the other instances run on: a pause
     /// of one process (a stall, a partition) from where it stands.
     pub fn stall(&self, process: &Process, ms: u64) {
-        let Some(first) = self.first.borrow().upgrade() else { return };
+        // With the first instance stopped, nothing would run meanwhile: no stall.
+        let first = self.first.borrow().upgrade().filter(|first| first.runs());
+        let Some(first) = first else { return };
         process.paused.set(true);
         first.executor.run_for_beside(ms, STEPS_MAX, &self.peers());
         process.paused.set(false);
@@ -407,7 +419,9 @@ impl World {
             *slot.borrow_mut() = Some(future.await);
         }));
         let locks_before = self.disk.held_locks();
-        executor.run(HORIZON_MS, STEPS_MAX);
+        // Beside peers, the instances run on while the command does (their leases renewed), as
+        // processes of their own would; alone, the server waits, as it always did here.
+        executor.run_beside(HORIZON_MS, STEPS_MAX, &self.cluster.beside_a_command());
         // The command's process exits: the locks it took are freed, a server's are not.
         self.disk.release_locks_since(&locks_before);
         let result = outcome.borrow_mut().take();

@@ -97,7 +97,7 @@ pub const OTHER_PLACES: &[&str] = &[
 /// instance woke). (witness, place, what was in flight)
 pub const TAKEOVER_WINDOWS: &[(&str, &str, &str)] = &[
     ("a run taken over with an action begun", "a takeover", "an action begun"),
-    ("a write refused by its fence", "a write after its lease", "refused by its fence"),
+    ("a write refused after its runs were taken over", "a write after its lease", "refused by its fence"),
 ];
 
 /// Every window the report names, required or not: each place a crash can land by each thing

@@ -741,10 +741,11 @@ impl Sim<'_> {
             instance = settle_down(self.world, instance, &mut self.client, &mut self.report);
             let moved = self.peers.as_mut().is_some_and(|peers| peers.after_settle(self.world, &mut self.report));
             if !moved {
-                break;
+                return instance;
             }
         }
-        instance
+        // A peer moved at the last turn: it settles once more before anything is checked.
+        settle_down(self.world, instance, &mut self.client, &mut self.report)
     }
 
     /// The peers' clients send again what is still unanswered, a few times, as the first

@@ -91,6 +91,7 @@ impl Peers {
             let Some(instance) = &peer.instance else { continue };
             let draw = self.draws.next_u64() % 1000;
             if draw < KILL_PER_MILLE {
+                super::stopped_on_a_bug(instance, report);
                 report.events.push((world.clock.now(), peer.name(), "killed (kill -9)".into()));
                 report.log.extend(peer.log_lines());
                 peer.instance = None;
@@ -138,16 +139,23 @@ impl Peers {
         let mut moved = false;
         for peer in &mut self.list {
             let Some(instance) = &peer.instance else { continue };
-            if peer.paused {
+            // One paused wakes and runs on with its lease ended: it finds out as it renews or
+            // writes, in the next settling.
+            let woke = std::mem::take(&mut peer.paused);
+            if woke {
                 instance.set_paused(false);
-                peer.paused = false;
                 moved = true;
             }
             instance.pipe.deliver_unread();
             peer.client.read(instance, report, world.clock.now());
+            // One whose lease ended writes nothing more: it is stopping (or will on its next
+            // write), so its process is ended here rather than left draining past the settling.
+            let registration = instance.registration.borrow().clone();
+            let lease_ended = !woke && registration.is_some_and(|registered| !world.shared_db.holds_lease(&registered));
             let why = match instance.exited() {
                 _ if instance.crashed() => "crashed (a fault after a service acted)".to_string(),
                 Some(exit) => exit.err().unwrap_or_else(|| "it exited".into()),
+                None if lease_ended => "its lease ended: it writes nothing more, and is ended".to_string(),
                 None => continue,
             };
             super::stopped_on_a_bug(instance, report);
@@ -190,6 +198,9 @@ impl Peers {
     /// The seed ends: the peers' logs go in the report, and they stop.
     pub fn end(&mut self, report: &mut Report) {
         for peer in &mut self.list {
+            if let Some(instance) = &peer.instance {
+                super::stopped_on_a_bug(instance, report);
+            }
             report.log.extend(peer.log_lines());
             peer.instance = None;
         }
