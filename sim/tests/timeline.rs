@@ -42,10 +42,15 @@ fn rendered(html: &str) -> String {
 }
 
 /// The first seed whose simulation (with a canary, so there is a violation) has every kind of
-/// event: a crash, a restart, a recovery decision and an operator's resolution.
+/// event: a crash, a restart, a recovery decision and an operator's resolution. A world of one
+/// instance: beside peers, the world settles again after its checks' instant, so a violation's
+/// instant may hold no log line, which is what the self-test clicks.
 fn a_seed_with_everything() -> Report {
     for seed in 0..2000 {
         let mut scenario = plan_for_seed(seed);
+        if scenario.world.as_ref().is_some_and(|world| world.peers > 0) {
+            continue;
+        }
         scenario.canary = Some(Canary::IgnoreIdempotencyKeys);
         let report = simulate(&scenario);
         let has = |lane: &str, start: &str| report.events.iter().any(|(_, l, e)| l == lane && e.starts_with(start));
