@@ -310,12 +310,16 @@ pub struct WorldFile {
     /// manifest and programs; absent for a generated world.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own: Option<OwnWorld>,
-    /// Instances serving beside the first on the same PostgreSQL store (0 to 2; a world on the
-    /// store only): each with a client of its own, some killed, stalled or skewed
+    /// Instances serving beside the first on the same PostgreSQL store (at most `PEERS_MAX`; a
+    /// world on the store only): each with a client of its own, some killed, stalled or skewed
     /// (`sim/src/sweep/peers.rs`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub peers: u32,
 }
+
+/// The most instances a world runs beside its first (`WorldFile::peers`): the two or
+/// three instances on one store. A scenario file naming more is refused where it is read.
+pub const PEERS_MAX: u32 = 2;
 
 fn is_zero(count: &u32) -> bool {
     *count == 0

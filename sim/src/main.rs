@@ -328,7 +328,15 @@ fn read_scenario(path: &Path) -> Result<Scenario, String> {
         return Err(format!("{shown}: {size} bytes, over the {SCENARIO_BYTES_MAX} a scenario file may have"));
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-    serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))
+    let scenario: Scenario = serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
+    let peers = scenario.world.as_ref().map_or(0, |world| world.peers);
+    if peers > warden_faults::PEERS_MAX {
+        return Err(format!(
+            "{shown}: world.peers is {peers}, over the limit of {} instances beside the first",
+            warden_faults::PEERS_MAX
+        ));
+    }
+    Ok(scenario)
 }
 
 /// Replays a scenario file and checks its stated expectation.

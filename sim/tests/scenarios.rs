@@ -41,3 +41,23 @@ fn the_same_seed_gives_the_same_trace() {
         assert_eq!(simulate(&scenario).trace_hash, simulate(&scenario).trace_hash, "seed {seed}");
     }
 }
+
+/// A scenario file naming more instances beside the first than `PEERS_MAX` is refused where
+/// it is read, naming the field and the limit (a world of a hundred peers would take every slot
+/// of the store, and the sweep's time, for nothing).
+#[test]
+fn a_scenario_with_too_many_peers_is_refused_where_it_is_read() {
+    let dir = std::env::temp_dir().join(format!("warden-peers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut scenario = warden_sim::plan::plan_for_seed(9);
+    let world = scenario.world.as_mut().expect("seed 9 draws a generated world");
+    world.peers = warden_faults::PEERS_MAX + 1;
+    let file = dir.join("too-many-peers.json");
+    std::fs::write(&file, serde_json::to_string(&scenario).unwrap()).unwrap();
+    let output =
+        std::process::Command::new(env!("CARGO_BIN_EXE_warden-sim")).arg("replay").arg(&file).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!output.status.success(), "refused: {said}");
+    assert!(said.contains("world.peers is 3, over the limit of 2"), "{said}");
+}

@@ -53,7 +53,10 @@ impl Peers {
     /// Starts the world's peers, each with a client like the first's (`client`, made for the
     /// world) that takes ids of its own and stays plain.
     pub fn start(world: &World, file: Option<&WorldFile>, client: impl Fn() -> Client, seed: u64) -> Peers {
-        let count = file.map_or(0, |file| file.peers) as usize;
+        let count = file.map_or(0, |file| file.peers);
+        // Refused where a scenario file is read (`read_scenario`); generated worlds draw below it.
+        assert!(count <= warden_faults::PEERS_MAX, "a world of {count} peers, over {}", warden_faults::PEERS_MAX);
+        let count = count as usize;
         let mut draws = ChaCha8Rng::seed_from_u64(seed ^ 0x7065_6572_5f73);
         let list = (1..=count)
             .map(|number| {

@@ -301,7 +301,7 @@ fn on_the_store(seed: u64) -> bool {
 /// How many instances serve beside the first in a world on the store: none in a third of
 /// them, one in a third, two in the rest. Drawn apart from the world's other draws.
 fn peers_for_seed(seed: u64) -> u32 {
-    ((seed ^ 0x7065_6572).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % 3
+    ((seed ^ 0x7065_6572).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % (warden_faults::PEERS_MAX + 1)
 }
 
 fn transport_for_seed(seed: u64) -> Transport {
