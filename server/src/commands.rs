@@ -135,10 +135,13 @@ pub async fn open_server(
         runs.secrets.extend(env.process.var(url_env).filter(|url| !url.is_empty()));
     }
     runs.inputs.set_key(key);
+    env.log_secrets.keep(&runs.secrets);
     let runs = Rc::new(runs);
     // Watched before recovery resumes any run: a lock or lease lost meanwhile stops those runs too.
     let registered = watch_the_lease(env, &runs, sole).await;
-    let report = recovery::recover(&runs).await.map_err(|fatal| fatal.to_string())?;
+    let grace_ms = catalog.manifest.server.shutdown_grace_ms;
+    let recovered = crate::run::drain::bounded_by_a_signal(env, grace_ms, recovery::recover(&runs)).await?;
+    let report = recovered.map_err(|fatal| fatal.to_string())?;
     if report != recovery::Report::default() {
         env.log(&format!(
             "recovery: released {} run(s) that never started, resumed {}, settled {} from their journals, cleaned up {}",

@@ -784,6 +784,33 @@ pub struct Env {
     pub sandbox: Rc<dyn Sandbox>,
     pub http: Rc<dyn HttpServe>,
     pub admin: Rc<dyn AdminChannel>,
+    /// The secrets no log line may carry: every line and field is scrubbed of them here, in
+    /// one place, whoever built it (a request's path can hold a bearer token).
+    pub log_secrets: Rc<LogSecrets>,
+}
+
+/// The secret values the server's log is scrubbed of, registered once they are known.
+#[derive(Default)]
+pub struct LogSecrets(std::cell::RefCell<Vec<String>>);
+
+impl LogSecrets {
+    pub fn keep(&self, values: &[String]) {
+        let mut kept = self.0.borrow_mut();
+        for value in values {
+            if !kept.contains(value) {
+                kept.push(value.clone());
+            }
+        }
+    }
+
+    /// `text` with every secret replaced, as written, JSON-escaped or percent-encoded.
+    pub fn scrub(&self, text: &str) -> String {
+        let secrets = self.0.borrow();
+        if secrets.is_empty() {
+            return text.to_string();
+        }
+        crate::broker::scrub_decoded(text, &secrets)
+    }
 }
 
 impl Env {
@@ -794,7 +821,11 @@ impl Env {
 
     /// A line of the server's log at `level`, with fields (see `LogLine`).
     pub fn log_at(&self, level: Level, message: &str, fields: &[(&'static str, &str)]) {
-        self.stdio.log(&LogLine { level, message, fields });
+        let message = self.log_secrets.scrub(message);
+        let fields: Vec<(&'static str, String)> =
+            fields.iter().map(|(name, value)| (*name, self.log_secrets.scrub(value))).collect();
+        let fields: Vec<(&'static str, &str)> = fields.iter().map(|(name, value)| (*name, value.as_str())).collect();
+        self.stdio.log(&LogLine { level, message: &message, fields: &fields });
     }
 
     pub fn reached(&self, point: Point, run: &str) {

@@ -59,6 +59,14 @@ pub const INPUT_RESPONSES_BYTES_MAX: usize = 256 * 1024;
 /// time between the check and the first byte); `warden check` holds every grant's longest send
 /// and the margin within two thirds of the lease, so a healthy renewal never holds one back.
 pub const LEASE_SEND_MARGIN_MS: u64 = 500;
+/// A keyed write whose answer was lost is sent again with the same key: first after this
+/// wait, each next wait doubled up to `KEYED_RESEND_WAIT_MS_MAX`, at most `KEYED_RESENDS_MAX`
+/// times, and only while the run's deadline (or, without one, `KEYED_RESEND_FOR_MS_MAX`) is not
+/// reached; still unanswered, it is in doubt and waits for a person.
+pub const KEYED_RESEND_WAIT_MS_FIRST: u64 = 250;
+pub const KEYED_RESEND_WAIT_MS_MAX: u64 = 8_000;
+pub const KEYED_RESENDS_MAX: u32 = 16;
+pub const KEYED_RESEND_FOR_MS_MAX: u64 = 2 * 60 * 1000;
 /// How many times a decision on the shared ledger is made again when other instances keep
 /// appending to it between the decision and its write: a call's admission (`LedgerError::Moved`)
 /// and a start's claim of a run left without an owner.

@@ -410,6 +410,27 @@ fn a_bearer_token_is_required_and_never_in_any_output() {
     }
 }
 
+/// A refused request's path is logged, and a path can carry anything, the token too (a
+/// client that put it in the URL, written as is or percent-encoded): the log is scrubbed of
+/// it in one place, whatever line carries it (issue 45 item 5).
+#[test]
+fn a_token_in_a_refused_requests_path_is_never_logged() {
+    let server = Server::start(&["--bearer-token-env", "WARDEN_TEST_TOKEN"], &[("WARDEN_TEST_TOKEN", TOKEN)]);
+    let encoded: String = TOKEN.bytes().map(|byte| format!("%{byte:02X}")).collect();
+    for path in [format!("/mcp/{TOKEN}"), format!("/mcp?token={encoded}")] {
+        let refused = server.send("GET", &path, &[], b"");
+        assert!(refused.status >= 400, "{path}: {}", refused.status);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server.stderr().matches("HTTP 4").count() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the refusals were not logged: {}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = server.stderr();
+    let decoded = log.replace(&encoded, TOKEN);
+    assert!(!decoded.contains(TOKEN), "the token reached the log: {log}");
+}
+
 #[test]
 fn limits_and_wrong_requests_get_clear_http_errors() {
     let server = Server::start(&[], &[]);

@@ -367,3 +367,73 @@ fn the_end_of_stdin_behind_a_post_slower_than_the_grace_is_bounded() {
     assert!(status_report(restarted.dir.path()).contains("waiting for an operator at action 0"));
     assert_eq!(payments.ledger.lock().unwrap().notes.len(), 1, "sent once, never again");
 }
+
+/// A signal during the start's recovery is bounded by the grace as a drain is (issue 45 item
+/// 3): the run recovery resumed is in a POST slower than the grace, so the start stops as a
+/// crash would once the grace ran out, saying so, instead of waiting the POST out.
+#[test]
+fn a_sigterm_during_recovery_is_bounded_by_the_grace() {
+    let payments = Payments::start();
+    let (dir, _) = drained_between_two_notes(&payments, "linger-15000");
+    let manifest = dir.path().join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace(r#""shutdown_grace": "20s""#, r#""shutdown_grace": "1s""#)).unwrap();
+    let mut restarted = Wire::start_dir(dir, KEY);
+    wait_for_notes(&payments, 2);
+    sigterm(restarted.pid());
+    let status = restarted.wait_exit(Duration::from_secs(30));
+    let log = restarted.stderr();
+    assert!(!status.success(), "a grace that ran out is not a clean stop: {status:?}\n{log}");
+    assert!(log.contains("the shutdown grace of 1s ran out before the runs it resumed ended"), "{log}");
+}
+
+/// The processes a server started for its programs.
+fn children_of(pid: u32) -> Vec<u32> {
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.split_whitespace().filter_map(|child| child.parse().ok()).collect()
+}
+
+const SPIN: &str = r#"
+def main(n: int) -> int:
+    """Adds the numbers below n, modulo 1000.
+
+    Args:
+        n: How many numbers to add.
+    """
+    total = 0
+    for i in range(n):
+        total = (total + i) % 1000
+    return total
+"#;
+
+/// A closed terminal sends SIGHUP to the whole process group, the program workers included
+/// (issue 45 item 3): a worker in the middle of a job must not die of it and fail the run (a
+/// failure its `once` key would then answer for `keep`). The server drains on the signal, and
+/// the execution it was in ends as it would have.
+#[test]
+fn a_sighup_to_the_process_group_fails_no_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spin.star"), SPIN).unwrap();
+    let manifest = json!({
+        "server": { "name": "spin", "journals": "journals", "shutdown_grace": "60s" },
+        "tools": [{ "name": "spin", "program": "spin.star",
+                    "limits": { "max_steps": 1_000_000_000u64, "execution_ms": 60_000 } }]
+    });
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    let mut wire = Wire::start_dir(dir, &[]);
+    wire.send_request(Era::Modern, json!(1), "tools/call", json!({"name": "spin", "arguments": {"n": 40_000_000}}));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while children_of(wire.pid()).is_empty() {
+        assert!(Instant::now() < deadline, "no worker started: {}", wire.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for pid in children_of(wire.pid()).into_iter().chain([wire.pid()]) {
+        Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap();
+    }
+    let answer = wire.recv();
+    let log = wire.stderr();
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}\n{log}");
+    assert!(wire.wait_exit(Duration::from_secs(60)).success(), "{}", wire.stderr());
+}

@@ -506,6 +506,20 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
     out
 }
 
+/// `text` scrubbed of each secret as written, JSON-escaped, or percent-encoded (a request's
+/// path or query): where decoding reveals a secret, the decoded text is kept, scrubbed.
+pub fn scrub_decoded(text: &str, secrets: &[String]) -> String {
+    let scrubbed = scrub(text, secrets);
+    if !scrubbed.contains('%') {
+        return scrubbed;
+    }
+    let decoded = percent_encoding::percent_decode_str(&scrubbed).decode_utf8_lossy();
+    match secrets.iter().any(|secret| secret.len() >= 4 && decoded.contains(secret.as_str())) {
+        true => scrub(&decoded, secrets),
+        false => scrubbed,
+    }
+}
+
 /// `text` scrubbed, then cut to `chars_max` characters: in this order, so a secret the cut
 /// would split is still found whole (cut first, its prefix would be kept).
 pub fn scrub_then_cut(text: &str, secrets: &[String], chars_max: usize) -> String {

@@ -52,6 +52,7 @@ pub fn real_env(stdio: ProtectedStdio) -> Env {
         sandbox: Rc::new(sandbox::WorkerSandbox::default()),
         http: Rc::new(http_server::RealHttp),
         admin: Rc::new(admin::RealAdmin),
+        log_secrets: Rc::default(),
     }
 }
 

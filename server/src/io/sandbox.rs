@@ -141,6 +141,11 @@ async fn exchange(worker: &mut Worker, input: &[u8]) -> Result<Vec<u8>, Failed> 
 async fn ended(worker: Worker, problem: String) -> Stopped {
     let mut child = worker._child;
     let status = match tokio::time::timeout(Duration::from_millis(1000), child.wait()).await {
+        Ok(Ok(status)) if ended_by_a_drain_signal(status) => {
+            // Someone else's signal (a worker ignores these), not the program's doing: the run
+            // resumes at the next start, as after a crash.
+            return Stopped::Unavailable(format!("{}, a signal the server drains on", describe(status)));
+        }
         Ok(Ok(status)) => describe(status),
         _ => {
             let _ = child.kill().await;
@@ -169,8 +174,9 @@ fn spawn_worker() -> Result<Worker, Stopped> {
         .kill_on_drop(true);
     // SAFETY: between fork and exec, only async-signal-safe calls (setrlimit, sigaction
     // through signal). No CPU limit: it would add up over a worker's jobs; the wall-clock
-    // limit stops a spinning job. A worker ignores SIGINT and SIGTERM (a terminal's Ctrl-C
-    // and a supervisor's stop reach the whole group): the server drains, and its workers
+    // limit stops a spinning job. A worker ignores SIGINT, SIGTERM and SIGHUP (a terminal's
+    // Ctrl-C, a supervisor's stop and a closed terminal reach the whole group): the server
+    // drains, and its workers
     // end when it closes their stdin; a server killed outright takes them with it
     // (PR_SET_PDEATHSIG), since no one else would enforce their time limit.
     unsafe {
@@ -179,6 +185,7 @@ fn spawn_worker() -> Result<Worker, Stopped> {
             limit(libc::RLIMIT_CORE, 0)?;
             libc::signal(libc::SIGINT, libc::SIG_IGN);
             libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -199,6 +206,11 @@ fn limit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+fn ended_by_a_drain_signal(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    matches!(status.signal(), Some(libc::SIGHUP | libc::SIGINT | libc::SIGTERM))
 }
 
 fn describe(status: std::process::ExitStatus) -> String {

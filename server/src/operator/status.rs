@@ -370,5 +370,27 @@ fn action_text(action: &crate::broker::Action) -> String {
     } else {
         format!(" {target}")
     };
+    let target = crate::base::text::printable(&target);
     format!("action {} ({} {}{target})", action.op, action.kind, action.method.name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An action's target comes from a client's arguments or a program: what `mcp status`
+    /// prints of it reaches an operator's terminal, so an escape sequence there (a title, a
+    /// screen clear, a carriage return that hides what came before) is shown, never obeyed.
+    #[test]
+    fn an_actions_target_reaches_the_terminal_escaped() {
+        let action: crate::broker::Action = serde_json::from_value(serde_json::json!({
+            "op": 0, "grant": "notes", "kind": "net.http.post", "method": "POST",
+            "target": "https://example.test/\u{1b}]0;owned\u{7}\u{1b}[2J\rnothing to see", "body": "",
+            "headers": {}, "amount": null, "idempotency_key": null
+        }))
+        .unwrap();
+        let shown = action_text(&action);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains("\\u{1b}]0;owned") && shown.contains("\\r"), "{shown}");
+    }
 }

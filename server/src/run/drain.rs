@@ -104,3 +104,31 @@ pub async fn deliver_before_exit(env: &Env, runs: &Runs) -> Result<(), String> {
             .to_string()),
     }
 }
+
+/// The start's recovery, bounded as a drain is: a shutdown signal during it lets the runs it
+/// resumed finish the action they are in (they stop before beginning another), within the
+/// grace; past the grace, or at a second signal, the start stops as a crash would, and the
+/// next start recovers by the same rules.
+pub async fn bounded_by_a_signal<T>(
+    env: &Env,
+    grace_ms: u64,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    let cut = async {
+        env.process.shutdown_signal(1).await;
+        match select(env.clock.sleep(grace_ms), env.process.shutdown_signal(2)).await {
+            Either::Left(()) => format!(
+                "a shutdown signal came during recovery, and the shutdown grace of {} ran out before the runs it \
+                 resumed ended their actions: stopping as a crash would; the next start recovers them by the same rules",
+                crate::store::ledger::duration_text(grace_ms)
+            ),
+            Either::Right(()) => "a second shutdown signal during recovery: stopping at once, as a crash would; the \
+                                  next start recovers the runs by the same rules"
+                .to_string(),
+        }
+    };
+    match select(Box::pin(work), Box::pin(cut)).await {
+        Either::Left(done) => Ok(done),
+        Either::Right(why) => Err(why),
+    }
+}

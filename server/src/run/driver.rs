@@ -323,9 +323,13 @@ impl<S: RunStore> Driver<'_, S> {
                 let started_us = self.env.clock.monotonic_us();
                 let span = action_span(&action);
                 let lease_left = || self.store.lease_left_ms();
+                let rules = perform::SendRules { lease_left: &lease_left, resend_for_ms: self.resend_for_ms(cx) };
                 let performing =
-                    perform::perform(self.env, (grant, net, model), run, &action, &cx.secrets, resend, &lease_left);
+                    perform::perform(self.env, (grant, net, model), (run, &action), &cx.secrets, resend, &rules);
                 let performed = tracing::Instrument::instrument(performing, span.clone()).await;
+                let performed = performed.map_err(|held_back| {
+                    Fatal::storage(format!("run {run}: {}; the action is left to the run's next owner", held_back.0))
+                })?;
                 let took_us = self.env.clock.monotonic_us().saturating_sub(started_us);
                 self.store.observe_action(&action.kind.to_string(), took_us);
                 record_outcome(&span, &performed, took_us);
@@ -565,6 +569,13 @@ impl<S: RunStore> Driver<'_, S> {
     fn deadline_passed(&self, cx: &Context<'_>) -> bool {
         let Some(deadline) = cx.tool.config.deadline_ms else { return false };
         self.active_ms(cx) > deadline
+    }
+
+    /// How long a keyed write whose answer was lost may be sent again: what is left of the
+    /// run's deadline, or `KEYED_RESEND_FOR_MS_MAX` for a tool without one.
+    fn resend_for_ms(&self, cx: &Context<'_>) -> u64 {
+        let left = cx.tool.config.deadline_ms.map(|deadline| deadline.saturating_sub(self.active_ms(cx)));
+        left.unwrap_or(crate::limits::KEYED_RESEND_FOR_MS_MAX)
     }
 
     /// The run's time toward its deadline so far.

@@ -106,29 +106,43 @@ fn http_request(
     Ok((request, safe))
 }
 
-/// Performs `action` once. `resend`: it was begun before a crash and may have happened.
-/// `lease_left`: how long the instance's lease on the PostgreSQL store surely lasts (the action
-/// rule): a refund's write, sent after its currency was read, is held back when too little is.
+/// What bounds an action's sends beyond its own timeouts.
+pub struct SendRules<'a> {
+    /// How long the instance's lease on the PostgreSQL store surely lasts (the action rule):
+    /// a refund's write, sent after its currency was read, and every send again of a keyed
+    /// write, are held back when too little is.
+    pub lease_left: &'a dyn Fn() -> Option<u64>,
+    /// How long a keyed write whose answer was lost may be sent again: until the run's deadline.
+    pub resend_for_ms: u64,
+}
+
+/// A send the lease could not cover, after an earlier one of the same action may have reached
+/// the service: the instance stops, and the run's next owner sends it again.
+#[derive(Debug)]
+pub struct HeldBack(pub String);
+
+/// Performs `action` once. `sends_interrupted`: how many sends of it crashes interrupted (it
+/// was begun before and may have happened).
 pub async fn perform(
     env: &Env,
     (grant, net, model): (&CapabilityGrant, &NetConfig, Option<&crate::manifest::ModelConfig>),
-    run: &str,
-    action: &Action,
+    (run, action): (&str, &Action),
     secrets: &[String],
     sends_interrupted: u64,
-    lease_left: &dyn Fn() -> Option<u64>,
-) -> Performed {
+    rules: &SendRules<'_>,
+) -> Result<Performed, HeldBack> {
     let resend = sends_interrupted > 0;
     if grant.cap.is_database() {
-        return perform_sql(env, grant, net, run, action, secrets).await;
+        return Ok(perform_sql(env, grant, net, run, action, secrets).await);
     }
     if grant.cap == Kind::Model {
-        return match model {
+        return Ok(match model {
             Some(model) => {
+                let lease_left = rules.lease_left;
                 super::model::perform_model(env, model, action, secrets, (sends_interrupted, lease_left)).await
             }
             None => Performed::Done(json!({"error": "the manifest has no `model` section; nothing was sent"})),
-        };
+        });
     }
     // A write begun before a crash may have happened already: a failure before it is sent
     // again proves nothing about the first attempt, so it stays in doubt.
@@ -142,30 +156,83 @@ pub async fn perform(
     };
     if action.method == Method::Refund {
         if let Err(problem) = check_intent_currency(env, grant, net, action).await {
-            return not_sent(problem);
+            return Ok(not_sent(problem));
         }
         // The read took time (or the process was paused in it): the write is checked again.
         let send = Kind::HttpPost.longest_send_ms(net).unwrap_or(0);
         let needed = send.saturating_add(crate::limits::LEASE_SEND_MARGIN_MS);
-        if let Some(left) = lease_left().filter(|left| *left < needed) {
-            return not_sent(format!(
+        if let Some(left) = (rules.lease_left)().filter(|left| *left < needed) {
+            return Ok(not_sent(format!(
                 "this instance's lease on the PostgreSQL store is sure for {left} ms more, too short to send the \
                  refund (up to {send} ms, and a margin): nothing was sent"
-            ));
+            )));
         }
     }
     let (request, safe) = match http_request(env, grant, net, action) {
         Ok(built) => built,
-        Err(problem) => return not_sent(problem),
+        Err(problem) => return Ok(not_sent(problem)),
     };
-    match env.net.request(request).await {
-        Ok(response) => Performed::Done(response_result(&response, net, secrets)),
-        Err(error) if error.may_have_been_sent && !safe => Performed::InDoubt(scrub(&error.message, secrets)),
-        Err(error) if !error.may_have_been_sent && in_doubt_if_resent => not_sent(error.message),
-        Err(error) => Performed::Done(
+    let keyed_write = safe && !action.is_read();
+    match env.net.request(request.clone()).await {
+        Ok(response) => Ok(Performed::Done(response_result(&response, net, secrets))),
+        Err(error) if keyed_write && (error.may_have_been_sent || in_doubt_if_resent) => {
+            send_again_until_answered(env, request, net, (secrets, rules), error.message).await
+        }
+        Err(error) if error.may_have_been_sent && !safe => Ok(Performed::InDoubt(scrub(&error.message, secrets))),
+        Err(error) if !error.may_have_been_sent && in_doubt_if_resent => Ok(not_sent(error.message)),
+        Err(error) => Ok(Performed::Done(
             json!({"error": scrub(&error.message, secrets), "may_have_been_sent": error.may_have_been_sent}),
-        ),
+        )),
     }
+}
+
+/// A keyed write that may have reached its service and was not answered: the service makes
+/// it once whatever it is sent again with the same key, so Warden sends it again (waiting
+/// longer each time) until an answer comes, and the program hears that answer, never "may
+/// have been sent". If no answer comes within `rules.resend_for_ms` (the run's deadline),
+/// the write is in doubt and waits for a person. A send the lease could not cover is held
+/// back (`Err`): the run's next owner sends it again.
+async fn send_again_until_answered(
+    env: &Env,
+    request: HttpRequest,
+    net: &NetConfig,
+    (secrets, rules): (&[String], &SendRules<'_>),
+    mut last: String,
+) -> Result<Performed, HeldBack> {
+    let started_ms = env.clock.monotonic_ms();
+    let send_ms = net.connect_timeout_ms.unwrap_or(0).saturating_add(net.timeout_ms.unwrap_or(0));
+    let mut wait_ms = crate::limits::KEYED_RESEND_WAIT_MS_FIRST;
+    for sent_again in 1..=crate::limits::KEYED_RESENDS_MAX {
+        let waited_ms = env.clock.monotonic_ms().saturating_sub(started_ms);
+        if waited_ms.saturating_add(wait_ms) > rules.resend_for_ms {
+            return Ok(unanswered(&last, sent_again - 1, "before the run's deadline", secrets));
+        }
+        env.clock.sleep(wait_ms).await;
+        wait_ms = wait_ms.saturating_mul(2).min(crate::limits::KEYED_RESEND_WAIT_MS_MAX);
+        let needed = send_ms.saturating_add(crate::limits::LEASE_SEND_MARGIN_MS);
+        if let Some(left) = (rules.lease_left)().filter(|left| *left < needed) {
+            return Err(HeldBack(format!(
+                "a keyed write whose answer was lost could not be sent again: this instance's lease on the \
+                 PostgreSQL store is sure for {left} ms more, too short for its send (up to {send_ms} ms, and a margin)"
+            )));
+        }
+        match env.net.request(request.clone()).await {
+            Ok(response) => return Ok(Performed::Done(response_result(&response, net, secrets))),
+            Err(error) => last = error.message,
+        }
+    }
+    Ok(unanswered(&last, crate::limits::KEYED_RESENDS_MAX, "in as many tries", secrets))
+}
+
+/// A keyed write left unanswered by every send: in doubt, with what was tried.
+fn unanswered(last: &str, sent_again: u32, within: &str, secrets: &[String]) -> Performed {
+    Performed::InDoubt(scrub(
+        &format!(
+            "a write with an idempotency key may have reached its service and no answer came; it was sent again \
+             {sent_again} time(s) with the same key, without an answer {within} (the last: {last})"
+        ),
+        secrets,
+    ))
 }
 
 /// What a program sees of a response, with every secret scrubbed from every string a

@@ -169,18 +169,8 @@ pub fn journals_match_services(world: &World, ops: &[WriteOp]) -> Vec<Violation>
     }
     let seen = effects(world);
     let mut found = Vec::new();
-    // 5: a write that may have been sent and cannot be sent again safely waits for a person;
-    // recording it done (with an error) is a guess.
-    for op in ops.iter().filter(|op| op.status == Status::Maybe) {
-        if op.action.idempotency_key.is_none() && !op.action.kind.is_database() {
-            found.push(Violation {
-                invariant: 5,
-                message: format!(
-                    "run {} recorded action {} ({} {}) as failed though it may have been sent",
-                    op.run, op.op, op.action.method, op.action.target
-                ),
-            });
-        }
+    for op in ops.iter().filter(|op| op.status == Status::Maybe && !op.action.kind.is_database()) {
+        found.push(answer_lost_recorded_done(op, seen.get(&signature(&op.action, &op.run)).copied().unwrap_or(0)));
     }
     for (signature, &(certain, maybe)) in &claimed {
         let times = seen.get(signature).copied().unwrap_or(0);
@@ -199,6 +189,24 @@ pub fn journals_match_services(world: &World, ops: &[WriteOp]) -> Vec<Violation>
         });
     }
     found
+}
+
+/// A write whose answer was lost, journaled done as a failure: what the program was told is
+/// a guess. Without a key it must wait for a person (5); with one, Warden sends it again
+/// until the service answers, so a write the service made and its caller heard failed is the
+/// effect and the answer disagreeing (2).
+fn answer_lost_recorded_done(op: &WriteOp, times_seen: u32) -> Violation {
+    let what = format!("run {} recorded action {} ({} {})", op.run, op.op, op.action.method, op.action.target);
+    match op.action.idempotency_key {
+        None => Violation { invariant: 5, message: format!("{what} as failed though it may have been sent") },
+        Some(_) => Violation {
+            invariant: 2,
+            message: format!(
+                "{what} as failed though its answer was lost, and it carried an idempotency key (safe to send \
+                 again); the service made it {times_seen} time(s), and the program was told it failed"
+            ),
+        },
+    }
 }
 
 /// Minor units a run's refunds through each grant moved, by what the services saw.

@@ -288,6 +288,7 @@ impl World {
             }),
             http,
             admin: Rc::new(crate::env::admin::SimAdminHandle(Rc::clone(&self.admin))),
+            log_secrets: Rc::default(),
         }
     }
 
