@@ -351,6 +351,24 @@ fn capability_methods(builder: &mut MethodsBuilder) {
         act(eval, action)
     }
 
+    /// The money a Stripe object (a payment intent, a refund: a dict with `amount` in Stripe's
+    /// unit and `currency`) holds, as money a program compares and narrows with: 5000 of `jpy`
+    /// is 5000 yen, 5000 of `usd` is 50.00 dollars. Sends nothing.
+    fn money_of<'v>(
+        this: StarlarkValue_<'v>,
+        #[starlark(require = pos)] object: StarlarkValue_<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<StarlarkValue_<'v>> {
+        let cap = this_cap(this)?;
+        expect_kind(&cap, &[Kind::StripeRefund], "money_of")?;
+        let object = to_json(object)?;
+        let (Some(amount), Some(currency)) = (object["amount"].as_i64(), object["currency"].as_str()) else {
+            return Err(refused("`money_of` takes a Stripe object with an integer `amount` and a `currency`".into()));
+        };
+        let money = crate::broker::stripe::money_of(amount, currency).map_err(refused)?;
+        Ok(eval.heap().alloc(StarlarkMoney { amount: money.amount_text(), currency: money.currency }))
+    }
+
     /// Run a read-only SQL statement with `params`; returns a list of rows (dicts).
     fn query<'v>(
         this: StarlarkValue_<'v>,

@@ -161,11 +161,13 @@ fn check_money(object: &Map<String, Value>, path: &str, problems: &mut Vec<Input
     }
     let (amount, currency) = (amount.expect("checked"), currency.expect("checked"));
     let mut parsed = None;
-    match money::parse_amount(&amount) {
+    // An unknown currency still has its amount's form checked, so every problem is told.
+    let exponent = money::check_currency(&currency);
+    match money::parse_amount(&amount, &currency, *exponent.as_ref().unwrap_or(&money::MONEY_SCALE_MAX)) {
         Ok(minor) => parsed = Some(minor),
         Err(e) => problems.push(InputProblem::new(format!("{path}.amount"), e.to_string())),
     }
-    if let Err(e) = money::check_currency(&currency) {
+    if let Err(e) = exponent {
         problems.push(InputProblem::new(format!("{path}.currency"), e.to_string()));
     }
     match parsed {
@@ -288,7 +290,7 @@ mod tests {
     fn check_reports_every_problem_with_its_path() {
         let ty = ArgType::List(Box::new(ArgType::Money));
         let mut problems = Vec::new();
-        ty.check(&json!([{"amount": "1.234", "currency": "usd"}, 3, {"amount": "2"}]), "$.refunds", &mut problems);
+        ty.check(&json!([{"amount": "1.23456", "currency": "usd"}, 3, {"amount": "2"}]), "$.refunds", &mut problems);
         assert_eq!(problems.len(), 4, "{problems:?}");
         let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert!(problems[0].starts_with("$.refunds[0].amount"));

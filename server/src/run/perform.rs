@@ -74,7 +74,7 @@ fn http_request(
             let money = action.money().ok_or("a refund without an amount")?;
             let body: String = form_urlencoded::Serializer::new(String::new())
                 .append_pair("payment_intent", &action.body)
-                .append_pair("amount", &money.minor.to_string())
+                .append_pair("amount", &crate::broker::stripe::amount(&money)?.to_string())
                 .finish();
             headers.push(("content-type".into(), "application/x-www-form-urlencoded".into()));
             if let Some(key) = &action.idempotency_key {

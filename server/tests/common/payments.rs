@@ -100,6 +100,10 @@ fn answer(
             "pi_1001" => (200, json!({"id": id, "amount": 5000, "currency": "usd", "status": "succeeded"})),
             "pi_1002" => (200, json!({"id": id, "amount": 30000, "currency": "usd", "status": "succeeded"})),
             "pi_1003" => (200, json!({"id": id, "amount": 1000, "currency": "usd", "status": "succeeded"})),
+            // One intent in each class of currency, paid in Stripe's own minor unit.
+            "pi_jpy" => (200, json!({"id": id, "amount": 5000, "currency": "jpy", "status": "succeeded"})),
+            "pi_bhd" => (200, json!({"id": id, "amount": 5000, "currency": "bhd", "status": "succeeded"})),
+            "pi_eur" => (200, json!({"id": id, "amount": 5000, "currency": "eur", "status": "succeeded"})),
             _ if id.starts_with("pi_9") => {
                 (200, json!({"id": id, "amount": 100000, "currency": "usd", "status": "succeeded"}))
             }

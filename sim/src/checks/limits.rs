@@ -17,7 +17,8 @@ pub struct Amount {
 
 impl std::fmt::Display for Amount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:02} {}", self.minor / 100, self.minor % 100, self.currency)
+        let money = warden::base::money::Money { minor: self.minor, currency: self.currency.clone() };
+        write!(f, "{money}")
     }
 }
 
@@ -67,12 +68,11 @@ fn duration_ms(text: &str) -> Option<u64> {
 }
 
 /// An amount as the manifest and a journaled action write it: `{"amount": "12.34", "currency": "usd"}`.
+/// In the currency's own minor unit (ISO 4217: cents of a dollar, whole yen).
 pub fn amount(value: &Value) -> Option<Amount> {
-    let text = value["amount"].as_str()?;
-    let (units, cents) = text.split_once('.').unwrap_or((text, "0"));
-    let cents = format!("{cents:0<2}");
-    let minor = units.parse::<i64>().ok()? * 100 + cents.get(..2)?.parse::<i64>().ok()?;
-    Some(Amount { minor, currency: value["currency"].as_str()?.to_ascii_uppercase() })
+    let currency = value["currency"].as_str()?.to_ascii_uppercase();
+    let money = warden::base::money::Money::parse(value["amount"].as_str()?, &currency).ok()?;
+    Some(Amount { minor: money.minor, currency })
 }
 
 /// `server.max_concurrent_runs` when the manifest leaves it out (the server's default).

@@ -121,6 +121,9 @@ pub struct Services {
     /// The world is an operator's own (`own.rs`): requests are routed by path, whatever the
     /// host, and a URL no modelled service answers reaches a recording HTTP service.
     pub own_world: Cell<bool>,
+    /// The currency an operator's world's payment intents were paid in: its refund grant's
+    /// (lower case, as Stripe writes it), else `usd`.
+    pub own_currency: RefCell<Option<String>>,
     /// The simulated disk, where a SQLite database made from its `init` file appears.
     pub disk: RefCell<Option<Rc<crate::env::disk::SimDisk>>>,
     /// The shared PostgreSQL store, which knows the instances' leases: every write a service
@@ -304,15 +307,16 @@ impl Services {
     }
 
     /// What was paid on an intent: the services' own, and in an operator's world any other
-    /// id too (from 1.00 to 50.00 USD, as its id's hash says: orders differ in size), but one
-    /// that says it is missing.
+    /// id too (from 100 to 5000 of Stripe's unit of its currency, 1.00 to 50.00 USD, as its
+    /// id's hash says: orders differ in size), but one that says it is missing.
     fn paid_on(&self, id: &str) -> Option<(i64, String)> {
         let known = self.intents.borrow().get(id).cloned();
         let fnv1a = id
             .bytes()
             .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3));
         let paid = 100 * (1 + (fnv1a % 50) as i64);
-        let own = (self.own_world.get() && !id.contains("missing")).then(|| (paid, "usd".to_string()));
+        let currency = self.own_currency.borrow().clone().unwrap_or_else(|| "usd".to_string());
+        let own = (self.own_world.get() && !id.contains("missing")).then_some((paid, currency));
         known.or(own)
     }
 

@@ -89,6 +89,7 @@ pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) 
     }
     if let Some(own) = file.and_then(|file| file.own.as_ref()) {
         world.services.own_world.set(true);
+        *world.services.own_currency.borrow_mut() = file.and_then(|file| refund_currency(&file.manifest));
         for (name, text) in &own.files {
             world.install(name, text.as_bytes());
         }
@@ -113,4 +114,14 @@ pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) 
         Some(Canary::IgnoreIdempotencyKeys) => world.services.ignore_idempotency_keys.set(true),
         None => {}
     }
+}
+
+/// The currency of an operator's manifest's first refund grant (its `each` or `max`), in lower
+/// case as Stripe writes it.
+fn refund_currency(manifest: &str) -> Option<String> {
+    let manifest: serde_json::Value = serde_json::from_str(manifest).ok()?;
+    let grants = manifest["tools"].as_array()?.iter().flat_map(|tool| tool["grants"].as_object().into_iter().flatten());
+    let refund = grants.map(|(_, grant)| grant).find(|grant| grant["cap"] == "payments.stripe.refund")?;
+    let limit = [&refund["each"], &refund["max"]].into_iter().find(|limit| limit["currency"].is_string())?;
+    Some(limit["currency"].as_str()?.to_ascii_lowercase())
 }

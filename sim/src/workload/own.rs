@@ -350,7 +350,10 @@ fn vary(example: Value, variant: usize) -> Value {
         (Value::Number(number), n) => json!(number.as_i64().unwrap_or(1).saturating_add(n as i64)),
         (Value::Object(mut object), n) => {
             // A money amount varies within the cents, so it stays within what grants allow.
-            if let Some(Value::String(amount)) = object.get("amount") {
+            // A currency without a minor unit (yen) keeps its whole amount.
+            let whole_only = object.get("currency").and_then(Value::as_str).map(str::to_ascii_uppercase);
+            let whole_only = whole_only.and_then(|currency| warden::base::money::exponent(&currency)) == Some(0);
+            if let (Some(Value::String(amount)), false) = (object.get("amount"), whole_only) {
                 let cents = format!("{}.{:02}", amount.split('.').next().unwrap_or("1"), n * 7 % 100);
                 object.insert("amount".into(), json!(cents));
             }
