@@ -247,3 +247,26 @@ fn a_task_whose_journal_is_damaged_is_said_so_not_to_ask_again() {
     assert_eq!(answer["error"]["code"], json!(-32602), "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap().contains("damaged"), "{answer}");
 }
+
+/// A task's `createdAt` is when its run was admitted, the same in every answer (issue 45 item
+/// 6): it was the answer's own time at creation, then 1970 until the run's header was
+/// journaled, then the header's time, so a client expiring tasks at `createdAt + ttlMs` could
+/// drop a live one and call again.
+#[test]
+fn a_tasks_created_at_never_moves() {
+    let mut wire = Wire::start(&fixture("tasks/manifest.json"));
+    let answer = ask(
+        &mut wire,
+        with(declaring(), next_id(), "tools/call", json!({"name": "confirm", "arguments": {"filename": "a.txt"}})),
+    );
+    let task = answer["result"]["taskId"].as_str().unwrap().to_string();
+    let created = answer["result"]["createdAt"].clone();
+    let waiting = until(&mut wire, &task, "input_required");
+    assert_eq!(waiting["createdAt"], created, "{waiting}");
+    assert!(wire.kill_now());
+    let mut wire = wire.restart();
+    let answer = json!({"confirm": {"action": "accept", "content": {"confirm": true}}});
+    ask(&mut wire, with(declaring(), next_id(), "tasks/update", json!({"taskId": task, "inputResponses": answer})));
+    let done = until(&mut wire, &task, "completed");
+    assert_eq!(done["createdAt"], created, "{done}");
+}

@@ -204,12 +204,14 @@ impl Connection {
         if let Err(error) = self.runs.ledger.flush().await {
             self.env.log(&format!("task {run}: {error}"));
         }
-        let now = crate::base::time::utc_timestamp(self.env.clock.now_ms());
+        let now_ms = self.env.clock.now_ms();
+        let created = crate::base::time::utc_timestamp(self.created_at_ms(&run).unwrap_or(now_ms));
+        let now = crate::base::time::utc_timestamp(now_ms);
         let mut result = json!({
             "resultType": "task",
             "taskId": run,
             "status": "working",
-            "createdAt": now,
+            "createdAt": created,
             "lastUpdatedAt": now,
             "ttlMs": ttl_ms(&self.runs),
             "pollIntervalMs": POLL_INTERVAL_MS,
@@ -264,6 +266,12 @@ impl Connection {
         }
     }
 
+    /// When the task's run was admitted: its reserve's time in the ledger, the same in every
+    /// answer from its creation on (its journal's header comes later, and is not there yet).
+    fn created_at_ms(&self, run: &str) -> Option<u64> {
+        self.runs.ledger.state().run(run).map(|entry| entry.reserved_at_ms)
+    }
+
     /// The tool and ledger phase of the run `task` names, if it is this caller's.
     fn task_run(&self, task: &str) -> Option<(String, RunPhase)> {
         let state = self.runs.ledger.state();
@@ -278,7 +286,8 @@ impl Connection {
         // A journal that cannot be read now is no expired task (found at seed 1363, a store
         // refusing a connection): the caller is told to ask again.
         let journal = self.runs.read_journal_telling(tool, run).await.map_err(Refused::of_read)?;
-        let created = journal.as_ref().map_or(0, |journal| journal.header_at_ms);
+        let headed = journal.as_ref().map(|journal| journal.header_at_ms);
+        let created = self.created_at_ms(run).or(headed).unwrap_or(0);
         let mut status = match phase {
             RunPhase::Released { .. } => {
                 failed("the run never started: the server stopped before it began; nothing was done")
