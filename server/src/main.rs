@@ -10,9 +10,9 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// How log lines (stderr) are written: text, or one JSON object a line. `RUST_LOG` filters
-    /// them by level (error, warn, info (the default), debug).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    /// How log lines (stderr) are written: text, or one JSON object a line (the exit line
+    /// too). `RUST_LOG` filters them by level (error, warn, info (the default), debug).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WARDEN_LOG_FORMAT")]
     log_format: LogFormat,
     /// Export traces (a span per call, continuing the caller's `traceparent`, with its run,
     /// actions, durable writes and model calls) over OTLP/HTTP to this base URL, such as
@@ -274,7 +274,7 @@ fn serve_stdio(manifest: &std::path::Path, metrics_listen: Option<core::net::Soc
         write_to_stdout_as_a_stray_library_would();
     }
     let env = warden::io::real_env(stdio);
-    report(warden::io::run(warden::commands::serve_mcp(&env, manifest, metrics_listen)).map(|()| String::new()))
+    report_served(&env, warden::io::run(warden::commands::serve_mcp(&env, manifest, metrics_listen)))
 }
 
 /// `warden serve-http`: the options checked beyond what clap knows, then the server.
@@ -306,7 +306,7 @@ fn serve_http(args: ServeHttpArgs) -> ExitCode {
         _ => None,
     };
     let options = warden::protocol::http::HttpOptions { listen, bearer_token_env, oauth, metrics_listen };
-    report(warden::io::run(warden::commands::serve_http(&env, &manifest, options)).map(|()| String::new()))
+    report_served(&env, warden::io::run(warden::commands::serve_http(&env, &manifest, options)))
 }
 
 /// `warden runs list | show`.
@@ -351,6 +351,20 @@ fn write_to_stdout_as_a_stray_library_would() {
     let raw = b"stray line from write(1, ...) (must land on stderr)\n";
     // SAFETY: writes a static buffer to fd 1, as a C library would.
     unsafe { libc::write(1, raw.as_ptr().cast(), raw.len()) };
+}
+
+/// How a server ended: its exit line written as its log's lines are (JSON in JSON logs),
+/// scrubbed of its secrets.
+fn report_served(env: &warden::env::Env, outcome: Result<(), String>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(problems) => {
+            for line in problems.lines() {
+                warden::io::log::exit_line(&env.log_secrets.scrub(line));
+            }
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn report(outcome: Result<String, String>) -> ExitCode {

@@ -437,3 +437,24 @@ fn a_sighup_to_the_process_group_fails_no_run() {
     assert_eq!(answer["result"]["isError"], json!(false), "{answer}\n{log}");
     assert!(wire.wait_exit(Duration::from_secs(60)).success(), "{}", wire.stderr());
 }
+
+/// With JSON logs, every line a stopping server writes is JSON, the exit line of a second
+/// signal included (issue 45 item 3): a log pipeline reads the most important line of a stop.
+#[test]
+fn with_json_logs_the_exit_line_of_a_second_signal_is_json() {
+    let payments = Payments::start();
+    let env = [KEY[0], ("WARDEN_LOG_FORMAT", "json")];
+    let mut wire = Wire::start_dir(folder(&payments, "20s"), &env);
+    wire.send_request(Era::Modern, json!(1), "tools/call", note("linger-8000"));
+    wait_for_notes(&payments, 1);
+    let pid = wire.pid();
+    Command::new("sh").arg("-c").arg(format!("kill -TERM {pid}; sleep 0.2; kill -INT {pid}")).status().unwrap();
+    let status = wire.wait_exit(Duration::from_secs(20));
+    let log = wire.stderr();
+    assert!(!status.success(), "{status:?}\n{log}");
+    for line in log.lines().filter(|line| !line.trim().is_empty()) {
+        let parsed: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n{log}"));
+        assert!(parsed.is_object(), "{line}");
+    }
+    assert!(log.contains("a second shutdown signal"), "{log}");
+}

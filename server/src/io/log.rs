@@ -29,6 +29,7 @@ pub enum LogFormat {
 /// standard variable) names one; once, before anything logs. A `RUST_LOG` that does not parse
 /// is refused, naming it. The exporter returned sends what it holds when dropped.
 pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Option<crate::io::trace::Exporting>, String> {
+    let _ = CHOSEN.set(format);
     let filter = match std::env::var("RUST_LOG") {
         Ok(text) if !text.trim().is_empty() => tracing_subscriber::EnvFilter::try_new(&text)
             .map_err(|error| format!("RUST_LOG={text:?} is not a filter ({error}); try info, debug or warden=warn"))?,
@@ -57,6 +58,18 @@ pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Option<cra
         .try_init()
         .map_err(|error| format!("the log cannot be set up: {error}"))?;
     Ok(exporting)
+}
+
+/// The format `init` installed, for the lines written after the log's own (`exit_line`).
+static CHOSEN: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// The line a server exits with (why it stopped): in JSON logs an error event like every other
+/// line, so a pipeline reads the most important line of a stop; in text as it always was.
+pub fn exit_line(line: &str) {
+    match CHOSEN.get() {
+        Some(LogFormat::Json) => emit(&LogLine { level: Level::Error, message: line, fields: &[] }),
+        _ => eprintln!("warden: {line}"),
+    }
 }
 
 /// Writes one line: an event when `init` ran, else plain text on stderr (a library user's
