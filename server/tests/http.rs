@@ -658,6 +658,43 @@ fn connections_only_refused_do_not_keep_their_place() {
     drop(refused);
 }
 
+/// Issue 45 item 4: a connection that was answered once and then sits idle holds no place
+/// against a new client. 256 keep-alive connections from four addresses, each answered once
+/// and held open, fill every place; a client from a fifth address is still answered (the
+/// oldest idle connection is closed for it), and so is one from a filled address.
+#[test]
+fn connections_answered_once_and_held_idle_do_not_lock_others_out() {
+    let server = Server::start(&[], &[]);
+    let list =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}}).to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nmcp-method: tools/list\r\ncontent-length: {}\r\n\r\n{list}",
+        server.address,
+        list.len()
+    );
+    let mut held = Vec::new();
+    for peer in 2..=5 {
+        for _ in 0..64 {
+            let mut stream = connect_from(&server, Some(format!("127.0.0.{peer}").parse().unwrap()));
+            stream.write_all(request.as_bytes()).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut head = [0u8; 12];
+            stream.read_exact(&mut head).unwrap();
+            assert_eq!(&head, b"HTTP/1.1 200");
+            held.push(stream);
+        }
+    }
+    for from in ["127.0.0.6", "127.0.0.2"] {
+        let mut stream = connect_from(&server, Some(from.parse().unwrap()));
+        stream.write_all(request.as_bytes()).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut head = [0u8; 12];
+        let read = stream.read_exact(&mut head);
+        assert!(read.is_ok() && &head == b"HTTP/1.1 200", "a client from {from} was locked out: {read:?}");
+    }
+    drop(held);
+}
+
 /// The review of issue 23 item 5: one address cannot take the whole body budget. Sixteen
 /// near-maximal bodies from 127.0.0.2, withheld before their last byte, would hold all of it;
 /// one address holds a quarter at most (the rest are answered 503), so a client elsewhere is

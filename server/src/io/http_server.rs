@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -57,7 +57,8 @@ impl HttpServe for RealHttp {
                         continue;
                     }
                 };
-                // Full: an idle connection (no request yet) makes room, the oldest first.
+                // Full: an idle connection (no request in flight) makes room, the one served
+                // longest ago first.
                 let admitted = table.borrow_mut().admit(peer.ip());
                 let Some((id, evicted)) = admitted else {
                     drop(stream);
@@ -105,7 +106,7 @@ fn serve_connection(
                 // Only an answered request earns the connection its place: one
                 // refused (unauthenticated, malformed) leaves it as idle as before.
                 if answered.as_ref().is_ok_and(|response| response.status().as_u16() < 400) {
-                    seen.served.set(true);
+                    seen.served_at.set(Instant::now());
                 }
                 answered
             }
@@ -127,10 +128,10 @@ fn serve_connection(
 }
 
 /// The open connections: at most `max`, and `per_peer_max` from one address. When either
-/// is reached, the oldest idle connection (of that peer, for the per-peer bound: no request in
-/// flight and none answered, so one that sent nothing or was only refused) is closed for the
-/// new one: clients that hold connections without being served cannot lock the others out
-/// before authentication.
+/// is reached, the idle connection (of that peer, for the per-peer bound: no request in
+/// flight) served longest ago is closed for the new one, one that was never served (that sent
+/// nothing, or was only refused) counting from when it was accepted: clients that hold
+/// connections, served once or never, cannot lock the others out.
 struct Connections {
     max: usize,
     per_peer_max: usize,
@@ -145,17 +146,23 @@ struct Open {
     activity: Rc<Activity>,
 }
 
-/// What a connection has done: a request in flight is never cut to make room, and one that
-/// has had a request answered (not refused) keeps its place.
-#[derive(Default)]
+/// What a connection has done: a request in flight is never cut to make room, and among idle
+/// ones the one served longest ago goes first (a refused request earns no time).
 struct Activity {
     in_flight: Cell<u32>,
-    served: Cell<bool>,
+    /// When a request of its was last answered (not refused), else when it was accepted.
+    served_at: Cell<Instant>,
+}
+
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity { in_flight: Cell::new(0), served_at: Cell::new(Instant::now()) }
+    }
 }
 
 impl Activity {
     fn idle(&self) -> bool {
-        self.in_flight.get() == 0 && !self.served.get()
+        self.in_flight.get() == 0
     }
 }
 
@@ -182,10 +189,11 @@ impl Connections {
         Some((id, abort))
     }
 
-    /// The oldest idle connection (of `peer`, if given): no request in flight, none answered.
+    /// The idle connection (of `peer`, if given) served longest ago: no request in flight.
     fn oldest_idle(&self, peer: Option<IpAddr>) -> Option<u64> {
         (self.open.iter())
-            .find(|(_, open)| open.activity.idle() && peer.is_none_or(|peer| open.peer == peer))
+            .filter(|(_, open)| open.activity.idle() && peer.is_none_or(|peer| open.peer == peer))
+            .min_by_key(|(id, open)| (open.activity.served_at.get(), **id))
             .map(|(id, _)| *id)
     }
 
