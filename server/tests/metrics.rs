@@ -210,3 +210,29 @@ fn metrics_are_served_without_authentication_on_loopback_only() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("only on a loopback address"), "{stderr}");
 }
+
+/// One GET of `/metrics` with `host` (and `origin`, if any) as written: the status.
+fn get_metrics_as(address: SocketAddr, host: &str, origin: Option<&str>) -> u16 {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let origin = origin.map(|origin| format!("origin: {origin}\r\n")).unwrap_or_default();
+    let request = format!("GET /metrics HTTP/1.1\r\nhost: {host}\r\n{origin}connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = String::new();
+    let _ = stream.read_to_string(&mut raw);
+    raw.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// DNS rebinding (issue 45 item 4): a page the operator opens can point its own name at
+/// loopback and read `/metrics` (every principal's quota use) unless the listener checks the
+/// Host and Origin as the MCP endpoint does.
+#[test]
+fn the_metrics_listener_refuses_another_host_or_origin() {
+    let server = start();
+    let port = server.metrics.port();
+    assert_eq!(get_metrics_as(server.metrics, &format!("127.0.0.1:{port}"), None), 200);
+    assert_eq!(get_metrics_as(server.metrics, &format!("localhost:{port}"), None), 200);
+    assert_eq!(get_metrics_as(server.metrics, &format!("rebound.example:{port}"), None), 403);
+    let page = Some("http://rebound.example");
+    assert_eq!(get_metrics_as(server.metrics, &format!("127.0.0.1:{port}"), page), 403);
+}

@@ -983,7 +983,7 @@ const SINGLE_HEADERS: [&str; 8] = [
 
 /// `localhost`, `127.0.0.1` (any 127/8 address), `[::1]`, each alone or with `:port`, and
 /// nothing else (no userinfo, no trailing text).
-fn is_loopback_authority(authority: &str) -> bool {
+pub(super) fn is_loopback_authority(authority: &str) -> bool {
     let (host, port) = match authority.strip_prefix('[') {
         Some(rest) => match rest.split_once(']') {
             Some((inside, after)) => (format!("[{inside}]"), after),

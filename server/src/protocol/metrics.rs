@@ -71,6 +71,14 @@ impl crate::env::InboundService for MetricsOnly {
             body: format!("{text}\n").into_bytes(),
             more: None,
         };
+        // DNS rebinding protection, as the MCP endpoint's: the listener is on loopback only, so
+        // a request must name a loopback host, and a browser's Origin must be a loopback one.
+        let origin = head.header("origin").map(|origin| origin.split_once("://").map_or("", |(_, rest)| rest));
+        if !super::http::is_loopback_authority(head.header("host").unwrap_or(""))
+            || origin.is_some_and(|origin| !super::http::is_loopback_authority(origin))
+        {
+            return Some(refused(403, "forbidden: the Host or Origin does not name this loopback listener"));
+        }
         match (head.path.as_str(), head.method.as_str()) {
             (METRICS_PATH, "GET") => None,
             (METRICS_PATH, _) => Some(refused(405, "metrics take GET")),
