@@ -427,37 +427,45 @@ pub async fn runs_show(env: &Env, manifest_path: &Path, run: &str, as_json: bool
     crate::operator::runs::show(env, &catalog, store, run, as_json).await
 }
 
-/// `warden check <manifest>`: every problem, or a one-line summary per tool.
-pub async fn check(env: &Env, manifest_path: &Path) -> Result<String, String> {
+/// `warden check <manifest>`: every problem at once (the manifest's fields, the programs of
+/// the tools whose fields are right, the secrets, `warden.lock`), or a one-line summary per
+/// tool. `without_secrets`: unset secrets are told, not problems (a manifest linted in CI).
+pub async fn check(env: &Env, manifest_path: &Path, without_secrets: bool) -> Result<String, String> {
     let text = env
         .disk
         .read(manifest_path)
         .await
         .map_err(|e| format!("{}: cannot read the manifest: {e}", manifest_path.display()))?;
-    let manifest = match crate::manifest::Manifest::parse(manifest_path, &text) {
-        Ok(manifest) => manifest,
-        Err(error) => {
-            // The programs of what had no problem are checked too: every problem at once.
-            let mut problems = error.problems;
-            if let Some(partial) = error.partial {
-                problems.extend(Catalog::load(env, *partial).await.err());
-            }
-            return Err(problems.join("\n"));
+    let (mut problems, manifest) = match crate::manifest::Manifest::parse(manifest_path, &text) {
+        Ok(manifest) => (Vec::new(), Some(manifest)),
+        // The programs and secrets of what had no problem are checked too.
+        Err(error) => (error.problems, error.partial.map(|partial| *partial)),
+    };
+    let Some(manifest) = manifest else { return Err(problems.join("\n")) };
+    let secrets = crate::catalog::missing_secrets(env, &manifest);
+    let whole = problems.is_empty();
+    let catalog = match Catalog::load(env, manifest).await {
+        Ok(catalog) if whole => {
+            problems.extend(crate::catalog::tool_lock::verify(env, &catalog).await.err());
+            Some(catalog)
+        }
+        Ok(_) => None,
+        Err(problem) => {
+            problems.push(problem);
+            None
         }
     };
-    let catalog = Catalog::load(env, manifest).await?;
-    // Everything else that stops a start, reported together: unset secrets, tools that
-    // differ from `warden.lock`.
-    let problems: Vec<String> =
-        [catalog.check_secrets(env).err(), crate::catalog::tool_lock::verify(env, &catalog).await.err()]
-            .into_iter()
-            .flatten()
-            .collect();
-    if !problems.is_empty() {
-        return Err(problems.join("\n"));
-    }
+    let told = match without_secrets {
+        true => secrets.iter().map(|line| format!("note: {line}; not a problem with --without-secrets\n")).collect(),
+        false => {
+            problems.extend(secrets);
+            String::new()
+        }
+    };
+    let Some(catalog) = catalog.filter(|_| problems.is_empty()) else { return Err(problems.join("\n")) };
     let resources = catalog.resources().count();
-    let mut report = format!(
+    let mut report = told;
+    report += &format!(
         "{}: ok, {} tool(s), {resources} resource(s), {} prompt(s)\n",
         manifest_path.display(),
         catalog.list_tools().count(),

@@ -50,8 +50,15 @@ enum Command {
     /// `/healthz` and `/readyz` answer a supervisor's probes. SIGTERM, SIGINT or SIGHUP drains
     /// (new requests get 503), as for `mcp`.
     ServeHttp(ServeHttpArgs),
-    /// Check a manifest and its programs without serving anything.
-    Check { manifest: PathBuf },
+    /// Check a manifest and its programs without serving anything: every problem at once
+    /// (fields, programs, secrets, warden.lock), each naming its file and field.
+    Check {
+        manifest: PathBuf,
+        /// Tell unset secrets without failing (to lint a manifest in CI, where its secrets
+        /// are not set).
+        #[arg(long)]
+        without_secrets: bool,
+    },
     /// Print the tools' schemas as `tools/list` gives them.
     Schema { manifest: PathBuf, tool: Option<String> },
     /// Pin the tools: write `warden.lock` beside the manifest with a digest of each tool's
@@ -223,9 +230,9 @@ fn main() -> ExitCode {
         }
         Command::Mcp { manifest: Some(manifest), metrics_listen, .. } => serve_stdio(&manifest, metrics_listen),
         Command::ServeHttp(args) => serve_http(args),
-        Command::Check { manifest } => {
+        Command::Check { manifest, without_secrets } => {
             let env = warden::io::command_env();
-            report(warden::io::run(warden::commands::check(&env, &manifest)))
+            report(warden::io::run(warden::commands::check(&env, &manifest, without_secrets)))
         }
         Command::Resolve { journal, op, happened, did_not_happen: _, resume } => {
             let env = warden::io::command_env();

@@ -394,3 +394,41 @@ fn a_manifest_named_without_its_folder_serves_and_locks() {
     assert_eq!(code, 0, "{stderr}");
     assert!(dir.path().join("warden.lock").is_file());
 }
+
+/// Issue 45 item 8: three mistakes of three kinds (a number out of range, a program that is
+/// not there, a secret that is not set) are told in one run, as the README says; before, the
+/// secret was told only once the other two were fixed. `--without-secrets` lints a manifest
+/// where its secrets are not set (CI): their absence is told, not a problem.
+#[test]
+fn check_tells_a_field_a_program_and_a_secret_in_one_run() {
+    let dir = common::private_copy(&common::repo_root().join("examples/shop"));
+    let path = dir.path().join("manifest.json");
+    let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut second = manifest["tools"][0].clone();
+    second["name"] = "refund_again".into();
+    second["program"] = "gone.star".into();
+    manifest["tools"][0]["max_concurrent_runs"] = 0.into();
+    manifest["tools"].as_array_mut().unwrap().push(second.clone());
+    second["name"] = "refund_third".into();
+    second["program"] = "refund.star".into();
+    manifest["tools"].as_array_mut().unwrap().push(second);
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let (code, stdout, stderr) = warden(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    for expected in [
+        "tools[0].max_concurrent_runs",
+        "gone.star: cannot read the program of tool `refund_again`",
+        "tool `refund_third`: grants: the environment variable STRIPE_SECRET_KEY is not set",
+    ] {
+        assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
+    }
+    // The manifest put right but for its secret: linted without it, it passes, telling it.
+    manifest["tools"].as_array_mut().unwrap().truncate(1);
+    manifest["tools"][0]["max_concurrent_runs"] = 2.into();
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let (code, stdout, stderr) = warden(&["check", path.to_str().unwrap(), "--without-secrets"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("note:") && stdout.contains("STRIPE_SECRET_KEY is not set"), "{stdout}");
+    let (code, _, stderr) = warden(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 1, "without the flag an unset secret is a problem: {stderr}");
+}

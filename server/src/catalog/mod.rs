@@ -117,40 +117,9 @@ impl Catalog {
     }
 
     /// Every environment variable a grant reads a secret from must be set, and long enough,
-    /// before serving
-    /// (the operator's commands that only read records do not need them).
+    /// before serving (the operator's commands that only read records do not need them).
     pub fn check_secrets(&self, env: &Env) -> Result<(), String> {
-        let mut problems = Vec::new();
-        for (index, tool) in self.tools.iter().enumerate() {
-            for variable in secret_variables(&tool.config.grants) {
-                // A secret too short is scrubbed unreliably (its bytes turn up in ordinary
-                // data); an empty one is no secret at all.
-                let length = env.process.var(&variable).map(|value| value.len());
-                let problem = match length {
-                    None => "is not set".to_string(),
-                    Some(length) if length < SECRET_BYTES_MIN => {
-                        format!("holds {length} bytes; a secret must have at least {SECRET_BYTES_MIN}")
-                    }
-                    Some(_) => continue,
-                };
-                problems.push(format!(
-                    "{}: tools[{index}].grants: the environment variable {variable} {problem} (it holds a secret the grants attach)",
-                    self.manifest.path.display()
-                ));
-            }
-        }
-        let calls_model = (self.tools.iter().flat_map(|tool| tool.config.grants.values()))
-            .any(|grant| matches!(grant, Grant::Capability(g) if g.cap == crate::broker::Kind::Model));
-        if let (true, Some(model)) = (calls_model, &self.manifest.model) {
-            let length = env.process.var(&model.api_key_env).map(|value| value.len());
-            if length.is_none_or(|length| length < SECRET_BYTES_MIN) {
-                problems.push(format!(
-                    "{}: model.api_key.env: the environment variable {} is not set or shorter than {SECRET_BYTES_MIN} bytes",
-                    self.manifest.path.display(),
-                    model.api_key_env
-                ));
-            }
-        }
+        let problems = missing_secrets(env, &self.manifest);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -167,6 +136,48 @@ impl Catalog {
     pub fn list(&self) -> Vec<Value> {
         self.list_tools().map(Tool::describe).collect()
     }
+}
+
+/// The secrets `manifest`'s grants (and its model, for a tool that calls it) read from the
+/// environment that are unset or too short, each a line naming the variable and the field.
+pub fn missing_secrets(env: &Env, manifest: &Manifest) -> Vec<String> {
+    let mut problems = Vec::new();
+    // Named, not indexed: `warden check` may hold a manifest less its broken tools.
+    let tools = manifest.tools.iter().map(|tool| (format!("tool `{}`", tool.name), tool));
+    let resources =
+        manifest.resources.iter().map(|resource| (format!("resource `{}`", resource.uri_template), &resource.tool));
+    for (at, tool) in tools.chain(resources) {
+        for variable in secret_variables(&tool.grants) {
+            // A secret too short is scrubbed unreliably (its bytes turn up in ordinary data);
+            // an empty one is no secret at all.
+            let length = env.process.var(&variable).map(|value| value.len());
+            let problem = match length {
+                None => "is not set".to_string(),
+                Some(length) if length < SECRET_BYTES_MIN => {
+                    format!("holds {length} bytes; a secret must have at least {SECRET_BYTES_MIN}")
+                }
+                Some(_) => continue,
+            };
+            problems.push(format!(
+                "{}: {at}: grants: the environment variable {variable} {problem} (it holds a secret the grants attach)",
+                manifest.path.display()
+            ));
+        }
+    }
+    let grants = manifest.tools.iter().chain(manifest.resources.iter().map(|resource| &resource.tool));
+    let calls_model = (grants.flat_map(|tool| tool.grants.values()))
+        .any(|grant| matches!(grant, Grant::Capability(g) if g.cap == crate::broker::Kind::Model));
+    if let (true, Some(model)) = (calls_model, &manifest.model) {
+        let length = env.process.var(&model.api_key_env).map(|value| value.len());
+        if length.is_none_or(|length| length < SECRET_BYTES_MIN) {
+            problems.push(format!(
+                "{}: model.api_key.env: the environment variable {} is not set or shorter than {SECRET_BYTES_MIN} bytes",
+                manifest.path.display(),
+                model.api_key_env
+            ));
+        }
+    }
+    problems
 }
 
 impl Tool {
