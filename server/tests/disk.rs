@@ -1,5 +1,5 @@
 //! A full disk and a read-only journal directory, for real: a small tmpfs and a read-only bind
-//! mount (skipped, saying so, where this process may not mount). The server refuses or stops
+//! mount (failing where this process may not mount, unless told to skip on purpose). The server refuses or stops
 //! with a clear message, and loses nothing already recorded.
 
 mod common;
@@ -22,6 +22,15 @@ impl Drop for Mount {
 fn mount(args: &[&str], target: &Path) -> Option<Mount> {
     let status = Command::new("mount").args(args).arg(target).status().ok()?;
     status.success().then(|| Mount(target.to_path_buf()))
+}
+
+/// Where this process may not mount (not root), the test cannot run: that fails it, unless
+/// `WARDEN_TESTS_WITHOUT_MOUNTS=1` says so on purpose (a developer's machine). CI runs as
+/// root, so a test that could not mount there is a failure, never a silent pass.
+fn cannot_mount(what: &str) {
+    let allowed = std::env::var("WARDEN_TESTS_WITHOUT_MOUNTS").is_ok_and(|value| value == "1");
+    assert!(allowed, "this process may not {what} (not root?); set WARDEN_TESTS_WITHOUT_MOUNTS=1 to skip on purpose");
+    println!("SKIPPED on purpose (WARDEN_TESTS_WITHOUT_MOUNTS=1): this process may not {what}");
 }
 
 /// The wire fixture with its journals at an absolute path of our choosing.
@@ -49,7 +58,7 @@ fn a_full_disk_stops_the_server_with_a_clear_message_and_loses_nothing() {
     let journals = place.path().join("journals");
     std::fs::create_dir_all(&journals).unwrap();
     let Some(_mounted) = mount(&["-t", "tmpfs", "-o", "size=256k", "tmpfs"], &journals) else {
-        println!("SKIPPED: this process may not mount a tmpfs (not root?); the full-disk test did not run");
+        cannot_mount("mount a tmpfs");
         return;
     };
     let dir = folder_with_journals(&journals);
@@ -92,11 +101,11 @@ fn a_read_only_journal_directory_refuses_to_start_and_loses_nothing() {
     drop(wire);
     let source = journals.display().to_string();
     let Some(bound) = mount(&["--bind", &source], &journals) else {
-        println!("SKIPPED: this process may not bind-mount (not root?); the read-only test did not run");
+        cannot_mount("bind-mount");
         return;
     };
     if !Command::new("mount").args(["-o", "remount,bind,ro"]).arg(&journals).status().unwrap().success() {
-        println!("SKIPPED: this process may not remount read-only; the read-only test did not run");
+        cannot_mount("remount read-only");
         return;
     }
     let manifest = dir.path().join("manifest.json");
