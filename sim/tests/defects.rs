@@ -237,7 +237,9 @@ fn an_idempotent_refund_begun_before_a_crash_is_resent_after_the_deadline_and_ch
 
 fn check_manifest(world: &World, manifest: &str) -> Result<String, String> {
     world.install("check.json", manifest.as_bytes());
-    world.start_command(|env| Box::pin(async move { warden::commands::check(&env, &World::path("check.json"), false).await }))
+    world.start_command(|env| {
+        Box::pin(async move { warden::commands::check(&env, &World::path("check.json"), false).await })
+    })
 }
 
 fn refund_tool(grant_limits: &str, quota_money: &str) -> String {

@@ -849,6 +849,8 @@ impl Sim<'_> {
             peers.end(&mut self.report);
         }
         takeover_windows(self.world, &mut self.report);
+        let logged = no_secret_logged(self.world, &self.report.log);
+        self.report.violations.extend(logged);
         if self.world.services.own_world.get() {
             self.report.findings = crate::checks::own::findings(self.world, &self.report.log, self.limits);
             let calls = crate::checks::own::Calls {
@@ -1300,19 +1302,37 @@ fn runs_are_their_callers(
     found
 }
 
-/// 9: no secret in any byte written.
+/// 9: no secret in any line a server logged, the first instance's and every peer's.
+fn no_secret_logged(world: &World, log: &[(u64, String)]) -> Vec<Violation> {
+    let everything: String = log.iter().map(|(_, line)| format!("{line}\n")).collect();
+    (secrets_of(world).iter())
+        .filter(|secret| leaks(&everything, secret))
+        .map(|secret| Violation {
+            invariant: 9,
+            message: format!("the secret {}... appears in a line of the server's log", &secret[..3]),
+        })
+        .collect()
+}
+
+/// Every secret of the world: the generated worlds' own, and the ones an operator's world
+/// made up (`own.rs`).
+fn secrets_of(world: &World) -> Vec<String> {
+    let own = (world.services.variables.borrow().values())
+        .filter(|value| value.starts_with(crate::workload::own::OWN_SECRET_PREFIX))
+        .cloned()
+        .collect::<Vec<String>>();
+    SECRETS.iter().map(|secret| secret.to_string()).chain(own).collect()
+}
+
+/// 9: no secret in any byte written (the protocol stream, the disk; the log: `no_secret_logged`).
 fn no_secret_written(world: &World, client: &Client) -> Vec<Violation> {
     let mut everything = client.trace.clone();
     for path in world.disk.files() {
         everything.extend(world.disk.peek(&path).unwrap_or_default());
     }
+
     let everything = String::from_utf8_lossy(&everything);
-    // An operator's world makes up its own secrets (`own.rs`).
-    let own: Vec<String> = (world.services.variables.borrow().values())
-        .filter(|value| value.starts_with(crate::workload::own::OWN_SECRET_PREFIX))
-        .cloned()
-        .collect();
-    (SECRETS.iter().copied().chain(own.iter().map(String::as_str)))
+    (secrets_of(world).iter())
         .filter(|secret| leaks(&everything, secret))
         .map(|secret| Violation {
             invariant: 9,
