@@ -85,6 +85,37 @@ pub struct Bridge {
     principals: Option<Rc<RefCell<BTreeMap<i64, &'static str>>>>,
     stream_cut: Rc<StreamCut>,
     clock: crate::env::clock::SimClockHandle,
+    /// Per tool, the arguments its manifest mirrors in `Mcp-Param-*` headers (`headers`):
+    /// a 2026-07-28 call sends each, as a client that read the tool's schema does.
+    pub param_headers: RefCell<BTreeMap<String, Vec<(String, String)>>>,
+}
+
+/// The `headers` of each tool of a manifest's JSON: tool -> (argument, header name).
+pub fn param_headers(manifest: &[u8]) -> BTreeMap<String, Vec<(String, String)>> {
+    let manifest: Value = serde_json::from_slice(manifest).unwrap_or(Value::Null);
+    (manifest["tools"].as_array().into_iter().flatten())
+        .filter_map(|tool| {
+            let headers = tool["headers"].as_object()?;
+            let pairs =
+                headers.iter().filter_map(|(argument, name)| Some((argument.clone(), name.as_str()?.to_string())));
+            Some((tool["name"].as_str()?.to_string(), pairs.collect()))
+        })
+        .collect()
+}
+
+/// An argument's value as its `Mcp-Param-*` header carries it: plain printable ASCII as it
+/// is, anything else as `=?base64?...?=` (SEP-2243).
+fn param_value(value: &Value) -> String {
+    use base64::Engine;
+    let text = match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let plain = text.bytes().all(|b| (0x21..0x7f).contains(&b)) && !text.starts_with("=?");
+    match plain {
+        true => text,
+        false => format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(text.as_bytes())),
+    }
 }
 
 /// How the bridge tells the client model a call's stream was lost and could not be resumed
@@ -154,6 +185,7 @@ impl Bridge {
             principals,
             stream_cut,
             clock: crate::env::clock::SimClockHandle(clock),
+            param_headers: RefCell::default(),
         })
     }
 
@@ -276,6 +308,15 @@ impl Bridge {
             };
             if let Some(name) = name.and_then(Value::as_str) {
                 headers.push(("mcp-name".to_string(), name.to_string()));
+            }
+            if method == "tools/call" {
+                let tool = message.pointer("/params/name").and_then(Value::as_str).unwrap_or("");
+                for (argument, header) in self.param_headers.borrow().get(tool).into_iter().flatten() {
+                    let value = message.pointer(&format!("/params/arguments/{argument}")).filter(|v| !v.is_null());
+                    if let Some(value) = value {
+                        headers.push((format!("mcp-param-{}", header.to_ascii_lowercase()), param_value(value)));
+                    }
+                }
             }
         } else if let Some(session) = self.session.borrow().clone() {
             headers.push(("mcp-session-id".to_string(), session));

@@ -371,6 +371,8 @@ impl World {
                     oauth.then(|| Rc::clone(&self.principals)),
                     (Rc::clone(&self.stream_cut), Rc::clone(&self.clock)),
                 );
+                let manifest_text = self.disk.peek(&World::path("manifest.json")).unwrap_or_default();
+                *bridge.param_headers.borrow_mut() = crate::env::http::param_headers(&manifest_text);
                 let env = self.env(executor, &pipe, http, own);
                 let options = warden::protocol::http::HttpOptions {
                     listen: crate::env::http::ADDRESS.parse().expect("an address"),

@@ -443,6 +443,18 @@ fn client_for(scenario: &Scenario, limits: &BTreeMap<String, ToolLimits>) -> Cli
             .filter(|tool| tool.get("task").is_some())
             .filter_map(|tool| tool["name"].as_str().map(str::to_string))
             .collect();
+        let tools = manifest["tools"].as_array().into_iter().flatten();
+        client.task_required = (tools.clone())
+            .filter(|tool| tool["task"] == "required")
+            .filter_map(|tool| tool["name"].as_str().map(str::to_string))
+            .collect();
+        client.requires = tools
+            .filter_map(|tool| {
+                let needs: Vec<String> =
+                    tool["requires"].as_array()?.iter().filter_map(|c| c.as_str().map(str::to_string)).collect();
+                Some((tool["name"].as_str()?.to_string(), needs))
+            })
+            .collect();
         client.principals = file.transport == warden_faults::Transport::HttpOauth;
         client.own_world = file.own.is_some();
     }

@@ -61,6 +61,10 @@ pub struct Client {
     pub pending_events: Vec<(u64, String, String)>,
     /// Tools whose manifest entry lets a call become a task.
     pub task_tools: BTreeSet<String>,
+    /// Tools that run only as a task (`task: "required"`), and the client capabilities each
+    /// tool `requires`: a client that knows the tool declares them.
+    pub task_required: BTreeSet<String>,
+    pub requires: BTreeMap<String, Vec<String>>,
     /// Whether principals differ by id parity (an OAuth world): a task is read as the other
     /// principal now and then, which must not find it.
     pub principals: bool,
@@ -188,8 +192,16 @@ impl Client {
         self.next_id += 1;
         // Two 2026-07-28 calls in three come from a client that can answer elicitations.
         let mut capabilities = if id % 3 == 0 || self.plain { json!({}) } else { json!({"elicitation": {}}) };
+        // A tool that needs what only a 2026-07-28 request declares is called in that era, with
+        // it declared (a client that knows the tool's `requires` and `task`).
+        let requires = self.requires.get(tool).cloned().unwrap_or_default();
+        let task_required = self.task_required.contains(tool);
+        let legacy = legacy && requires.is_empty() && !task_required;
+        for capability in requires {
+            capabilities[capability] = json!({});
+        }
         // One 2026-07-28 call in four of a tool that allows it asks for a task.
-        if !legacy && id % 4 == 1 && self.task_tools.contains(tool) {
+        if !legacy && (task_required || (id % 4 == 1 && self.task_tools.contains(tool))) {
             capabilities["extensions"] = json!({TASKS_EXTENSION: {}});
         }
         let meta = if legacy {
@@ -370,7 +382,9 @@ impl Client {
             }
             return;
         }
-        if message.get("error").is_some() && self.tools.contains_key(&id) {
+        let justified =
+            self.unanswered.get(&id).is_some_and(|sent| refused_for_what_it_did_not_declare(sent, &message));
+        if message.get("error").is_some() && self.tools.contains_key(&id) && !justified {
             report
                 .violations
                 .push(Violation { invariant: 8, message: format!("a tool call got a protocol error: {message}") });
@@ -383,6 +397,28 @@ impl Client {
             self.answers.insert(id, message["result"].clone());
         }
     }
+}
+
+/// Whether `error` is the -32021 refusal of a tool that needs a client capability or
+/// extension (`requires`, `task: "required"`) which `sent` did not declare: the server's
+/// right answer, not a protocol error. A 2025-11-25 call declares at its session's
+/// `initialize`, which this check does not follow: its refusal is taken as given.
+fn refused_for_what_it_did_not_declare(sent: &Value, error: &Value) -> bool {
+    if error["error"]["code"] != json!(-32021) {
+        return false;
+    }
+    let meta = &sent["params"]["_meta"];
+    if meta.get("io.modelcontextprotocol/protocolVersion").is_none() {
+        return true;
+    }
+    let declared = &meta["io.modelcontextprotocol/clientCapabilities"];
+    let required = error["error"]["data"]["requiredCapabilities"].as_object();
+    required.into_iter().flatten().any(|(name, wanted)| match name.as_str() {
+        "extensions" => {
+            wanted.as_object().into_iter().flatten().any(|(ext, _)| declared["extensions"].get(ext).is_none())
+        }
+        _ => declared.get(name).is_none(),
+    })
 }
 
 /// A line of the server's output as a JSON-RPC message; a line that is not JSON, or not one
