@@ -317,6 +317,67 @@ pub struct WorldFile {
     pub peers: u32,
 }
 
+/// The bounds a scenario file's numbers are held to where it is read (a file is data from
+/// anyone: an endless flood or a clock step past what the clock's arithmetic holds would be
+/// blamed on the server). Each is far above what the sweep draws.
+pub const SCENARIO_CALLS_MAX: u32 = 1_000;
+pub const CLOCK_STEP_MS_MAX: i64 = 7 * 24 * 3_600_000;
+pub const TIME_PASSING_MS_MAX: u64 = 400 * 24 * 3_600_000;
+pub const DRIFT_PPM_MAX: i64 = 500_000;
+pub const FAULT_WAIT_MS_MAX: u64 = 3_600_000;
+pub const FAULT_COUNT_MAX: u64 = 10_000;
+
+impl Scenario {
+    /// Every number of the scenario within its bound, or the first one over it, named.
+    pub fn check_bounds(&self) -> Result<(), String> {
+        if self.calls > SCENARIO_CALLS_MAX {
+            return Err(format!("calls is {}, over the limit of {SCENARIO_CALLS_MAX}", self.calls));
+        }
+        for (index, planned) in self.faults.iter().enumerate() {
+            if planned.before_call > SCENARIO_CALLS_MAX {
+                return Err(format!("faults[{index}].before_call is over the limit of {SCENARIO_CALLS_MAX}"));
+            }
+            planned.fault.check_bounds().map_err(|problem| format!("faults[{index}].{problem}"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Fault {
+    fn check_bounds(&self) -> Result<(), String> {
+        let over =
+            |field: &str, value: String, limit: String| Err(format!("{field} is {value}, over the limit of {limit}"));
+        let count = |field: &str, value: u64| match value > FAULT_COUNT_MAX {
+            true => over(field, value.to_string(), FAULT_COUNT_MAX.to_string()),
+            false => Ok(()),
+        };
+        let wait = |field: &str, value: u64| match value > FAULT_WAIT_MS_MAX {
+            true => over(field, value.to_string(), FAULT_WAIT_MS_MAX.to_string()),
+            false => Ok(()),
+        };
+        match self {
+            Fault::StepClock { ms } | Fault::StepClockDuringRun { ms }
+                if ms.unsigned_abs() > CLOCK_STEP_MS_MAX as u64 =>
+            {
+                over("ms", ms.to_string(), format!("±{CLOCK_STEP_MS_MAX}"))
+            }
+            Fault::AdvanceTime { ms } if *ms > TIME_PASSING_MS_MAX => {
+                over("ms", ms.to_string(), TIME_PASSING_MS_MAX.to_string())
+            }
+            Fault::DriftClock { ppm } if ppm.unsigned_abs() > DRIFT_PPM_MAX as u64 => {
+                over("ppm", ppm.to_string(), format!("±{DRIFT_PPM_MAX}"))
+            }
+            Fault::SlowDisk { ms, ops } => wait("ms", *ms).and_then(|()| count("ops", *ops)),
+            Fault::SlowReader { ms, lines } => wait("ms", *ms).and_then(|()| count("lines", u64::from(*lines))),
+            Fault::Shutdown { after_ms } => wait("after_ms", *after_ms),
+            Fault::Flood { calls } => count("calls", u64::from(*calls)),
+            Fault::NotifyFails { times } | Fault::NotifyHangs { times } => count("times", u64::from(*times)),
+            Fault::StreamCut { after, .. } => count("after", u64::from(*after)),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The most instances a world runs beside its first (`WorldFile::peers`): the two or
 /// three instances on one store. A scenario file naming more is refused where it is read.
 pub const PEERS_MAX: u32 = 2;

@@ -329,6 +329,7 @@ fn read_scenario(path: &Path) -> Result<Scenario, String> {
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let scenario: Scenario = serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
+    scenario.check_bounds().map_err(|problem| format!("{shown}: {problem}"))?;
     let peers = scenario.world.as_ref().map_or(0, |world| world.peers);
     if peers > warden_faults::PEERS_MAX {
         return Err(format!(

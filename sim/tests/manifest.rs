@@ -249,3 +249,23 @@ fn what_the_simulator_cannot_serve_is_refused_at_load() {
     let problem = own::with_journals(&mut world, dir.path()).expect_err("a folder without a ledger is refused");
     assert!(problem.contains("name the journals directory itself"), "{problem}");
 }
+
+/// Issue 45 item 7: a ledger line that is well formed (its checksum right) but holds an
+/// impossible time or count is refused where `--from-journals` reads it, naming the file, the
+/// line and the limit; before, the simulator panicked on it (exit 101), as if Warden had.
+#[test]
+fn a_ledger_line_with_an_impossible_time_or_count_is_refused_where_it_is_read() {
+    let line = |record: serde_json::Value| String::from_utf8(warden::store::record::encode(&record)).unwrap();
+    let run = "86e4c1a44c690708fc873172cd784d0e";
+    for (field, value) in [("at_ms", u64::MAX - 1), ("calls", u64::MAX)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut reserve = serde_json::json!({"event": "reserve", "run": run, "tool": "search_tickets",
+            "at_ms": 1_796_661_554_600_u64, "calls": 1, "money": [], "once": null});
+        reserve[field] = value.into();
+        std::fs::write(dir.path().join("server.ledger"), line(reserve)).unwrap();
+        let mut world = own::load(&example("support-desk").join("manifest.json")).unwrap();
+        let refused = own::with_journals(&mut world, dir.path());
+        let problem = refused.expect_err("an impossible number is refused where it is read");
+        assert!(problem.contains("server.ledger") && problem.contains(field), "{problem}");
+    }
+}

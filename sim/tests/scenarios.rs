@@ -61,3 +61,28 @@ fn a_scenario_with_too_many_peers_is_refused_where_it_is_read() {
     assert!(!output.status.success(), "refused: {said}");
     assert!(said.contains("world.peers is 3, over the limit of 2"), "{said}");
 }
+
+/// Issue 45 item 7: a scenario file's numbers are bounded where it is read, as `world.peers`
+/// is: an endless flood or a clock step past what the simulated clock holds is refused with
+/// the field and the limit, never replayed (a panic there was blamed on the server).
+#[test]
+fn a_scenario_with_an_endless_flood_or_an_impossible_clock_step_is_refused() {
+    let dir = std::env::temp_dir().join(format!("warden-bounds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let faults = [
+        (warden_faults::Fault::Flood { calls: u32::MAX }, "faults[0].calls is 4294967295, over the limit of"),
+        (warden_faults::Fault::StepClock { ms: i64::MIN + 1 }, "faults[0].ms is -9223372036854775807, over the limit"),
+    ];
+    for (index, (fault, said_wanted)) in faults.into_iter().enumerate() {
+        let mut scenario = warden_sim::plan::plan_for_seed(9);
+        scenario.faults = vec![warden_faults::Planned { before_call: 1, fault }];
+        let file = dir.join(format!("bounds-{index}.json"));
+        std::fs::write(&file, serde_json::to_string(&scenario).unwrap()).unwrap();
+        let output =
+            std::process::Command::new(env!("CARGO_BIN_EXE_warden-sim")).arg("replay").arg(&file).output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(!output.status.success(), "refused: {said}");
+        assert!(said.contains(said_wanted), "{said}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -382,8 +382,7 @@ impl Client {
             }
             return;
         }
-        let justified =
-            self.unanswered.get(&id).is_some_and(|sent| refused_for_what_it_did_not_declare(sent, message));
+        let justified = self.unanswered.get(&id).is_some_and(|sent| refused_for_what_it_did_not_declare(sent, message));
         if message.get("error").is_some() && self.tools.contains_key(&id) && !justified {
             report
                 .violations

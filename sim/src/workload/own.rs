@@ -130,7 +130,38 @@ pub fn with_journals(world: &mut WorldFile, dir: &Path) -> Result<(), String> {
         // A torn last line can end inside a character; recovery drops a torn tail whatever
         // its bytes, so an invalid sequence is carried as U+FFFD rather than refused.
         let text = String::from_utf8_lossy(&read_bytes_capped(&path, JOURNALS_BYTES_MAX)?).into_owned();
+        if name == warden::store::ledger::LEDGER_FILE {
+            numbers_are_possible(&path, &text)?;
+        }
         own.files.insert(format!("journals/{relative}"), text);
+    }
+    Ok(())
+}
+
+/// The latest time a ledger line read by `--from-journals` may hold (the year 2200): a later
+/// one, checksum and all, would move the simulated clock past what its arithmetic holds.
+pub const LEDGER_TIME_MS_MAX: u64 = 7_258_118_400_000;
+/// The largest count (calls, tokens, a sequence) a ledger line read by `--from-journals` may
+/// hold: far above any real one, far below what sums of them overflow at.
+pub const LEDGER_COUNT_MAX: u64 = 1 << 48;
+
+/// Every number of the ledger's well-formed lines within what a real server writes: a line
+/// over a limit is refused where it is read, naming its line, field and limit. (A line that
+/// does not decode is left to the server's start, which tells a torn tail from damage.)
+fn numbers_are_possible(path: &Path, text: &str) -> Result<(), String> {
+    for (index, line) in text.lines().enumerate() {
+        let Ok(record) = warden::store::record::decode::<Value>(line.as_bytes()) else { continue };
+        for (field, value) in record.as_object().into_iter().flatten() {
+            let Some(number) = value.as_u64() else { continue };
+            let limit = if field == "at_ms" { LEDGER_TIME_MS_MAX } else { LEDGER_COUNT_MAX };
+            if number > limit {
+                return Err(format!(
+                    "{}:{}: `{field}` is {number}, over the {limit} a server writes; the simulator will not start from it",
+                    path.display(),
+                    index + 1
+                ));
+            }
+        }
     }
     Ok(())
 }
