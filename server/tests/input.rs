@@ -315,3 +315,27 @@ fn a_waiting_run_whose_program_changed_ends_instead_of_blocking_the_start() {
     let ended = call_t(&mut wire, 3, 2, json!({"roots": {}}), json!({}));
     assert!(ended["content"][0]["text"].as_str().unwrap().contains("deadline"), "{ended}");
 }
+
+/// Issue 45 item 3: a drain while a 2025-11-25 elicitation is pending ends the wait at once
+/// (it waited out the whole grace and exited 1 "as a crash would"): the call is answered
+/// saying the run waits for its input, and the server exits 0 with the run open.
+#[test]
+fn a_drain_ends_a_pending_elicitation_and_exits_cleanly() {
+    let mut wire = legacy_session_with_elicitation();
+    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 3, "note": "fixed"}});
+    wire.send_request(Era::Legacy, json!(1), "tools/call", call);
+    assert_eq!(wire.recv()["method"], json!("elicitation/create"));
+    let status = std::process::Command::new("kill").args(["-TERM", &wire.pid().to_string()]).status().unwrap();
+    assert!(status.success());
+    let mut answered = wire.recv();
+    while answered.get("id") != Some(&json!(1)) {
+        answered = wire.recv();
+    }
+    assert_eq!(answered["result"]["isError"], json!(true), "{answered}");
+    let text = answered["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("stopping") && text.contains("waits for its input"), "{answered}");
+    let exit = wire.wait_exit(std::time::Duration::from_secs(60));
+    assert!(exit.success(), "a drain that answered every call exits 0: {exit:?}\n{}", wire.stderr());
+    let report = common::status_report(wire.dir.path());
+    assert!(report.contains("waiting for its client's input"), "{report}");
+}

@@ -100,6 +100,11 @@ impl Connection {
                         "the client did not answer the run's request for input; it waits until its round expires";
                     return CallReply::Result(crate::call::answer::error_result(text.to_string()), None);
                 }
+                Gathered::Stopping => {
+                    let text = "the server is stopping before the client answered the run's request for input; the \
+                                run waits for its input until its round expires (warden_run_status tells how it went)";
+                    return CallReply::Result(crate::call::answer::error_result(text.to_string()), None);
+                }
                 Gathered::RoundEnded(run) => {
                     // Worded as the refusal of answers a run cannot take, which it is: it
                     // depends on nothing durable (another call's retry took the round).
@@ -184,7 +189,9 @@ impl Connection {
             };
             let gone = Box::pin(select(self.client_gone.wait(), self.reading_ended.wait()));
             let arrived = Box::pin(select(awaited.arrived.wait(), Box::pin(select(gone, ended))));
-            let mut body = match select(arrived, self.env.clock.sleep(left)).await {
+            // The drain does not wait for a person's answer: the run waits for it durably.
+            let out_of_time = Box::pin(select(self.env.clock.sleep(left), self.runs.stopping.wait()));
+            let mut body = match select(arrived, out_of_time).await {
                 Either::Left(Either::Left(())) => match awaited.response.borrow_mut().take() {
                     Some(body) => body,
                     None => return Gathered::Unanswered,
@@ -192,7 +199,10 @@ impl Connection {
                 Either::Left(Either::Right(Either::Right(()))) => {
                     return Gathered::RoundEnded(round.map(|claims| claims.run.clone()).unwrap_or_default())
                 }
-                Either::Left(Either::Right(Either::Left(_))) | Either::Right(()) => return Gathered::Unanswered,
+                Either::Right(Either::Right(())) => return Gathered::Stopping,
+                Either::Left(Either::Right(Either::Left(_))) | Either::Right(Either::Left(())) => {
+                    return Gathered::Unanswered
+                }
             };
             let answer = match body.remove("result") {
                 Some(result) => result,
@@ -212,4 +222,6 @@ enum Gathered {
     Unanswered,
     /// The run no longer awaits the round (its id): another call took it, or it expired.
     RoundEnded(String),
+    /// The server began to drain: the run waits for its input, and the call is answered.
+    Stopping,
 }

@@ -60,6 +60,9 @@ pub struct Runs {
     /// Set when the server stops (a signal, the end of stdin): no new run is admitted, and
     /// runs stop at their next point between actions (`run::drain`).
     draining: std::cell::Cell<bool>,
+    /// Set when the drain begins: what waits on a client (a 2025-11-25 call asking it for
+    /// input) stops waiting, so the drain is not held up by a person's answer.
+    pub stopping: crate::base::sync::Signal,
     /// Drivers executing runs (and admissions holding a run): a drain waits for none left.
     pub executing: crate::base::sync::WaitGroup,
     /// Notify commands not yet delivered: an exiting server waits for them (`notify.rs`).
@@ -112,6 +115,7 @@ impl Runs {
             never_waited: RefCell::new(BTreeSet::new()),
             fatal: Signal::new(),
             draining: std::cell::Cell::new(false),
+            stopping: crate::base::sync::Signal::new(),
             executing: crate::base::sync::WaitGroup::new(),
             notifications_owed: crate::base::sync::WaitGroup::new(),
             fatal_message: RefCell::new(None),
@@ -140,6 +144,7 @@ impl Runs {
 
     /// From now on no run is admitted and runs stop between actions; said once in the log.
     pub fn start_draining(&self, why: &str) {
+        self.stopping.set();
         if !self.draining.replace(true) {
             let executing = self.runs_executing();
             let grace = crate::store::ledger::duration_text(self.catalog.manifest.server.shutdown_grace_ms);
