@@ -455,13 +455,11 @@ pub async fn check(env: &Env, manifest_path: &Path, without_secrets: bool) -> Re
             None
         }
     };
-    let told = match without_secrets {
-        true => secrets.iter().map(|line| format!("note: {line}; not a problem with --without-secrets\n")).collect(),
-        false => {
-            problems.extend(secrets);
-            String::new()
-        }
-    };
+    // Without its secrets, an unset one is told; one set too short is a mistake either way.
+    let (unset, wrong): (Vec<_>, Vec<_>) = secrets.into_iter().partition(|(_, unset)| *unset && without_secrets);
+    problems.extend(wrong.into_iter().map(|(line, _)| line));
+    let told: String =
+        unset.iter().map(|(line, _)| format!("note: {line}; not a problem with --without-secrets\n")).collect();
     let Some(catalog) = catalog.filter(|_| problems.is_empty()) else { return Err(problems.join("\n")) };
     let resources = catalog.resources().count();
     let mut report = told;

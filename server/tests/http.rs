@@ -417,18 +417,21 @@ fn a_bearer_token_is_required_and_never_in_any_output() {
 fn a_token_in_a_refused_requests_path_is_never_logged() {
     let server = Server::start(&["--bearer-token-env", "WARDEN_TEST_TOKEN"], &[("WARDEN_TEST_TOKEN", TOKEN)]);
     let encoded: String = TOKEN.bytes().map(|byte| format!("%{byte:02X}")).collect();
-    for path in [format!("/mcp/{TOKEN}"), format!("/mcp?token={encoded}")] {
+    let long = format!("/{}/{TOKEN}", "x".repeat(180));
+    for path in [format!("/mcp/{TOKEN}"), format!("/mcp?token={encoded}"), long] {
         let refused = server.send("GET", &path, &[], b"");
         assert!(refused.status >= 400, "{path}: {}", refused.status);
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while server.stderr().matches("HTTP 4").count() < 2 {
+    while server.stderr().matches("HTTP 4").count() < 3 {
         assert!(std::time::Instant::now() < deadline, "the refusals were not logged: {}", server.stderr());
         std::thread::sleep(Duration::from_millis(20));
     }
     let log = server.stderr();
     let decoded = log.replace(&encoded, TOKEN);
     assert!(!decoded.contains(TOKEN), "the token reached the log: {log}");
+    // Nor a piece of it: a path cut to its first 200 characters after the token began.
+    assert!(!decoded.contains(&TOKEN[..12]), "a piece of the token reached the log: {log}");
 }
 
 #[test]

@@ -53,10 +53,28 @@ impl Money {
         Ok(Money { minor, currency: currency.to_string() })
     }
 
+    /// Money as a record holds it, an older Warden's too: those wrote every currency with two
+    /// digits and took any three capital letters as one. A currency Warden does not know is
+    /// read with two digits; digits past a currency's own are rounded up to its next unit (a
+    /// quota never counts less than was charged).
+    pub fn parse_recorded(amount: &str, currency: &str) -> Result<Money, String> {
+        if let Ok(money) = Money::parse(amount, currency) {
+            return Ok(money);
+        }
+        if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(format!("`{currency}` is not a currency code such as \"USD\""));
+        }
+        let exponent = exponent(currency).unwrap_or(2);
+        let finest = parse_amount(amount, currency, MONEY_SCALE_MAX)?;
+        let unit = 10i64.pow(MONEY_SCALE_MAX - exponent);
+        let minor = finest / unit + i64::from(finest % unit != 0);
+        Ok(Money { minor, currency: currency.to_string() })
+    }
+
     /// The amount as written by Warden: whole units, and for a currency with a minor unit a
     /// point and its digits ("35.00" USD, "500" JPY, "1.250" BHD).
     pub fn amount_text(&self) -> String {
-        let exponent = exponent(&self.currency).expect("a Money's currency was checked when it was made");
+        let exponent = exponent(&self.currency).unwrap_or(2);
         if exponent == 0 {
             return self.minor.to_string();
         }
@@ -147,6 +165,15 @@ mod tests {
         assert!(Money::parse("1.2345", "KWD").is_err());
         assert_eq!(Money::parse("0.0001", "CLF").unwrap().minor, 1);
         assert_eq!(Money::parse("12.34", "USD").unwrap().minor, 1234);
+    }
+
+    #[test]
+    fn an_older_record_is_read_rounded_up_to_the_currencys_unit() {
+        assert_eq!(Money::parse_recorded("500.00", "JPY").unwrap().minor, 500);
+        assert_eq!(Money::parse_recorded("12.50", "JPY").unwrap().minor, 13);
+        let unknown = Money::parse_recorded("1.25", "XTS").unwrap();
+        assert_eq!((unknown.minor, unknown.amount_text()), (125, "1.25".to_string()));
+        assert!(Money::parse_recorded("1.25", "usd").is_err());
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl Catalog {
     /// Every environment variable a grant reads a secret from must be set, and long enough,
     /// before serving (the operator's commands that only read records do not need them).
     pub fn check_secrets(&self, env: &Env) -> Result<(), String> {
-        let problems = missing_secrets(env, &self.manifest);
+        let problems: Vec<String> = missing_secrets(env, &self.manifest).into_iter().map(|(line, _)| line).collect();
         if problems.is_empty() {
             Ok(())
         } else {
@@ -139,8 +139,9 @@ impl Catalog {
 }
 
 /// The secrets `manifest`'s grants (and its model, for a tool that calls it) read from the
-/// environment that are unset or too short, each a line naming the variable and the field.
-pub fn missing_secrets(env: &Env, manifest: &Manifest) -> Vec<String> {
+/// environment that are unset or too short, each a line naming the variable and the field,
+/// and whether it is unset (not a mistake where the secrets are not given, as in CI).
+pub fn missing_secrets(env: &Env, manifest: &Manifest) -> Vec<(String, bool)> {
     let mut problems = Vec::new();
     // Named, not indexed: `warden check` may hold a manifest less its broken tools.
     let tools = manifest.tools.iter().map(|tool| (format!("tool `{}`", tool.name), tool));
@@ -158,10 +159,11 @@ pub fn missing_secrets(env: &Env, manifest: &Manifest) -> Vec<String> {
                 }
                 Some(_) => continue,
             };
-            problems.push(format!(
+            let line = format!(
                 "{}: {at}: grants: the environment variable {variable} {problem} (it holds a secret the grants attach)",
                 manifest.path.display()
-            ));
+            );
+            problems.push((line, length.is_none()));
         }
     }
     let grants = manifest.tools.iter().chain(manifest.resources.iter().map(|resource| &resource.tool));
@@ -170,11 +172,12 @@ pub fn missing_secrets(env: &Env, manifest: &Manifest) -> Vec<String> {
     if let (true, Some(model)) = (calls_model, &manifest.model) {
         let length = env.process.var(&model.api_key_env).map(|value| value.len());
         if length.is_none_or(|length| length < SECRET_BYTES_MIN) {
-            problems.push(format!(
+            let line = format!(
                 "{}: model.api_key.env: the environment variable {} is not set or shorter than {SECRET_BYTES_MIN} bytes",
                 manifest.path.display(),
                 model.api_key_env
-            ));
+            );
+            problems.push((line, length.is_none()));
         }
     }
     problems

@@ -101,7 +101,7 @@ fn serve_connection(
             let cut = Rc::clone(&cut);
             async move {
                 seen.in_flight.set(seen.in_flight.get() + 1);
-                let answered = answer(handler, (bodies, peer, cut), request, limits).await;
+                let answered = answer(handler, (bodies, peer, cut, Rc::clone(&seen)), request, limits).await;
                 seen.in_flight.set(seen.in_flight.get() - 1);
                 // Only an answered request earns the connection its place: one
                 // refused (unauthenticated, malformed) leaves it as idle as before.
@@ -144,6 +144,24 @@ struct Open {
     /// Set once the task is spawned.
     abort: Option<AbortHandle>,
     activity: Rc<Activity>,
+}
+
+/// A streamed answer being written: its connection counts as in flight until the pump ends
+/// (a live stream is no idle connection to close for a newcomer).
+struct Streaming(Rc<Activity>);
+
+impl Streaming {
+    fn begin(activity: Rc<Activity>) -> Streaming {
+        activity.in_flight.set(activity.in_flight.get() + 1);
+        Streaming(activity)
+    }
+}
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0.in_flight.set(self.0.in_flight.get().saturating_sub(1));
+        self.0.served_at.set(Instant::now());
+    }
 }
 
 /// What a connection has done: a request in flight is never cut to make room, and among idle
@@ -242,7 +260,7 @@ fn connections_within_descriptors(wanted: usize) -> usize {
 
 async fn answer(
     handler: InboundHandler,
-    (bodies, peer, cut): (Rc<BodyBudget>, IpAddr, Rc<tokio::sync::Notify>),
+    (bodies, peer, cut, seen): (Rc<BodyBudget>, IpAddr, Rc<tokio::sync::Notify>, Rc<Activity>),
     request: Request<Incoming>,
     limits: ListenLimits,
 ) -> Result<Response<Body>, Infallible> {
@@ -286,7 +304,9 @@ async fn answer(
     let more = answered.more.take();
     let mut response = respond(answered);
     if let Some(more) = more {
-        *response.body_mut() = streamed(std::mem::take(response.body_mut()), more, limits.body_write_ms, cut);
+        let streaming = Streaming::begin(seen);
+        *response.body_mut() =
+            streamed(std::mem::take(response.body_mut()), more, (limits.body_write_ms, cut), streaming);
     }
     Ok(response)
 }
@@ -294,9 +314,15 @@ async fn answer(
 /// A streamed body: what the answer holds, then each chunk of its source as it comes,
 /// through a channel of one chunk, so a client that stops reading stops the pump within
 /// `write_ms` and has its connection cut. The source is dropped when the pump ends.
-fn streamed(first: Body, source: MoreBody, write_ms: u64, cut: Rc<tokio::sync::Notify>) -> Body {
+fn streamed(
+    first: Body,
+    source: MoreBody,
+    (write_ms, cut): (u64, Rc<tokio::sync::Notify>),
+    streaming: Streaming,
+) -> Body {
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
     tokio::task::spawn_local(async move {
+        let _streaming = streaming;
         let first = first.collect().await.map(|whole| whole.to_bytes()).unwrap_or_default();
         let mut chunk = Some(first);
         loop {

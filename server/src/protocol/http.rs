@@ -329,7 +329,9 @@ impl Front {
         }
         let reason: String = String::from_utf8_lossy(&answer.body).chars().take(300).collect();
         let reason = crate::broker::scrub(reason.trim(), &self.runs.secrets);
-        let path: String = head.path.chars().take(200).collect();
+        // Scrubbed before it is cut: a secret the cut would split is still found whole.
+        let path = crate::broker::scrub_decoded(&head.path, &self.runs.secrets);
+        let path: String = path.chars().take(200).collect();
         let status = answer.status.to_string();
         let line = format!("HTTP {status} to {} {path}: {reason}", head.method);
         self.env.log_at(crate::env::Level::Info, &line, &[("status", &status)]);

@@ -173,10 +173,17 @@ pub async fn perform(
         Err(problem) => return Ok(not_sent(problem)),
     };
     let keyed_write = safe && !action.is_read();
+    let first_sent_ms = env.clock.monotonic_ms();
     match env.net.request(request.clone()).await {
+        // Sent again after a crash, an answer that tells nothing of the first send (409: that
+        // request is still being processed) is no answer.
+        Ok(response) if keyed_write && in_doubt_if_resent && tells_nothing_of_the_write(response.status) => {
+            let last = format!("the service answered {}", response.status);
+            send_again_until_answered(env, (request, first_sent_ms), net, (secrets, rules), last).await
+        }
         Ok(response) => Ok(Performed::Done(response_result(&response, net, secrets))),
         Err(error) if keyed_write && (error.may_have_been_sent || in_doubt_if_resent) => {
-            send_again_until_answered(env, request, net, (secrets, rules), error.message).await
+            send_again_until_answered(env, (request, first_sent_ms), net, (secrets, rules), error.message).await
         }
         Err(error) if error.may_have_been_sent && !safe => Ok(Performed::InDoubt(scrub(&error.message, secrets))),
         Err(error) if !error.may_have_been_sent && in_doubt_if_resent => Ok(not_sent(error.message)),
@@ -189,22 +196,23 @@ pub async fn perform(
 /// A keyed write that may have reached its service and was not answered: the service makes
 /// it once whatever it is sent again with the same key, so Warden sends it again (waiting
 /// longer each time) until an answer comes, and the program hears that answer, never "may
-/// have been sent". If no answer comes within `rules.resend_for_ms` (the run's deadline),
-/// the write is in doubt and waits for a person. A send the lease could not cover is held
-/// back (`Err`): the run's next owner sends it again.
+/// have been sent". An answer that says the first request is still being processed or that
+/// a gateway failed (409, 425, 429, 5xx) tells nothing of the write: it is sent again too. If
+/// no answer comes while a whole send still fits `rules.resend_for_ms` from the first send
+/// (the run's deadline), the write is in doubt and waits for a person. A send the lease could
+/// not cover is held back (`Err`): the run's next owner sends it again.
 async fn send_again_until_answered(
     env: &Env,
-    request: HttpRequest,
+    (request, first_sent_ms): (HttpRequest, u64),
     net: &NetConfig,
     (secrets, rules): (&[String], &SendRules<'_>),
     mut last: String,
 ) -> Result<Performed, HeldBack> {
-    let started_ms = env.clock.monotonic_ms();
     let send_ms = net.connect_timeout_ms.unwrap_or(0).saturating_add(net.timeout_ms.unwrap_or(0));
     let mut wait_ms = crate::limits::KEYED_RESEND_WAIT_MS_FIRST;
     for sent_again in 1..=crate::limits::KEYED_RESENDS_MAX {
-        let waited_ms = env.clock.monotonic_ms().saturating_sub(started_ms);
-        if waited_ms.saturating_add(wait_ms) > rules.resend_for_ms {
+        let used_ms = env.clock.monotonic_ms().saturating_sub(first_sent_ms);
+        if used_ms.saturating_add(wait_ms).saturating_add(send_ms) > rules.resend_for_ms {
             return Ok(unanswered(&last, sent_again - 1, "before the run's deadline", secrets));
         }
         env.clock.sleep(wait_ms).await;
@@ -217,11 +225,21 @@ async fn send_again_until_answered(
             )));
         }
         match env.net.request(request.clone()).await {
-            Ok(response) => return Ok(Performed::Done(response_result(&response, net, secrets))),
+            Ok(response) if !tells_nothing_of_the_write(response.status) => {
+                return Ok(Performed::Done(response_result(&response, net, secrets)))
+            }
+            Ok(response) => last = format!("the service answered {}", response.status),
             Err(error) => last = error.message,
         }
     }
     Ok(unanswered(&last, crate::limits::KEYED_RESENDS_MAX, "in as many tries", secrets))
+}
+
+/// An answer to a keyed write sent again that tells nothing of whether the write was made:
+/// the first request with that key still being processed (409, 425), a limit on requests
+/// (429), a service or gateway failing (5xx).
+fn tells_nothing_of_the_write(status: u16) -> bool {
+    matches!(status, 409 | 425 | 429) || (500..600).contains(&status)
 }
 
 /// A keyed write left unanswered by every send: in doubt, with what was tried.

@@ -54,7 +54,11 @@ pub fn signature(action: &Action, run: &str) -> String {
     // than its journal holds does not match.
     let key = action.idempotency_key.as_ref().map(|key| format!("key {key} ")).unwrap_or_default();
     match (action.method, action.money()) {
-        (Method::Refund, Some(money)) => format!("refund {key}{} {}", action.body, money.minor),
+        // The service records the amount it was sent: in Stripe's unit for the currency.
+        (Method::Refund, Some(money)) => {
+            let sent = warden::broker::stripe::amount(&money).unwrap_or(money.minor);
+            format!("refund {key}{} {sent}", action.body)
+        }
         // Where it was sent too: two writes of one body to two URLs are two effects.
         _ => format!("post {key}{}", http_write(action.method.name(), &action.target, &action.body)),
     }

@@ -81,6 +81,8 @@ pub struct Services {
     pub effects: RefCell<Vec<Effect>>,
     pub requests: RefCell<Vec<HttpRequest>>,
     idempotency: RefCell<BTreeMap<String, HttpResponse>>,
+    /// Keys whose request's answer was lost: the next request with one is answered 409.
+    still_processing: RefCell<std::collections::BTreeSet<String>>,
     /// The canary: a payment service that ignores idempotency keys.
     pub ignore_idempotency_keys: Cell<bool>,
     pub faults: RefCell<Vec<(String, NetFault)>>,
@@ -509,10 +511,19 @@ impl SimNet {
         if let (true, Some(clock)) = (step != 0, services.clock.borrow().as_ref()) {
             clock.step_wall(step);
         }
+        // The first request with a key whose answer was lost is still being processed, as the
+        // service sees it: the next one with that key is answered 409 (Stripe's
+        // `idempotency_key_in_use`), which tells nothing of whether the write was made.
+        let key = request.headers.iter().find(|(name, _)| name == "idempotency-key").map(|(_, key)| key.clone());
+        if key.as_ref().is_some_and(|key| services.still_processing.borrow_mut().remove(key)) {
+            let body = br#"{"error": {"code": "idempotency_key_in_use"}}"#.to_vec();
+            return Box::pin(std::future::ready(Ok(HttpResponse { status: 409, headers: vec![], body })));
+        }
         let outcome = match services.take_fault(&request.url) {
             Some(NetFault::Refuse) => Err(NetError { may_have_been_sent: false, message: "connection refused".into() }),
             Some(NetFault::LoseResponse) => {
                 services.serve(&request);
+                services.still_processing.borrow_mut().extend(key);
                 Err(NetError { may_have_been_sent: true, message: "timed out after sending".into() })
             }
             Some(NetFault::CrashAfterActing) => {

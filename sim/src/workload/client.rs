@@ -382,7 +382,9 @@ impl Client {
             }
             return;
         }
-        let justified = self.unanswered.get(&id).is_some_and(|sent| refused_for_what_it_did_not_declare(sent, message));
+        let needs = self.tools.get(&id).map(|tool| (self.requires.get(tool), self.task_required.contains(tool)));
+        let justified = (self.unanswered.get(&id).zip(needs))
+            .is_some_and(|(sent, needs)| refused_for_what_it_did_not_declare(sent, message, needs));
         if message.get("error").is_some() && self.tools.contains_key(&id) && !justified {
             report
                 .violations
@@ -399,24 +401,31 @@ impl Client {
 }
 
 /// Whether `error` is the -32021 refusal of a tool that needs a client capability or
-/// extension (`requires`, `task: "required"`) which `sent` did not declare: the server's
-/// right answer, not a protocol error. A 2025-11-25 call declares at its session's
-/// `initialize`, which this check does not follow: its refusal is taken as given.
-fn refused_for_what_it_did_not_declare(sent: &Value, error: &Value) -> bool {
-    if error["error"]["code"] != json!(-32021) {
+/// extension (its `requires`, the tasks extension for `task: "required"`: `needs`) which
+/// `sent` did not declare: the server's right answer, not a protocol error. Every capability
+/// the refusal names must be one the tool needs, and one missing from the call. A
+/// 2025-11-25 call declares at its session's `initialize`, which this check does not follow:
+/// there, a refusal naming only what the tool needs is taken as given.
+fn refused_for_what_it_did_not_declare(
+    sent: &Value,
+    error: &Value,
+    (requires, task_required): (Option<&Vec<String>>, bool),
+) -> bool {
+    let named = error["error"]["data"]["requiredCapabilities"].as_object();
+    if error["error"]["code"] != json!(-32021) || named.is_none_or(|named| named.is_empty()) {
         return false;
     }
     let meta = &sent["params"]["_meta"];
-    if meta.get("io.modelcontextprotocol/protocolVersion").is_none() {
-        return true;
-    }
     let declared = &meta["io.modelcontextprotocol/clientCapabilities"];
-    let required = error["error"]["data"]["requiredCapabilities"].as_object();
-    required.into_iter().flatten().any(|(name, wanted)| match name.as_str() {
-        "extensions" => {
-            wanted.as_object().into_iter().flatten().any(|(ext, _)| declared["extensions"].get(ext).is_none())
-        }
-        _ => declared.get(name).is_none(),
+    let modern = meta.get("io.modelcontextprotocol/protocolVersion").is_some();
+    let needed = |capability: &str| requires.is_some_and(|requires| requires.iter().any(|r| r == capability));
+    named.into_iter().flatten().all(|(name, wanted)| match name.as_str() {
+        "extensions" => wanted.as_object().into_iter().flatten().all(|(extension, _)| {
+            task_required
+                && extension == TASKS_EXTENSION
+                && !(modern && declared["extensions"].get(extension).is_some())
+        }),
+        capability => needed(capability) && !(modern && declared.get(capability).is_some()),
     })
 }
 

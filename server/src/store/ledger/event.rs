@@ -19,8 +19,10 @@ impl From<&Money> for MoneyRecord {
 }
 
 impl MoneyRecord {
+    /// The money of a record, an older Warden's too (`Money::parse_recorded`): a ledger
+    /// written before currencies had their own units is still read.
     pub fn to_money(&self) -> Result<Money, String> {
-        Money::parse(&self.amount, &self.currency)
+        Money::parse_recorded(&self.amount, &self.currency)
     }
 }
 
