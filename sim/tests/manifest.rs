@@ -269,3 +269,20 @@ fn a_ledger_line_with_an_impossible_time_or_count_is_refused_where_it_is_read() 
         assert!(problem.contains("server.ledger") && problem.contains(field), "{problem}");
     }
 }
+
+/// Issue 45 item 7: journals a real server left with a run waiting for an operator
+/// (`scripts/waiting-journals.sh`: a webhook whose service never answered). Its waiting record
+/// names the journal where that server kept it; the simulated operator resolves the same run
+/// in the simulated journals (before, every seed failed invariant 10, the operator handed the
+/// other machine's path). The manifest's own findings (no `once`, no key) stay findings.
+#[test]
+fn a_run_waiting_for_an_operator_in_real_journals_is_resolved() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/waiting-hooks");
+    let mut world = own::load(&fixture.join("manifest.json")).unwrap();
+    own::with_journals(&mut world, &fixture.join("journals")).unwrap();
+    let waiting = world.own.as_ref().unwrap().files.keys().filter(|name| name.contains("/waiting/")).count();
+    assert_eq!(waiting, 1, "the fixture holds a run waiting for an operator");
+    for report in sweep_world(&world) {
+        assert!(report.violations.is_empty(), "seed {}: {:?}", report.seed, report.violations);
+    }
+}

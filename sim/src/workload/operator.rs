@@ -146,8 +146,9 @@ pub fn operator(world: &World, report: &mut Report) -> Vec<(String, std::path::P
             }
         };
         let (journal, op) = match printed {
-            Printed::Resolve { journal, op } => (journal, op),
+            Printed::Resolve { journal, op } => (on_the_simulated_disk(world, journal, &record), op),
             Printed::Resume { journal } => {
+                let journal = on_the_simulated_disk(world, journal, &record);
                 if resume_halted(world, journal.clone(), &record.run, report) {
                     resolved.push((record.run.clone(), journal));
                 }
@@ -175,6 +176,16 @@ pub fn operator(world: &World, report: &mut Report) -> Vec<(String, std::path::P
         ));
     }
     resolved
+}
+
+/// The journal a printed command names, as the operator finds it here: a waiting record made
+/// on another machine (`--from-journals`) names the journal where that machine kept it, which
+/// the operator reads as the same run's journal in this server's journals folder.
+fn on_the_simulated_disk(world: &World, printed: std::path::PathBuf, record: &WaitingRecord) -> std::path::PathBuf {
+    if world.disk.peek(&printed).is_some() {
+        return printed;
+    }
+    warden::base::layout::RunFiles::new(&World::path("journals"), &record.tool, &record.run).journal
 }
 
 /// What the operator answers for a waiting run's action, from the services' own records:
