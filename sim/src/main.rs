@@ -73,6 +73,10 @@ enum Command {
         /// Succeed only if a violation is found (for canaries and planted bugs); stop at the first.
         #[arg(long)]
         expect_violation: bool,
+        /// With --expect-violation: succeed only if the first violation found breaks invariant N,
+        /// the one a planted bug names (a bug "caught" by an unrelated panic is not caught).
+        #[arg(long, value_name = "N", requires = "expect_violation")]
+        expect_invariant: Option<u8>,
         /// Where shrunk scenarios are written.
         #[arg(long, default_value = "scenarios/found")]
         out: PathBuf,
@@ -170,6 +174,7 @@ fn main() -> ExitCode {
             seeds,
             canary,
             expect_violation,
+            expect_invariant,
             out,
             json,
             require_coverage,
@@ -183,7 +188,7 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let jobs = jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), usize::from);
-            let options = ExploreOptions { expect_violation, require_coverage, jobs, details, own };
+            let options = ExploreOptions { expect_violation, expect_invariant, require_coverage, jobs, details, own };
             explore(seeds, canary.map(Canary::from), options, &out, json.as_deref())
         }
         Command::Replay { files } => {
@@ -394,6 +399,8 @@ fn resident_memory() -> Option<String> {
 
 struct ExploreOptions {
     expect_violation: bool,
+    /// The invariant the first violation must break (`--expect-invariant`).
+    expect_invariant: Option<u8>,
     require_coverage: bool,
     jobs: usize,
     details: bool,
@@ -410,6 +417,8 @@ fn explore(
 ) -> ExitCode {
     let started = Instant::now();
     let mut totals = Totals::default();
+    // The invariants the seed that stopped an expecting sweep broke.
+    let mut stopped_on: Vec<u8> = Vec::new();
     let progress = progress_bar(seeds.end - seeds.start);
     in_seed_order(seeds.clone(), options.jobs, (canary, options.own.as_ref()), |report| {
         let new_finding = report.findings.iter().position(|f| !totals.findings.contains_key(&(f.kind, f.tool.clone())));
@@ -430,6 +439,7 @@ fn explore(
         scenario.canary = canary;
         progress.suspend(|| write_shrunk(report.seed, scenario, &report, out));
         if options.expect_violation {
+            stopped_on = report.violations.iter().map(|violation| violation.invariant).collect();
             Flow::Stop
         } else {
             Flow::Continue
@@ -456,6 +466,15 @@ fn explore(
     }
     if totals.has_findings() && !options.expect_violation {
         eprintln!("warden-sim: the manifest's settings let the findings above happen");
+        return ExitCode::from(1);
+    }
+    if let Some(wanted) =
+        options.expect_invariant.filter(|wanted| !stopped_on.is_empty() && !stopped_on.contains(wanted))
+    {
+        eprintln!(
+            "warden-sim: the violation found breaks invariant(s) {stopped_on:?}, not invariant {wanted} the planted bug \
+             names: it was caught by something else"
+        );
         return ExitCode::from(1);
     }
     match (options.expect_violation, totals.failing_count == 0) {
