@@ -22,9 +22,15 @@ fn a_server_paused_past_its_lease_after_an_actions_begin_sends_nothing_more() {
         let mut scenario = Scenario::passing("paused past the lease after each begin".into(), seed, calls, faults);
         scenario.world = planned.world;
         let report = warden_sim::sweep::simulate(&scenario);
-        let unleased: Vec<_> =
-            report.violations.iter().filter(|v| v.message.contains("after the sender's lease ended")).collect();
-        assert!(unleased.is_empty(), "seed {seed}: {unleased:?}");
+        // Every violation fails the test, not only the rule's own: a pause past the lease is a
+        // world the server must come through whole. One is known to be the checker's (kept in
+        // docs/DEFERRED.md): a settled run's inputs judged at rest while its server is still
+        // stopping on the lease it lost, before the next start's recovery removes them.
+        let judged_while_stopping = |v: &&warden_sim::report::Violation| {
+            v.invariant == 6 && v.message.ends_with("ended but its inputs file is still kept")
+        };
+        let other: Vec<_> = report.violations.iter().filter(|v| !judged_while_stopping(v)).collect();
+        assert!(other.is_empty(), "seed {seed}: {other:?}");
         pauses += report.fired.get("a pause after an action's begin").copied().unwrap_or(0);
     }
     assert!(pauses >= 4, "only {pauses} pause(s) fired: the test would show nothing");

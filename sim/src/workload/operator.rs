@@ -56,7 +56,11 @@ pub fn resolved_runs_moved_on(world: &World, resolved: &[(String, std::path::Pat
 /// again; one running its most runs at once (beside peers, servers run on while the operator
 /// types) says to resolve again in a moment. Not a defect: a run still open at the end is.
 fn owner_is_down(world: &World, problem: &str) -> bool {
-    world.on_the_store() && (problem.contains("start the server again") || problem.contains("again in a moment"))
+    // A server whose lease ended as it took the word wrote nothing and stops; the run's next
+    // owner takes it up, and the operator answers again then.
+    let lease_lost = problem.contains("no longer holds its lease") && problem.contains("nothing was written");
+    world.on_the_store()
+        && (problem.contains("start the server again") || problem.contains("again in a moment") || lease_lost)
 }
 
 /// A halted run: the runbook says resume it again once the server is back.
