@@ -286,3 +286,39 @@ fn a_run_waiting_for_an_operator_in_real_journals_is_resolved() {
         assert!(report.violations.is_empty(), "seed {}: {:?}", report.seed, report.violations);
     }
 }
+
+/// Issue 45 item 7: a write made twice without a key is told of the tool whose grant can
+/// make it (its `only` allows the URL), not of every tool that may post; and a tool with
+/// `once` is not told "the calls differed in an argument outside `once.by`" as a certainty,
+/// since which runs made a keyless write is not known.
+#[test]
+fn a_write_made_twice_is_told_of_the_tool_that_can_make_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/own-hooks");
+    for file in ["post.star", "get.star"] {
+        std::fs::copy(hooks.join(file), dir.path().join(file)).unwrap();
+    }
+    let alert = std::fs::read_to_string(hooks.join("post.star"))
+        .unwrap()
+        .replace("https://hooks.example.com/services/T000/B000", "https://alerts.example.com/v1/page")
+        .replace("Post a message to the team channel.", "Page the person on call.");
+    std::fs::write(dir.path().join("alert.star"), alert).unwrap();
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(hooks.join("manifest.json")).unwrap()).unwrap();
+    let mut paging = manifest["tools"][0].clone();
+    paging["name"] = "page_on_call".into();
+    paging["program"] = "alert.star".into();
+    paging["grants"]["hook"]["only"] = serde_json::json!(["https://alerts.example.com/v1/*"]);
+    paging["once"] = serde_json::json!({"by": ["message"], "keep": "1m"});
+    manifest["tools"].as_array_mut().unwrap().push(paging);
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    let reports = sweep(&dir.path().join("manifest.json"));
+    let twice: Vec<_> =
+        reports.iter().flat_map(|report| &report.findings).filter(|finding| finding.kind == "done twice").collect();
+    assert!(!twice.is_empty(), "some write was made twice");
+    for finding in twice {
+        let posts_hooks = finding.message.contains("https://hooks.example.com/");
+        assert_eq!(posts_hooks, finding.tool == "post_message", "{finding:?}");
+        assert!(!finding.message.contains(": the calls differed in an argument outside"), "{finding:?}");
+    }
+}

@@ -159,14 +159,15 @@ fn done_twice(world: &World, manifest: &Value, limits: &BTreeMap<String, ToolLim
         }
         let tools: BTreeSet<String> = match keyed {
             true => runs.iter().filter_map(|run| tool_of(run)).collect(),
-            false => tools_reaching(manifest, kind),
+            false => tools_reaching(manifest, kind, detail),
         };
         let what = match kind {
             "refund" => format!("a refund of {detail}"),
             _ => format!("an HTTP write of {}", shown(detail)),
         };
         for tool in tools {
-            let message = done_twice_message(&tool, &what, made.len(), once_of(manifest, &tool));
+            let once = once_of(manifest, &tool);
+            let message = done_twice_message(&tool, &what, made.len(), (once, keyed));
             found.push(Finding { tool, kind: "done twice", message });
         }
     }
@@ -193,8 +194,16 @@ fn run_of_key(key: &str) -> Option<&str> {
     key.strip_prefix("warden-")?.rsplit_once('-').map(|(run, _)| run)
 }
 
-fn done_twice_message(tool: &str, what: &str, times: usize, once: Option<&Value>) -> String {
+/// `once` of the tool; `keyed`: the writes carried Warden's keys, so their runs are known
+/// (and were found to begin while the key before held), else which runs made them is not.
+fn done_twice_message(tool: &str, what: &str, times: usize, (once, keyed): (Option<&Value>, bool)) -> String {
     match once {
+        Some(once) if !keyed => format!(
+            "{what} was made {times} times by separate runs of `{tool}`, whose `once` is {once}: either the calls \
+             differed in an argument outside `once.by`, or a repeat came after `once.keep` had passed (the writes \
+             carried no idempotency key, so which runs made them is not known); name in `once.by` every argument \
+             that says what the tool acts on, and keep the key as long as a repeat may come"
+        ),
         None => format!(
             "{what} was made {times} times by separate runs of `{tool}`. `{tool}` has no `once`, so a call sent \
              again (a client resending after a restart, a model asking twice) starts another run, which does it \
@@ -213,17 +222,28 @@ fn once_of<'a>(manifest: &'a Value, tool: &str) -> Option<&'a Value> {
     tools.iter().find(|t| t["name"] == tool).and_then(|t| t.get("once"))
 }
 
-/// The tools whose grants can make an effect of `kind` (a keyless write names no run).
-fn tools_reaching(manifest: &Value, kind: &str) -> BTreeSet<String> {
-    let reaches = |cap: &str| match kind {
-        "refund" => cap == "payments.stripe.refund",
-        _ => cap.starts_with("net.http.") && cap != "net.http.get",
+/// The tools whose grants can make an effect of `kind` (a keyless write names no run): for an
+/// HTTP write (`detail`: method, URL, body), a write grant whose `only` allows its URL.
+fn tools_reaching(manifest: &Value, kind: &str, detail: &str) -> BTreeSet<String> {
+    let url = detail.split(' ').nth(1).unwrap_or_default();
+    let reaches = |grant: &Value| {
+        let cap = grant["cap"].as_str().unwrap_or_default();
+        let only: Vec<String> =
+            (grant["only"].as_array().into_iter().flatten()).filter_map(|p| p.as_str().map(str::to_string)).collect();
+        match kind {
+            "refund" => cap == "payments.stripe.refund",
+            _ => {
+                cap.starts_with("net.http.")
+                    && cap != "net.http.get"
+                    && warden::broker::urls::allowed(&only, url).is_ok()
+            }
+        }
     };
     let tools = manifest["tools"].as_array().into_iter().flatten();
     tools
         .filter(|tool| {
             let grants = tool["grants"].as_object().into_iter().flat_map(|grants| grants.values());
-            grants.into_iter().any(|grant| reaches(grant["cap"].as_str().unwrap_or_default()))
+            grants.into_iter().any(reaches)
         })
         .filter_map(|tool| tool["name"].as_str().map(str::to_string))
         .collect()
@@ -241,7 +261,7 @@ fn refused_by_the_service(world: &World, manifest: &Value) -> Vec<Finding> {
     for refusal in refused.iter() {
         let tools: BTreeSet<String> = match refusal.key.as_deref().and_then(run_of_key).and_then(tool_of) {
             Some(tool) => BTreeSet::from([tool]),
-            None => tools_reaching(manifest, "refund"),
+            None => tools_reaching(manifest, "refund", ""),
         };
         for tool in tools {
             let message = format!(
