@@ -478,8 +478,11 @@ impl Client {
         let refusal = message["error"]["message"].as_str().unwrap_or("").to_string();
         let text = message["result"]["content"][0]["text"].as_str().unwrap_or("");
         let asked_again = message["result"]["resultType"] == json!("input_required");
-        // Busy, or stopped by a failed write (the run resumes; its round may still be open).
-        let busy = text.contains("retry with the same requestState") || text.contains("could not be recorded durably");
+        // Busy (the tool, or the whole server with too many calls in progress: nothing was
+        // run), or stopped by a failed write (the run resumes; its round may still be open).
+        let busy = text.contains("retry with the same requestState")
+            || text.contains("could not be recorded durably")
+            || (text.starts_with("the server is busy") && text.contains("nothing was run"));
         let served = message.get("result").is_some() && !asked_again && !busy;
         let waited_out = now.saturating_sub(retried.asked_at) > warden::limits::INPUT_WAIT_MS;
         let excused = retried.connection != self.connections || refusal.contains("expired") || busy || waited_out;
