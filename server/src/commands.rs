@@ -139,18 +139,7 @@ pub async fn open_server(
     let runs = Rc::new(runs);
     // Watched before recovery resumes any run: a lock or lease lost meanwhile stops those runs too.
     let registered = watch_the_lease(env, &runs, sole).await;
-    let grace_ms = catalog.manifest.server.shutdown_grace_ms;
-    let recovered = crate::run::drain::bounded_by_a_signal(env, grace_ms, recovery::recover(&runs)).await?;
-    let report = recovered.map_err(|fatal| fatal.to_string())?;
-    if report != recovery::Report::default() {
-        env.log(&format!(
-            "recovery: released {} run(s) that never started, resumed {}, settled {} from their journals, cleaned up {}",
-            report.released.len(),
-            report.resumed.len(),
-            report.settled_from_end.len(),
-            report.cleaned.len()
-        ));
-    }
+    recover_within_the_grace(env, &runs).await?;
     retention::sweep(&runs).await.map_err(|fatal| fatal.to_string())?;
     warn_about_duplicates(env, &catalog);
     env.log(&format!(
@@ -169,6 +158,24 @@ pub async fn open_server(
     crate::operator::admin::start(&runs);
     crate::run::input::spawn_expiry(&runs);
     Ok(OpenServer { runs, _lock })
+}
+
+/// The start's recovery, bounded as a drain is by a shutdown signal and the grace, and what it
+/// did in the log.
+async fn recover_within_the_grace(env: &Env, runs: &Rc<Runs>) -> Result<(), String> {
+    let grace_ms = runs.catalog.manifest.server.shutdown_grace_ms;
+    let recovered = crate::run::drain::bounded_by_a_signal(env, grace_ms, recovery::recover(runs)).await?;
+    let report = recovered.map_err(|fatal| fatal.to_string())?;
+    if report != recovery::Report::default() {
+        env.log(&format!(
+            "recovery: released {} run(s) that never started, resumed {}, settled {} from their journals, cleaned up {}",
+            report.released.len(),
+            report.resumed.len(),
+            report.settled_from_end.len(),
+            report.cleaned.len()
+        ));
+    }
+    Ok(())
 }
 
 /// The PostgreSQL store's ledger and records for one serving instance (issue 28, step 2 of

@@ -459,6 +459,13 @@ fn explore(
             return ExitCode::from(2);
         }
     }
+    explored_exit(&totals, &options, &stopped_on)
+}
+
+/// How a sweep ends: a required window unhit, findings, a planted bug caught by another
+/// invariant than it names (`stopped_on`: those the stopping seed broke), or the violations
+/// found against those expected.
+fn explored_exit(totals: &Totals, options: &ExploreOptions, stopped_on: &[u8]) -> ExitCode {
     let unhit = totals.unhit_windows();
     if options.require_coverage && !unhit.is_empty() {
         eprintln!("warden-sim: required crash windows never hit: {}", unhit.join("; "));
