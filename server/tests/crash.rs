@@ -797,6 +797,22 @@ fn refunds_by_order(payments: &Payments) -> std::collections::BTreeMap<String, i
 
 /// The most money the store's ledger ever held against a quota, in cents, line after line:
 /// each open run at what it reserved, each settled run at what it was charged.
+/// Open runs `instance` owns on the store.
+fn owned_by(pg: &Pg, instance: &str) -> u64 {
+    pg.sql(&format!("SELECT count(*) FROM warden_owners WHERE instance = '{instance}'")).trim().parse().unwrap()
+}
+
+/// Waits until the lookup of payment intent `intent` (one that lingers) reached the payments
+/// service: its run is open, and stays open for the tool's `net.timeout_ms` (700 ms) at least.
+fn wait_until_looked_up(payments: &Payments, intent: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let path = format!("/v1/payment_intents/{intent}");
+    while !payments.ledger.lock().unwrap().requests.iter().any(|seen| seen.path == path) {
+        assert!(Instant::now() < deadline, "the lookup of {intent} never reached the payments service");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 fn most_held_cents(pg: &Pg) -> i64 {
     use warden::store::ledger::{Event, MoneyRecord};
     let cents = |money: &[MoneyRecord]| -> i64 {
@@ -844,6 +860,9 @@ fn three_instances_share_the_store_through_kills_in_a_burst() {
     crashed.send_request(Era::Modern, json!("first"), "tools/call", refund("pi_97000", "1.00"));
     assert!(!crashed.wait_exit(Duration::from_secs(30)).success(), "the process did not die at the crash point");
 
+    // A refund whose lookup lingers, sent first (within the quota): the instance to be killed
+    // surely owns an open run when killed.
+    killed.send_request(Era::Modern, json!("lingering"), "tools/call", refund("pi_96000", "1.00"));
     let mut instances = [survivor, killed];
     let mut alive = 2;
     for n in 1..ORDERS {
@@ -853,8 +872,10 @@ fn three_instances_share_the_store_through_kills_in_a_burst() {
         let again = json!(format!("{n}-again"));
         instances[(n + 1) % alive].send_request(Era::Modern, again, "tools/call", refund(&order, "1.00"));
         if n == ORDERS / 2 {
-            std::thread::sleep(Duration::from_millis(150));
+            // Killed while its lingering refund's lookup is surely in progress.
+            wait_until_looked_up(&payments, "pi_96000");
             assert!(instances[1].kill_now(), "the instance was alive until the kill");
+            assert_ne!(owned_by(&pg, "instance-2"), 0, "the killed instance owned a run to take over");
             alive = 1;
         }
     }
@@ -866,6 +887,7 @@ fn three_instances_share_the_store_through_kills_in_a_burst() {
     }
     let said = survivor.stderr();
     assert!(said.contains("took over 1 run(s) of instance `instance-3`"), "{said}");
+    assert!(said.contains("of instance `instance-2`"), "the killed instance's runs were taken over: {said}");
     assert!(!said.contains(&pg.password()) && !said.contains(SECRET), "{said}");
     let by_order = refunds_by_order(&payments);
     assert!(by_order.values().all(|&minor| minor == 100), "an order was refunded twice: {by_order:?}");
@@ -978,6 +1000,10 @@ fn three_http_replicas_share_the_store_through_a_kill_9_in_a_burst() {
     let env = [("STRIPE_SECRET_KEY", SECRET), (STORE_URL_ENV, pg.url.as_str())];
     let mut replicas: Vec<Replica> = (0..3).map(|_| Replica::start(dir.path(), &env)).collect();
     let addresses: Vec<std::net::SocketAddr> = replicas.iter().map(|r| r.address).collect();
+    // A refund whose lookup lingers, sent to the replica to be killed: it surely owns an open
+    // run when killed, which a survivor must take over.
+    let to_be_killed = addresses[2];
+    let lingering = std::thread::spawn(move || post_refund(to_be_killed, 999, "pi_96001"));
     let dead = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let answered = std::thread::scope(|scope| {
         let clients: Vec<_> = (0..ORDERS)
@@ -1006,10 +1032,12 @@ fn three_http_replicas_share_the_store_through_a_kill_9_in_a_burst() {
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(20 * ORDERS / 2));
+        // Killed in the burst, while its lingering refund's lookup is surely in progress.
+        wait_until_looked_up(&payments, "pi_96001");
         let killed = replicas[2].child.kill().is_ok() && replicas[2].child.wait().is_ok();
         dead.store(true, std::sync::atomic::Ordering::SeqCst);
         assert!(killed, "the replica was killed");
+        assert_ne!(owned_by(&pg, "instance-3"), 0, "the killed replica owned a run to take over");
         clients.into_iter().map(|client| client.join().unwrap()).sum::<u64>()
     });
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -1028,7 +1056,8 @@ fn three_http_replicas_share_the_store_through_a_kill_9_in_a_burst() {
         assert!(!said.contains(&pg.password()) && !said.contains(SECRET), "{said}");
     }
     let took_over = replicas[..2].iter().any(|replica| replica.stderr().contains("of instance `instance-3`"));
-    println!("taken over from the killed replica: {took_over}");
+    assert!(took_over, "a survivor took over the killed replica's runs: {}", replicas[0].stderr());
+    let _ = lingering.join();
     println!(
         "three HTTP replicas: {ORDERS} orders, {} refunded; at most {most} cents held of 1500; {} runs settled",
         by_order.len(),

@@ -37,6 +37,12 @@ pub const REPLAY_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Ended streams kept for resumptions in all, whatever their size.
 pub const REPLAY_STREAMS_MAX: usize = 1_024;
 
+/// Readers one stream may have at once: the latest, and one before it still writing to a
+/// client that stopped reading (it ends at its next chunk, or at `STREAM_WRITE_MS`).
+pub const STREAM_READERS_MAX: usize = 2;
+/// Readers a session's streams may have at once, in all.
+pub const SESSION_READERS_MAX: usize = 8;
+
 const KEEP_ALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
 
 /// One exchange's messages, in order, each with its sequence number.
@@ -53,6 +59,8 @@ pub(super) struct Exchange {
     /// The latest follower's number: a stream has one reader at a time, so a resumption
     /// ends the reader before it (a client cannot hold many connections on one stream).
     follower: Cell<u64>,
+    /// Followers not yet dropped: the latest, and any before it still writing (stalled).
+    readers: Cell<usize>,
     /// Set when the session ended (DELETE): its readers end at once.
     closed: Cell<bool>,
 }
@@ -97,6 +105,7 @@ impl Exchange {
             ended_at_ms: Cell::new(0),
             changed: Notify::default(),
             follower: Cell::new(0),
+            readers: Cell::new(0),
             closed: Cell::new(false),
         })
     }
@@ -187,6 +196,15 @@ impl Exchange {
     /// The answer to a `Last-Event-ID` naming event `seq` of this stream: the events after
     /// it, then the rest as they come.
     pub(super) fn resumed(self: &Rc<Self>, seq: u64) -> OutboundAnswer {
+        if self.readers.get() >= STREAM_READERS_MAX {
+            return super::http::plain(
+                429,
+                &format!(
+                    "this stream has {STREAM_READERS_MAX} readers still writing (a client that stopped reading); try \
+                     again in a moment"
+                ),
+            );
+        }
         let (body, next) = self.events_from(seq.saturating_add(1));
         let more = (!self.ended.get() || next < self.next_seq.get()).then(|| self.follow(next, None));
         stream_answer(body, more)
@@ -197,6 +215,7 @@ impl Exchange {
         self.follower.set(number);
         // The reader before this one, if any, ends at its next chunk.
         self.changed.notify_all();
+        self.readers.set(self.readers.get() + 1);
         let follower = Follower { exchange: Rc::clone(self), number, cursor: Rc::new(Cell::new(from)), _guard: guard };
         MoreBody(Rc::new(follower))
     }
@@ -227,6 +246,12 @@ struct Follower {
     number: u64,
     cursor: Rc<Cell<u64>>,
     _guard: Option<Box<dyn std::any::Any>>,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.exchange.readers.set(self.exchange.readers.get() - 1);
+    }
 }
 
 impl BodySource for Follower {
@@ -296,6 +321,21 @@ impl Replay {
 /// ended one's.
 pub(super) fn find_stream(streams: &[Weak<Exchange>], number: u64) -> Option<Rc<Exchange>> {
     streams.iter().filter_map(Weak::upgrade).find(|exchange| exchange.stream == Some(number))
+}
+
+/// Whether a session whose streams are `streams` may open one more reader: refused (429)
+/// past `SESSION_READERS_MAX` readers in all.
+pub(super) fn session_readers_refusal(streams: &[Weak<Exchange>]) -> Option<OutboundAnswer> {
+    let readers: usize = streams.iter().filter_map(Weak::upgrade).map(|exchange| exchange.readers.get()).sum();
+    (readers >= SESSION_READERS_MAX).then(|| {
+        super::http::plain(
+            429,
+            &format!(
+                "this session's streams have {SESSION_READERS_MAX} readers at once (clients that stopped reading); \
+                 try again in a moment"
+            ),
+        )
+    })
 }
 
 /// A `Last-Event-ID` of this server's: the stream's number and the event's sequence number.
@@ -395,6 +435,29 @@ mod tests {
         assert!(exchange.resumed(2).more.is_none() && exchange.resumed(2).body.is_empty());
         assert_eq!(parse_event_id("4"), None);
         assert_eq!(parse_event_id("x-1"), None);
+    }
+
+    /// Readers a client stopped reading are not ended until their next chunk: resumptions of
+    /// one stream, and of a session's streams, are bounded while they last (each such reader
+    /// holds a connection), and a reader ended makes room again.
+    #[test]
+    fn resumptions_are_bounded_while_their_readers_still_write() {
+        let stream = exchange_of(&[NOTE], Some(1));
+        let mut held: Vec<MoreBody> = (0..STREAM_READERS_MAX).map(|_| stream.resumed(0).more.unwrap()).collect();
+        assert_eq!(stream.resumed(0).status, 429, "a third reader while two still write");
+        held.pop();
+        assert_eq!(stream.resumed(0).status, 200, "a reader ended makes room");
+        let session: Vec<Rc<Exchange>> =
+            (0..SESSION_READERS_MAX as u64).map(|n| exchange_of(&[NOTE], Some(n))).collect();
+        let weak: Vec<Weak<Exchange>> = session.iter().map(Rc::downgrade).collect();
+        let mut readers = Vec::new();
+        for (n, exchange) in session.iter().enumerate() {
+            assert!(session_readers_refusal(&weak).is_none(), "reader {n} of the session");
+            readers.push(exchange.resumed(0).more.unwrap());
+        }
+        assert_eq!(session_readers_refusal(&weak).map(|answer| answer.status), Some(429));
+        drop(readers);
+        assert!(session_readers_refusal(&weak).is_none());
     }
 
     /// Ended streams are kept for resumptions within their window, their count and their

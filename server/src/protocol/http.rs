@@ -706,6 +706,9 @@ impl Front {
         let Some((number, seq)) = exchange::parse_event_id(last) else {
             return plain(400, "bad request: Last-Event-ID is not an event id this server gave");
         };
+        if let Some(refused) = exchange::session_readers_refusal(&session.streams) {
+            return refused;
+        }
         match exchange::find_stream(&session.streams, number) {
             Some(stream) => stream.resumed(seq),
             None => plain(
@@ -1039,7 +1042,7 @@ pub(super) fn accepted() -> OutboundAnswer {
     OutboundAnswer { status: 202, headers: vec![], body: vec![], more: None }
 }
 
-fn plain(status: u16, text: &str) -> OutboundAnswer {
+pub(super) fn plain(status: u16, text: &str) -> OutboundAnswer {
     json_answer(status, &json!({"error": text}))
 }
 

@@ -28,6 +28,9 @@ pub struct Ledger {
     answered: BTreeMap<String, Value>,
 }
 
+/// How long the lookup of a payment intent `pi_96...` takes.
+const LINGERING_LOOKUP_MS: u64 = 5_000;
+
 pub struct Payments {
     pub port: u16,
     pub ledger: Arc<Mutex<Ledger>>,
@@ -71,6 +74,11 @@ fn serve(stream: TcpStream, ledger: &Mutex<Ledger>) {
         ledger.requests.push(seen);
         answer(&mut ledger, &method, &path, &headers, &body)
     };
+    // A payment intent `pi_96...` is looked up slowly: its run is surely in progress (owned by
+    // its instance) for seconds, so a test can kill that instance with a run to take over.
+    if path.starts_with("/v1/payment_intents/pi_96") {
+        thread::sleep(std::time::Duration::from_millis(LINGERING_LOOKUP_MS));
+    }
     // A note `linger-<ms>` is saved at once and answered that much later (a slow service).
     if let Some(ms) = body.strip_prefix("linger-").and_then(|ms| ms.parse::<u64>().ok()) {
         thread::sleep(std::time::Duration::from_millis(ms));
