@@ -40,8 +40,10 @@ pub const REPLAY_STREAMS_MAX: usize = 1_024;
 /// Readers one stream may have at once: the latest, and one before it still writing to a
 /// client that stopped reading (it ends at its next chunk, or at `STREAM_WRITE_MS`).
 pub const STREAM_READERS_MAX: usize = 2;
-/// Readers a session's streams may have at once, in all.
-pub const SESSION_READERS_MAX: usize = 8;
+/// Readers a session's streams may have at once that a resumption replaced and that still
+/// write (each holds a connection), in all: each stream's latest reader is not counted, so a
+/// session with many calls in flight is never refused for them.
+pub const SESSION_REPLACED_READERS_MAX: usize = 4;
 
 const KEEP_ALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
 
@@ -323,16 +325,17 @@ pub(super) fn find_stream(streams: &[Weak<Exchange>], number: u64) -> Option<Rc<
     streams.iter().filter_map(Weak::upgrade).find(|exchange| exchange.stream == Some(number))
 }
 
-/// Whether a session whose streams are `streams` may open one more reader: refused (429)
-/// past `SESSION_READERS_MAX` readers in all.
+/// Whether a session whose streams are `streams` may resume one more: refused (429) while
+/// `SESSION_REPLACED_READERS_MAX` readers that resumptions replaced still write.
 pub(super) fn session_readers_refusal(streams: &[Weak<Exchange>]) -> Option<OutboundAnswer> {
-    let readers: usize = streams.iter().filter_map(Weak::upgrade).map(|exchange| exchange.readers.get()).sum();
-    (readers >= SESSION_READERS_MAX).then(|| {
+    let replaced: usize =
+        streams.iter().filter_map(Weak::upgrade).map(|exchange| exchange.readers.get().saturating_sub(1)).sum();
+    (replaced >= SESSION_REPLACED_READERS_MAX).then(|| {
         super::http::plain(
             429,
             &format!(
-                "this session's streams have {SESSION_READERS_MAX} readers at once (clients that stopped reading); \
-                 try again in a moment"
+                "this session's streams have {SESSION_REPLACED_READERS_MAX} replaced readers still writing (clients \
+                 that stopped reading); try again in a moment"
             ),
         )
     })
@@ -447,12 +450,13 @@ mod tests {
         assert_eq!(stream.resumed(0).status, 429, "a third reader while two still write");
         held.pop();
         assert_eq!(stream.resumed(0).status, 200, "a reader ended makes room");
-        let session: Vec<Rc<Exchange>> =
-            (0..SESSION_READERS_MAX as u64).map(|n| exchange_of(&[NOTE], Some(n))).collect();
+        // A session with many calls in flight, each stream read once, is never refused.
+        let session: Vec<Rc<Exchange>> = (0..64).map(|n| exchange_of(&[NOTE], Some(n))).collect();
         let weak: Vec<Weak<Exchange>> = session.iter().map(Rc::downgrade).collect();
-        let mut readers = Vec::new();
-        for (n, exchange) in session.iter().enumerate() {
-            assert!(session_readers_refusal(&weak).is_none(), "reader {n} of the session");
+        let mut readers: Vec<MoreBody> = session.iter().map(|exchange| exchange.resumed(0).more.unwrap()).collect();
+        assert!(session_readers_refusal(&weak).is_none(), "one reader a stream");
+        for (n, exchange) in session.iter().take(SESSION_REPLACED_READERS_MAX).enumerate() {
+            assert!(session_readers_refusal(&weak).is_none(), "replaced reader {n} of the session");
             readers.push(exchange.resumed(0).more.unwrap());
         }
         assert_eq!(session_readers_refusal(&weak).map(|answer| answer.status), Some(429));
