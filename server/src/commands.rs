@@ -434,6 +434,15 @@ pub async fn runs_show(env: &Env, manifest_path: &Path, run: &str, as_json: bool
     crate::operator::runs::show(env, &catalog, store, run, as_json).await
 }
 
+/// `warden resolve <manifest> <run>`: the journal of the run its id (or a prefix only it has)
+/// names, found from the manifest wherever the command runs, and its action in doubt shown
+/// whole for the person to confirm.
+pub async fn waiting_run(env: &Env, manifest_path: &Path, run: &str) -> Result<(std::path::PathBuf, String), String> {
+    let catalog = load(env, manifest_path).await?;
+    let store = store_of(env, manifest_path, &catalog)?;
+    crate::operator::in_doubt::find(env, &catalog, store, run).await
+}
+
 /// `warden check <manifest>`: every problem at once (the manifest's fields, the programs of
 /// the tools whose fields are right, the secrets, `warden.lock`), or a one-line summary per
 /// tool. `without_secrets`: unset secrets are told, not problems (a manifest linted in CI).
@@ -584,7 +593,13 @@ pub async fn schema(env: &Env, manifest_path: &Path, tool: Option<&str>) -> Resu
 /// `warden resolve --journal <path> --op N --happened '<json>' | --did-not-happen`: the
 /// operator's answer for an action in doubt, appended durably to the run's journal. The
 /// next start of the server resumes the run from it. Resolution never travels over MCP.
-pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&str>) -> Result<String, String> {
+pub async fn resolve(
+    env: &Env,
+    journal_path: &Path,
+    op: u64,
+    happened: Option<&str>,
+    by: Option<&crate::store::journal::Word>,
+) -> Result<String, String> {
     let verdict = match happened {
         Some(result) => crate::operator::admin::Verdict::Happened(result.to_string()),
         None => crate::operator::admin::Verdict::DidNotHappen,
@@ -595,12 +610,15 @@ pub async fn resolve(env: &Env, journal_path: &Path, op: u64, happened: Option<&
         op,
         verdict: verdict.clone(),
         deadline_at_ms: live.deadline_at_ms,
+        by: by.cloned(),
     };
     let hold = match here_or_live(env, journal_path, request).await? {
         Either::Left(hold) => hold,
         Either::Right(said) => return Ok(said),
     };
-    let record = crate::operator::verdict::resolved(&hold.journal, journal_path, op, happened, env.clock.now_ms())?;
+    let by = by.map(|by| crate::operator::verdict::word(Some(&by.account), by.note.as_deref())).transpose()?;
+    let record =
+        crate::operator::verdict::resolved(&hold.journal, journal_path, op, happened, (env.clock.now_ms(), by))?;
     hold.settle(env, &record).await?;
     let recorded = crate::operator::verdict::resolved_text(op, happened.is_some());
     Ok(format!("{}: {recorded}; the next start of the server resumes the run\n", journal_path.display()))

@@ -81,14 +81,34 @@ enum Command {
     Hidden(Hidden),
     /// Settle an action in doubt of a run waiting for an operator, or resume a halted run.
     ///
+    /// `warden resolve <manifest> <run> --op N --happened '<json>'` (or `--did-not-happen`),
+    /// from any directory: the run by its id or its first 6 or more characters. It shows the
+    /// action whole (target, amount, key, the run's arguments, why it is in doubt) and, on a
+    /// terminal, asks before recording (`--yes` for scripts). The word keeps who gave it (the
+    /// account, and `--note`), shown by `warden runs show`.
+    ///
     /// Beside a running server, the word goes to it through its admin channel (the socket
     /// `server.admin` in the journals directory, for the server's own account only), and the
     /// server resumes the run at once; with no server running, it is written to the run's
     /// journal and the next start resumes the run.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["run", "journal"])))]
     Resolve {
-        /// The run's journal (as `warden mcp status` names it).
+        /// The manifest (JSON) of the server the run belongs to.
+        #[arg(requires = "run")]
+        manifest: Option<PathBuf>,
+        /// The run id, or its first 6 or more characters (`warden mcp status` names it).
+        #[arg(requires = "manifest")]
+        run: Option<String>,
+        /// The run's journal instead of the manifest and the run (the older form).
+        #[arg(long, conflicts_with_all = ["manifest", "run"])]
+        journal: Option<PathBuf>,
+        /// Record it without asking, even on a terminal (for scripts).
         #[arg(long)]
-        journal: PathBuf,
+        yes: bool,
+        /// Why you decided so (kept in the run's journal with your account; at most 500
+        /// characters), such as "refund re_123 in the Stripe dashboard".
+        #[arg(long)]
+        note: Option<String>,
         /// The action number in doubt.
         #[arg(long, required_unless_present = "resume")]
         op: Option<u64>,
@@ -234,15 +254,13 @@ fn main() -> ExitCode {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::check(&env, &manifest, without_secrets)))
         }
-        Command::Resolve { journal, op, happened, did_not_happen: _, resume } => {
-            let env = warden::io::command_env();
-            match (resume, op) {
-                (true, _) => report(warden::io::run(warden::commands::resume_halted(&env, &journal))),
-                (false, Some(op)) => {
-                    report(warden::io::run(warden::commands::resolve(&env, &journal, op, happened.as_deref())))
-                }
-                (false, None) => unreachable!("clap requires --op without --resume"),
-            }
+        Command::Resolve { manifest, run, journal, yes, note, op, happened, did_not_happen: _, resume } => {
+            let which = match (journal, manifest, run) {
+                (Some(journal), _, _) => Which::Journal(journal),
+                (None, Some(manifest), Some(run)) => Which::Run(manifest, run),
+                _ => unreachable!("clap requires the manifest and the run, or --journal"),
+            };
+            resolve(which, Decision { op, happened, resume, yes, note })
         }
         Command::Runs { command } => runs(command),
         Command::Hidden(Hidden::ExecProgram) => match warden::io::sandbox::worker_main() {
@@ -264,6 +282,67 @@ fn main() -> ExitCode {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::schema(&env, &manifest, tool.as_deref())))
         }
+    }
+}
+
+/// Which run `warden resolve` decides for.
+enum Which {
+    Journal(PathBuf),
+    Run(PathBuf, String),
+}
+
+/// What `warden resolve` was told to record.
+struct Decision {
+    op: Option<u64>,
+    happened: Option<String>,
+    resume: bool,
+    yes: bool,
+    note: Option<String>,
+}
+
+/// `warden resolve`: the action shown whole, confirmed on a terminal, then recorded with who
+/// gave the word (the account the command runs as).
+fn resolve(which: Which, decision: Decision) -> ExitCode {
+    let env = warden::io::command_env();
+    let (journal, shown) = match which {
+        Which::Journal(journal) => {
+            let shown = warden::io::run(warden::operator::in_doubt::shown_from_journal(&env, &journal));
+            (journal, shown)
+        }
+        Which::Run(manifest, run) => match warden::io::run(warden::commands::waiting_run(&env, &manifest, &run)) {
+            Ok((journal, shown)) => (journal, Some(shown)),
+            Err(problem) => return report(Err(problem)),
+        },
+    };
+    if let Some(shown) = &shown {
+        println!("the run waits for this decision:\n{shown}");
+    }
+    let verdict = match (&decision.happened, decision.resume) {
+        (_, true) => "resume the halted run".to_string(),
+        (Some(_), false) => format!("record action {} as happened", decision.op.unwrap_or(0)),
+        (None, false) => {
+            format!("record action {} as not happened (it may be performed again)", decision.op.unwrap_or(0))
+        }
+    };
+    if !decision.yes && warden::io::confirm(&format!("{verdict}? [y/N] ")) == Some(false) {
+        eprintln!("warden: nothing was recorded");
+        return ExitCode::from(1);
+    }
+    let account = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok();
+    let by = match warden::operator::verdict::word(account.as_deref(), decision.note.as_deref()) {
+        Ok(by) => by,
+        Err(problem) => return report(Err(problem)),
+    };
+    match (decision.resume, decision.op) {
+        (true, _) => report(warden::io::run(warden::commands::resume_halted(&env, &journal))),
+        (false, Some(op)) => report(warden::io::run(warden::commands::resolve(
+            &env,
+            &journal,
+            op,
+            decision.happened.as_deref(),
+            Some(&by),
+        ))),
+        (false, None) => unreachable!("clap requires --op without --resume"),
     }
 }
 

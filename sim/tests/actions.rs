@@ -337,7 +337,8 @@ fn a_plain_post_in_doubt_waits_for_an_operator_who_resolves_it() {
     let files = warden::base::layout::RunFiles::new(&journals(), "add_note", &run);
     assert!(world.disk.peek(&files.waiting).is_some());
     assert!(instance.log().iter().any(|l| l.contains(&format!("run {run}: stopped, waiting for an operator"))
-        && l.contains("warden resolve --journal")));
+        && l.contains("warden resolve ")
+        && l.contains(&format!("manifest.json {run} --op 0"))));
     world.clock.advance(10_000);
     assert_eq!(instance.run(), Stop::Quiet);
     assert_eq!(world.services.notify_calls.borrow().len(), 3, "two failures, then success");
@@ -363,7 +364,7 @@ fn a_plain_post_in_doubt_waits_for_an_operator_who_resolves_it() {
     assert_eq!(world.services.effects_of("note"), 1);
     let operator = world.start_command(|env| {
         let journal = files.journal.clone();
-        Box::pin(async move { warden::commands::resolve(&env, &journal, 0, Some(r#"{"status": 201}"#)).await })
+        Box::pin(async move { warden::commands::resolve(&env, &journal, 0, Some(r#"{"status": 201}"#), None).await })
     });
     assert!(operator.is_ok(), "{operator:?}");
     let resumed = world.start("manifest.json");
@@ -389,8 +390,8 @@ fn an_action_resolved_as_not_happened_is_performed_on_resume() {
     let run = check::open_runs(&world.disk, &journals()).pop().expect("a waiting run");
     drop(second);
     let journal = warden::base::layout::RunFiles::new(&journals(), "add_note", &run).journal;
-    let resolved =
-        world.start_command(|env| Box::pin(async move { warden::commands::resolve(&env, &journal, 0, None).await }));
+    let resolved = world
+        .start_command(|env| Box::pin(async move { warden::commands::resolve(&env, &journal, 0, None, None).await }));
     assert!(resolved.is_ok(), "{resolved:?}");
     let third = world.start("manifest.json");
     assert_eq!(third.run(), Stop::Quiet);

@@ -511,8 +511,9 @@ fn crash_during(world: &World, point: Point, nth: u32, message: &Value) {
 
 fn resolve(world: &World, run: &str, tool: &str, happened: Option<&'static str>) -> Result<String, String> {
     let journal = warden::base::layout::RunFiles::new(&journals(), tool, run).journal;
-    world
-        .start_command(move |env| Box::pin(async move { warden::commands::resolve(&env, &journal, 0, happened).await }))
+    world.start_command(move |env| {
+        Box::pin(async move { warden::commands::resolve(&env, &journal, 0, happened, None).await })
+    })
 }
 
 /// Beside a live server, `warden resolve` hands the word to it (its admin channel), which
@@ -594,8 +595,9 @@ fn the_admin_channel_refuses_stale_misdirected_and_verdictless_requests() {
     assert_eq!(world.services.effects_of("note"), 1, "nothing was sent again");
     // Named in another tool's folder, `warden resolve` is refused before it asks the server.
     let elsewhere = warden::base::layout::RunFiles::new(&journals(), "echo", &run).journal;
-    let refused = world
-        .start_command(move |env| Box::pin(async move { warden::commands::resolve(&env, &elsewhere, 0, None).await }));
+    let refused = world.start_command(move |env| {
+        Box::pin(async move { warden::commands::resolve(&env, &elsewhere, 0, None, None).await })
+    });
     assert!(refused.unwrap_err().contains("is a run of `slow_note`"));
 }
 
@@ -751,12 +753,12 @@ fn a_refund_resolved_as_happened_with_the_services_own_record_is_charged() {
     drop(instance);
     // The operator pastes the payment service's own refund object, as the runbook says: as
     // the response's `json` (the bare object is refused, naming the shape).
-    let stripe = r#"{"id": "re_0", "object": "refund", "amount": 2000, "status": "succeeded"}"#;
+    let stripe = r#"{"id": "re_0", "object": "refund", "amount": 2000, "currency": "usd", "status": "succeeded"}"#;
     let journal = warden::base::layout::RunFiles::new(&journals(), "refund_twice", &run).journal;
     let resolve_with = |result: String| {
         let journal = journal.clone();
         world.start_command(move |env| {
-            Box::pin(async move { warden::commands::resolve(&env, &journal, 0, Some(&result)).await })
+            Box::pin(async move { warden::commands::resolve(&env, &journal, 0, Some(&result), None).await })
         })
     };
     let bare = resolve_with(stripe.to_string());

@@ -17,8 +17,24 @@ pub fn printable(text: &str) -> String {
     out
 }
 
+/// `word` as one word a POSIX shell reads back unchanged: as it is when it holds only
+/// characters a shell leaves alone, else in single quotes (a quote in it closed and escaped).
+pub fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:,=@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_path_is_quoted_for_a_shell_only_when_it_must_be() {
+        assert_eq!(super::shell_word("/srv/shop/manifest.json"), "/srv/shop/manifest.json");
+        assert_eq!(super::shell_word("/srv/my shop/it's.json"), r"'/srv/my shop/it'\''s.json'");
+    }
+
     #[test]
     fn control_characters_are_escaped() {
         assert_eq!(super::printable("a\u{1b}]0;x\u{7}\r\nb é"), "a\\u{1b}]0;x\\u{7}\\r\\nb é");

@@ -12,6 +12,7 @@ use crate::limits::ACTIONS_PER_RUN_MAX;
 pub use crate::manifest::kinds::{self, Kind, Method};
 pub mod narrow;
 pub mod resolution;
+pub mod shown;
 pub mod stripe;
 pub mod urls;
 

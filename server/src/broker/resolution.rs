@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{Action, Kind};
+use super::{Action, Kind, Method};
 
 /// What `--happened` takes for each kind of action, for `--help` and the README.
 pub const SHAPES: &str = "an HTTP action (net.http.*, payments.stripe.refund): \
@@ -13,14 +13,31 @@ pub const SHAPES: &str = "an HTTP action (net.http.*, payments.stripe.refund): \
 \"headers\", an object of strings); a database write (db.sqlite, db.postgres): \
 {\"changes\": <rows changed, a whole number from 0>} (optional: \"rows\", an array of objects)";
 
-/// A filled-in `--happened` argument for `action`, for the waiting record and `mcp status`.
+/// A filled-in `--happened` argument for `action`, for the waiting record and `mcp status`:
+/// the service's own answer shape where the kind's is known (a Stripe refund object, its
+/// amount in Stripe's unit), so a resumed program finds the fields it reads.
 pub fn example(action: &Action) -> String {
     match action.kind {
         Kind::Sqlite | Kind::Postgres => r#"{"changes": 1}"#.to_string(),
         Kind::Model => r#"{"status": 200, "text": "<the completion>"}"#.to_string(),
+        Kind::StripeRefund if action.method == Method::Refund => refund_example(action),
         _ => r#"{"status": 200, "json": {}}"#.to_string(),
     }
 }
+
+/// A Stripe refund object for `action`, its id to be read from Stripe's dashboard.
+fn refund_example(action: &Action) -> String {
+    let money = action.money();
+    let amount = money.as_ref().and_then(|money| super::stripe::amount(money).ok()).unwrap_or(0);
+    let currency = money.map(|money| money.currency.to_ascii_lowercase()).unwrap_or_default();
+    let refund = json!({"id": "re_<from the dashboard>", "object": "refund", "amount": amount,
+        "currency": currency, "payment_intent": action.body, "status": "succeeded"});
+    format!(r#"{{"status": 200, "json": {refund}}}"#)
+}
+
+/// The fields of a Stripe refund object a program reads, and their JSON types.
+const REFUND_FIELDS: [(&str, &str); 4] =
+    [("id", "string"), ("amount", "integer"), ("currency", "string"), ("status", "string")];
 
 /// The result to journal for `action` from the operator's `given`, or what is wrong with it,
 /// naming the field and showing an example.
@@ -34,7 +51,40 @@ pub fn checked(action: &Action, given: Value) -> Result<Value, String> {
     match action.kind {
         Kind::Sqlite | Kind::Postgres => database_result(given).map_err(wrong),
         Kind::Model => model_result(given).map_err(wrong),
+        Kind::StripeRefund if action.method == Method::Refund => {
+            http_result(given).and_then(|result| refund_result(result, action)).map_err(wrong)
+        }
         _ => http_result(given).map_err(wrong),
+    }
+}
+
+/// A refund's result: a success carries the refund object a program reads (its id, amount,
+/// currency, status), or the resumed program fails on the field it lacks while the customer
+/// was refunded.
+fn refund_result(result: Value, action: &Action) -> Result<Value, String> {
+    let status = result["status"].as_u64().unwrap_or(0);
+    if !(200..300).contains(&status) {
+        return Ok(result);
+    }
+    for (field, kind) in REFUND_FIELDS {
+        let value = &result["json"][field];
+        let fits = match kind {
+            "integer" => value.is_i64(),
+            _ => value.is_string(),
+        };
+        if !fits {
+            return Err(format!(
+                "`json.{field}` must be the refund's {field} ({kind}, as Stripe's refund object has it)"
+            ));
+        }
+    }
+    let expected = action.money().and_then(|money| super::stripe::amount(&money).ok());
+    match (expected, result["json"]["amount"].as_i64()) {
+        (Some(expected), Some(given)) if expected != given => Err(format!(
+            "`json.amount` is {given}, but the action refunds {expected} in Stripe's unit: give the refund this \
+             action made"
+        )),
+        _ => Ok(result),
     }
 }
 
@@ -138,6 +188,26 @@ mod tests {
         );
         let error = checked(&complete, json!({"status": 200})).unwrap_err();
         assert!(error.contains("`text`") && error.contains("for example: {\"status\": 200, \"text\""), "{error}");
+    }
+
+    /// A refund's `--happened` is Stripe's refund object: the example is one, and one without
+    /// a field the program reads (the shop's `refund["json"]["id"]`) is refused, naming it.
+    #[test]
+    fn a_refund_result_carries_the_refund_object() {
+        let refund: Action = serde_json::from_value(json!({"op": 1, "grant": "pay", "kind": "payments.stripe.refund",
+            "method": "REFUND", "target": "", "headers": {}, "body": "pi_1001",
+            "amount": {"amount": "12.50", "currency": "USD"}, "idempotency_key": "k"}))
+        .unwrap();
+        let example: Value = serde_json::from_str(&example(&refund)).unwrap();
+        assert_eq!(example["json"]["amount"], 1250);
+        assert_eq!(example["json"]["payment_intent"], "pi_1001");
+        assert!(checked(&refund, example).is_ok());
+        let bare = checked(&refund, json!({"status": 200, "json": {}})).unwrap_err();
+        assert!(bare.contains("`json.id`"), "{bare}");
+        let other =
+            json!({"status": 200, "json": {"id": "re_1", "amount": 50, "currency": "usd", "status": "succeeded"}});
+        assert!(checked(&refund, other).unwrap_err().contains("`json.amount` is 50"));
+        assert!(checked(&refund, json!({"status": 402, "json": {"error": {}}})).is_ok(), "a refusal has no refund");
     }
 
     #[test]

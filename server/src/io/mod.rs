@@ -36,6 +36,23 @@ pub fn run<F: Future>(main: F) -> F::Output {
     output
 }
 
+/// Asks a person at a terminal: `question` on stderr, the answer a line of stdin (yes
+/// starting with `y`). `None` when stdin is no terminal: a script answers with flags.
+pub fn confirm(question: &str) -> Option<bool> {
+    use std::io::{IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return None;
+    }
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    // An answer that cannot be read is no "yes".
+    if std::io::stdin().read_line(&mut answer).is_err() {
+        return Some(false);
+    }
+    Some(answer.trim_start().starts_with(['y', 'Y']))
+}
+
 /// The real Env over the given protocol stream.
 pub fn real_env(stdio: ProtectedStdio) -> Env {
     Env {

@@ -36,7 +36,16 @@ pub const ASK_MARGIN_MS: u64 = 5_000;
 #[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     /// Action `op` of `run` (of `tool`) happened, or did not.
-    Resolve { run: String, tool: String, op: u64, verdict: Verdict, deadline_at_ms: u64 },
+    Resolve {
+        run: String,
+        tool: String,
+        op: u64,
+        verdict: Verdict,
+        deadline_at_ms: u64,
+        /// Who gives the word (kept in the run's journal).
+        #[serde(default)]
+        by: Option<crate::store::journal::Word>,
+    },
     /// A halted run: resume it again.
     Resume { run: String, tool: String, deadline_at_ms: u64 },
 }
@@ -170,7 +179,11 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
         JournalRecord::Resolved { op, happened, .. } => crate::operator::verdict::resolved_text(*op, *happened),
         _ => "the halted run will be resumed".to_string(),
     };
-    runs.env.log(&format!("run {run}: {said} (by the operator, through the admin channel); resuming it"));
+    let whom = match &request {
+        Request::Resolve { by: Some(by), .. } => format!("by {}", by.account),
+        _ => "by the operator".to_string(),
+    };
+    runs.env.log(&format!("run {run}: {said} ({whom}, through the admin channel); resuming it"));
     let journal = runs.records.name(&entry.tool, &run, RecordKind::Journal);
     resume(runs, run, entry.tool.clone());
     Ok(format!("{journal}: {said}; the server resumes the run now"))
@@ -209,12 +222,14 @@ async fn word(runs: &Runs, request: &Request, tool: &str) -> Result<JournalRecor
     let parsed = runs.read_journal(tool, run).await?.ok_or_else(|| format!("{name}: the journal is missing"))?;
     let at_ms = runs.env.clock.now_ms();
     match request {
-        Request::Resolve { op, verdict, .. } if !record.halted => {
+        Request::Resolve { op, verdict, by, .. } if !record.halted => {
             let happened = match verdict {
                 Verdict::Happened(result) => Some(result.as_str()),
                 Verdict::DidNotHappen => None,
             };
-            crate::operator::verdict::resolved(&parsed, journal, *op, happened, at_ms)
+            let by = by.as_ref().map(|by| crate::operator::verdict::word(Some(&by.account), by.note.as_deref()));
+            let by = by.transpose()?;
+            crate::operator::verdict::resolved(&parsed, journal, *op, happened, (at_ms, by))
         }
         Request::Resolve { .. } => Err(format!(
             "run {run} is halted, not waiting for a verdict: resume it with `warden resolve --journal {} --resume`",

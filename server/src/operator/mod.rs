@@ -2,6 +2,7 @@
 //! the journals beside a live server, and resolved through the live server's admin channel.
 
 pub mod admin;
+pub mod in_doubt;
 pub mod kept;
 pub mod runs;
 pub mod status;

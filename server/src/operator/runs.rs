@@ -277,10 +277,30 @@ pub async fn show(
     if let Some((_, torn)) = records.as_ref().filter(|(_, torn)| *torn > 0) {
         value["torn_tail_bytes"] = json!(torn);
     }
+    let waiting = match state {
+        RunState::WaitingForOperator | RunState::Halted => {
+            crate::run::runs::WaitingRecord::read(&seen.records, &entry.tool, &entry.run).await.ok().flatten()
+        }
+        _ => None,
+    };
+    let in_doubt = waiting.as_ref().map(|record| {
+        let begun_at_ms =
+            records.as_ref().and_then(|(records, _)| crate::operator::in_doubt::begun_at(records, record.op));
+        crate::operator::in_doubt::InDoubt { record, begun_at_ms }
+    });
+    if let Some(in_doubt) = &in_doubt {
+        value["in_doubt"] = in_doubt.to_json();
+    }
     Ok(match as_json {
         true => serde_json::to_string_pretty(&value).expect("JSON values serialise") + "\n",
         false => {
-            let text = shown.text(entry, state, Path::new(&journal), records.is_some());
+            let mut text = shown.text(entry, state, Path::new(&journal), records.is_some());
+            if let Some(in_doubt) = &in_doubt {
+                text.push_str("  waiting for a person to decide:\n");
+                text.push_str(&in_doubt.text("    "));
+                let command = crate::base::text::printable(&in_doubt.record.resolve);
+                text.push_str(&format!("    decide with: {command}\n"));
+            }
             match owner {
                 Some(owner) => format!("{text}owned by instance {owner} (PostgreSQL store)\n"),
                 None => text,
@@ -290,7 +310,7 @@ pub async fn show(
 }
 
 /// The run `run` names: its whole id, or a prefix of at least 6 characters only it has.
-fn find<'s>(state: &'s State, run: &str) -> Result<&'s RunEntry, String> {
+pub fn find<'s>(state: &'s State, run: &str) -> Result<&'s RunEntry, String> {
     let run = &run.to_ascii_lowercase();
     if let Some(entry) = state.run(run) {
         return Ok(entry);
@@ -322,6 +342,8 @@ struct ShownAction {
     /// done, in_doubt, happened (an operator said so), did_not_happen (likewise).
     status: &'static str,
     result: Option<Value>,
+    /// Who decided it, for an action an operator decided.
+    by: Option<crate::store::journal::Word>,
 }
 
 /// A journal read for `runs show`.
@@ -363,13 +385,14 @@ impl Shown {
                 done_at_ms: None,
                 status: "in_doubt",
                 result: None,
+                by: None,
             }),
-            JournalRecord::Done { op, result, at_ms } => self.finish(*op, "done", Some(result.clone()), *at_ms),
-            JournalRecord::Resolved { op, happened: true, result, at_ms } => {
-                self.finish(*op, "happened", result.clone(), Some(*at_ms))
+            JournalRecord::Done { op, result, at_ms } => self.finish(*op, ("done", None), Some(result.clone()), *at_ms),
+            JournalRecord::Resolved { op, happened: true, result, at_ms, by } => {
+                self.finish(*op, ("happened", by.clone()), result.clone(), Some(*at_ms))
             }
-            JournalRecord::Resolved { op, happened: false, at_ms, .. } => {
-                self.finish(*op, "did_not_happen", None, Some(*at_ms))
+            JournalRecord::Resolved { op, happened: false, at_ms, by, .. } => {
+                self.finish(*op, ("did_not_happen", by.clone()), None, Some(*at_ms))
             }
             JournalRecord::Resumed { at_ms } => self.restarts.push(*at_ms),
             JournalRecord::Asked { .. } => self.rounds += 1,
@@ -380,9 +403,16 @@ impl Shown {
 
     /// The latest begin of action `op` gets its outcome (an action an operator said did not
     /// happen is begun again).
-    fn finish(&mut self, op: u64, status: &'static str, result: Option<Value>, at_ms: Option<u64>) {
+    fn finish(
+        &mut self,
+        op: u64,
+        (status, by): (&'static str, Option<crate::store::journal::Word>),
+        result: Option<Value>,
+        at_ms: Option<u64>,
+    ) {
         if let Some(action) = self.actions.iter_mut().rev().find(|action| action.op == op) {
             action.status = status;
+            action.by = by;
             action.result = result;
             action.done_at_ms = at_ms;
         }
@@ -397,12 +427,13 @@ impl Shown {
                     "op": a.op,
                     "kind": a.action["kind"],
                     "method": a.action["method"],
-                    "target": a.action["target"],
+                    "target": target_of(&a.action),
                     "status": a.status,
                     "begun_at": a.begun_at_ms.map(utc_timestamp),
                     "done_at": a.done_at_ms.map(utc_timestamp),
                     "duration_ms": duration_ms(a),
                     "result": a.result,
+                    "decided_by": a.by,
                 })
             })
             .collect();
@@ -461,19 +492,44 @@ impl Shown {
         let mut out = format!("  actions ({}):\n", self.actions.len());
         for a in &self.actions {
             let (kind, method) = (a.action["kind"].as_str().unwrap_or("?"), a.action["method"].as_str().unwrap_or(""));
-            let target: String = a.action["target"].as_str().unwrap_or("").chars().take(120).collect();
+            let target: String = target_of(&a.action).chars().take(120).collect();
             let target = crate::base::text::printable(&target);
             let took = duration_ms(a).map(|ms| format!(" in {ms} ms")).unwrap_or_default();
             let outcome = match a.status {
                 "done" => format!("done{took}: {}", clipped(&compact(a.result.as_ref()))),
-                "happened" => format!("happened, an operator said: {}", clipped(&compact(a.result.as_ref()))),
-                "did_not_happen" => "did not happen, an operator said".to_string(),
+                "happened" => {
+                    format!("happened, {} said: {}", whom(a.by.as_ref()), clipped(&compact(a.result.as_ref())))
+                }
+                "did_not_happen" => format!("did not happen, {} said", whom(a.by.as_ref())),
                 "in_flight" => "in flight".to_string(),
                 _ => "in doubt: begun, no outcome journaled".to_string(),
             };
             out.push_str(&format!("    #{} {kind} {method} {target}: {outcome}\n", a.op));
         }
         out
+    }
+}
+
+/// Where an action went, as `operator::in_doubt` describes it (a refund's endpoint and
+/// payment intent, which its `target` leaves empty).
+fn target_of(action: &Value) -> String {
+    match serde_json::from_value::<crate::broker::Action>(action.clone()) {
+        Ok(action) if action.target.is_empty() || action.method == crate::broker::Method::Refund => {
+            crate::broker::shown::described(&action, None)["target"].as_str().unwrap_or_default().to_string()
+        }
+        _ => action["target"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+/// Who decided an action: the account and its note, or "an operator" (a journal written
+/// before who was kept), escaped for a terminal.
+fn whom(by: Option<&crate::store::journal::Word>) -> String {
+    match by {
+        Some(crate::store::journal::Word { account, note: Some(note) }) => {
+            format!("{} (\"{}\")", crate::base::text::printable(account), clipped(note))
+        }
+        Some(word) => crate::base::text::printable(&word.account),
+        None => "an operator".to_string(),
     }
 }
 

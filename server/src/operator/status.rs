@@ -235,17 +235,23 @@ struct Here<'a> {
 }
 
 /// What a waiting run needs: its action in doubt and the command that resolves it, from
-/// its waiting record.
-async fn waiting_line(records: &RunRecords, entry: &RunEntry) -> String {
+/// its waiting record, and the action shown whole (text and JSON) when the record reads.
+async fn waiting_line(records: &RunRecords, entry: &RunEntry) -> (String, Option<(String, Value)>) {
     let (tool, run) = (&entry.tool, &entry.run);
     let read = crate::run::runs::WaitingRecord::read(records, tool, run).await;
     match read.and_then(|record| record.ok_or_else(|| "it is gone".to_string())) {
-        Ok(record) => format!(
-            "waiting for an operator at action {}: {}; resolve with: {}",
-            record.op, record.reason, record.resolve
-        ),
+        Ok(record) => {
+            let line = format!(
+                "waiting for an operator at action {}: {}; resolve with: {}",
+                record.op, record.reason, record.resolve
+            );
+            let journal = crate::operator::in_doubt::journal_records(records, tool, run).await;
+            let begun_at_ms = journal.and_then(|journal| crate::operator::in_doubt::begun_at(&journal, record.op));
+            let shown = crate::operator::in_doubt::InDoubt { record: &record, begun_at_ms };
+            (line, Some((shown.text("      "), shown.to_json())))
+        }
         // The problem names the record (its file, or its place in the store).
-        Err(problem) => format!("waiting for an operator, but its waiting record cannot be read: {problem}"),
+        Err(problem) => (format!("waiting for an operator, but its waiting record cannot be read: {problem}"), None),
     }
 }
 
@@ -258,6 +264,8 @@ struct Unfinished {
     waiting: bool,
     /// What it is doing and the one thing to do, in words.
     detail: String,
+    /// A waiting run's action in doubt shown whole: as text lines, and as JSON.
+    in_doubt: Option<(String, Value)>,
 }
 
 impl Unfinished {
@@ -270,7 +278,12 @@ impl Unfinished {
         };
         let age = ledger::duration_text(now_ms.saturating_sub(entry.reserved_at_ms).max(1000));
         let owner = self.owner.as_ref().map(|owner| format!(", owned by {owner}")).unwrap_or_default();
-        format!("  {} {run}, reserved {age} ago{owner}: {}\n", entry.tool, self.detail)
+        let shown = self.in_doubt.as_ref().map(|(text, _)| text.as_str()).unwrap_or_default();
+        format!(
+            "  {} {run}, reserved {age} ago{owner}: {}\n{shown}",
+            entry.tool,
+            crate::base::text::printable(&self.detail)
+        )
     }
 
     fn to_json(&self, now_ms: u64) -> Value {
@@ -286,6 +299,7 @@ impl Unfinished {
             "owner": self.owner,
             "detail": self.detail,
             "resolve": resolve,
+            "in_doubt": self.in_doubt.as_ref().map(|(_, value)| value),
         })
     }
 }
@@ -298,12 +312,12 @@ async fn unfinished(
     let mut out = Vec::new();
     for entry in state.runs.values().filter(|e| e.is_open()) {
         let waiting = here.records.exists(&entry.tool, &entry.run, RecordKind::Waiting).await.unwrap_or(false);
-        let detail = match waiting {
+        let (detail, in_doubt) = match waiting {
             true => waiting_line(here.records, entry).await,
-            false => run_line(here, entry).await,
+            false => (run_line(here, entry).await, None),
         };
         let owner = owners.and_then(|owners| owners.get(&entry.run)).cloned();
-        out.push(Unfinished { entry: entry.clone(), owner, waiting, detail });
+        out.push(Unfinished { entry: entry.clone(), owner, waiting, detail, in_doubt });
     }
     out
 }

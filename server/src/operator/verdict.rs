@@ -3,10 +3,26 @@
 
 use std::path::Path;
 
-use crate::store::journal::{Journal, JournalRecord, OpState};
+use crate::store::journal::{Journal, JournalRecord, OpState, Word};
 
 /// The largest result an operator may give for an action (`resolve --happened`).
 pub const RESOLUTION_BYTES_MAX: usize = 1024 * 1024;
+/// The longest note an operator may give with a word (`resolve --note`).
+pub const NOTE_CHARS_MAX: usize = 500;
+/// The longest account name kept as who gave a word.
+pub const ACCOUNT_CHARS_MAX: usize = 64;
+
+/// Who gives the word, checked against its bounds: what the journal keeps of it.
+pub fn word(account: Option<&str>, note: Option<&str>) -> Result<Word, String> {
+    let account = account.filter(|account| !account.is_empty()).unwrap_or("unknown");
+    if account.chars().count() > ACCOUNT_CHARS_MAX {
+        return Err(format!("the account name is over {ACCOUNT_CHARS_MAX} characters"));
+    }
+    if let Some(note) = note.filter(|note| note.chars().count() > NOTE_CHARS_MAX) {
+        return Err(format!("--note: {} characters, over the limit of {NOTE_CHARS_MAX}", note.chars().count()));
+    }
+    Ok(Word { account: account.to_string(), note: note.map(str::to_string) })
+}
 
 /// The record that says action `op` of `journal` happened (with `happened`, the result as the
 /// operator gives it, in the action's shape) or did not (`None`).
@@ -15,7 +31,7 @@ pub fn resolved(
     journal_path: &Path,
     op: u64,
     happened: Option<&str>,
-    at_ms: u64,
+    (at_ms, by): (u64, Option<Word>),
 ) -> Result<JournalRecord, String> {
     let shown = journal_path.display();
     let action = match journal.ops.get(&op) {
@@ -46,7 +62,7 @@ pub fn resolved(
         }
         None => None,
     };
-    Ok(JournalRecord::Resolved { op, happened: result.is_some(), result, at_ms })
+    Ok(JournalRecord::Resolved { op, happened: result.is_some(), result, at_ms, by })
 }
 
 /// What `resolve` says it recorded.

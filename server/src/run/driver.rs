@@ -351,7 +351,7 @@ impl<S: RunStore> Driver<'_, S> {
                 }))
             }
             Command::Wait { op, action, reason, halted } => {
-                let waiting = Waiting { op, action: action.as_ref(), reason: &reason, halted };
+                let waiting = Waiting { op, action: action.as_ref(), reason: &reason, halted, arguments: cx.inputs };
                 self.store.wait(cx.tool, run, waiting).await?;
                 Ok(None)
             }

@@ -398,14 +398,16 @@ impl Runs {
 
     /// Step 5: the waiting record, durable; the run keeps its whole reservation.
     pub(crate) async fn write_waiting(&self, tool: &Tool, run: &str, waiting: Waiting<'_>) -> Result<(), Fatal> {
-        let Waiting { op, action, reason, halted } = waiting;
+        let Waiting { op, action, reason, halted, arguments } = waiting;
         self.never_waited.borrow_mut().remove(run);
         let name = &tool.config.name;
         let journal = self.records.address(name, run);
+        // By the manifest and the run's id: pasted from any directory, it finds the run.
+        let manifest = crate::base::text::shell_word(&self.catalog.manifest.path.display().to_string());
         let command = match halted {
-            true => format!("warden resolve --journal {journal} --resume"),
+            true => format!("warden resolve {manifest} {run} --resume"),
             false => format!(
-                "warden resolve --journal {journal} --op {op} (--happened '{}' | --did-not-happen)",
+                "warden resolve {manifest} {run} --op {op} (--happened '{}' | --did-not-happen)",
                 action.map_or_else(|| "<result json>".to_string(), crate::broker::resolution::example)
             ),
         };
@@ -420,6 +422,9 @@ impl Runs {
         // later action, or a halt) is replaced.
         let same = self.waiting_record(name, run).await?.is_some_and(|w| w.op == op && w.halted == halted);
         if !same {
+            let arguments = Some(Value::Object(arguments.clone()));
+            let grant = action.and_then(|action| tool.config.grants.get(&action.grant));
+            let described = action.map(|action| crate::broker::shown::described(action, grant));
             let record = WaitingRecord {
                 run: run.to_string(),
                 tool: name.clone(),
@@ -430,6 +435,8 @@ impl Runs {
                 resolve: command.clone(),
                 at_ms: self.env.clock.now_ms(),
                 halted,
+                arguments,
+                described,
             };
             let record = scrub_value(&serde_json::to_value(&record).expect("records serialise"), &self.secrets);
             (self.records.replace(name, run, RecordKind::Waiting, record::encode(&record)).await)
@@ -559,6 +566,14 @@ pub struct WaitingRecord {
     /// Waiting for `warden resolve --resume` (the run was halted), not for an action's verdict.
     #[serde(default)]
     pub halted: bool,
+    /// The run's arguments, for the person deciding (scrubbed with the rest of the record);
+    /// absent in records written before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// The action shown whole (`operator::in_doubt::described`: its full target, amount,
+    /// idempotency key); absent for a halted run and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub described: Option<Value>,
 }
 
 impl WaitingRecord {

@@ -113,6 +113,8 @@ pub struct Waiting<'a> {
     pub action: Option<&'a Action>,
     pub reason: &'a str,
     pub halted: bool,
+    /// The run's arguments, shown to the person who decides (scrubbed with the record).
+    pub arguments: &'a serde_json::Map<String, serde_json::Value>,
 }
 
 pub trait RunStore {

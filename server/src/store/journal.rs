@@ -81,6 +81,16 @@ pub struct EndRecord {
     pub at_ms: u64,
 }
 
+/// Who gave an operator's word, as the run's journal keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Word {
+    /// The account the command ran as (`USER`, else `LOGNAME`; "unknown" when neither is set).
+    pub account: String,
+    /// What the operator said of it (`--note`), if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "record", rename_all = "snake_case", deny_unknown_fields)]
 pub enum JournalRecord {
@@ -124,6 +134,10 @@ pub enum JournalRecord {
         #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "some_value")]
         result: Option<Value>,
         at_ms: u64,
+        /// Who gave the word: the account `warden resolve` ran as, and the note it gave
+        /// (absent in journals written before it was kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<Word>,
     },
     End(EndRecord),
     /// The server restarted and resumed the run (recovery writes it before resuming).
@@ -482,7 +496,7 @@ mod tests {
         let header = crate::store::journal::test_header();
         let begin = |op| JournalRecord::Begin { op, action: Value::Null, at_ms: None };
         let done = |op| JournalRecord::Done { op, result: Value::Null, at_ms: None };
-        let not_happened = |op| JournalRecord::Resolved { op, happened: false, result: None, at_ms: 2 };
+        let not_happened = |op| JournalRecord::Resolved { op, happened: false, result: None, at_ms: 2, by: None };
         let end = JournalRecord::End(EndRecord {
             outcome: RunOutcome::Done,
             result: None,

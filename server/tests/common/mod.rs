@@ -378,6 +378,13 @@ impl Drop for Wire {
 }
 
 /// What `warden mcp status` prints for the server whose manifest is in `dir`.
+/// The journal a waiting run's report (`warden mcp status`, `warden runs show`) names, on its
+/// `journal:` line.
+pub fn printed_journal(report: &str) -> String {
+    let line = report.lines().find_map(|line| line.trim().strip_prefix("journal:"));
+    line.unwrap_or_else(|| panic!("no journal named: {report}")).trim().to_string()
+}
+
 pub fn status_report(dir: &Path) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_warden"))
         .args(["mcp", "status"])

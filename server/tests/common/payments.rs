@@ -25,10 +25,14 @@ pub struct Ledger {
     pub notes: Vec<String>,
     /// Refunds really made: (payment intent, minor units).
     pub refunds: Vec<(String, i64)>,
-    answered: BTreeMap<String, Value>,
+    /// The answer given to each idempotency key (the service's own records of its refunds).
+    pub answered: BTreeMap<String, Value>,
 }
 
-/// How long the lookup of a payment intent `pi_96...` takes.
+/// How long a refund of a payment intent `pi_noanswer...` goes unanswered.
+const UNANSWERED_REFUND_MS: u64 = 10_000;
+
+/// How long the lookup of a payment intent `pi_slowlookup...` takes.
 const LINGERING_LOOKUP_MS: u64 = 5_000;
 
 pub struct Payments {
@@ -74,10 +78,15 @@ fn serve(stream: TcpStream, ledger: &Mutex<Ledger>) {
         ledger.requests.push(seen);
         answer(&mut ledger, &method, &path, &headers, &body)
     };
-    // A payment intent `pi_96...` is looked up slowly: its run is surely in progress (owned by
-    // its instance) for seconds, so a test can kill that instance with a run to take over.
-    if path.starts_with("/v1/payment_intents/pi_96") {
+    // A payment intent `pi_slowlookup...` is looked up slowly: its run is surely in progress
+    // (owned by its instance) meanwhile, so a test can kill that instance with a run to take over.
+    if path.starts_with("/v1/payment_intents/pi_slowlookup") {
         thread::sleep(std::time::Duration::from_millis(LINGERING_LOOKUP_MS));
+    }
+    // A refund of a payment intent `pi_noanswer...` is made and never answered in time (the
+    // answer comes after every client's timeout): the refund an operator must decide.
+    if path == "/v1/refunds" && body.contains("payment_intent=pi_noanswer") {
+        thread::sleep(std::time::Duration::from_millis(UNANSWERED_REFUND_MS));
     }
     // A note `linger-<ms>` is saved at once and answered that much later (a slow service).
     if let Some(ms) = body.strip_prefix("linger-").and_then(|ms| ms.parse::<u64>().ok()) {
@@ -112,7 +121,7 @@ fn answer(
             "pi_jpy" => (200, json!({"id": id, "amount": 5000, "currency": "jpy", "status": "succeeded"})),
             "pi_bhd" => (200, json!({"id": id, "amount": 5000, "currency": "bhd", "status": "succeeded"})),
             "pi_eur" => (200, json!({"id": id, "amount": 5000, "currency": "eur", "status": "succeeded"})),
-            _ if id.starts_with("pi_9") => {
+            _ if id.starts_with("pi_9") || id.starts_with("pi_slowlookup") || id.starts_with("pi_noanswer") => {
                 (200, json!({"id": id, "amount": 100000, "currency": "usd", "status": "succeeded"}))
             }
             _ => (404, json!({"error": {"message": format!("No such payment_intent: '{id}'")}})),
@@ -127,7 +136,10 @@ fn answer(
         let minor: i64 = form.get("amount").and_then(|a| a.parse().ok()).unwrap_or(0);
         let intent = form.get("payment_intent").cloned().unwrap_or_default();
         ledger.refunds.push((intent.clone(), minor));
-        let refund = json!({"id": format!("re_{}", ledger.refunds.len()), "amount": minor, "payment_intent": intent, "status": "succeeded"});
+        // Stripe's refund object: its currency is the payment intent's.
+        let currency = ["jpy", "bhd", "eur"].into_iter().find(|c| intent.contains(c)).unwrap_or("usd");
+        let refund = json!({"id": format!("re_{}", ledger.refunds.len()), "object": "refund", "amount": minor,
+            "currency": currency, "payment_intent": intent, "status": "succeeded"});
         if let Some(key) = key {
             ledger.answered.insert(key, refund.clone());
         }

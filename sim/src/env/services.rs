@@ -271,10 +271,11 @@ impl Services {
             detail: intent.clone(),
             minor,
         });
-        let answer = response(
-            200,
-            json!({"id": format!("re_{number}"), "amount": minor, "payment_intent": intent, "status": "succeeded"}),
-        );
+        // Stripe's refund object, in the currency the intent was paid in.
+        let currency = self.paid_on(&intent).map_or_else(|| "usd".to_string(), |(_, currency)| currency);
+        let refund = json!({"id": format!("re_{number}"), "object": "refund", "amount": minor, "currency": currency,
+            "payment_intent": intent, "status": "succeeded"});
+        let answer = response(200, refund);
         if let Some(key) = key {
             self.idempotency.borrow_mut().insert(key, answer.clone());
         }

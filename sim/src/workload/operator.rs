@@ -80,10 +80,23 @@ fn resume_halted(world: &World, journal: std::path::PathBuf, run: &str, report: 
 }
 
 /// The command `warden mcp status` prints for `run` after "resolve with:", as a person would
-/// copy it: the journal, and the action (`--op`) or `--resume`.
+/// copy it: the run (by the manifest and its id, or by its journal in older records), and the
+/// action (`--op`) or `--resume`.
 enum Printed {
-    Resolve { journal: std::path::PathBuf, op: u64 },
-    Resume { journal: std::path::PathBuf },
+    Resolve { run: Named, op: u64 },
+    Resume { run: Named },
+}
+
+/// How a printed command names its run.
+enum Named {
+    Journal(std::path::PathBuf),
+    /// The manifest and the run's id.
+    Run(std::path::PathBuf, String),
+}
+
+/// The word the simulated operator gives: its account and a note, kept in the journal.
+fn word() -> warden::store::journal::Word {
+    warden::store::journal::Word { account: "operator".into(), note: Some("checked the service's records".into()) }
 }
 
 /// The filled-in `--happened '...'` argument `warden mcp status` prints for `run`.
@@ -97,7 +110,7 @@ fn printed_example(status: &str, run: &str) -> Option<String> {
 fn refuses_a_wrong_shape(world: &World, journal: &std::path::Path, op: u64) -> bool {
     let journal = journal.to_path_buf();
     let outcome = world.start_command(move |env| {
-        Box::pin(async move { warden::commands::resolve(&env, &journal, op, Some(r#"{"note": "seen"}"#)).await })
+        Box::pin(async move { warden::commands::resolve(&env, &journal, op, Some(r#"{"note": "seen"}"#), None).await })
     });
     matches!(outcome, Err(problem) if problem.contains("for example"))
 }
@@ -107,13 +120,61 @@ fn printed_command(status: &str, run: &str) -> Result<Printed, String> {
     let (_, command) = line.split_once("resolve with: ").ok_or_else(|| format!("it names no command: {line}"))?;
     let words: Vec<&str> = command.split_whitespace().collect();
     let after = |flag: &str| words.iter().position(|w| *w == flag).and_then(|at| words.get(at + 1)).copied();
-    let journal = after("--journal").ok_or_else(|| format!("its command names no journal: {command}"))?.into();
+    let run = match (after("--journal"), words.get(2..4)) {
+        (Some(journal), _) => Named::Journal(journal.into()),
+        (None, Some([manifest, run])) if !manifest.starts_with("--") => Named::Run(manifest.into(), run.to_string()),
+        _ => return Err(format!("its command names neither a journal nor a manifest and a run: {command}")),
+    };
     if words.contains(&"--resume") {
-        return Ok(Printed::Resume { journal });
+        return Ok(Printed::Resume { run });
     }
     let op = after("--op").and_then(|op| op.parse().ok());
     let op = op.ok_or_else(|| format!("its command names no action: {command}"))?;
-    Ok(Printed::Resolve { journal, op })
+    Ok(Printed::Resolve { run, op })
+}
+
+/// The journal the printed command's run has, as `warden resolve` finds it: by the manifest
+/// and the run's id (what it shows must name the action whole), or the journal named.
+fn journal_of(world: &World, named: Named, record: &WaitingRecord, report: &mut Report) -> Option<std::path::PathBuf> {
+    let (manifest, run) = match named {
+        Named::Journal(journal) => return Some(on_the_simulated_disk(world, journal, record)),
+        Named::Run(manifest, run) => (manifest, run),
+    };
+    // A record made on another machine (`--from-journals`) names that machine's manifest.
+    let manifest = if world.disk.peek(&manifest).is_some() { manifest } else { World::path("manifest.json") };
+    // The command's answer is text: the journal's path on its first line, then what it shows.
+    let found = world.start_command(move |env| {
+        Box::pin(async move {
+            let (journal, shown) = warden::commands::waiting_run(&env, &manifest, &run).await?;
+            Ok(format!("{}\n{shown}", journal.display()))
+        })
+    });
+    let found = found.map(|text| text.split_once('\n').map(|(journal, shown)| (journal.into(), shown.to_string())));
+    let problem = match found {
+        Ok(Some((journal, shown))) if shows_the_action_whole(&shown, record) => return Some(journal),
+        Ok(None) => "`warden resolve` found no journal".to_string(),
+        Ok(Some((_, shown))) => {
+            format!("what `warden resolve` shows leaves out the action's target or amount:\n{shown}")
+        }
+        Err(problem) if owner_is_down(world, &problem) => return None,
+        Err(problem) => format!("`warden resolve` could not find run {} by its id: {problem}", record.run),
+    };
+    report.violations.push(Violation { invariant: 10, message: problem });
+    None
+}
+
+/// Whether the text `warden resolve` shows names the action's amount and target (a halted
+/// run's shows why it halted).
+fn shows_the_action_whole(shown: &str, record: &WaitingRecord) -> bool {
+    let action = serde_json::from_value::<warden::broker::Action>(record.action.clone());
+    let Some(action) = action.ok().filter(|_| !record.halted) else {
+        return shown.contains("why:");
+    };
+    let amount =
+        action.money().is_none_or(|money| shown.contains(&format!("{} {}", money.amount_text(), money.currency)));
+    let target =
+        record.halted || action.target.is_empty() || shown.contains(&warden::base::text::printable(&action.target));
+    amount && target
 }
 
 /// The operator follows the runbook, beside a live server (its admin channel takes the word)
@@ -150,9 +211,12 @@ pub fn operator(world: &World, report: &mut Report) -> Vec<(String, std::path::P
             }
         };
         let (journal, op) = match printed {
-            Printed::Resolve { journal, op } => (on_the_simulated_disk(world, journal, &record), op),
-            Printed::Resume { journal } => {
-                let journal = on_the_simulated_disk(world, journal, &record);
+            Printed::Resolve { run, op } => match journal_of(world, run, &record, report) {
+                Some(journal) => (journal, op),
+                None => continue,
+            },
+            Printed::Resume { run } => {
+                let Some(journal) = journal_of(world, run, &record, report) else { continue };
                 if resume_halted(world, journal.clone(), &record.run, report) {
                     resolved.push((record.run.clone(), journal));
                 }
@@ -163,7 +227,9 @@ pub fn operator(world: &World, report: &mut Report) -> Vec<(String, std::path::P
         let happened = answer.is_some();
         let journal_resolved = journal.clone();
         let outcome = world.start_command(move |env| {
-            Box::pin(async move { warden::commands::resolve(&env, &journal, op, answer.as_deref()).await })
+            Box::pin(
+                async move { warden::commands::resolve(&env, &journal, op, answer.as_deref(), Some(&word())).await },
+            )
         });
         match &outcome {
             Ok(_) => resolved.push((record.run.clone(), journal_resolved)),

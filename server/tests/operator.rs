@@ -1,0 +1,116 @@
+//! The operator's day two (issue 46), driven as a new operator would with the README alone: a
+//! refund left in doubt by a payments service that took it and never answered, shown whole
+//! (intent, amount, key, the run's arguments) by `warden mcp status`, `warden runs show`,
+//! `warden resolve` and the notification; decided by the run's id from another directory,
+//! beside the live server; the resumed run done with the service's own answer; and `runs show`
+//! naming who decided it.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::payments::Payments;
+use common::{Era, Wire};
+use serde_json::{json, Value};
+
+const SECRET: &str = "sk_test_OPERATOR_1";
+
+/// The shop against the local payments service, with a deadline short enough for a test: a
+/// refund unanswered past it waits for a person.
+fn shop(payments: &Payments) -> tempfile::TempDir {
+    let dir = payments.shop();
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["tools"][0]["deadline"] = json!("3s");
+    manifest["tools"][0]["net"] = json!({"connect_timeout_ms": 300, "timeout_ms": 700});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    dir
+}
+
+/// `warden <args>` run in `cwd` as the account `account`.
+fn warden_in(cwd: &Path, account: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_warden")).args(args).current_dir(cwd).env("USER", account).output().unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn a_refund_in_doubt_is_shown_whole_and_decided_by_its_run_id_from_another_directory() {
+    let payments = Payments::start();
+    let mut wire = Wire::start_dir(shop(&payments), &[("STRIPE_SECRET_KEY", SECRET)]);
+    let manifest = wire.dir.path().join("manifest.json");
+    let manifest = manifest.to_str().unwrap().to_string();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let arguments = json!({"order": "pi_noanswer_1", "amount": {"amount": "12.50", "currency": "USD"}});
+    let answer =
+        wire.request(Era::Modern, json!(1), "tools/call", json!({"name": "refund_order", "arguments": arguments}));
+    assert!(answer.to_string().contains("waiting for an operator"), "{answer}");
+
+    // Every place a person decides from shows the action whole.
+    let status = stdout(&warden_in(elsewhere.path(), "alice", &["mcp", "status", &manifest]));
+    for shown in ["pi_noanswer_1", "12.50 USD", "idempotency key:", "run's arguments:", "begun:", "why:"] {
+        assert!(status.contains(shown), "`{shown}` in: {status}");
+    }
+    let report: Value =
+        serde_json::from_str(&stdout(&warden_in(elsewhere.path(), "alice", &["mcp", "status", &manifest, "--json"])))
+            .unwrap();
+    let waiting = &report["unfinished"][0];
+    let in_doubt = &waiting["in_doubt"];
+    assert_eq!(in_doubt["action"]["payment_intent"], "pi_noanswer_1", "{report}");
+    assert_eq!((&in_doubt["action"]["amount"], &in_doubt["action"]["currency"]), (&json!("12.50"), &json!("USD")));
+    assert_eq!(in_doubt["arguments"]["order"], "pi_noanswer_1", "{report}");
+    let run = waiting["run"].as_str().unwrap().to_string();
+    let op = in_doubt["op"].as_u64().unwrap().to_string();
+    let shown = stdout(&warden_in(elsewhere.path(), "alice", &["runs", "show", &manifest, &run[..8]]));
+    assert!(
+        shown.contains("pi_noanswer_1") && shown.contains("12.50 USD") && shown.contains("decide with:"),
+        "{shown}"
+    );
+    let inbox = std::fs::read_to_string(wire.dir.path().join("operator-inbox.jsonl")).unwrap_or_default();
+    assert!(inbox.contains("pi_noanswer_1") && inbox.contains("12.50"), "the notification names it: {inbox}");
+
+    // The printed example for a refund is the refund object; a bare shape is refused, naming
+    // the field the program reads.
+    let bare = r#"{"status": 200, "json": {}}"#;
+    let args = ["resolve", &manifest, &run[..8], "--op", &op, "--happened", bare, "--yes"];
+    let refused = warden_in(elsewhere.path(), "alice", &args);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("`json.id`"), "{refused:?}");
+
+    // The service's own record of the refund, given as it is, by run id from another directory.
+    let key = in_doubt["action"]["idempotency_key"].as_str().unwrap();
+    let refund = payments.ledger.lock().unwrap().answered.get(key).cloned().expect("the service made the refund");
+    let happened = json!({"status": 200, "json": refund}).to_string();
+    let note = "refund re_1 seen in the dashboard";
+    let args = ["resolve", &manifest, &run[..8], "--op", &op, "--happened", &happened, "--yes", "--note", note];
+    let said = stdout(&warden_in(elsewhere.path(), "alice", &args));
+    assert!(said.contains("pi_noanswer_1") && said.contains("12.50 USD"), "resolve shows what it decides: {said}");
+    assert!(said.contains("the server resumes the run now"), "{said}");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = stdout(&warden_in(elsewhere.path(), "alice", &["mcp", "status", &manifest]));
+        if status.contains("unfinished runs: none") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run did not settle: {status}\n{}", wire.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let shown = stdout(&warden_in(elsewhere.path(), "alice", &["runs", "show", &manifest, &run]));
+    assert!(shown.contains(": done"), "{shown}");
+    assert!(shown.contains(&format!("happened, alice (\"{note}\") said")), "who decided it: {shown}");
+    assert!(shown.contains("answer: ") && shown.contains("re_1"), "the answer carries the service's refund: {shown}");
+    assert_eq!(payments.ledger.lock().unwrap().refunds, vec![("pi_noanswer_1".to_string(), 1250)], "refunded once");
+    let journal: String = common::walk(&wire.dir.path().join("journals"))
+        .iter()
+        .filter(|path| path.to_string_lossy().ends_with(&format!("{run}.journal")))
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect();
+    assert!(journal.contains(r#""account":"alice""#) && journal.contains(note), "the journal keeps who: {journal}");
+    wire.assert_serving(9);
+}
