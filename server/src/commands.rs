@@ -443,6 +443,52 @@ pub async fn waiting_run(env: &Env, manifest_path: &Path, run: &str) -> Result<(
     crate::operator::in_doubt::find(env, &catalog, store, run).await
 }
 
+/// `warden runs cancel <manifest> <run>`: the run (by its id or a prefix only it has) ended
+/// as cancelled by the live server that owns it, through its admin channel; nothing of it may
+/// be in doubt. With no server running it is refused: the server ends runs, not the command.
+pub async fn cancel_run(
+    env: &Env,
+    manifest_path: &Path,
+    run: &str,
+    by: &crate::store::journal::Word,
+) -> Result<String, String> {
+    let catalog = load(env, manifest_path).await?;
+    let store = store_of(env, manifest_path, &catalog)?;
+    let journals = catalog.manifest.server.journals.clone();
+    let kept = crate::operator::kept::Kept::read(env, &journals, store).await?;
+    let entry = crate::operator::runs::find(&kept.state, run)?;
+    if !entry.is_open() {
+        return Err(format!("run {} has ended; there is nothing to cancel", entry.run));
+    }
+    let instance = match &kept.instances {
+        Some(instances) => Some(instances.owners.get(&entry.run).cloned().ok_or_else(|| {
+            format!("run {} is not owned by any instance of the PostgreSQL store: start one, then cancel", entry.run)
+        })?),
+        None if crate::operator::status::server_running(env, &journals).await == Some(true) => None,
+        None => {
+            return Err(format!(
+                "no server is running for {}: start it (warden mcp or warden serve-http), then cancel; nothing was \
+                 changed",
+                manifest_path.display()
+            ))
+        }
+    };
+    let wait_ms = crate::operator::admin::ASK_TIMEOUT_MS - crate::operator::admin::ASK_MARGIN_MS;
+    let request = crate::operator::admin::Request::Cancel {
+        run: entry.run.clone(),
+        tool: entry.tool.clone(),
+        deadline_at_ms: env.clock.now_ms().saturating_add(wait_ms),
+        by: Some(by.clone()),
+    };
+    match crate::operator::admin::ask(env, &journals, instance.as_deref(), &request).await {
+        Ok(said) => Ok(said),
+        Err(
+            crate::operator::admin::Unanswered::Unreachable(problem)
+            | crate::operator::admin::Unanswered::Failed(problem),
+        ) => Err(problem),
+    }
+}
+
 /// `warden check <manifest>`: every problem at once (the manifest's fields, the programs of
 /// the tools whose fields are right, the secrets, `warden.lock`), or a one-line summary per
 /// tool. `without_secrets`: unset secrets are told, not problems (a manifest linted in CI).

@@ -196,6 +196,19 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// End a run as cancelled: one waiting for its client's input, interrupted between
+    /// actions, or halted before its next action. Nothing further is sent, and what it did is
+    /// charged. A run with an action in doubt needs the action decided first (`warden
+    /// resolve`). The running server that owns the run does it, through its admin channel.
+    Cancel {
+        /// The manifest (JSON).
+        manifest: PathBuf,
+        /// The run id (or its first 6 or more characters).
+        run: String,
+        /// Why (kept in the run's journal with your account; at most 500 characters).
+        #[arg(long)]
+        note: Option<String>,
+    },
     /// One run: when it was reserved, started, resumed and settled; each action with its kind,
     /// target, result or error and duration; its prints; the answer its client got.
     Show {
@@ -328,8 +341,7 @@ fn resolve(which: Which, decision: Decision) -> ExitCode {
         eprintln!("warden: nothing was recorded");
         return ExitCode::from(1);
     }
-    let account = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok();
-    let by = match warden::operator::verdict::word(account.as_deref(), decision.note.as_deref()) {
+    let by = match operator_word(decision.note.as_deref()) {
         Ok(by) => by,
         Err(problem) => return report(Err(problem)),
     };
@@ -409,7 +421,17 @@ fn runs(command: RunsCommand) -> ExitCode {
         RunsCommand::Show { manifest, run, json } => {
             report(warden::io::run(warden::commands::runs_show(&env, &manifest, &run, json)))
         }
+        RunsCommand::Cancel { manifest, run, note } => match operator_word(note.as_deref()) {
+            Ok(by) => report(warden::io::run(warden::commands::cancel_run(&env, &manifest, &run, &by))),
+            Err(problem) => report(Err(problem)),
+        },
     }
+}
+
+/// Who gives an operator's word: the account the command runs as, and its note.
+fn operator_word(note: Option<&str>) -> Result<warden::store::journal::Word, String> {
+    let account = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok();
+    warden::operator::verdict::word(account.as_deref(), note)
 }
 
 fn runs_filter(

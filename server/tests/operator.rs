@@ -74,6 +74,11 @@ fn a_refund_in_doubt_is_shown_whole_and_decided_by_its_run_id_from_another_direc
     let inbox = std::fs::read_to_string(wire.dir.path().join("operator-inbox.jsonl")).unwrap_or_default();
     assert!(inbox.contains("pi_noanswer_1") && inbox.contains("12.50"), "the notification names it: {inbox}");
 
+    // A run with an action in doubt cannot be cancelled: the action is decided first.
+    let refused = warden_in(elsewhere.path(), "alice", &["runs", "cancel", &manifest, &run[..8]]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("decide it first"), "{refused:?}");
+
     // The printed example for a refund is the refund object; a bare shape is refused, naming
     // the field the program reads.
     let bare = r#"{"status": 200, "json": {}}"#;
@@ -112,5 +117,43 @@ fn a_refund_in_doubt_is_shown_whole_and_decided_by_its_run_id_from_another_direc
         .map(|path| std::fs::read_to_string(path).unwrap())
         .collect();
     assert!(journal.contains(r#""account":"alice""#) && journal.contains(note), "the journal keeps who: {journal}");
+    wire.assert_serving(9);
+}
+
+/// Issue 46 item 3: `warden runs cancel` ends a run waiting for its client's input, beside the
+/// live server, from another directory: settled `cancelled`, nothing further sent, the round's
+/// state refused afterwards, and who cancelled it kept; a run that has ended is refused.
+#[test]
+fn an_operator_cancels_a_run_waiting_for_input_beside_the_live_server() {
+    let mut wire = Wire::start(&common::fixture("ask/manifest.json"));
+    let manifest = wire.dir.path().join("manifest.json").to_str().unwrap().to_string();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 1, "note": "fixed"},
+        "_meta": {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    let asked = wire.request(Era::Modern, json!(1), "tools/call", call.clone());
+    assert_eq!(asked["result"]["resultType"], json!("input_required"), "{asked}");
+    let state = asked["result"]["requestState"].clone();
+    let listed = stdout(&warden_in(elsewhere.path(), "bob", &["runs", "list", &manifest, "--json"]));
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["runs"][0]["state"], "waiting_for_input", "{listed}");
+    let run = listed["runs"][0]["run"].as_str().unwrap().to_string();
+
+    let args = ["runs", "cancel", &manifest, &run[..8], "--note", "the customer withdrew"];
+    let said = stdout(&warden_in(elsewhere.path(), "bob", &args));
+    assert!(said.contains("cancelled by bob"), "{said}");
+    let shown = stdout(&warden_in(elsewhere.path(), "bob", &["runs", "show", &manifest, &run]));
+    assert!(shown.contains("failed") && shown.contains("cancelled"), "{shown}");
+    assert!(shown.contains("cancelled by bob (\"the customer withdrew\")"), "{shown}");
+    assert!(shown.contains("no actions"), "nothing was sent: {shown}");
+
+    // The round's state no longer opens, and a second cancel finds the run ended.
+    let mut retry = call;
+    retry["requestState"] = state;
+    retry["inputResponses"] = json!({"confirm": {"action": "accept", "content": {"close": true}}});
+    wire.send_request(Era::Modern, json!(2), "tools/call", retry);
+    let refused = wire.recv();
+    assert!(refused.to_string().contains("no longer waits"), "{refused}");
+    let again = warden_in(elsewhere.path(), "bob", &["runs", "cancel", &manifest, &run]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("has ended"), "{again:?}");
     wire.assert_serving(9);
 }

@@ -616,3 +616,40 @@ fn listing_the_runs_with_a_kind_of_record_reads_no_row_of_another_kind() {
     assert!(!plan.contains("Seq Scan"), "the table is scanned: {plan}");
     assert!(!plan.contains("Rows Removed by Filter"), "rows of other kinds are read and dropped: {plan}");
 }
+
+/// Issue 46 item 3 on the PostgreSQL store: `warden runs cancel` finds the instance that owns
+/// a run waiting for its client's input and hands it the word through that instance's admin
+/// channel: the run settles cancelled, no instance owns it any more, and who cancelled it is
+/// kept in its journal on the store.
+#[test]
+fn on_the_store_an_operator_cancels_a_run_waiting_for_input() {
+    use common::{Era, Wire};
+    use serde_json::json;
+    let pg = migrated("cancel_on_store");
+    let dir = common::private_copy(&common::fixture("ask"));
+    let path = dir.path().join("manifest.json");
+    let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["server"]["store"] = json!({"postgres": {"url": {"env": URL_ENV}}});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let mut wire = Wire::start_dir(dir, &[(URL_ENV, &pg.url)]);
+    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 1, "note": "fixed"},
+        "_meta": {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    let asked = wire.request(Era::Modern, json!(1), "tools/call", call);
+    assert_eq!(asked["result"]["resultType"], json!("input_required"), "{asked}");
+    let run = pg.sql("SELECT run FROM warden_owners WHERE instance = 'instance-1'");
+    assert_eq!(run.len(), 32, "the run is owned: {run}");
+    let manifest = wire.dir.path().join("manifest.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["runs", "cancel", manifest.to_str().unwrap(), &run[..8], "--note", "withdrawn"])
+        .env(URL_ENV, &pg.url)
+        .env("USER", "carol")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success() && said.contains("cancelled by carol"), "{said}");
+    assert_eq!(pg.sql("SELECT count(*) FROM warden_owners"), "0", "no instance owns it any more");
+    let settled = "SELECT count(*) FROM warden_ledger WHERE position('\"outcome\":\"cancelled\"' in convert_from(line, 'UTF8')) > 0";
+    assert_eq!(pg.sql(settled), "1", "settled cancelled");
+    assert!(!said.contains(&pg.password()), "{said}");
+    wire.assert_serving(9);
+}

@@ -15,9 +15,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::env::{Env, RecordKind};
+use crate::run::driver::Entry;
+use crate::run::machine::State;
 use crate::run::runs::Runs;
 use crate::run::store::RunStore;
-use crate::store::journal::JournalRecord;
+use crate::store::journal::{JournalRecord, Word};
 use crate::store::ledger::RunPhase;
 
 /// The socket's name in the journals directory (`server.` names are not runs' files).
@@ -48,6 +50,15 @@ pub enum Request {
     },
     /// A halted run: resume it again.
     Resume { run: String, tool: String, deadline_at_ms: u64 },
+    /// End a run with nothing in doubt (between actions, halted before its next action, or
+    /// awaiting its client's input) as cancelled, nothing further sent.
+    Cancel {
+        run: String,
+        tool: String,
+        deadline_at_ms: u64,
+        #[serde(default)]
+        by: Option<crate::store::journal::Word>,
+    },
 }
 
 /// The operator's verdict, always explicit: no field left out reads as "did not happen".
@@ -63,19 +74,21 @@ pub enum Verdict {
 impl Request {
     fn run(&self) -> &str {
         match self {
-            Request::Resolve { run, .. } | Request::Resume { run, .. } => run,
+            Request::Resolve { run, .. } | Request::Resume { run, .. } | Request::Cancel { run, .. } => run,
         }
     }
 
     fn tool(&self) -> &str {
         match self {
-            Request::Resolve { tool, .. } | Request::Resume { tool, .. } => tool,
+            Request::Resolve { tool, .. } | Request::Resume { tool, .. } | Request::Cancel { tool, .. } => tool,
         }
     }
 
     fn deadline_at_ms(&self) -> u64 {
         match self {
-            Request::Resolve { deadline_at_ms, .. } | Request::Resume { deadline_at_ms, .. } => *deadline_at_ms,
+            Request::Resolve { deadline_at_ms, .. }
+            | Request::Resume { deadline_at_ms, .. }
+            | Request::Cancel { deadline_at_ms, .. } => *deadline_at_ms,
         }
     }
 }
@@ -168,6 +181,9 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
     if runs.is_in_progress(&run) {
         return Err(format!("run {run} is executing, not waiting for an operator"));
     }
+    if let Request::Cancel { by, .. } = &request {
+        return cancel(runs, tool, &run, by.as_ref()).await;
+    }
     // Held while the word is journaled: the run is not resolved twice, and a drain waits.
     let held = runs.running(&run);
     let record = word(runs, &request, &entry.tool).await?;
@@ -187,6 +203,41 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
     let journal = runs.records.name(&entry.tool, &run, RecordKind::Journal);
     resume(runs, run, entry.tool.clone());
     Ok(format!("{journal}: {said}; the server resumes the run now"))
+}
+
+/// Ends `run` as cancelled by the operator `by`, if nothing of it is in doubt: between
+/// actions, halted before its next action, or awaiting its client's input (the round taken
+/// first, so no retry answers it meanwhile). Its usage so far is charged at its settle.
+async fn cancel(runs: &Rc<Runs>, tool: &crate::catalog::Tool, run: &str, by: Option<&Word>) -> Result<String, String> {
+    let name = &tool.config.name;
+    let journal = runs.read_journal(name, run).await?.ok_or_else(|| format!("run {run} has not started"))?;
+    let state = crate::run::machine::State::from_journal(&journal).map_err(|e| format!("run {run}: {e}"))?;
+    let waiting = runs.read_waiting(name, run).await?;
+    let in_doubt = match (&state, &waiting) {
+        (_, Some(record)) if !record.halted => Some(record.op),
+        (State::InDoubt(action) | State::Halted { action: Some(action), .. }, _) => Some(action.op),
+        _ => None,
+    };
+    if let Some(op) = in_doubt {
+        return Err(format!(
+            "run {run} has action {op} in doubt: decide it first (`warden mcp status` shows it and the command), \
+             then cancel; nothing was changed"
+        ));
+    }
+    if let State::Awaiting { round, .. } = state {
+        runs.inputs.take(run, round).ok_or_else(|| format!("run {run}: its client is answering it; try again"))?;
+    }
+    let by = by.map(|by| crate::operator::verdict::word(Some(&by.account), by.note.as_deref())).transpose()?;
+    let said = match &by {
+        Some(Word { account, note: Some(note) }) => format!("cancelled by {account} (\"{note}\")"),
+        Some(Word { account, note: None }) => format!("cancelled by {account}"),
+        None => "cancelled by the operator".to_string(),
+    };
+    let inputs = runs.read_inputs(name, run).await?.unwrap_or_default();
+    let ended = runs.execute_to_end(tool, run, &inputs, Entry::CancelledByOperator(said.clone()), &[]).await;
+    ended.map_err(|fatal| stop(runs, &fatal))?;
+    runs.env.log(&format!("run {run}: {said}, through the admin channel; nothing further is sent"));
+    Ok(format!("run {run}: {said}; it ended, nothing further sent"))
 }
 
 /// On the PostgreSQL store, only the run's owner takes the word (another instance could take
@@ -239,6 +290,7 @@ async fn word(runs: &Runs, request: &Request, tool: &str) -> Result<JournalRecor
         Request::Resume { .. } => {
             Err(format!("run {run} is not halted; it waits for a verdict on action {}: {}", record.op, record.resolve))
         }
+        Request::Cancel { .. } => unreachable!("a cancel is carried out before its word is looked for"),
     }
 }
 

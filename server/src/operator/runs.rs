@@ -444,6 +444,7 @@ impl Shown {
         value["restarts"] = json!(self.restarts.iter().map(|at| utc_timestamp(*at)).collect::<Vec<_>>());
         value["input_rounds"] = json!(self.rounds);
         value["answer"] = json!(self.answer);
+        value["message"] = json!(self.end.as_ref().and_then(|end| end.message.as_ref()));
         value
     }
 
@@ -466,6 +467,12 @@ impl Shown {
                 out.push_str(&format!("  released  {} (it never started)\n", utc_timestamp(*at_ms)))
             }
             RunPhase::Open => {}
+        }
+        // Why a run that failed ended so (an operator's cancel names who and why).
+        if let Some(message) =
+            self.end.as_ref().filter(|end| end.outcome != RunOutcome::Done).and_then(|end| end.message.as_ref())
+        {
+            out.push_str(&format!("  why       {}\n", clipped(message)));
         }
         match has_journal {
             true => out.push_str(&format!("  journal   {}\n", journal.display())),

@@ -65,6 +65,8 @@ pub enum Entry {
     Abandoned(String),
     /// Its client cancelled the run while it awaited a round (`tasks/cancel`).
     Cancelled,
+    /// An operator cancelled it (`warden runs cancel`), saying this of who and why.
+    CancelledByOperator(String),
 }
 
 /// Drives runs through their state machine over a store: every durable record goes through
@@ -221,6 +223,11 @@ impl<S: RunStore> Driver<'_, S> {
                 let mut end = self.expired_end(tool, run, journal, at_ms, CANCELLED_WHILE_ASKING.to_string())?;
                 end.outcome = RunOutcome::Failed(FailureKind::Cancelled);
                 Event::Expired(end)
+            }
+            Entry::CancelledByOperator(said) => {
+                let mut end = self.expired_end(tool, run, journal, at_ms, said)?;
+                end.outcome = RunOutcome::Failed(FailureKind::Cancelled);
+                Event::Cancelled(end)
             }
         })
     }

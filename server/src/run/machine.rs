@@ -126,6 +126,10 @@ pub enum Event {
     },
     /// Nobody answered the awaited round in time: the run ends so.
     Expired(EndRecord),
+    /// An operator cancelled the run (`warden runs cancel`) while nothing of it was in doubt:
+    /// between actions, halted before its next action, or awaiting its client's input. It
+    /// ends so, nothing further sent.
+    Cancelled(EndRecord),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -224,6 +228,7 @@ impl Event {
             Event::Settled => "Settled",
             Event::Answered { .. } => "Answered",
             Event::Expired(_) => "Expired",
+            Event::Cancelled(_) => "Cancelled",
         }
     }
 }
@@ -284,7 +289,8 @@ pub fn step(state: State, event: Event) -> Result<(State, Vec<Command>), Invalid
         (State::Awaiting { round, .. }, Event::Answered { answers, at_ms }) => {
             (State::Ready, vec![Command::Journal(JournalRecord::Answered { round, answers, at_ms }), Command::Execute])
         }
-        (State::Awaiting { .. }, Event::Expired(end)) => {
+        (State::Awaiting { .. }, Event::Expired(end))
+        | (State::Ready | State::Halted { action: None, .. } | State::Awaiting { .. }, Event::Cancelled(end)) => {
             let commands = vec![Command::Journal(JournalRecord::End(end.clone())), Command::Settle(end.clone())];
             (State::Settling(end), commands)
         }

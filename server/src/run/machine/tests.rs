@@ -96,6 +96,7 @@ fn the_table_cell_by_cell() {
         Event::Answered { answers: json!({"k": {}}), at_ms: 4 },
         Event::Expired(end("deadline")),
         Event::LookUpFailed("connection refused".into()),
+        Event::Cancelled(end("cancelled")),
     ];
     // (state index, event index) -> (next state, commands).
     let expected: Vec<((usize, usize), (&str, Vec<&str>))> = vec![
@@ -124,6 +125,11 @@ fn the_table_cell_by_cell() {
         ((12, 4), ("Ready", vec!["Journal(Done)", "Execute"])),
         ((12, 5), ("LookingUp", vec!["Log", "LookUp"])),
         ((5, 13), ("Waiting", vec!["Wait", "Notify"])),
+        // An operator's cancel ends a run with nothing in doubt, sending nothing.
+        ((0, 14), ("Settling", vec!["Journal(End)", "Settle"])),
+        ((9, 14), ("Settling", vec!["Journal(End)", "Settle"])),
+        ((10, 14), ("Settling", vec!["Journal(End)", "Settle"])),
+        ((11, 14), ("Settling", vec!["Journal(End)", "Settle"])),
     ];
     let mut valid = 0;
     for (s, state) in states.iter().enumerate() {
@@ -142,7 +148,7 @@ fn the_table_cell_by_cell() {
         }
     }
     assert_eq!(valid, expected.len());
-    assert_eq!(states.len() * events.len(), 182, "every cell was visited");
+    assert_eq!(states.len() * events.len(), 195, "every cell was visited");
 }
 
 #[test]
