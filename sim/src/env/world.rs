@@ -182,6 +182,9 @@ pub struct Instance {
     pub peer: Option<Rc<Probes>>,
     /// The name and epoch it registered as on the store, once it has.
     pub registration: crate::env::state_db::Registration,
+    /// The simulated store, read (as the checker reads it, not as the server says) for which
+    /// instance owns a run.
+    shared_db: Rc<crate::env::state_db::SharedDb>,
 }
 
 impl World {
@@ -402,6 +405,7 @@ impl World {
             cluster: Rc::clone(&self.cluster),
             peer,
             registration,
+            shared_db: Rc::clone(&self.shared_db),
         }
     }
 
@@ -446,6 +450,14 @@ impl World {
 }
 
 impl Instance {
+    /// Whether another instance owns open run `run` on the simulated store now: a request for
+    /// it that reached this one is refused by design (a client must reach the run's owner;
+    /// `docs/DEFERRED.md`), not a defect.
+    pub fn another_owns(&self, run: &str) -> bool {
+        let me = self.registration.borrow().as_ref().map(|(name, _)| name.clone());
+        matches!((me, self.shared_db.owner_of(run)), (Some(me), Some(owner)) if me != owner)
+    }
+
     pub fn send(&self, message: &Value) {
         let mut line = serde_json::to_vec(message).expect("JSON values serialise");
         line.push(b'\n');

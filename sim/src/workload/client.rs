@@ -285,7 +285,7 @@ impl Client {
                 self.refusable_answers.insert(id.to_string(), message.clone());
             }
             if let Some(id) = message.get("id").and_then(Value::as_i64) {
-                self.answered(id, &message, report, now);
+                self.answered(instance, id, &message, report, now);
             }
         }
     }
@@ -334,7 +334,7 @@ impl Client {
     }
 
     /// The answer to call `id` (a workload call, or a retry of one that asked for input).
-    fn answered(&mut self, id: i64, message: &Value, report: &mut Report, now: u64) {
+    fn answered(&mut self, instance: &Instance, id: i64, message: &Value, report: &mut Report, now: u64) {
         if let Some(run) = message["result"]["_meta"][warden::call::answer::META_RUN]["run"].as_str() {
             self.answered_by.insert(id, run.to_string());
         }
@@ -370,7 +370,8 @@ impl Client {
             return;
         }
         if let Some(retried) = self.retries.remove(&id) {
-            self.retry_answered(id, retried, message, report, now);
+            let elsewhere = instance.another_owns(&retried.round.0);
+            self.retry_answered(id, (retried, elsewhere), message, report, now);
             return;
         }
         if message["result"]["resultType"] == json!("input_required") {
@@ -472,7 +473,16 @@ impl Client {
     /// behind with the same state, or the retries of states a `once` repeat was given for
     /// the same round) at most one is served; and not all are refused unless some refusal is
     /// excused (an expired state, a restart since it was sent, a busy tool) or one was lost.
-    fn retry_answered(&mut self, id: i64, retried: Retried, message: &Value, report: &mut Report, now: u64) {
+    /// A retry that reached an instance while another owned its run (`elsewhere`: a
+    /// takeover moved it) is excused when refused: a client must reach the run's owner.
+    fn retry_answered(
+        &mut self,
+        id: i64,
+        (retried, elsewhere): (Retried, bool),
+        message: &Value,
+        report: &mut Report,
+        now: u64,
+    ) {
         let Some(call) = self.unanswered.remove(&id) else { return };
         report.answered += 1;
         let refusal = message["error"]["message"].as_str().unwrap_or("").to_string();
@@ -485,7 +495,8 @@ impl Client {
             || (text.starts_with("the server is busy") && text.contains("nothing was run"));
         let served = message.get("result").is_some() && !asked_again && !busy;
         let waited_out = now.saturating_sub(retried.asked_at) > warden::limits::INPUT_WAIT_MS;
-        let excused = retried.connection != self.connections || refusal.contains("expired") || busy || waited_out;
+        let excused =
+            retried.connection != self.connections || refusal.contains("expired") || busy || waited_out || elsewhere;
         match (retried.tampered, served) {
             (true, _) => report.inputs.altered_refused += (!served && !asked_again) as u64,
             (false, true) => report.inputs.served += 1,
