@@ -91,3 +91,11 @@ const _: () = assert!(RESULT_BYTES_MAX * 6 + 64 * 1024 <= RECORD_LINE_BYTES_MAX)
 const _: () = assert!(REQUEST_STATE_BYTES_MAX + INPUT_RESPONSES_BYTES_MAX < LINE_BYTES_MAX);
 // One caller's share of the waiting runs is a share of the whole.
 const _: () = assert!(AWAITING_RUNS_PER_CALLER_MAX <= AWAITING_RUNS_MAX);
+
+/// What a waiting record keeps of a run's arguments, for the person who decides: past this
+/// (serialised) they are left out, saying so (the kept arguments record has them whole).
+pub const WAITING_ARGUMENTS_BYTES_MAX: usize = 64 * 1024;
+/// What a waiting record keeps of an action's request body in its shown form.
+pub const SHOWN_BODY_CHARS_MAX: usize = 4 * 1024;
+// A waiting record's shown parts, escaped at their longest, leave its action room in a line.
+const _: () = assert!((WAITING_ARGUMENTS_BYTES_MAX + SHOWN_BODY_CHARS_MAX * 4) * 6 < RECORD_LINE_BYTES_MAX / 4);

@@ -92,6 +92,9 @@ enum Command {
     /// server resumes the run at once; with no server running, it is written to the run's
     /// journal and the next start resumes the run.
     #[command(group(clap::ArgGroup::new("which").required(true).args(["run", "journal"])))]
+    #[command(override_usage = "warden resolve <MANIFEST> <RUN> --op <N> (--happened '<JSON>' | --did-not-happen) \
+                                [--note <TEXT>] [--yes]\n       warden resolve <MANIFEST> <RUN> --resume\n       \
+                                warden resolve --journal <JOURNAL> (--op <N> ... | --resume)")]
     Resolve {
         /// The manifest (JSON) of the server the run belongs to.
         #[arg(requires = "run")]
@@ -113,11 +116,12 @@ enum Command {
         #[arg(long, required_unless_present = "resume")]
         op: Option<u64>,
         /// It happened; its result, as JSON (what the service's own records show), in the
-        /// shape the program reads for the action's kind: for an HTTP action (net.http.*,
-        /// payments.stripe.refund) {"status": 100-599, "json": <the response's JSON>}, with
-        /// "body" (text) and "headers" optional; for a database write (db.sqlite,
-        /// db.postgres) {"changes": N}, with "rows" optional. `warden mcp status` shows a
-        /// filled-in example for each waiting run.
+        /// shape the program reads for the action's kind: for an HTTP action (net.http.*)
+        /// {"status": 100-599, "json": <the response's JSON>}, with "body" (text) and
+        /// "headers" optional; for a Stripe refund the same, its "json" Stripe's refund object
+        /// (id, amount, currency, status); for a database write (db.sqlite, db.postgres)
+        /// {"changes": N}, with "rows" optional. `warden mcp status` shows a filled-in example
+        /// for each waiting run.
         #[arg(long, conflicts_with = "did_not_happen", required_unless_present_any = ["did_not_happen", "resume"])]
         happened: Option<String>,
         /// It did not happen: the resumed run may perform it again.

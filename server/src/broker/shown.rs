@@ -16,7 +16,7 @@ pub fn described(action: &Action, grant: Option<&Grant>) -> Value {
     let body = match (action.kind, action.method) {
         (Kind::Model, _) | (_, Method::Refund) | (_, Method::Get) => None,
         _ if action.body.is_empty() => None,
-        _ => Some(action.body.clone()),
+        _ => Some(clipped(&action.body, crate::limits::SHOWN_BODY_CHARS_MAX)),
     };
     json!({
         "op": action.op,
@@ -29,6 +29,16 @@ pub fn described(action: &Action, grant: Option<&Grant>) -> Value {
         "idempotency_key": action.idempotency_key,
         "body": body,
     })
+}
+
+/// At most `most` characters of `text`, saying how many more there were.
+fn clipped(text: &str, most: usize) -> String {
+    let count = text.chars().count();
+    if count <= most {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(most).collect();
+    format!("{kept}... ({} more characters; the run's journal has it whole)", count - most)
 }
 
 /// Where the action goes: a refund's endpoint and payment intent, an HTTP action's URL, a
@@ -68,6 +78,16 @@ pub(crate) mod tests {
             "idempotency_key": "warden-abc-1"
         }))
         .unwrap()
+    }
+
+    /// A request body is kept for a person within its bound, saying how much was left out.
+    #[test]
+    fn a_long_body_is_clipped() {
+        let mut post = refund();
+        (post.kind, post.method, post.target) = (Kind::HttpPost, Method::Post, "https://example.test/".into());
+        post.body = "y".repeat(crate::limits::SHOWN_BODY_CHARS_MAX + 10);
+        let body = described(&post, None)["body"].as_str().unwrap().to_string();
+        assert!(body.ends_with("(10 more characters; the run's journal has it whole)"), "{}", &body[body.len() - 80..]);
     }
 
     /// A refund in doubt names its intent, amount and key, and the endpoint the grant posts to.

@@ -21,6 +21,10 @@ pub fn word(account: Option<&str>, note: Option<&str>) -> Result<Word, String> {
     if let Some(note) = note.filter(|note| note.chars().count() > NOTE_CHARS_MAX) {
         return Err(format!("--note: {} characters, over the limit of {NOTE_CHARS_MAX}", note.chars().count()));
     }
+    // Shown in logs and on terminals: a control character there could forge or hide a line.
+    if note.is_some_and(|note| note.chars().any(char::is_control)) || account.chars().any(char::is_control) {
+        return Err("--note and the account name take no control characters (a newline, an escape)".to_string());
+    }
     Ok(Word { account: account.to_string(), note: note.map(str::to_string) })
 }
 
@@ -69,4 +73,19 @@ pub fn resolved(
 pub fn resolved_text(op: u64, happened: bool) -> String {
     let verdict = if happened { "happened" } else { "did not happen (it may be performed again)" };
     format!("action {op} recorded as {verdict}")
+}
+
+#[cfg(test)]
+mod tests {
+    /// Who gave a word is bounded and shown safely: a long note, or one with a control
+    /// character that could forge a log line or clear a terminal, is refused.
+    #[test]
+    fn a_word_is_bounded_and_printable() {
+        assert_eq!(super::word(None, None).unwrap().account, "unknown");
+        assert_eq!(super::word(Some("alice"), Some("seen")).unwrap().note.as_deref(), Some("seen"));
+        assert!(super::word(Some("alice"), Some(&"x".repeat(super::NOTE_CHARS_MAX + 1))).is_err());
+        assert!(super::word(Some("alice"), Some("ok\n2026 INFO forged")).is_err());
+        assert!(super::word(Some("al\u{1b}[2Jice"), None).is_err());
+        assert!(super::word(Some(&"a".repeat(super::ACCOUNT_CHARS_MAX + 1)), None).is_err());
+    }
 }

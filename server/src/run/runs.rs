@@ -422,7 +422,7 @@ impl Runs {
         // later action, or a halt) is replaced.
         let same = self.waiting_record(name, run).await?.is_some_and(|w| w.op == op && w.halted == halted);
         if !same {
-            let arguments = Some(Value::Object(arguments.clone()));
+            let arguments = Some(arguments_for_a_person(arguments));
             let grant = action.and_then(|action| tool.config.grants.get(&action.grant));
             let described = action.map(|action| crate::broker::shown::described(action, grant));
             let record = WaitingRecord {
@@ -598,6 +598,20 @@ pub async fn read_waiting(env: &Env, path: &Path) -> Result<WaitingRecord, Strin
     WaitingRecord::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// A run's arguments as its waiting record keeps them: whole within
+/// `WAITING_ARGUMENTS_BYTES_MAX`, else left out saying so (the record stays a line its
+/// reader takes, however large the call was).
+fn arguments_for_a_person(arguments: &Map<String, Value>) -> Value {
+    let bytes = serde_json::to_vec(arguments).map_or(usize::MAX, |bytes| bytes.len());
+    if bytes <= crate::limits::WAITING_ARGUMENTS_BYTES_MAX {
+        return Value::Object(arguments.clone());
+    }
+    json!({"left_out": format!(
+        "the arguments take {bytes} bytes, over the {} shown here; `warden runs show --json` reads the run's",
+        crate::limits::WAITING_ARGUMENTS_BYTES_MAX
+    )})
+}
+
 /// Model output tokens a run used, summed from its usage.
 fn tokens_of(usage: &Value) -> u64 {
     (usage.as_object().into_iter().flat_map(|o| o.values()))
@@ -660,5 +674,20 @@ impl<'a> LineOf<'a> {
         fields.extend(principal.map(|principal| ("principal", principal)));
         fields.extend(action.map(|action| ("action", action)));
         fields
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A waiting record is read back whatever the call's size: arguments past
+    /// `WAITING_ARGUMENTS_BYTES_MAX` are left out of it, saying so.
+    #[test]
+    fn a_waiting_record_keeps_arguments_within_its_bound() {
+        let small = serde_json::json!({"order": "pi_1"}).as_object().unwrap().clone();
+        assert_eq!(super::arguments_for_a_person(&small), serde_json::Value::Object(small.clone()));
+        let text = "x".repeat(crate::limits::WAITING_ARGUMENTS_BYTES_MAX);
+        let large = serde_json::json!({ "note": text }).as_object().unwrap().clone();
+        let kept = super::arguments_for_a_person(&large);
+        assert!(kept["left_out"].as_str().unwrap().contains("bytes"), "{kept}");
     }
 }
