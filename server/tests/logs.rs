@@ -110,10 +110,11 @@ fn a_line_about_an_action_names_it_with_its_run_and_tool() {
     assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
     let run = answer["result"]["_meta"]["dev.warden/run"]["run"].as_str().unwrap();
     let lines: Vec<Value> = stderr.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
-    let actions: Vec<&Value> = lines.iter().filter(|line| line["action"].is_string()).collect();
+    assert!(lines.iter().all(|line| !line["action"].is_string()), "an action's number is a number: {stderr}");
+    let actions: Vec<&Value> = lines.iter().filter(|line| line["action"].is_u64()).collect();
     // The program reads the payment intent, then refunds: one line for each, in order.
-    let ops: Vec<&str> = actions.iter().map(|line| line["action"].as_str().unwrap()).collect();
-    assert_eq!(ops, ["0", "1"], "{stderr}");
+    let ops: Vec<u64> = actions.iter().map(|line| line["action"].as_u64().unwrap()).collect();
+    assert_eq!(ops, [0, 1], "{stderr}");
     let host = format!("127.0.0.1:{}", payments.port);
     let kind = "payments.stripe.refund";
     let said = [format!("{kind} GET {host}: done (status 200) in "), format!("{kind} REFUND: done (status 200) in ")];

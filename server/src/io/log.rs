@@ -89,8 +89,10 @@ pub fn emit(line: &LogLine<'_>) {
                 run = line.field("run"),
                 tool = line.field("tool"),
                 principal = line.field("principal"),
-                action = line.field("action"),
-                status = line.field("status"),
+                // Numbers as numbers in JSON lines (an action's number, an HTTP status): both
+                // are written from integers, so each parses.
+                action = line.field("action").and_then(|action| action.parse::<u64>().ok()),
+                status = line.field("status").and_then(|status| status.parse::<u64>().ok()),
                 "{}",
                 line.message
             )
