@@ -142,6 +142,8 @@ pub struct InboundRequest {
     /// Header names in lowercase, in the order received.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The client's address, where the listener knows it (logged with a refusal).
+    pub peer: Option<std::net::IpAddr>,
 }
 
 impl InboundRequest {

@@ -432,6 +432,8 @@ fn a_token_in_a_refused_requests_path_is_never_logged() {
     assert!(!decoded.contains(TOKEN), "the token reached the log: {log}");
     // Nor a piece of it: a path cut to its first 200 characters after the token began.
     assert!(!decoded.contains(&TOKEN[..12]), "a piece of the token reached the log: {log}");
+    // Each refusal names the client it refused.
+    assert_eq!(log.matches(" from 127.0.0.1: ").count(), 3, "{log}");
 }
 
 #[test]

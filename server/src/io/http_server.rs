@@ -280,6 +280,7 @@ async fn answer(
         path: parts.uri.path().to_string(),
         headers,
         body: vec![],
+        peer: Some(peer),
     };
     if let Some(refused) = handler.screen(&inbound) {
         return Ok(respond(refused));

@@ -310,6 +310,7 @@ impl crate::env::InboundService for Served {
                 path: request.path.clone(),
                 headers: Vec::new(),
                 body: Vec::new(),
+                peer: request.peer,
             };
             let answer = Rc::clone(&front).answer(request).await;
             front.answered(&head, &answer);
@@ -333,7 +334,8 @@ impl Front {
         let path = crate::broker::scrub_decoded(&head.path, &self.runs.secrets);
         let path: String = path.chars().take(200).collect();
         let status = answer.status.to_string();
-        let line = format!("HTTP {status} to {} {path}: {reason}", head.method);
+        let from = head.peer.map(|peer| format!(" from {peer}")).unwrap_or_default();
+        let line = format!("HTTP {status} to {} {path}{from}: {reason}", head.method);
         self.env.log_at(crate::env::Level::Info, &line, &[("status", &status)]);
     }
 

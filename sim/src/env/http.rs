@@ -321,7 +321,7 @@ impl Bridge {
         } else if let Some(session) = self.session.borrow().clone() {
             headers.push(("mcp-session-id".to_string(), session));
         }
-        InboundRequest { method: "POST".to_string(), path: "/mcp".to_string(), headers, body }
+        InboundRequest { method: "POST".to_string(), path: "/mcp".to_string(), headers, body, peer: None }
     }
 
     /// The answer's messages, as lines on the protocol stream: a live stream's as they come,
@@ -420,7 +420,13 @@ impl Bridge {
             ("mcp-session-id".to_string(), session),
             ("last-event-id".to_string(), trail.last_id()?),
         ];
-        let request = InboundRequest { method: "GET".to_string(), path: "/mcp".to_string(), headers, body: Vec::new() };
+        let request = InboundRequest {
+            method: "GET".to_string(),
+            path: "/mcp".to_string(),
+            headers,
+            body: Vec::new(),
+            peer: None,
+        };
         if let Some(refused) = handler.screen(&request) {
             return Some(refused);
         }
