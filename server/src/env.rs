@@ -143,7 +143,7 @@ pub struct InboundRequest {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     /// The client's address, where the listener knows it (logged with a refusal).
-    pub peer: Option<std::net::IpAddr>,
+    pub peer: Option<core::net::IpAddr>,
 }
 
 impl InboundRequest {
