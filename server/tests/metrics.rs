@@ -31,7 +31,11 @@ impl Drop for Server {
 
 /// The toolbox example over HTTP with a bearer token, and metrics on a loopback port of their own.
 fn start() -> Server {
-    let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+    start_in(common::private_copy(&common::repo_root().join("examples/toolbox")))
+}
+
+/// `start`, serving the manifest in `dir`.
+fn start_in(dir: tempfile::TempDir) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
         .arg("serve-http")
         .arg(dir.path().join("manifest.json"))
@@ -235,4 +239,36 @@ fn the_metrics_listener_refuses_another_host_or_origin() {
     assert_eq!(get_metrics_as(server.metrics, &format!("rebound.example:{port}"), None), 403);
     let page = Some("http://rebound.example");
     assert_eq!(get_metrics_as(server.metrics, &format!("127.0.0.1:{port}"), page), 403);
+}
+
+/// Issue 46 item 6: the alert rules shipped in `deploy/` pass `promtool check rules` (Debian's
+/// `prometheus` has it), and every Warden metric they name is one the server serves (a rule
+/// naming a metric that does not exist never fires).
+#[test]
+fn the_shipped_alert_rules_check_and_name_only_served_metrics() {
+    let rules = common::repo_root().join("deploy/prometheus-alerts.yml");
+    let checked = Command::new("/usr/bin/promtool").arg("check").arg("rules").arg(&rules).output().unwrap();
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stdout));
+    // A tool with a quota, so the quota gauges are served.
+    let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["tools"][0]["quota"] = json!({"window": "1h", "calls": 100});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let server = start_in(dir);
+    let (status, served) = send(server.metrics, "GET", "/metrics", &[], "");
+    assert_eq!(status, 200);
+    let text = std::fs::read_to_string(&rules).unwrap();
+    let named: std::collections::BTreeSet<&str> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("warden_"))
+        .collect();
+    assert!(named.len() >= 4, "{named:?}");
+    for metric in named {
+        let family = ["_total", "_bucket", "_count", "_sum"].iter().fold(metric, |m, s| m.strip_suffix(s).unwrap_or(m));
+        assert!(
+            served.contains(&format!("# TYPE {family} ")),
+            "the rules name {metric}, which is not served:\n{served}"
+        );
+    }
 }
