@@ -685,12 +685,28 @@ pub trait Process {
     fn run(&self, request: ProcessRequest) -> LocalBoxFuture<'static, io::Result<ProcessOutcome>>;
     /// An environment variable of the server process (secrets are named in the manifest).
     fn var(&self, name: &str) -> Option<String>;
+    /// What the server process uses of its machine, for `/metrics`; `None` where it cannot be
+    /// read (not Linux, or a simulated process).
+    fn usage(&self) -> Option<ProcessUsage> {
+        None
+    }
     /// Shutdown signals (SIGTERM, SIGINT, SIGHUP) received since listening began (0 before).
     fn shutdown_signals(&self) -> u64;
     /// Resolves once `nth` shutdown signals have been received (the first asks for a drain,
     /// the second for an exit at once); one received before the call counts. The first call
     /// starts listening: from then on a signal is counted, and no longer ends the process.
     fn shutdown_signal(&self, nth: u64) -> LocalBoxFuture<'static, ()>;
+}
+
+/// What a process uses of its machine (`Process::usage`), as Prometheus's process metrics say it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProcessUsage {
+    /// User and system CPU time, in seconds.
+    pub cpu_seconds: f64,
+    pub resident_memory_bytes: u64,
+    pub open_fds: u64,
+    /// When the process started, in seconds since the Unix epoch.
+    pub start_time_seconds: f64,
 }
 
 /// The durable steps of a call (seed 000 section 7), and the gap inside an action. The

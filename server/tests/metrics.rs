@@ -272,3 +272,24 @@ fn the_shipped_alert_rules_check_and_name_only_served_metrics() {
         );
     }
 }
+
+/// Issue 46 item 5: the process's own metrics beside Warden's, under the names Prometheus
+/// client libraries give them: CPU time, resident memory, open descriptors, start time.
+#[test]
+fn the_process_metrics_are_served() {
+    let server = start();
+    let (status, served) = send(server.metrics, "GET", "/metrics", &[], "");
+    assert_eq!(status, 200);
+    let value = |name: &str| -> f64 {
+        let line = served.lines().find(|line| line.starts_with(&format!("{name} ")));
+        let line = line.unwrap_or_else(|| panic!("{name} is not served:\n{served}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(value("process_resident_memory_bytes") > 1_000_000.0, "{served}");
+    assert!(value("process_open_fds") >= 3.0, "{served}");
+    assert!(value("process_cpu_seconds_total") >= 0.0, "{served}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let started = value("process_start_time_seconds");
+    assert!(started <= now + 1.0 && started > now - 300.0, "started {started}, now {now}");
+    assert!(served.contains("warden_build_info{"), "Warden's own metrics keep their prefix: {served}");
+}

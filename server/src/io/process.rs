@@ -83,6 +83,10 @@ impl Process for RealProcess {
         std::env::var(name).ok()
     }
 
+    fn usage(&self) -> Option<crate::env::ProcessUsage> {
+        process_usage()
+    }
+
     fn shutdown_signals(&self) -> u64 {
         self.signals.borrow().as_ref().map_or(0, |received| received.count.get())
     }
@@ -102,4 +106,31 @@ impl Process for RealProcess {
             }
         })
     }
+}
+
+/// This process's use of the machine, read from `/proc` (Linux): CPU time and start time from
+/// `/proc/self/stat` (in clock ticks; the start after boot, `btime` in `/proc/stat`), resident
+/// pages from `/proc/self/statm`, open descriptors from `/proc/self/fd`.
+fn process_usage() -> Option<crate::env::ProcessUsage> {
+    // SAFETY: sysconf has no preconditions.
+    let (ticks, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (ticks, page) = (u64::try_from(ticks).ok().filter(|t| *t > 0)?, u64::try_from(page).ok()?);
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces and parentheses: the fields follow its last `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    let (utime, stime, started) = (field(14)?, field(15)?, field(22)?);
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let resident: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let boot: u64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("btime ")?.trim().parse().ok())?;
+    let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    Some(crate::env::ProcessUsage {
+        cpu_seconds: utime.saturating_add(stime) as f64 / ticks as f64,
+        resident_memory_bytes: resident.saturating_mul(page),
+        open_fds,
+        start_time_seconds: boot as f64 + started as f64 / ticks as f64,
+    })
 }

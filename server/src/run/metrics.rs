@@ -76,7 +76,11 @@ impl Metrics {
 /// The scrape: every metric, the gauges read now.
 pub async fn exposition(runs: &Runs) -> String {
     let metrics = &runs.metrics;
-    let mut registry = Registry::with_prefix("warden");
+    let mut root = Registry::default();
+    if let Some(usage) = runs.env.process.usage() {
+        process_metrics(&mut root, usage);
+    }
+    let registry = root.sub_registry_with_prefix("warden");
     let build = Family::<Labels, Gauge>::default();
     build.get_or_create(&vec![("version", crate::VERSION.to_string())]).set(1);
     registry.register("build_info", "The version of Warden serving", build);
@@ -95,8 +99,21 @@ pub async fn exposition(runs: &Runs) -> String {
     registry.register("quota_used", "Quota use in the current window, by tool, principal and unit", used);
     registry.register("quota_limit", "Quota limits, by tool, principal and unit", limit);
     let mut text = String::new();
-    encode(&mut text, &registry).expect("writing to a String cannot fail");
+    encode(&mut text, &root).expect("writing to a String cannot fail");
     text
+}
+
+/// The process's own use of the machine, under the names every Prometheus client library
+/// gives them (`process_*`), so the dashboards and alerts written for those read it.
+fn process_metrics(registry: &mut Registry, usage: crate::env::ProcessUsage) {
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::gauge::ConstGauge;
+    registry.register("process_cpu_seconds", "User and system CPU time spent", ConstCounter::new(usage.cpu_seconds));
+    let resident = ConstGauge::new(usage.resident_memory_bytes as i64);
+    registry.register("process_resident_memory_bytes", "Resident memory size", resident);
+    registry.register("process_open_fds", "Open file descriptors", ConstGauge::new(usage.open_fds as i64));
+    let started = ConstGauge::new(usage.start_time_seconds);
+    registry.register("process_start_time_seconds", "Start time of the process since the Unix epoch", started);
 }
 
 /// Unfinished runs by state: executing here, waiting for an operator, halted, waiting for
