@@ -448,6 +448,10 @@ fn explore(
     progress.finish_and_clear();
     print!("{}", totals.table(&seeds, options.details));
     print!("{}", totals.findings_in_words());
+    // What the findings rest on: the services' behaviour the simulator cannot know.
+    for line in options.own.iter().flat_map(warden_sim::workload::own::assumptions) {
+        println!("{line}");
+    }
     eprintln!("{}", totals.speed_line(started.elapsed().as_secs_f64(), options.jobs));
     if let Some(memory) = resident_memory() {
         eprintln!("{memory}");

@@ -322,3 +322,15 @@ fn a_write_made_twice_is_told_of_the_tool_that_can_make_it() {
         assert!(!finding.message.contains(": the calls differed in an argument outside"), "{finding:?}");
     }
 }
+
+/// Issue 45 item 7, in part: `explore --manifest` says what it assumed of each service a
+/// manifest writes to with an idempotency key (that it honours the key), since a service that
+/// ignores it would make a resent write twice and the simulator cannot know which it is.
+#[test]
+fn the_assumption_about_keyed_services_is_said() {
+    let world = own::load(&example("shop").join("manifest.json")).unwrap();
+    let said = own::assumptions(&world);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("`refund_order` grant `pay.needs.post`"), "{said:?}");
+    assert!(said[0].contains("https://api.stripe.com/v1/refunds") && said[0].contains("made twice"), "{said:?}");
+}
