@@ -411,6 +411,37 @@ fn drawn(schema: &Value, variant: usize) -> Value {
     }
 }
 
+/// What the simulator assumes of the services an operator's manifest writes to with an
+/// idempotency key: that each makes a write once per key, however often it is sent. Warden
+/// sends such a write again when its answer is lost, so a service that ignores the key would
+/// make it twice: the operator checks each one's documentation. One line a grant.
+pub fn assumptions(world: &WorldFile) -> Vec<String> {
+    let Ok(manifest) = serde_json::from_str::<Value>(&world.manifest) else { return Vec::new() };
+    let mut lines = Vec::new();
+    for tool in manifest["tools"].as_array().into_iter().flatten() {
+        let grants = tool["grants"].as_object().into_iter().flatten();
+        // A grant's own keyed writes, and those of the parts it `needs` (a refund's `post`).
+        let keyed = grants.flat_map(|(name, grant)| {
+            let needs = grant["needs"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(move |(need, part)| (format!("{name}.needs.{need}"), part));
+            std::iter::once((name.clone(), grant)).chain(needs)
+        });
+        for (at, grant) in keyed.filter(|(_, grant)| grant["idempotency_key"] == true) {
+            let only: Vec<&str> = grant["only"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            lines.push(format!(
+                "assumed: `{}` grant `{at}` writes to a service that makes a write once per Idempotency-Key ({}); \
+                 were it to ignore the key, a write Warden sends again after a lost answer would be made twice",
+                tool["name"].as_str().unwrap_or("?"),
+                only.join(", ")
+            ));
+        }
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,35 +481,4 @@ mod tests {
         assert_eq!(variables["DESK_URL"], crate::names::PG_URL);
         assert!(variables["STRIPE_SECRET_KEY"].starts_with(OWN_SECRET_PREFIX));
     }
-}
-
-/// What the simulator assumes of the services an operator's manifest writes to with an
-/// idempotency key: that each makes a write once per key, however often it is sent. Warden
-/// sends such a write again when its answer is lost, so a service that ignores the key would
-/// make it twice: the operator checks each one's documentation. One line a grant.
-pub fn assumptions(world: &WorldFile) -> Vec<String> {
-    let Ok(manifest) = serde_json::from_str::<Value>(&world.manifest) else { return Vec::new() };
-    let mut lines = Vec::new();
-    for tool in manifest["tools"].as_array().into_iter().flatten() {
-        let grants = tool["grants"].as_object().into_iter().flatten();
-        // A grant's own keyed writes, and those of the parts it `needs` (a refund's `post`).
-        let keyed = grants.flat_map(|(name, grant)| {
-            let needs = grant["needs"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(move |(need, part)| (format!("{name}.needs.{need}"), part));
-            std::iter::once((name.clone(), grant)).chain(needs)
-        });
-        for (at, grant) in keyed.filter(|(_, grant)| grant["idempotency_key"] == true) {
-            let only: Vec<&str> = grant["only"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            lines.push(format!(
-                "assumed: `{}` grant `{at}` writes to a service that makes a write once per Idempotency-Key ({}); \
-                 were it to ignore the key, a write Warden sends again after a lost answer would be made twice",
-                tool["name"].as_str().unwrap_or("?"),
-                only.join(", ")
-            ));
-        }
-    }
-    lines
 }
