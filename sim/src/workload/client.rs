@@ -543,11 +543,15 @@ impl Client {
     /// served. (A retry lost in a crash, never answered, excuses its round; so does a round
     /// every retry of which was told it was taken already, when its run's journal shows it
     /// answered another way, by a 2025-11-25 session's client asked the same round through a
-    /// server request: `answered(tool, run, round)`.)
+    /// server request: `answered(tool, run, round)`; and a round of a run the client itself
+    /// cancelled as a task.)
     pub fn rounds_refused(&self, answered: &dyn Fn(&str, &str, u64) -> bool) -> Vec<String> {
         let tool_of = |round: &RoundRetries| round.sent.first().and_then(|id| self.tools.get(id)).cloned();
+        // A run this client cancelled as a task ends without its round (seed 361091).
+        let cancelled = |run: &str| self.tasks.values().any(|followed| followed.task == run && followed.cancelled);
         (self.rounds.iter())
             .filter(|(_, round)| round.served.is_none() && !round.sent.is_empty())
+            .filter(|((run, _), _)| !cancelled(run))
             .filter(|((run, number), round)| {
                 round.refused_otherwise || !tool_of(round).is_some_and(|tool| answered(&tool, run, *number))
             })
