@@ -17,6 +17,17 @@ pub fn printable(text: &str) -> String {
     out
 }
 
+/// At most `most` characters of `text`, saying how many more there were and where the whole
+/// is (`whole_in`, such as "--json has it whole").
+pub fn clipped(text: &str, most: usize, whole_in: &str) -> String {
+    let count = text.chars().count();
+    if count <= most {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(most).collect();
+    format!("{kept}... ({} more characters; {whole_in})", count - most)
+}
+
 /// `word` as one word a POSIX shell reads back unchanged: as it is when it holds only
 /// characters a shell leaves alone, else in single quotes (a quote in it closed and escaped).
 pub fn shell_word(word: &str) -> String {

@@ -16,7 +16,11 @@ pub fn described(action: &Action, grant: Option<&Grant>) -> Value {
     let body = match (action.kind, action.method) {
         (Kind::Model, _) | (_, Method::Refund) | (_, Method::Get) => None,
         _ if action.body.is_empty() => None,
-        _ => Some(clipped(&action.body, crate::limits::SHOWN_BODY_CHARS_MAX)),
+        _ => Some(crate::base::text::clipped(
+            &action.body,
+            crate::limits::SHOWN_BODY_CHARS_MAX,
+            "the run's journal has it whole",
+        )),
     };
     json!({
         "op": action.op,
@@ -29,16 +33,6 @@ pub fn described(action: &Action, grant: Option<&Grant>) -> Value {
         "idempotency_key": action.idempotency_key,
         "body": body,
     })
-}
-
-/// At most `most` characters of `text`, saying how many more there were.
-fn clipped(text: &str, most: usize) -> String {
-    let count = text.chars().count();
-    if count <= most {
-        return text.to_string();
-    }
-    let kept: String = text.chars().take(most).collect();
-    format!("{kept}... ({} more characters; the run's journal has it whole)", count - most)
 }
 
 /// Where the action goes: a refund's endpoint and payment intent, an HTTP action's URL, a

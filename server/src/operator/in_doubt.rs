@@ -96,12 +96,7 @@ impl InDoubt<'_> {
 
 /// At most `SHOWN_CHARS_MAX` characters, saying how many more there are.
 fn clipped(text: &str) -> String {
-    let count = text.chars().count();
-    if count <= SHOWN_CHARS_MAX {
-        return text.to_string();
-    }
-    let kept: String = text.chars().take(SHOWN_CHARS_MAX).collect();
-    format!("{kept}... ({} more characters; --json has it whole)", count - SHOWN_CHARS_MAX)
+    crate::base::text::clipped(text, SHOWN_CHARS_MAX, "--json has it whole")
 }
 
 /// The run `run` names (its id, or a prefix only it has), waiting for a person: its journal's

@@ -556,14 +556,5 @@ fn compact(value: Option<&Value>) -> String {
 /// At most `SHOWN_CHARS_MAX` characters, saying how much was left out, control characters
 /// escaped (what a client, a program or a service wrote reaches a terminal here).
 fn clipped(text: &str) -> String {
-    crate::base::text::printable(&clipped_raw(text))
-}
-
-fn clipped_raw(text: &str) -> String {
-    let count = text.chars().count();
-    if count <= SHOWN_CHARS_MAX {
-        return text.to_string();
-    }
-    let kept: String = text.chars().take(SHOWN_CHARS_MAX).collect();
-    format!("{kept}... ({} more characters; --json has it whole)", count - SHOWN_CHARS_MAX)
+    crate::base::text::printable(&crate::base::text::clipped(text, SHOWN_CHARS_MAX, "--json has it whole"))
 }
