@@ -403,6 +403,12 @@ pub struct OwnWorld {
     /// Prompts the client gets now and then: (name, arguments), one entry per argument set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prompt_calls: Vec<(String, serde_json::Value)>,
+    /// The services the operator's writes reach (any URL but the payments API and the model)
+    /// ignore the Idempotency-Key header: a keyed write sent again is made again. Whether a
+    /// real service honours keys the simulator cannot know, so `explore --manifest` draws
+    /// both behaviours and reports what depends on it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub services_ignore_keys: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -323,14 +323,76 @@ fn a_write_made_twice_is_told_of_the_tool_that_can_make_it() {
     }
 }
 
-/// Issue 45 item 7, in part: `explore --manifest` says what it assumed of each service a
-/// manifest writes to with an idempotency key (that it honours the key), since a service that
-/// ignores it would make a resent write twice and the simulator cannot know which it is.
+/// Issue 45 item 7: `explore --manifest` says what it takes each keyed service to do. The
+/// payments API honours keys, as Stripe documents.
 #[test]
 fn the_assumption_about_keyed_services_is_said() {
     let world = own::load(&example("shop").join("manifest.json")).unwrap();
     let said = own::assumptions(&world);
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].contains("`refund_order` grant `pay.needs.post`"), "{said:?}");
-    assert!(said[0].contains("https://api.stripe.com/v1/refunds") && said[0].contains("made twice"), "{said:?}");
+    assert!(
+        said[0].contains("https://api.stripe.com/v1/refunds") && said[0].contains("as Stripe documents"),
+        "{said:?}"
+    );
+}
+
+/// Issue 45 item 7: where a service's behaviour is unknown (a webhook given an idempotency
+/// key), the sweep explores both: half the seeds take the service to ignore keys, and there a
+/// keyed write Warden sent again after a lost answer is made twice. That is told as what
+/// depends on the service (with the grant to change if it ignores keys), never as a violation
+/// of Warden's, and never in a seed whose service honours keys.
+#[test]
+fn a_keyed_webhook_is_explored_with_a_service_that_honours_keys_and_one_that_ignores_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/own-hooks");
+    for file in ["post.star", "get.star"] {
+        std::fs::copy(hooks.join(file), dir.path().join(file)).unwrap();
+    }
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(hooks.join("manifest.json")).unwrap()).unwrap();
+    manifest["tools"][0]["grants"]["hook"]["idempotency_key"] = true.into();
+    manifest["tools"][0]["once"] = serde_json::json!({"by": ["message"], "keep": "1d"});
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    let world = own::load(&dir.path().join("manifest.json")).unwrap();
+    let said = own::assumptions(&world);
+    assert!(said.len() == 1 && said[0].starts_with("explored both: `post_message` grant `hook`"), "{said:?}");
+
+    let reports = sweep_world(&world);
+    let mut relied = 0;
+    for report in &reports {
+        assert!(report.violations.is_empty(), "seed {}: {:?}", report.seed, report.violations);
+        let ignored =
+            warden_sim::plan::plan_in(report.seed, Some(&world)).world.unwrap().own.unwrap().services_ignore_keys;
+        for finding in &report.findings {
+            assert_eq!(finding.kind, warden_sim::checks::own::RELIES_ON_KEYS, "seed {}: {finding:?}", report.seed);
+            assert!(ignored, "seed {}: told with keys honoured: {finding:?}", report.seed);
+            assert!(finding.message.contains("take `idempotency_key` off the grant"), "{finding:?}");
+            relied += 1;
+        }
+    }
+    let ignoring = (reports.iter())
+        .filter(|report| {
+            warden_sim::plan::plan_in(report.seed, Some(&world)).world.unwrap().own.unwrap().services_ignore_keys
+        })
+        .count();
+    assert!(ignoring > reports.len() / 4 && ignoring < reports.len() * 3 / 4, "{ignoring} of {} seeds", reports.len());
+    assert!(relied > 0, "no seed of {} made a keyed write twice with keys ignored", reports.len());
+}
+
+/// Found by the sweep with faults aimed at the operator's own services: a keyed refund still
+/// unanswered at its run's deadline waits for a person by the design's rule, which no setting
+/// prevents; the shop was told to add the idempotency key its grant already had.
+#[test]
+fn a_keyed_write_unanswered_at_its_deadline_is_no_finding_of_the_manifests() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/found-world-a-keyed-refund-unanswered-at-its-deadline-is-no-finding.json");
+    let scenario: warden_faults::Scenario = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let report = warden_sim::sweep::simulate(&scenario);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert!(
+        report.log.iter().any(|(_, line)| line.contains("with the same key, without an answer")),
+        "the case is met"
+    );
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
 }

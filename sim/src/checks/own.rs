@@ -8,7 +8,10 @@
 //! - `refused by the service`: a write the service refused on its own account (not a fault),
 //!   as a program that sends before it reads what it acts on does;
 //! - `quota spent on resends`: calls refused over a tool's quota while requests sent again
-//!   had each started runs of their own, counted against it again (a tool without `once`).
+//!   had each started runs of their own, counted against it again (a tool without `once`);
+//! - `relies on the service honouring Idempotency-Key`: in a seed whose services ignore keys,
+//!   one run's keyed write made again when Warden sent it again after a lost answer. Told, not
+//!   failed: whether a real service honours keys only its operator knows.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -152,7 +155,13 @@ fn done_twice(world: &World, manifest: &Value, limits: &BTreeMap<String, ToolLim
         let runs: BTreeSet<&str> = made.iter().filter_map(|effect| run_of_key(effect.key.as_deref()?)).collect();
         let keyed = made.iter().all(|effect| effect.key.is_some());
         if keyed && runs.len() < 2 {
-            continue; // one run's action, sent again with its key: made once by the service
+            // One run's action, sent again with its key: made once by a service that honours
+            // keys, and again by one that does not.
+            if world.services.own_writes_ignore_keys.get() && kind == "http" {
+                let tools = runs.iter().filter_map(|run| tool_of(run));
+                found.extend(tools.map(|tool| relies_on_keys(tool, detail, made.len())));
+            }
+            continue;
         }
         if keyed && state.as_ref().is_some_and(|state| each_begun_after_a_key_expired(state, &runs, limits)) {
             continue;
@@ -172,6 +181,26 @@ fn done_twice(world: &World, manifest: &Value, limits: &BTreeMap<String, ToolLim
         }
     }
     found
+}
+
+/// The kind of finding that says what holds only if a service honours idempotency keys: told,
+/// not a fault of the manifest's (a sweep with only these passes).
+pub const RELIES_ON_KEYS: &str = "relies on the service honouring Idempotency-Key";
+
+/// One run's keyed write made `times` times by a service that ignored its key, each resend
+/// Warden's own after a lost answer.
+fn relies_on_keys(tool: String, detail: &str, times: usize) -> Finding {
+    let url = detail.split(' ').nth(1).unwrap_or_default();
+    let message = format!(
+        "an HTTP write of {} was made {times} times by one run of `{tool}`: its answer was lost, and Warden sent it \
+         again with the same Idempotency-Key, as it does for every keyed write. In this seed the service at {} \
+         ignored the key (a webhook that never reads it does); one that honours it makes the write once. If \
+         yours does not, take `idempotency_key` off the grant: a write whose answer is lost then waits for a \
+         person instead of being sent again",
+        shown(detail),
+        shown(url)
+    );
+    Finding { tool, kind: RELIES_ON_KEYS, message }
 }
 
 /// Whether each of `runs` after the first, in the order they were reserved, began once the run
@@ -284,9 +313,11 @@ fn waited_for_a_person(log: &[(u64, String)]) -> Vec<Finding> {
     let mut found = Vec::new();
     for (_, line) in log {
         let Some((head, reason)) = line.split_once(": stopped, waiting for an operator: ") else { continue };
-        // A halted run, and an action safe to send again whose resend failed too, wait by
-        // the design's rule whatever the settings: no setting of the operator's prevents it.
-        if reason.contains("without getting further") || reason.contains("sending it again failed") {
+        // A halted run, an action safe to send again whose resend failed too, and a keyed
+        // write still unanswered at the run's deadline wait by the design's rule whatever the
+        // settings: no setting of the operator's prevents it.
+        let by_design = ["without getting further", "sending it again failed", "with the same key, without an answer"];
+        if by_design.iter().any(|said| reason.contains(said)) {
             continue;
         }
         let Some(tool) = head.strip_prefix("tool ").and_then(|rest| rest.split(" run ").next()) else { continue };

@@ -85,6 +85,9 @@ pub struct Services {
     still_processing: RefCell<std::collections::BTreeSet<String>>,
     /// The canary: a payment service that ignores idempotency keys.
     pub ignore_idempotency_keys: Cell<bool>,
+    /// In an operator's world: its recording services (every write but the payments API's)
+    /// ignore idempotency keys (`OwnWorld::services_ignore_keys`).
+    pub own_writes_ignore_keys: Cell<bool>,
     pub faults: RefCell<Vec<(String, NetFault)>>,
     pub crashed: RefCell<Option<Rc<Cell<bool>>>>,
     /// The crash flag of a peer instance while it asks a service (`as_instance`).
@@ -343,7 +346,8 @@ impl Services {
 
     fn recorded_write(&self, request: &HttpRequest) -> HttpResponse {
         let key = Services::header(request, "idempotency-key").map(str::to_string);
-        if let Some(earlier) = key.as_ref().and_then(|key| self.idempotency.borrow().get(key).cloned()) {
+        let honoured = key.as_ref().filter(|_| !self.own_writes_ignore_keys.get());
+        if let Some(earlier) = honoured.and_then(|key| self.idempotency.borrow().get(key).cloned()) {
             return earlier;
         }
         // Named as the checker names a journal's write (`truth::signature`).
@@ -524,7 +528,9 @@ impl SimNet {
             Some(NetFault::Refuse) => Err(NetError { may_have_been_sent: false, message: "connection refused".into() }),
             Some(NetFault::LoseResponse) => {
                 services.serve(&request);
-                services.still_processing.borrow_mut().extend(key);
+                // (A service that ignores keys answers no 409: it makes the write again.)
+                let ignored = services.own_writes_ignore_keys.get() && !request.url.contains("/v1/refunds");
+                services.still_processing.borrow_mut().extend(key.filter(|_| !ignored));
                 Err(NetError { may_have_been_sent: true, message: "timed out after sending".into() })
             }
             Some(NetFault::CrashAfterActing) => {

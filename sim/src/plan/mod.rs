@@ -148,15 +148,66 @@ pub fn plan_in(seed: u64, own: Option<&warden_faults::WorldFile>) -> Scenario {
         if own_world_over_http(seed) {
             world.transport = warden_faults::Transport::Http;
         }
+        // Half the seeds take the operator's services to ignore idempotency keys: what a
+        // manifest relies on a service to do is found by trying it both ways.
+        if let Some(own) = world.own.as_mut() {
+            own.services_ignore_keys = own_services_ignore_keys(seed);
+        }
+        aim_network_faults_at(&mut scenario.faults, &own_hosts(&world.manifest));
         scenario.world = Some(world);
     }
     scenario
+}
+
+/// The hosts of generated worlds' services, which an operator's world does not have.
+const GENERATED_HOSTS: [&str; 3] = ["notes.sim", "echo.sim", "pg.sim"];
+
+/// Network faults drawn for a generated world's services, aimed instead at the services an
+/// operator's manifest reaches (in turn, by the fault's position): a lost answer, a refusal or
+/// a slow answer from the operator's own webhook is what `explore --manifest` is for.
+fn aim_network_faults_at(faults: &mut [Planned], hosts: &[String]) {
+    if hosts.is_empty() {
+        return;
+    }
+    for (position, planned) in faults.iter_mut().enumerate() {
+        if let Fault::Network { url, .. } = &mut planned.fault {
+            if GENERATED_HOSTS.contains(&url.as_str()) {
+                *url = hosts[position % hosts.len()].clone();
+            }
+        }
+    }
+}
+
+/// The host of each URL pattern an operator's HTTP grants allow (the part after a wildcard
+/// in a host like `*.example.com`), in the manifest's order, each once.
+fn own_hosts(manifest: &str) -> Vec<String> {
+    let Ok(manifest) = serde_json::from_str::<serde_json::Value>(manifest) else { return Vec::new() };
+    let mut hosts: Vec<String> = Vec::new();
+    let tools = manifest["tools"].as_array().into_iter().flatten();
+    let grants = tools.flat_map(|tool| tool["grants"].as_object().into_iter().flat_map(|grants| grants.values()));
+    for grant in grants.filter(|grant| grant["cap"].as_str().is_some_and(|cap| cap.starts_with("net.http."))) {
+        for pattern in grant["only"].as_array().into_iter().flatten().filter_map(|pattern| pattern.as_str()) {
+            let after_scheme = pattern.split_once("://").map_or(pattern, |(_, rest)| rest);
+            let host = after_scheme.split('/').next().unwrap_or_default();
+            let host = host.rsplit('*').next().unwrap_or_default();
+            if !host.is_empty() && !hosts.iter().any(|known| known == host) {
+                hosts.push(host.to_string());
+            }
+        }
+    }
+    hosts
 }
 
 /// Whether an operator's world is served over Streamable HTTP at `seed`: drawn apart from
 /// the seed's other draws, so the calls and faults stay as they were.
 fn own_world_over_http(seed: u64) -> bool {
     (seed ^ 0x6f77_6e48).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 0
+}
+
+/// Whether an operator's services ignore idempotency keys at `seed`: drawn apart from the
+/// seed's other draws, as the transport is.
+fn own_services_ignore_keys(seed: u64) -> bool {
+    (seed ^ 0x6b65_7973).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 1
 }
 
 /// One seed in this many simulates the fixed world (`fixture.rs`); the others a generated one.

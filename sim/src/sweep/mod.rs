@@ -743,6 +743,20 @@ impl Sim<'_> {
         let instance = self.follow_the_tasks(instance);
         let instance = self.wait_out_expiries(instance);
         let instance = self.peers_answered(instance);
+        let instance = self.follow_the_tasks(instance);
+        self.operator_resolves_late(instance)
+    }
+
+    /// A run halted by a restart while the world settled, after the operator's pass (a server
+    /// that crashed at its stop and started again, say), waits for the operator too: the
+    /// operator looks again, and the calls it answers are sent again (seed 385939).
+    fn operator_resolves_late(&mut self, instance: Instance) -> Instance {
+        if waiting_records(self.world).is_empty() {
+            return instance;
+        }
+        let instance = self.operator_resolves(instance);
+        self.client.resend_after_restart(&instance);
+        let instance = self.settle(instance);
         self.follow_the_tasks(instance)
     }
 

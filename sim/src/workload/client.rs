@@ -605,6 +605,21 @@ impl Client {
         }
     }
 
+    /// The earliest a round of `run` may have been asked, as this client can tell: when the
+    /// call that told it was sent, or an earlier call that named the run or was the same call
+    /// (a round learned through a later `once` repeat may have been asked for the first call,
+    /// whose answer never told it, and its wait counts from then: seed 381306).
+    fn round_asked_no_earlier_than(&self, told: i64, run: &str) -> Option<u64> {
+        let named = (self.runs_ever.iter()).filter(|(_, runs)| runs.contains(run)).map(|(id, _)| *id);
+        let same_call = |id: &i64| {
+            self.tools.get(id) == self.tools.get(&told) && self.arguments.get(id) == self.arguments.get(&told)
+        };
+        let repeated = self.tools.keys().copied().filter(same_call);
+        (std::iter::once(told).chain(named).chain(repeated))
+            .filter_map(|id| self.sent.get(&id).map(|(_, at)| *at))
+            .min()
+    }
+
     /// Sends a retry under a new id of the call's parity (so an OAuth world's bridge sends it
     /// as the same principal).
     fn send_retry(
@@ -629,7 +644,7 @@ impl Client {
         self.arguments.insert(id, retry["params"]["arguments"].clone());
         self.unanswered.insert(id, retry.clone());
         self.rounds.entry(round.clone()).or_default().sent.push(id);
-        let asked_at = self.sent.get(&original).map_or(now, |(_, at)| *at);
+        let asked_at = self.round_asked_no_earlier_than(original, &round.0).unwrap_or(now);
         self.retries.insert(id, Retried { connection: self.connections, round, asked_at, tampered });
         self.sent_now(id, now);
         let tool = call["params"]["name"].as_str().unwrap_or_default();

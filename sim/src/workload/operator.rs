@@ -59,8 +59,12 @@ fn owner_is_down(world: &World, problem: &str) -> bool {
     // A server whose lease ended as it took the word wrote nothing and stops; the run's next
     // owner takes it up, and the operator answers again then.
     let lease_lost = problem.contains("no longer holds its lease") && problem.contains("nothing was written");
-    world.on_the_store()
-        && (problem.contains("start the server again") || problem.contains("again in a moment") || lease_lost)
+    // A server draining when the word comes (on files or the store) says to resolve once it
+    // has stopped: the operator's next pass comes after the world settled.
+    let stopping = problem.contains("the server is stopping: resolve once it has stopped");
+    stopping
+        || world.on_the_store()
+            && (problem.contains("start the server again") || problem.contains("again in a moment") || lease_lost)
 }
 
 /// A halted run: the runbook says resume it again once the server is back.

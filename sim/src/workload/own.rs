@@ -80,7 +80,7 @@ pub fn load(manifest_path: &Path) -> Result<WorldFile, String> {
         files.insert(relative_to(folder, path)?, read_bounded(path)?);
     }
     let variables = variables_of(&raw);
-    let own = Some(OwnWorld { files, variables, resource_uris, prompt_calls });
+    let own = Some(OwnWorld { files, variables, resource_uris, prompt_calls, services_ignore_keys: false });
     Ok(WorldFile {
         manifest: with_journals_here(text, raw),
         programs,
@@ -411,10 +411,12 @@ fn drawn(schema: &Value, variant: usize) -> Value {
     }
 }
 
-/// What the simulator assumes of the services an operator's manifest writes to with an
-/// idempotency key: that each makes a write once per key, however often it is sent. Warden
-/// sends such a write again when its answer is lost, so a service that ignores the key would
-/// make it twice: the operator checks each one's documentation. One line a grant.
+/// What the simulator takes the services an operator's manifest writes to with an
+/// idempotency key to do. Warden sends such a write again when its answer is lost, so a
+/// service that ignores the key makes it twice. The payments API documents that it honours
+/// keys, and is simulated so; for any other service half the seeds take it to honour keys and
+/// half to ignore them (`plan::plan_in`), and what holds only with keys honoured is told as
+/// its own finding (`checks::own::RELIES_ON_KEYS`). One line a grant.
 pub fn assumptions(world: &WorldFile) -> Vec<String> {
     let Ok(manifest) = serde_json::from_str::<Value>(&world.manifest) else { return Vec::new() };
     let mut lines = Vec::new();
@@ -431,12 +433,22 @@ pub fn assumptions(world: &WorldFile) -> Vec<String> {
         });
         for (at, grant) in keyed.filter(|(_, grant)| grant["idempotency_key"] == true) {
             let only: Vec<&str> = grant["only"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            lines.push(format!(
-                "assumed: `{}` grant `{at}` writes to a service that makes a write once per Idempotency-Key ({}); \
-                 were it to ignore the key, a write Warden sends again after a lost answer would be made twice",
-                tool["name"].as_str().unwrap_or("?"),
-                only.join(", ")
-            ));
+            let tool = tool["name"].as_str().unwrap_or("?");
+            let urls = only.join(", ");
+            lines.push(match only.iter().all(|url| url.ends_with("/v1/refunds")) {
+                true => format!(
+                    "assumed: `{tool}` grant `{at}` writes to the payments API ({urls}), which makes a write once \
+                     per Idempotency-Key, as Stripe documents; a write Warden sends again after a lost answer is \
+                     made once"
+                ),
+                false => format!(
+                    "explored both: `{tool}` grant `{at}` writes with an Idempotency-Key to {urls}; half the seeds \
+                     took that service to honour the key and half to ignore it (a write Warden sends again after \
+                     a lost answer is then made twice): what holds only if it honours keys is told above as \
+                     `{}`",
+                    crate::checks::own::RELIES_ON_KEYS
+                ),
+            });
         }
     }
     lines
