@@ -64,6 +64,25 @@ enum Command {
     /// Pin the tools: write `warden.lock` beside the manifest with a digest of each tool's
     /// name, description and schemas. `warden mcp` then refuses to start when one changed.
     Lock { manifest: PathBuf },
+    /// Print a completion script for bash, zsh or fish.
+    ///
+    /// Install it where the shell reads them: `warden completions bash >
+    /// /etc/bash_completion.d/warden`; zsh into a directory on `$fpath` as `_warden`; fish into
+    /// `~/.config/fish/completions/warden.fish`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff).
+    ///
+    /// Install it as `warden.1`: `warden man > /usr/local/share/man/man1/warden.1`, then `man
+    /// warden`; or one page a command with `--dir`.
+    Man {
+        /// Write one page a command into this directory instead (`warden.1`, `warden-mcp.1`,
+        /// `warden-runs-show.1`...), for `man warden-runs-show`.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Create or migrate the schema of the PostgreSQL store the manifest names
     /// (`server.store.postgres`, for state several instances share). Safe to run again, and
     /// beside other instances; refuses a database a newer warden migrated.
@@ -295,6 +314,8 @@ fn main() -> ExitCode {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::lock(&env, &manifest)))
         }
+        Command::Completions { shell } => completions(shell),
+        Command::Man { dir } => man_page(dir),
         Command::Schema { manifest, tool } => {
             let env = warden::io::command_env();
             report(warden::io::run(warden::commands::schema(&env, &manifest, tool.as_deref())))
@@ -452,6 +473,35 @@ fn runs_filter(
         })
         .transpose()?;
     Ok(warden::operator::runs::Filter { tool, state, since_ms, limit })
+}
+
+/// `warden completions <shell>`: the script on stdout.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    clap_complete::generate(shell, &mut command, "warden", &mut std::io::stdout());
+    ExitCode::SUCCESS
+}
+
+/// `warden man`: the manual page on stdout, or with `--dir` one page a command written there
+/// (`warden.1`, `warden-mcp.1`, `warden-runs-show.1`...).
+fn man_page(dir: Option<PathBuf>) -> ExitCode {
+    let command = <Cli as clap::CommandFactory>::command();
+    let written = match dir {
+        Some(dir) => clap_mangen::generate_to(command, &dir),
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(command)
+                .render(&mut page)
+                .and_then(|()| std::io::Write::write_all(&mut std::io::stdout(), &page))
+        }
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(problem) => {
+            eprintln!("warden man: {problem}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 /// Set by the stream-protection test: the process writes to its standard output the way a

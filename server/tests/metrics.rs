@@ -249,27 +249,60 @@ fn the_shipped_alert_rules_check_and_name_only_served_metrics() {
     let rules = common::repo_root().join("deploy/prometheus-alerts.yml");
     let checked = Command::new("/usr/bin/promtool").arg("check").arg("rules").arg(&rules).output().unwrap();
     assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stdout));
-    // A tool with a quota, so the quota gauges are served.
-    let dir = common::private_copy(&common::repo_root().join("examples/toolbox"));
+    // A tool with a quota, so the quota gauges are served, and a call of it (a database read,
+    // an action), so every family has a series.
+    let dir = common::private_copy(&common::repo_root().join("examples/support-desk"));
+    let _ = std::fs::remove_file(dir.path().join("desk.db"));
+    let _ = std::fs::remove_dir_all(dir.path().join("journals"));
     let path = dir.path().join("manifest.json");
     let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     manifest["tools"][0]["quota"] = json!({"window": "1h", "calls": 100});
     std::fs::write(&path, manifest.to_string()).unwrap();
     let server = start_in(dir);
+    assert_eq!(call(&server, 1, "search_tickets", json!({"query": "Refund"})), 200);
     let (status, served) = send(server.metrics, "GET", "/metrics", &[], "");
     assert_eq!(status, 200);
     let text = std::fs::read_to_string(&rules).unwrap();
+    assert_names_only_served_metrics("the alert rules", &text, &served);
+    assert!(served.contains("warden_draining 0"), "not draining: {served}");
+
+    // The dashboard: every panel's query parses (promtool checks them as recording rules) and
+    // names only served metrics.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::repo_root().join("deploy/grafana-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let queries: Vec<&str> = (dashboard["panels"].as_array().unwrap().iter())
+        .flat_map(|panel| panel["targets"].as_array().unwrap())
+        .map(|target| target["expr"].as_str().unwrap())
+        .collect();
+    assert!(queries.len() >= 10, "{queries:?}");
+    let as_rules: Vec<Value> = (queries.iter().enumerate())
+        .map(|(n, query)| json!({"record": format!("dashboard:query_{n}"), "expr": query}))
+        .collect();
+    let rules_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(rules_file.path(), json!({"groups": [{"name": "dashboard", "rules": as_rules}]}).to_string())
+        .unwrap();
+    let checked = Command::new("/usr/bin/promtool").arg("check").arg("rules").arg(rules_file.path()).output().unwrap();
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert_names_only_served_metrics("the dashboard", &queries.join("\n"), &served);
+}
+
+/// Every metric `text` names (Warden's and the process's) is one the scrape `served` has.
+fn assert_names_only_served_metrics(what: &str, text: &str, served: &str) {
     let named: std::collections::BTreeSet<&str> = text
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|word| word.starts_with("warden_"))
+        .filter(|word| word.starts_with("warden_") || word.starts_with("process_"))
         .collect();
-    assert!(named.len() >= 4, "{named:?}");
+    assert!(named.len() >= 4, "{what}: {named:?}");
     for metric in named {
         let family = ["_total", "_bucket", "_count", "_sum"].iter().fold(metric, |m, s| m.strip_suffix(s).unwrap_or(m));
-        assert!(
-            served.contains(&format!("# TYPE {family} ")),
-            "the rules name {metric}, which is not served:\n{served}"
-        );
+        assert!(served.contains(&format!("# TYPE {family} ")), "{what} name {metric}, which is not served:\n{served}");
     }
 }
 

@@ -157,3 +157,35 @@ fn an_operator_cancels_a_run_waiting_for_input_beside_the_live_server() {
     assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("has ended"), "{again:?}");
     wire.assert_serving(9);
 }
+
+/// Issue 46 item 6: a completion script for bash, zsh and fish naming every command (bash's
+/// parses), and the manual page naming them, or one page a command with `--dir`.
+#[test]
+fn completions_and_the_manual_page_name_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let commands = ["serve-http", "resolve", "runs", "cancel", "status", "check", "completions", "man"];
+    for shell in ["bash", "zsh", "fish"] {
+        let script = stdout(&warden_in(dir.path(), "op", &["completions", shell]));
+        for command in commands {
+            assert!(script.contains(command), "{shell}'s completions lack `{command}`");
+        }
+        if shell == "bash" {
+            let path = dir.path().join("warden.bash");
+            std::fs::write(&path, &script).unwrap();
+            let parsed = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+            assert!(parsed.status.success(), "{}", String::from_utf8_lossy(&parsed.stderr));
+        }
+    }
+    let page = stdout(&warden_in(dir.path(), "op", &["man"]));
+    assert!(page.contains(".TH warden 1"), "{page}");
+    for command in commands.iter().filter(|command| !["cancel", "status"].contains(command)) {
+        // (roff writes a hyphen as `\-`.)
+        assert!(page.contains(&command.replace('-', "\\-")), "the manual page lacks `{command}`");
+    }
+    let pages = dir.path().join("man1");
+    std::fs::create_dir(&pages).unwrap();
+    stdout(&warden_in(dir.path(), "op", &["man", "--dir", pages.to_str().unwrap()]));
+    let cancel = std::fs::read_to_string(pages.join("warden-runs-cancel.1")).unwrap();
+    assert!(cancel.contains("note") && cancel.contains("in doubt"), "{cancel}");
+    assert!(pages.join("warden-mcp-status.1").exists() && pages.join("warden-resolve.1").exists());
+}

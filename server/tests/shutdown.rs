@@ -234,6 +234,10 @@ fn over_http_a_draining_server_answers_its_calls_and_refuses_new_ones_with_503()
     // Draining: alive, not ready.
     assert_eq!(probe(address, "GET", "/readyz"), (503, r#"{"status":"stopping"}"#.to_string()));
     assert_eq!(probe(address, "GET", "/healthz").0, 200);
+    // Watched as it drains: the gauge a stuck drain's alert reads (deploy/prometheus-alerts.yml).
+    let (status, metrics) = probe(address, "GET", "/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    assert!(metrics.contains("warden_draining 1"), "{metrics}");
     let (status, _, body) = slow.join().unwrap();
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""saved":1"#), "{body}");

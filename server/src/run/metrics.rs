@@ -95,6 +95,8 @@ pub async fn exposition(runs: &Runs) -> String {
     registry.register("http_requests", "HTTP requests answered, by status", metrics.http_requests.clone());
     registry.register("http_sessions", "2025-11-25 HTTP sessions open", metrics.http_sessions.clone());
     registry.register("runs", "Unfinished runs, by state", run_states(runs).await);
+    let draining = prometheus_client::metrics::gauge::ConstGauge::new(runs.is_draining() as i64);
+    registry.register("draining", "1 while the server stops (drains: no new calls), else 0", draining);
     let (used, limit) = quota_gauges(runs);
     registry.register("quota_used", "Quota use in the current window, by tool, principal and unit", used);
     registry.register("quota_limit", "Quota limits, by tool, principal and unit", limit);

@@ -158,6 +158,13 @@ impl Services {
         Rc::new(services)
     }
 
+    /// Serves an operator's world: its services on whatever hosts its manifest names, its
+    /// recording services ignoring idempotency keys or not (`OwnWorld::services_ignore_keys`).
+    pub fn serve_as_own_world(&self, ignore_keys: bool) {
+        self.own_world.set(true);
+        self.own_writes_ignore_keys.set(ignore_keys);
+    }
+
     pub fn fault_next(&self, url_contains: &str, fault: NetFault) {
         self.faults.borrow_mut().push((url_contains.to_string(), fault));
     }

@@ -88,8 +88,7 @@ pub fn install(world: &World, file: Option<&WorldFile>, canary: Option<Canary>) 
         }
     }
     if let Some(own) = file.and_then(|file| file.own.as_ref()) {
-        world.services.own_world.set(true);
-        world.services.own_writes_ignore_keys.set(own.services_ignore_keys);
+        world.services.serve_as_own_world(own.services_ignore_keys);
         *world.services.own_currency.borrow_mut() = file.and_then(|file| refund_currency(&file.manifest));
         for (name, text) in &own.files {
             world.install(name, text.as_bytes());
