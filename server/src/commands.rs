@@ -464,23 +464,83 @@ pub async fn cancel_run(
         Some(instances) => Some(instances.owners.get(&entry.run).cloned().ok_or_else(|| {
             format!("run {} is not owned by any instance of the PostgreSQL store: start one, then cancel", entry.run)
         })?),
-        None if crate::operator::status::server_running(env, &journals).await == Some(true) => None,
-        None => {
-            return Err(format!(
-                "no server is running for {}: start it (warden mcp or warden serve-http), then cancel; nothing was \
-                 changed",
-                manifest_path.display()
-            ))
-        }
+        None => None,
     };
-    let wait_ms = crate::operator::admin::ASK_TIMEOUT_MS - crate::operator::admin::ASK_MARGIN_MS;
     let request = crate::operator::admin::Request::Cancel {
         run: entry.run.clone(),
         tool: entry.tool.clone(),
-        deadline_at_ms: env.clock.now_ms().saturating_add(wait_ms),
+        deadline_at_ms: admin_deadline(env),
         by: Some(by.clone()),
     };
-    match crate::operator::admin::ask(env, &journals, instance.as_deref(), &request).await {
+    ask_the_server(env, manifest_path, &journals, instance.as_deref(), &request, "cancel").await
+}
+
+/// `warden once release <manifest> <tool> <run>`: the running server (on the PostgreSQL
+/// store, any instance serving it) forgets the `once` key of an ended run, as a ledger event,
+/// so a corrected call with the same key runs. `account`: who asked.
+pub async fn release_once(
+    env: &Env,
+    manifest_path: &Path,
+    tool: &str,
+    run: &str,
+    account: &str,
+) -> Result<String, String> {
+    let catalog = load(env, manifest_path).await?;
+    let store = store_of(env, manifest_path, &catalog)?;
+    let journals = catalog.manifest.server.journals.clone();
+    let kept = crate::operator::kept::Kept::read(env, &journals, store).await?;
+    let entry = crate::operator::runs::find(&kept.state, run)?;
+    if entry.tool != tool {
+        return Err(format!("run {} is a run of `{}`, not of `{tool}`; nothing was changed", entry.run, entry.tool));
+    }
+    if entry.is_open() {
+        return Err(format!(
+            "run {} has not ended: a key is released once its run has ended (`warden runs cancel` ends one waiting \
+             for input, interrupted or halted); nothing was changed",
+            entry.run
+        ));
+    }
+    let instance = match &kept.instances {
+        Some(instances) => Some(instances.serving().next().map(|(name, _)| name.clone()).ok_or_else(|| {
+            "no instance serves the PostgreSQL store: start one, then release the key; nothing was changed".to_string()
+        })?),
+        None => None,
+    };
+    let request = crate::operator::admin::Request::ReleaseOnce {
+        run: entry.run.clone(),
+        tool: entry.tool.clone(),
+        deadline_at_ms: admin_deadline(env),
+        by: Some(account.to_string()),
+    };
+    ask_the_server(env, manifest_path, &journals, instance.as_deref(), &request, "release the key").await
+}
+
+/// When a request to the admin channel is given up by its asker (the server refuses one
+/// that reaches it later).
+fn admin_deadline(env: &Env) -> u64 {
+    let wait_ms = crate::operator::admin::ASK_TIMEOUT_MS - crate::operator::admin::ASK_MARGIN_MS;
+    env.clock.now_ms().saturating_add(wait_ms)
+}
+
+/// Hands `request` to the running server (`instance` on the PostgreSQL store); with none
+/// running on files, refused, saying to start one, then `what`.
+async fn ask_the_server(
+    env: &Env,
+    manifest_path: &Path,
+    journals: &Path,
+    instance: Option<&str>,
+    request: &crate::operator::admin::Request,
+    what: &str,
+) -> Result<String, String> {
+    let on_files = instance.is_none();
+    if on_files && crate::operator::status::server_running(env, journals).await != Some(true) {
+        return Err(format!(
+            "no server is running for {}: start it (warden mcp or warden serve-http), then {what}; nothing was \
+             changed",
+            manifest_path.display()
+        ));
+    }
+    match crate::operator::admin::ask(env, journals, instance, request).await {
         Ok(said) => Ok(said),
         Err(
             crate::operator::admin::Unanswered::Unreachable(problem)

@@ -96,6 +96,11 @@ enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// Act on `once` keys: release the key an ended run holds.
+    Once {
+        #[command(subcommand)]
+        command: OnceCommand,
+    },
     #[command(flatten)]
     Hidden(Hidden),
     /// Settle an action in doubt of a run waiting for an operator, or resume a halted run.
@@ -246,6 +251,26 @@ enum RunsCommand {
 }
 
 #[derive(Subcommand)]
+enum OnceCommand {
+    /// Forget the `once` key of an ended run, so a corrected call with the same key runs.
+    ///
+    /// A run that ended (done, failed, cancelled) holds its key for the tool's `once.keep`,
+    /// and a repeat is answered with its outcome: a run that failed on one bad argument
+    /// answers the corrected call with that failure. Released, the key is forgotten as a
+    /// ledger event (with your account); the run keeps its charges. A run still in progress is
+    /// refused. The running server does it, through its admin channel (on the PostgreSQL
+    /// store, any instance serving it).
+    Release {
+        /// The manifest (JSON).
+        manifest: PathBuf,
+        /// The tool whose run holds the key.
+        tool: String,
+        /// The run id (or its first 6 or more characters), as `warden runs list` names it.
+        run: String,
+    },
+}
+
+#[derive(Subcommand)]
 enum McpCommand {
     /// Whether a server is running, each unfinished run (what it is doing and the one thing to
     /// do) and each tool's quota use; safe beside a running server.
@@ -299,6 +324,7 @@ fn main() -> ExitCode {
             resolve(which, Decision { op, happened, resume, yes, note })
         }
         Command::Runs { command } => runs(command),
+        Command::Once { command } => once(command),
         Command::Hidden(Hidden::ExecProgram) => match warden::io::sandbox::worker_main() {
             Ok(()) => ExitCode::SUCCESS,
             Err(problem) => {
@@ -450,6 +476,18 @@ fn runs(command: RunsCommand) -> ExitCode {
             Ok(by) => report(warden::io::run(warden::commands::cancel_run(&env, &manifest, &run, &by))),
             Err(problem) => report(Err(problem)),
         },
+    }
+}
+
+/// `warden once ...`.
+fn once(command: OnceCommand) -> ExitCode {
+    let OnceCommand::Release { manifest, tool, run } = command;
+    match operator_word(None) {
+        Ok(by) => {
+            let env = warden::io::command_env();
+            report(warden::io::run(warden::commands::release_once(&env, &manifest, &tool, &run, &by.account)))
+        }
+        Err(problem) => report(Err(problem)),
     }
 }
 

@@ -78,6 +78,10 @@ fn a_refund_in_doubt_is_shown_whole_and_decided_by_its_run_id_from_another_direc
     let refused = warden_in(elsewhere.path(), "alice", &["runs", "cancel", &manifest, &run[..8]]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("decide it first"), "{refused:?}");
+    // Nor can its `once` key be released: the run has not ended.
+    let refused = warden_in(elsewhere.path(), "alice", &["once", "release", &manifest, "refund_order", &run[..8]]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("has not ended"), "{refused:?}");
 
     // The printed example for a refund is the refund object; a bare shape is refused, naming
     // the field the program reads.
@@ -155,6 +159,47 @@ fn an_operator_cancels_a_run_waiting_for_input_beside_the_live_server() {
     assert!(refused.to_string().contains("no longer waits"), "{refused}");
     let again = warden_in(elsewhere.path(), "bob", &["runs", "cancel", &manifest, &run]);
     assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("has ended"), "{again:?}");
+    wire.assert_serving(9);
+}
+
+/// Issue 46 item 3: a refund that failed on one bad argument holds its order's `once` key for
+/// `keep` (30 days in the shop), so the corrected call is refused; `warden once release`, from
+/// another directory beside the live server, forgets the key as a ledger event naming who, and
+/// the corrected call runs. A second release finds no key, and a release naming another tool
+/// is refused.
+#[test]
+fn an_operator_releases_the_once_key_a_failed_run_holds_and_the_corrected_call_runs() {
+    let payments = Payments::start();
+    let mut wire = Wire::start_dir(shop(&payments), &[("STRIPE_SECRET_KEY", SECRET)]);
+    let manifest = wire.dir.path().join("manifest.json").to_str().unwrap().to_string();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let refund = |amount: &str| json!({"name": "refund_order", "arguments": {"order": "pi_1003", "amount": {"amount": amount, "currency": "USD"}}});
+    // Paid 10.00: a refund of 50.00 fails, and holds the order's key.
+    let failed = wire.request(Era::Modern, json!(1), "tools/call", refund("50.00"));
+    assert_eq!(failed["result"]["isError"], json!(true), "{failed}");
+    let corrected = wire.request(Era::Modern, json!(2), "tools/call", refund("5.00"));
+    assert_eq!(corrected["result"]["isError"], json!(true), "the key holds: {corrected}");
+    assert!(payments.ledger.lock().unwrap().refunds.is_empty());
+    let listed: Value =
+        serde_json::from_str(&stdout(&warden_in(elsewhere.path(), "carol", &["runs", "list", &manifest, "--json"])))
+            .unwrap();
+    let runs = listed["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "the corrected call started no run: {listed}");
+    let run = runs[0]["run"].as_str().unwrap().to_string();
+
+    let wrong = warden_in(elsewhere.path(), "carol", &["once", "release", &manifest, "another_tool", &run[..8]]);
+    assert!(!wrong.status.success() && String::from_utf8_lossy(&wrong.stderr).contains("not of `another_tool`"));
+    let said =
+        stdout(&warden_in(elsewhere.path(), "carol", &["once", "release", &manifest, "refund_order", &run[..8]]));
+    assert!(said.contains("key is released"), "{said}");
+    let again = warden_in(elsewhere.path(), "carol", &["once", "release", &manifest, "refund_order", &run]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("holds no `once` key"));
+
+    let refunded = wire.request(Era::Modern, json!(3), "tools/call", refund("5.00"));
+    assert_eq!(refunded["result"]["isError"], json!(false), "the corrected call runs: {refunded}");
+    assert_eq!(payments.ledger.lock().unwrap().refunds, vec![("pi_1003".to_string(), 500)]);
+    let ledger = std::fs::read_to_string(wire.dir.path().join("journals/server.ledger")).unwrap();
+    assert!(ledger.contains(r#""event":"forget""#) && ledger.contains(r#""by":"carol""#), "{ledger}");
     wire.assert_serving(9);
 }
 

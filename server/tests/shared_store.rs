@@ -620,7 +620,8 @@ fn listing_the_runs_with_a_kind_of_record_reads_no_row_of_another_kind() {
 /// Issue 46 item 3 on the PostgreSQL store: `warden runs cancel` finds the instance that owns
 /// a run waiting for its client's input and hands it the word through that instance's admin
 /// channel: the run settles cancelled, no instance owns it any more, and who cancelled it is
-/// kept in its journal on the store.
+/// kept in its journal on the store. Then `warden once release` forgets the key it holds, and
+/// the same call runs again.
 #[test]
 fn on_the_store_an_operator_cancels_a_run_waiting_for_input() {
     use common::{Era, Wire};
@@ -651,5 +652,23 @@ fn on_the_store_an_operator_cancels_a_run_waiting_for_input() {
     let settled = "SELECT count(*) FROM warden_ledger WHERE position('\"outcome\":\"cancelled\"' in convert_from(line, 'UTF8')) > 0";
     assert_eq!(pg.sql(settled), "1", "settled cancelled");
     assert!(!said.contains(&pg.password()), "{said}");
+
+    // The cancelled run holds its ticket's `once` key; released (by any instance serving the
+    // store: the run has no owner now), a call for that ticket runs again.
+    let output = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["once", "release", manifest.to_str().unwrap(), "close_ticket", &run[..8]])
+        .env(URL_ENV, &pg.url)
+        .env("USER", "carol")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success() && said.contains("key is released"), "{said}");
+    let forgot =
+        "SELECT count(*) FROM warden_ledger WHERE position('\"event\":\"forget\"' in convert_from(line, 'UTF8')) > 0";
+    assert_eq!(pg.sql(forgot), "1", "the key forgotten as a ledger event");
+    let call = json!({"name": "close_ticket", "arguments": {"ticket_id": 1, "note": "again"},
+        "_meta": {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    let asked = wire.request(Era::Modern, json!(2), "tools/call", call);
+    assert_eq!(asked["result"]["resultType"], json!("input_required"), "a new run asks again: {asked}");
     wire.assert_serving(9);
 }

@@ -146,44 +146,58 @@ pub fn stream(data: &[u8]) {
 fn events_from(data: &[u8]) -> Vec<Event> {
     let mut events = Vec::new();
     let mut open: Vec<String> = Vec::new();
+    // once key -> the run holding it, and whether that run has settled (its key forgettable).
+    let mut holders: std::collections::BTreeMap<String, (String, bool)> = std::collections::BTreeMap::new();
     // Sixteen events hold every pattern the properties need (reserves with and without money
-    // and keys, settles, releases, interleaved); more only made each input slower to check.
+    // and keys, settles, releases, forgets, interleaved); more only made each input slower to
+    // check.
     for (index, chunk) in data.chunks(3).enumerate().take(16) {
         let run = format!("{:032x}", index as u128 + 1);
-        let choice = chunk[0] % 3;
-        if choice == 0 || open.is_empty() {
-            let money = if chunk.get(1).is_some_and(|b| b % 2 == 0) {
-                vec![MoneyRecord {
-                    amount: format!("{}.00", chunk.get(2).copied().unwrap_or(1)),
-                    currency: "USD".into(),
-                }]
-            } else {
-                vec![]
-            };
-            let once =
-                chunk.get(1).filter(|b| **b > 200).map(|b| OnceRecord { key: format!("k{b}"), arguments: "a".into() });
-            events.push(Event::Reserve {
-                run: run.clone(),
-                tool: "t".into(),
-                at_ms: index as u64,
-                calls: 1,
-                money,
-                once,
-                principal: chunk.get(2).filter(|b| **b > 220).map(|b| format!("p{b}")),
-                tokens: chunk.get(3).map_or(0, |b| u64::from(*b)),
-            });
+        let choice = chunk[0] % 4;
+        let forgettable = holders.iter().find(|(_, (_, settled))| *settled).map(|(key, _)| key.clone());
+        if let (3, Some(key)) = (choice, &forgettable) {
+            let (run, _) = holders.remove(key).expect("found above");
+            events.push(Event::Forget { run, at_ms: index as u64, by: None });
+        } else if choice == 0 || open.is_empty() {
+            events.push(reserve_from(chunk, &run, index as u64));
+            if let Event::Reserve { once: Some(once), .. } = events.last().expect("pushed") {
+                holders.insert(once.key.clone(), (run.clone(), false));
+            }
             open.push(run);
         } else {
             let run = open.remove(chunk[0] as usize % open.len());
+            let key = holders.iter().find(|(_, (holder, _))| *holder == run).map(|(key, _)| key.clone());
             events.push(if choice == 1 {
+                holders.entry(key.unwrap_or_default()).and_modify(|(_, settled)| *settled = true);
                 let outcome = warden::store::journal::RunOutcome::Done;
                 Event::Settle { run, at_ms: index as u64, charged: vec![], outcome, tokens: 0 }
             } else {
+                holders.remove(&key.unwrap_or_default());
                 Event::Release { run, at_ms: index as u64 }
             });
         }
     }
     events
+}
+
+/// A reserve of `run` drawn from `chunk`: with money, a `once` key or a principal, or not.
+fn reserve_from(chunk: &[u8], run: &str, at_ms: u64) -> Event {
+    let money = if chunk.get(1).is_some_and(|b| b % 2 == 0) {
+        vec![MoneyRecord { amount: format!("{}.00", chunk.get(2).copied().unwrap_or(1)), currency: "USD".into() }]
+    } else {
+        vec![]
+    };
+    let once = chunk.get(1).filter(|b| **b > 200).map(|b| OnceRecord { key: format!("k{b}"), arguments: "a".into() });
+    Event::Reserve {
+        run: run.to_string(),
+        tool: "t".into(),
+        at_ms,
+        calls: 1,
+        money,
+        once,
+        principal: chunk.get(2).filter(|b| **b > 220).map(|b| format!("p{b}")),
+        tokens: chunk.get(3).map_or(0, |b| u64::from(*b)),
+    }
 }
 
 /// `ledger`: arbitrary bytes as `server.ledger` give a state or a typed damage error, never a
@@ -356,5 +370,22 @@ pub fn canary(data: &[u8]) {
         && data.get(3) == Some(&b'D')
     {
         panic!("the canary's planted bug was found, as it must be");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ledger target's events include forgets of settled keyed runs, each valid where it
+    /// stands (the target's properties hold for them).
+    #[test]
+    fn the_ledger_targets_events_forget_a_settled_runs_key() {
+        let data = [0, 201, 0, 1, 0, 0, 3, 0, 0, 0, 201, 0];
+        let events = events_from(&data);
+        assert!(matches!(events[2], Event::Forget { .. }), "{events:?}");
+        let mut state = warden::store::ledger::State::default();
+        events.iter().for_each(|event| state.apply(event).unwrap());
+        ledger(&data);
     }
 }

@@ -20,7 +20,7 @@ use crate::run::machine::State;
 use crate::run::runs::Runs;
 use crate::run::store::RunStore;
 use crate::store::journal::{JournalRecord, Word};
-use crate::store::ledger::RunPhase;
+use crate::store::ledger::{Event, LedgerError, RunPhase};
 
 /// The socket's name in the journals directory (`server.` names are not runs' files).
 pub const ADMIN_SOCKET_FILE: &str = "server.admin";
@@ -59,6 +59,9 @@ pub enum Request {
         #[serde(default)]
         by: Option<crate::store::journal::Word>,
     },
+    /// Forget the `once` key of an ended run (`warden once release`), as a ledger event: a
+    /// call with the same key runs again.
+    ReleaseOnce { run: String, tool: String, deadline_at_ms: u64, by: Option<String> },
 }
 
 /// The operator's verdict, always explicit: no field left out reads as "did not happen".
@@ -74,13 +77,19 @@ pub enum Verdict {
 impl Request {
     fn run(&self) -> &str {
         match self {
-            Request::Resolve { run, .. } | Request::Resume { run, .. } | Request::Cancel { run, .. } => run,
+            Request::Resolve { run, .. }
+            | Request::Resume { run, .. }
+            | Request::Cancel { run, .. }
+            | Request::ReleaseOnce { run, .. } => run,
         }
     }
 
     fn tool(&self) -> &str {
         match self {
-            Request::Resolve { tool, .. } | Request::Resume { tool, .. } | Request::Cancel { tool, .. } => tool,
+            Request::Resolve { tool, .. }
+            | Request::Resume { tool, .. }
+            | Request::Cancel { tool, .. }
+            | Request::ReleaseOnce { tool, .. } => tool,
         }
     }
 
@@ -88,7 +97,8 @@ impl Request {
         match self {
             Request::Resolve { deadline_at_ms, .. }
             | Request::Resume { deadline_at_ms, .. }
-            | Request::Cancel { deadline_at_ms, .. } => *deadline_at_ms,
+            | Request::Cancel { deadline_at_ms, .. }
+            | Request::ReleaseOnce { deadline_at_ms, .. } => *deadline_at_ms,
         }
     }
 }
@@ -156,6 +166,9 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
     let run = request.run().to_string();
     if runs.env.clock.now_ms() > request.deadline_at_ms() {
         return Err("the request reached the server after its client gave up waiting: nothing was recorded".into());
+    }
+    if let Request::ReleaseOnce { by, .. } = &request {
+        return release_once(runs, &run, request.tool(), by.clone()).await;
     }
     if let Some(target) = runs.records.store() {
         owned_here(runs, target, &run).await?;
@@ -240,6 +253,45 @@ async fn cancel(runs: &Rc<Runs>, tool: &crate::catalog::Tool, run: &str, by: Opt
     Ok(format!("run {run}: {said}; it ended, nothing further sent"))
 }
 
+/// Forgets the `once` key of `run`, an ended run of `tool`, as a ledger event (`by`: the
+/// account that asked): a call with the same key runs again. An ended run has no owner, so on
+/// the PostgreSQL store any instance does it, after reading what the others wrote.
+async fn release_once(runs: &Runs, run: &str, tool: &str, by: Option<String>) -> Result<String, String> {
+    if let Some(account) = &by {
+        crate::operator::verdict::word(Some(account), None)?;
+    }
+    let held = runs.ledger.lock().await;
+    let unread = |problem: String| format!("the ledger could not be read: {problem}; nothing was changed, try again");
+    runs.ledger.catch_up(&held).await.map_err(|error| unread(error.to_string()))?;
+    let event = Event::Forget { run: run.to_string(), at_ms: runs.ledger.stamp(), by };
+    {
+        let state = runs.ledger.state();
+        let entry = state.run(run).ok_or_else(|| format!("run {run} is not in the ledger"))?;
+        if entry.tool != tool {
+            return Err(format!("run {run} is a run of `{}`, not of `{tool}`", entry.tool));
+        }
+        if entry.is_open() {
+            return Err(format!(
+                "run {run} has not ended: a key is released once its run has ended (`warden runs cancel` ends one \
+                 waiting for input, interrupted or halted); nothing was changed"
+            ));
+        }
+        if state.check(&event).is_err() {
+            return Err(format!(
+                "run {run} holds no `once` key: its tool has no `once`, the key was released already, or a later run \
+                 took it; nothing was changed"
+            ));
+        }
+    }
+    match runs.ledger.append(held, event).await {
+        Ok(()) => {}
+        Err(LedgerError::Unreachable(problem)) => return Err(unread(problem)),
+        Err(error) => return Err(stop(runs, &error.into())),
+    }
+    runs.env.log(&format!("run {run}: its `once` key was released through the admin channel"));
+    Ok(format!("run {run}: its `once` key is released; a call of `{tool}` with the same key runs again"))
+}
+
 /// On the PostgreSQL store, only the run's owner takes the word (another instance could take
 /// the run over meanwhile): refused, naming the owner, when it is another instance. The
 /// shared ledger is read first, so a run another instance admitted is known.
@@ -290,7 +342,9 @@ async fn word(runs: &Runs, request: &Request, tool: &str) -> Result<JournalRecor
         Request::Resume { .. } => {
             Err(format!("run {run} is not halted; it waits for a verdict on action {}: {}", record.op, record.resolve))
         }
-        Request::Cancel { .. } => unreachable!("a cancel is carried out before its word is looked for"),
+        Request::Cancel { .. } | Request::ReleaseOnce { .. } => {
+            unreachable!("a cancel or a release is carried out before a word is looked for")
+        }
     }
 }
 

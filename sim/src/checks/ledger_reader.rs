@@ -7,7 +7,8 @@
 //! sum is the first 8 bytes of the SHA-256 of the JSON, in lowercase hex. Only the last line,
 //! unterminated, may be torn by a crash (dropped); any other bad line is damage. The records are
 //! `reserve`, `settle` and `release` events: one reserve per run, then at most one settle or
-//! release, each stamped no earlier than the run's reserve.
+//! release, each stamped no earlier than the run's reserve; and `forget`, an operator's release
+//! of an ended run's `once` key, while no later run took the key.
 
 use std::collections::BTreeMap;
 
@@ -111,6 +112,9 @@ impl ReadLedger {
             self.runs.insert(run, entry);
             return Ok(());
         }
+        if event == "forget" {
+            return self.forget(&run, at_ms);
+        }
         let ended = match event {
             "settle" => Ended::Settled { at_ms, outcome: text(record, "outcome")? },
             "release" => Ended::Released { at_ms },
@@ -124,6 +128,24 @@ impl ReadLedger {
             return Err(format!("run {run} ends at {at_ms} ms, before its reserve at {} ms", entry.reserved_at_ms));
         }
         entry.ended = Some(ended);
+        Ok(())
+    }
+
+    /// An operator's `warden once release`: the key of an ended run that still holds it is
+    /// forgotten (a later run with the same key took it over otherwise).
+    fn forget(&mut self, run: &str, at_ms: u64) -> Result<(), String> {
+        let entry = self.runs.get(run).ok_or_else(|| format!("a forget of run {run}, never reserved"))?;
+        let Some(key) = entry.once_key.clone().filter(|_| entry.ended.is_some()) else {
+            return Err(format!("a forget of run {run}, which has not ended or has no once key"));
+        };
+        let later = |other: &ReadRun| other.once_key.as_deref() == Some(key.as_str()) && other.order > entry.order;
+        if self.runs.values().any(later) {
+            return Err(format!("a forget of run {run}, whose key a later run took"));
+        }
+        if at_ms < entry.reserved_at_ms {
+            return Err(format!("run {run}'s key is forgotten at {at_ms} ms, before its reserve"));
+        }
+        self.runs.get_mut(run).expect("found above").once_key = None;
         Ok(())
     }
 
@@ -189,5 +211,26 @@ mod tests {
         assert!(read(&[reserve.clone(), release.clone(), release].concat()).unwrap_err().contains("second end"));
         let early = line(json!({"event": "release", "run": "r1", "at_ms": 4}));
         assert!(read(&[reserve, early].concat()).unwrap_err().contains("before its reserve"));
+    }
+
+    /// A forget lets an ended run's key go, read alike by the checker and the server; one of
+    /// an open run, or of a key a later run took, is damage.
+    #[test]
+    fn a_forget_of_an_ended_runs_key_reads_as_the_server_reads_it() {
+        let keyed = |run: &str, at_ms: u64| {
+            line(json!({"event": "reserve", "run": run, "tool": "t", "at_ms": at_ms, "calls": 1, "money": [],
+                        "once": {"key": "k", "arguments": "a"}}))
+        };
+        let settle =
+            |run: &str| line(json!({"event": "settle", "run": run, "at_ms": 9, "charged": [], "outcome": "done"}));
+        let forget = |run: &str| line(json!({"event": "forget", "run": run, "at_ms": 10}));
+        let bytes = [keyed("r1", 5), settle("r1"), forget("r1")].concat();
+        let ledger = read(&bytes).unwrap();
+        assert_eq!(ledger.runs["r1"].once_key, None);
+        let (state, _) = warden::store::ledger::parse(std::path::Path::new("server.ledger"), &bytes).unwrap();
+        assert_eq!(ledger.disagreement(&state), None);
+        assert!(read(&[keyed("r1", 5), forget("r1")].concat()).unwrap_err().contains("has not ended"));
+        let taken = [keyed("r1", 5), settle("r1"), keyed("r2", 11), forget("r1")].concat();
+        assert!(read(&taken).unwrap_err().contains("a later run took"));
     }
 }

@@ -1,4 +1,4 @@
-//! The ledger's events as its lines hold them (`reserve`, `settle`, `release`) and the records
+//! The ledger's events as its lines hold them (`reserve`, `settle`, `release`, `forget`) and the records
 //! inside them: pure data, folded by `state.rs` and written by `mod.rs`.
 
 use serde::{Deserialize, Serialize};
@@ -66,18 +66,33 @@ pub enum Event {
         run: String,
         at_ms: u64,
     },
+    /// An ended run's `once` key forgotten by an operator (`warden once release`): a call
+    /// with the same key runs again. The run keeps its charges and its place in its quotas.
+    Forget {
+        run: String,
+        at_ms: u64,
+        /// The account that released it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
 }
 
 impl Event {
     pub fn run(&self) -> &str {
         match self {
-            Event::Reserve { run, .. } | Event::Settle { run, .. } | Event::Release { run, .. } => run,
+            Event::Reserve { run, .. }
+            | Event::Settle { run, .. }
+            | Event::Release { run, .. }
+            | Event::Forget { run, .. } => run,
         }
     }
 
     pub fn at_ms(&self) -> u64 {
         match self {
-            Event::Reserve { at_ms, .. } | Event::Settle { at_ms, .. } | Event::Release { at_ms, .. } => *at_ms,
+            Event::Reserve { at_ms, .. }
+            | Event::Settle { at_ms, .. }
+            | Event::Release { at_ms, .. }
+            | Event::Forget { at_ms, .. } => *at_ms,
         }
     }
 }

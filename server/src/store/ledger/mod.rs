@@ -157,7 +157,7 @@ struct Shared {
 /// Whether a shared ledger's line is a reserve (a line that does not read back counts as one:
 /// the fold names it).
 fn is_reserve(line: &[u8]) -> bool {
-    !matches!(record::decode::<Event>(line), Ok(Event::Settle { .. } | Event::Release { .. }))
+    !matches!(record::decode::<Event>(line), Ok(Event::Settle { .. } | Event::Release { .. } | Event::Forget { .. }))
 }
 
 /// What the errors of a shared ledger name in place of a file.
@@ -333,6 +333,8 @@ impl Ledger {
         let (owner, decided_on_state) = match event {
             Event::Reserve { run, .. } => (OwnerChange::Take(run.clone()), true),
             Event::Settle { run, .. } | Event::Release { run, .. } => (OwnerChange::End(run.clone()), false),
+            // An ended run has no owner: any instance forgets its key.
+            Event::Forget { .. } => (OwnerChange::Keep, false),
         };
         // Another instance's reserve on any page read since the decision overtakes it.
         let overtaken: Rc<Cell<bool>> = Rc::default();
@@ -356,8 +358,9 @@ impl Ledger {
                 Err(failure) if failure.may_have_committed => {
                     return self.poison(format!("{} (the event may have been appended)", failure.message))
                 }
-                // Nothing was appended: a reserve's call is answered, the server goes on.
-                Err(failure) if decided_on_state && !failure.untrusted => {
+                // Nothing was appended: a reserve's call is answered, an operator's forget is
+                // told to try again, and the server goes on.
+                Err(failure) if (decided_on_state || matches!(event, Event::Forget { .. })) && !failure.untrusted => {
                     return Err(LedgerError::Unreachable(failure.message))
                 }
                 Err(failure) => return self.poison(failure.message),

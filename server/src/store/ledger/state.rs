@@ -131,6 +131,25 @@ impl State {
             Event::Reserve { .. } => matches!(phase, Some(RunPhase::Open)),
             Event::Settle { at_ms, .. } => matches!(phase, Some(RunPhase::Settled { at_ms: at, .. }) if at == at_ms),
             Event::Release { at_ms, .. } => matches!(phase, Some(RunPhase::Released { at_ms: at }) if at == at_ms),
+            Event::Forget { run, .. } => self.run(run).is_some_and(|entry| !entry.is_open() && entry.once.is_none()),
+        }
+    }
+
+    /// Whether `entry`'s `once` key still finds it (a later run with the same key, reserved
+    /// once the key expired, takes it over; a released run's key went at its release).
+    fn holds_its_key(&self, entry: &RunEntry) -> bool {
+        entry.once.as_ref().is_some_and(|once| self.once.get(&once.key) == Some(&entry.run))
+    }
+
+    /// What a forget of `run` would forget: an ended run holding its key.
+    fn forgettable(&self, run: &str) -> Result<&RunEntry, String> {
+        match self.runs.get(run) {
+            None => Err(format!("a forget for run {run}, which has no reserve")),
+            Some(entry) if entry.is_open() => Err(format!("a forget for run {run}, which has not ended")),
+            Some(entry) if !self.holds_its_key(entry) => {
+                Err(format!("a forget for run {run}, which holds no once key"))
+            }
+            Some(entry) => Ok(entry),
         }
     }
 
@@ -147,6 +166,9 @@ impl State {
                 Some(entry) if !entry.is_open() => return Err(format!("a second settle or release for run {run}")),
                 Some(_) => {}
             },
+            Event::Forget { run, .. } => {
+                self.forgettable(run)?;
+            }
         }
         for money in money_of(event) {
             money.to_money().map_err(|e| format!("bad money in run {}: {e}", event.run()))?;
@@ -187,6 +209,12 @@ impl State {
                 entry.phase = RunPhase::Settled { at_ms: *at_ms, charged: charged.clone(), outcome: *outcome };
                 // Settled, a run counts the tokens it used, no longer its worst case.
                 entry.tokens = *tokens;
+            }
+            Event::Forget { run, .. } => {
+                let key = self.forgettable(run)?.once.as_ref().map(|once| once.key.clone());
+                self.once.remove(&key.expect("a forgettable run holds its key"));
+                // Taken off the run too, so a compacted ledger does not hold the key again.
+                self.runs.get_mut(run).expect("a forgettable run is in the ledger").once = None;
             }
             Event::Release { run, at_ms } => {
                 let entry = open_entry(&mut self.runs, run)?;
@@ -382,7 +410,7 @@ fn money_of(event: &Event) -> &[MoneyRecord] {
     match event {
         Event::Reserve { money, .. } => money,
         Event::Settle { charged, .. } => charged,
-        Event::Release { .. } => &[],
+        Event::Release { .. } | Event::Forget { .. } => &[],
     }
 }
 
@@ -556,6 +584,55 @@ mod tests {
         state.apply(&Event::Settle { run: "b".into(), at_ms: 10, charged: vec![], outcome, tokens: 0 }).unwrap();
         assert!(matches!(state.once_lookup("k", 100, 109), OnceLookup::Found(entry) if entry.run == "b"));
         assert!(matches!(state.once_lookup("k", 100, 110), OnceLookup::None));
+    }
+
+    /// `warden once release`: an ended run's key is forgotten, so a call with it runs again;
+    /// an open run's, a run's without a key and a key a later run took are refused (by
+    /// `check` and by the fold alike), and a compacted ledger does not hold the key again.
+    #[test]
+    fn a_forget_lets_an_ended_runs_key_go_and_is_refused_for_anything_else() {
+        let keyed = |run: &str, at_ms: u64| {
+            let Event::Reserve { run, tool, calls, money, principal, tokens, .. } = reserve(run, at_ms, &[]) else {
+                unreachable!()
+            };
+            let once = Some(OnceRecord { key: "k".into(), arguments: "x".into() });
+            Event::Reserve { run, tool, at_ms, calls, money, once, principal, tokens }
+        };
+        let settle = |run: &str, at_ms| {
+            let outcome = crate::store::journal::RunOutcome::Failed(crate::program::FailureKind::Value);
+            Event::Settle { run: run.into(), at_ms, charged: vec![], outcome, tokens: 0 }
+        };
+        let forget = |run: &str| Event::Forget { run: run.into(), at_ms: 20, by: Some("ops".into()) };
+        let refused = |state: &State, event: &Event, why: &str| {
+            assert!(state.check(event).unwrap_err().contains(why), "{event:?}");
+            assert!(state.clone().apply(event).unwrap_err().contains(why), "{event:?}");
+        };
+        let mut state = State::default();
+        state.apply(&keyed("a", 1)).unwrap();
+        refused(&state, &forget("a"), "has not ended");
+        refused(&state, &forget("nobody"), "has no reserve");
+        state.apply(&reserve("plain", 2, &[])).unwrap();
+        state.apply(&settle("plain", 3)).unwrap();
+        refused(&state, &forget("plain"), "holds no once key");
+        state.apply(&settle("a", 10)).unwrap();
+        assert!(matches!(state.once_lookup("k", 1_000, 11), OnceLookup::Found(entry) if entry.run == "a"));
+        state.check(&forget("a")).unwrap();
+        state.apply(&forget("a")).unwrap();
+        assert!(state.holds(&forget("a")));
+        assert!(matches!(state.once_lookup("k", 1_000, 21), OnceLookup::None));
+        refused(&state, &forget("a"), "holds no once key");
+        let (events, _) = state.compacted_events(&|_| true);
+        let mut compacted = State::default();
+        events.iter().for_each(|event| compacted.apply(event).unwrap());
+        assert!(matches!(compacted.once_lookup("k", 1_000, 21), OnceLookup::None), "{events:?}");
+        // The corrected call takes the key; the first run's key, taken over, is not forgotten.
+        state.apply(&keyed("b", 22)).unwrap();
+        assert!(matches!(state.once_lookup("k", 1_000, 23), OnceLookup::Found(entry) if entry.run == "b"));
+        state.apply(&settle("b", 30)).unwrap();
+        state.apply(&forget("b")).unwrap();
+        state.apply(&keyed("c", 40)).unwrap();
+        state.apply(&settle("c", 50)).unwrap();
+        refused(&state, &forget("b"), "holds no once key");
     }
 
     #[test]
