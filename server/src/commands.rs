@@ -1,7 +1,7 @@
 //! The operator's commands, written against `Env` so the simulator can drive them too.
 //! The binary (`main.rs`) only parses arguments and prints what these return.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use serde_json::json;
@@ -452,11 +452,7 @@ pub async fn cancel_run(
     run: &str,
     by: &crate::store::journal::Word,
 ) -> Result<String, String> {
-    let catalog = load(env, manifest_path).await?;
-    let store = store_of(env, manifest_path, &catalog)?;
-    let journals = catalog.manifest.server.journals.clone();
-    let kept = crate::operator::kept::Kept::read(env, &journals, store).await?;
-    let entry = crate::operator::runs::find(&kept.state, run)?;
+    let (journals, kept, entry) = kept_run(env, manifest_path, run).await?;
     if !entry.is_open() {
         return Err(format!("run {} has ended; there is nothing to cancel", entry.run));
     }
@@ -485,11 +481,7 @@ pub async fn release_once(
     run: &str,
     account: &str,
 ) -> Result<String, String> {
-    let catalog = load(env, manifest_path).await?;
-    let store = store_of(env, manifest_path, &catalog)?;
-    let journals = catalog.manifest.server.journals.clone();
-    let kept = crate::operator::kept::Kept::read(env, &journals, store).await?;
-    let entry = crate::operator::runs::find(&kept.state, run)?;
+    let (journals, kept, entry) = kept_run(env, manifest_path, run).await?;
     if entry.tool != tool {
         return Err(format!("run {} is a run of `{}`, not of `{tool}`; nothing was changed", entry.run, entry.tool));
     }
@@ -513,6 +505,21 @@ pub async fn release_once(
         by: Some(account.to_string()),
     };
     ask_the_server(env, manifest_path, &journals, instance.as_deref(), &request, "release the key").await
+}
+
+/// The manifest's journals folder, what its store keeps, and the run `run` names (an id or
+/// its first characters) in it.
+async fn kept_run(
+    env: &Env,
+    manifest_path: &Path,
+    run: &str,
+) -> Result<(PathBuf, crate::operator::kept::Kept, crate::store::ledger::RunEntry), String> {
+    let catalog = load(env, manifest_path).await?;
+    let store = store_of(env, manifest_path, &catalog)?;
+    let journals = catalog.manifest.server.journals.clone();
+    let kept = crate::operator::kept::Kept::read(env, &journals, store).await?;
+    let entry = crate::operator::runs::find(&kept.state, run)?.clone();
+    Ok((journals, kept, entry))
 }
 
 /// When a request to the admin channel is given up by its asker (the server refuses one
