@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7"; // the HTTP test's
 
-/// An OTLP/HTTP receiver on loopback: every request's body, kept.
+/// An OTLP/HTTP receiver on loopback: every request's body, kept as OTLP's JSON form (a
+/// protobuf body decoded with OpenTelemetry's own definitions), with its content type.
 fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
@@ -24,19 +25,31 @@ fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
     std::thread::spawn(move || {
         for stream in listener.incoming().map_while(Result::ok) {
             let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0usize;
+            let (mut length, mut content_type) = (0usize, String::new());
             let mut line = String::new();
             while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
                 if let Some((name, value)) = line.split_once(':') {
                     if name.eq_ignore_ascii_case("content-length") {
                         length = value.trim().parse().unwrap_or(0);
                     }
+                    if name.eq_ignore_ascii_case("content-type") {
+                        content_type = value.trim().to_string();
+                    }
                 }
                 line.clear();
             }
             let mut body = vec![0; length];
             reader.read_exact(&mut body).unwrap();
-            kept.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            let mut export = match content_type.as_str() {
+                "application/x-protobuf" => {
+                    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+                    let decoded = <ExportTraceServiceRequest as prost::Message>::decode(body.as_slice()).unwrap();
+                    serde_json::to_value(&decoded).unwrap()
+                }
+                _ => serde_json::from_slice(&body).unwrap_or(Value::Null),
+            };
+            export["contentType"] = json!(content_type);
+            kept.lock().unwrap().push(export);
             let mut stream = stream;
             let _ =
                 stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}");
@@ -190,4 +203,137 @@ fn an_http_request_s_traceparent_header_is_continued() {
     let spans = spans(&received.lock().unwrap());
     let call = spans.iter().find(|s| s.0 == "tools/call").unwrap_or_else(|| panic!("no tools/call span: {spans:?}"));
     assert_eq!((call.1.as_str(), call.3.as_str()), (TRACE_ID, PARENT_ID), "{call:?}");
+}
+
+/// Every span received, as OTLP's JSON form writes it.
+fn span_objects(received: &[Value]) -> Vec<Value> {
+    let resources = received.iter().flat_map(|export| export["resourceSpans"].as_array().cloned().unwrap_or_default());
+    let scopes = resources.flat_map(|resource| resource["scopeSpans"].as_array().cloned().unwrap_or_default());
+    scopes.flat_map(|scope| scope["spans"].as_array().cloned().unwrap_or_default()).collect()
+}
+
+fn attribute<'a>(span: &'a Value, key: &str) -> &'a Value {
+    let attributes = span["attributes"].as_array().unwrap();
+    attributes.iter().find(|a| a["key"] == key).map_or(&Value::Null, |a| &a["value"])
+}
+
+/// The shop against the local payments service over stdio, each call with its own
+/// `traceparent`, exported with `protocol` (`None`: the default); every export kept.
+fn shop_calls_traced(protocol: Option<&str>, calls: &[Value]) -> (Vec<Value>, common::payments::Payments) {
+    let (endpoint, received) = receiver();
+    let payments = common::payments::Payments::start();
+    let dir = payments.shop();
+    let path = dir.path().join("manifest.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["tools"][0]["deadline"] = json!("3s");
+    manifest["tools"][0]["net"] = json!({"connect_timeout_ms": 300, "timeout_ms": 700});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    command.arg("mcp").arg(&path).args(["--otlp-endpoint", &endpoint]).env("STRIPE_SECRET_KEY", "sk_test_TRACES_1");
+    if let Some(protocol) = protocol {
+        command.env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol);
+    }
+    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut answers = BufReader::new(child.stdout.take().unwrap()).lines();
+    // One call at a time, each answered before the next (an action in doubt waits out its
+    // deadline), then stdin closed: every span exported at exit.
+    for (index, arguments) in calls.iter().enumerate() {
+        let params = json!({"name": "refund_order", "arguments": arguments, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+            "traceparent": format!("00-{TRACE_ID}-{:016x}-01", index + 1)}});
+        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": index + 1, "method": "tools/call", "params": params}))
+            .unwrap();
+        loop {
+            let line = answers.next().expect("the server answers").unwrap();
+            if serde_json::from_str::<Value>(&line).unwrap()["id"] == json!(index + 1) {
+                break;
+            }
+        }
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let exports = received.lock().unwrap().clone();
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("sk_test_TRACES_1"));
+    assert!(!serde_json::to_string(&exports).unwrap().contains("sk_test_TRACES_1"), "the secret in a span");
+    (exports, payments)
+}
+
+/// Issue 46 item 4: protobuf by default (decoded with OpenTelemetry's own definitions), the
+/// call a SERVER span continuing its caller's trace, each HTTP request an action sends a
+/// CLIENT span with the HTTP client conventions' attributes, the service's request carrying
+/// that span's `traceparent`; a failed run and an action in doubt marked ERROR.
+#[test]
+fn traces_say_what_a_backend_reads_and_reach_the_service_an_action_calls() {
+    let (exports, payments) = shop_calls_traced(
+        None,
+        &[
+            json!({"order": "pi_1001", "amount": {"amount": "12.50", "currency": "USD"}}),
+            json!({"order": "pi_1003", "amount": {"amount": "50.00", "currency": "USD"}}),
+            json!({"order": "pi_noanswer_7", "amount": {"amount": "1.00", "currency": "USD"}}),
+        ],
+    );
+    assert!(exports.iter().all(|export| export["contentType"] == "application/x-protobuf"), "the default encoding");
+    let spans = span_objects(&exports);
+    let calls: Vec<&Value> = spans.iter().filter(|span| span["name"] == "tools/call").collect();
+    assert_eq!(calls.len(), 3, "{spans:?}");
+    let call_of = |n: u64| calls.iter().find(|span| span["parentSpanId"] == format!("{n:016x}")).unwrap();
+    let (refunded, failed, in_doubt) = (call_of(1), call_of(2), call_of(3));
+    assert_eq!(refunded["kind"], 2, "SERVER: {refunded}");
+    assert_eq!(refunded["traceId"], TRACE_ID);
+    assert_eq!(attribute(refunded, "rpc.method")["stringValue"], "tools/call");
+    assert_ne!(refunded["status"]["code"], 2, "done is no error: {refunded}");
+    assert_eq!(failed["status"]["code"], 2, "a failed run is an ERROR: {failed}");
+    assert_eq!(in_doubt["status"]["code"], 2, "waiting for an operator is an ERROR: {in_doubt}");
+    assert_eq!(attribute(in_doubt, "outcome")["stringValue"], "waiting_for_operator", "{in_doubt}");
+
+    let below = |parent: &Value, name: &str| -> Vec<Value> {
+        spans.iter().filter(|span| span["name"] == name && span["parentSpanId"] == parent["spanId"]).cloned().collect()
+    };
+    let run = below(refunded, "run").pop().expect("the run below its call");
+    let actions = below(&run, "action");
+    assert_eq!(actions.len(), 2, "the intent's lookup and the refund: {actions:?}");
+    // Each HTTP request an action sends is a CLIENT span below it, named by its method.
+    let requests: Vec<Value> =
+        actions.iter().flat_map(|action| below(action, "GET").into_iter().chain(below(action, "POST"))).collect();
+    assert_eq!(requests.len(), 3, "the lookup's GET, the refund's GET of the currency and its POST: {spans:#?}");
+    for request in &requests {
+        assert_eq!(request["kind"], 3, "CLIENT: {request}");
+        assert_eq!(attribute(request, "server.address")["stringValue"], "127.0.0.1", "{request}");
+        assert_eq!(attribute(request, "http.response.status_code")["intValue"], "200", "{request}");
+    }
+    let post = requests.iter().find(|request| request["name"] == "POST").unwrap();
+    assert_eq!(attribute(post, "http.request.method")["stringValue"], "POST");
+    let url = attribute(post, "url.full")["stringValue"].as_str().unwrap();
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/v1/refunds"), "{url}");
+    // The service heard the refund's own request span as its parent.
+    let expected = format!("00-{TRACE_ID}-{}-01", post["spanId"].as_str().unwrap());
+    let seen = payments.ledger.lock().unwrap().requests.clone();
+    let posted = seen.iter().find(|seen| seen.method == "POST" && seen.body.contains("pi_1001")).unwrap();
+    assert_eq!(posted.headers.get("traceparent"), Some(&expected), "{posted:?}");
+    assert!(seen.iter().all(|seen| seen.headers.get("traceparent").is_some_and(|t| t.contains(TRACE_ID))), "{seen:?}");
+
+    let doubted = below(&below(in_doubt, "run").pop().unwrap(), "action");
+    let doubted = doubted.iter().find(|a| attribute(a, "in_doubt")["boolValue"] == true).expect("an action in doubt");
+    assert_eq!(doubted["status"]["code"], 2, "an action in doubt is an ERROR: {doubted}");
+}
+
+/// `OTEL_EXPORTER_OTLP_PROTOCOL=http/json` sends OTLP's JSON form; gRPC is refused at start,
+/// naming what to set.
+#[test]
+fn the_standard_variable_chooses_json_and_grpc_is_refused() {
+    let (exports, _) = shop_calls_traced(
+        Some("http/json"),
+        &[json!({"order": "pi_1001", "amount": {"amount": "1.00", "currency": "USD"}})],
+    );
+    assert!(!exports.is_empty() && exports.iter().all(|export| export["contentType"] == "application/json"));
+    assert!(span_objects(&exports).iter().any(|span| span["name"] == "tools/call" && span["kind"] == 2));
+    let refused = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["check", "--otlp-endpoint", "http://127.0.0.1:9", "/nonexistent/manifest.json"])
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("set it to http/protobuf"), "{refused:?}");
 }

@@ -170,8 +170,12 @@ pub async fn call_tool(
     listener: Option<Rc<dyn crate::run::notice::Listener>>,
     caller: Caller<'_>,
 ) -> CallReply {
-    let span = tracing::info_span!(target: "warden", "tools/call", tool = %tool.config.name,
-        principal = caller.principal.map(|p| p.subject.as_str()), run = tracing::field::Empty,
+    // The request's own span is a SERVER span; a program's call inside another request (a
+    // resource's read) is internal to it.
+    let kind = if tracing::Span::current().is_none() { "server" } else { "internal" };
+    let span = tracing::info_span!(target: "warden", "tools/call", otel.kind = kind,
+        otel.status_code = tracing::field::Empty, rpc.system = "jsonrpc", rpc.method = "tools/call",
+        tool = %tool.config.name, principal = caller.principal.map(|p| p.subject.as_str()), run = tracing::field::Empty,
         outcome = tracing::field::Empty);
     // Inside a request's own span (a resource read by a program), the call is its child;
     // otherwise the call is the request, and continues its caller's trace.
@@ -204,6 +208,12 @@ pub async fn call_tool(
     .await;
     let outcome = outcome_label(&reply);
     traced.record("outcome", outcome);
+    // An answer that is not what was asked for is an error of the request's (a failed run, an
+    // action in doubt, a refusal); one that asks for input, is interrupted by a stop or was
+    // cancelled by its client is not.
+    if !matches!(outcome, "done" | "input_required" | "interrupted" | "cancelled") {
+        traced.record("otel.status_code", "ERROR");
+    }
     runs.metrics.count_call(&tool.config.name, outcome);
     log_refusal(runs, tool, caller.principal, outcome, &reply);
     reply

@@ -415,13 +415,15 @@ impl Connection {
                 }
             }
             CallJob::Read { uri } => {
-                let span = tracing::info_span!(target: "warden", "resources/read", uri = %uri,
+                let span = tracing::info_span!(target: "warden", "resources/read", otel.kind = "server",
+                    rpc.system = "jsonrpc", rpc.method = "resources/read", uri = %uri,
                     principal = self.principal.as_ref().map(|p| p.subject.as_str()));
                 let reading = self.read_resource(call, uri, control, listener);
                 traced(span, call, reading).await
             }
             CallJob::Prompt => {
-                let span = tracing::info_span!(target: "warden", "prompts/get", prompt = %call.tool,
+                let span = tracing::info_span!(target: "warden", "prompts/get", otel.kind = "server",
+                    rpc.system = "jsonrpc", rpc.method = "prompts/get", prompt = %call.tool,
                     principal = self.principal.as_ref().map(|p| p.subject.as_str()));
                 traced(span, call, self.get_prompt(call, control)).await
             }

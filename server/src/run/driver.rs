@@ -665,11 +665,22 @@ fn host_of(action: &Action) -> &str {
     }
 }
 
+/// An action's span: a database statement is a CLIENT span of its own (`db.system` names the
+/// database, as OpenTelemetry's conventions do); an HTTP action or a model call is internal,
+/// with a CLIENT span for each request it sends below it (`io::trace::request_span`: a
+/// refund reads its intent's currency, then posts).
 fn action_span(action: &Action) -> tracing::Span {
     let host = host_of(action);
-    tracing::info_span!(target: "warden", "action", op = action.op, kind = %action.kind, method = action.method.name(),
-        host, status = tracing::field::Empty, in_doubt = tracing::field::Empty, duration_ms = tracing::field::Empty,
-        output_tokens = tracing::field::Empty)
+    let (kind, db_system, gen_ai_system) = match action.kind {
+        crate::broker::Kind::Sqlite => ("client", Some("sqlite"), None),
+        crate::broker::Kind::Postgres => ("client", Some("postgresql"), None),
+        crate::broker::Kind::Model => ("internal", None, Some("anthropic")),
+        _ => ("internal", None, None),
+    };
+    tracing::info_span!(target: "warden", "action", otel.kind = kind, otel.status_code = tracing::field::Empty,
+        otel.status_message = tracing::field::Empty, db.system = db_system, gen_ai.system = gen_ai_system,
+        op = action.op, kind = %action.kind, method = action.method.name(), host, status = tracing::field::Empty,
+        in_doubt = tracing::field::Empty, duration_ms = tracing::field::Empty, output_tokens = tracing::field::Empty)
 }
 
 /// What an action's span says of its outcome: the HTTP status, in doubt or not, its duration,
@@ -681,6 +692,12 @@ fn record_outcome(span: &tracing::Span, performed: &crate::broker::Performed, to
             span.record("in_doubt", false);
             if let Some(status) = result.get("status").and_then(Value::as_u64) {
                 span.record("status", status);
+                if status >= 400 {
+                    span.record("otel.status_code", "ERROR");
+                }
+            }
+            if result.get("error").is_some() {
+                span.record("otel.status_code", "ERROR");
             }
             if let Some(tokens) = result.pointer("/usage/output_tokens").and_then(Value::as_u64) {
                 span.record("output_tokens", tokens);
@@ -688,6 +705,8 @@ fn record_outcome(span: &tracing::Span, performed: &crate::broker::Performed, to
         }
         crate::broker::Performed::InDoubt(_) => {
             span.record("in_doubt", true);
+            span.record("otel.status_code", "ERROR");
+            span.record("otel.status_message", "in doubt: the action may have happened; it waits for an operator");
         }
     }
 }
