@@ -17,16 +17,9 @@ use serde_json::{json, Value};
 
 const SECRET: &str = "sk_test_OPERATOR_1";
 
-/// The shop against the local payments service, with a deadline short enough for a test: a
-/// refund unanswered past it waits for a person.
+/// The shop against the local payments service, with a deadline short enough for a test.
 fn shop(payments: &Payments) -> tempfile::TempDir {
-    let dir = payments.shop();
-    let path = dir.path().join("manifest.json");
-    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    manifest["tools"][0]["deadline"] = json!("3s");
-    manifest["tools"][0]["net"] = json!({"connect_timeout_ms": 300, "timeout_ms": 700});
-    std::fs::write(&path, manifest.to_string()).unwrap();
-    dir
+    payments.shop_with_a_short_deadline()
 }
 
 /// `warden <args>` run in `cwd` as the account `account`.

@@ -222,12 +222,8 @@ fn attribute<'a>(span: &'a Value, key: &str) -> &'a Value {
 fn shop_calls_traced(protocol: Option<&str>, calls: &[Value]) -> (Vec<Value>, common::payments::Payments) {
     let (endpoint, received) = receiver();
     let payments = common::payments::Payments::start();
-    let dir = payments.shop();
+    let dir = payments.shop_with_a_short_deadline();
     let path = dir.path().join("manifest.json");
-    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    manifest["tools"][0]["deadline"] = json!("3s");
-    manifest["tools"][0]["net"] = json!({"connect_timeout_ms": 300, "timeout_ms": 700});
-    std::fs::write(&path, manifest.to_string()).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
     command.arg("mcp").arg(&path).args(["--otlp-endpoint", &endpoint]).env("STRIPE_SECRET_KEY", "sk_test_TRACES_1");
     if let Some(protocol) = protocol {

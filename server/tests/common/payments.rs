@@ -63,6 +63,18 @@ impl Payments {
         dir
     }
 
+    /// The shop with a deadline short enough for a test (3 s): a refund unanswered past it
+    /// waits for a person.
+    pub fn shop_with_a_short_deadline(&self) -> tempfile::TempDir {
+        let dir = self.shop();
+        let path = dir.path().join("manifest.json");
+        let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        manifest["tools"][0]["deadline"] = json!("3s");
+        manifest["tools"][0]["net"] = json!({"connect_timeout_ms": 300, "timeout_ms": 700});
+        std::fs::write(&path, manifest.to_string()).unwrap();
+        dir
+    }
+
     pub fn refunded_minor(&self) -> i64 {
         self.ledger.lock().unwrap().refunds.iter().map(|(_, minor)| minor).sum()
     }
