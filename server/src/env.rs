@@ -198,6 +198,13 @@ pub trait InboundService {
     /// Answers a request that passed `screen`, its body read. The future is dropped when
     /// the client closes the connection first.
     fn answer(&self, request: InboundRequest) -> LocalBoxFuture<'static, OutboundAnswer>;
+    /// A request the listener itself refused, before `answer` (a body over the limit, or
+    /// arriving too slowly, or past the bodies' memory): counted and logged as the handler's
+    /// own refusals are.
+    fn refused(&self, _head: &InboundRequest, _answer: &OutboundAnswer) {}
+    /// A connection closed at once: every place in the listener's table was taken by one with
+    /// a request in flight (or `peer` held its share).
+    fn connection_refused(&self, _peer: core::net::IpAddr) {}
 }
 
 pub type InboundHandler = Rc<dyn InboundService>;

@@ -459,6 +459,10 @@ fn limits_and_wrong_requests_get_clear_http_errors() {
     huge.extend_from_slice(b"\"}");
     let answer = server.send("POST", "/mcp", &[("content-type", "application/json")], &huge);
     assert_eq!(answer.status, 413, "{}", answer.text());
+    // The listener's own refusal is logged as the handler's are, naming the client.
+    let logged = server.stderr();
+    let line = logged.lines().find(|line| line.contains("HTTP 413 to POST /mcp from 127.0.0.1"));
+    assert!(line.is_some_and(|line| line.contains("the request body is over the limit")), "{logged}");
     // Headers over 64 KiB are refused before anything reads them.
     let long = "a".repeat(70 * 1024);
     assert_eq!(server.send("POST", "/mcp", &[("x-padding", &long)], b"").status, 431);
@@ -623,6 +627,28 @@ fn idle_connections_do_not_lock_other_clients_out() {
         assert_eq!(tools_list(&server, Duration::from_secs(10)), 200, "request {round} was not answered");
     }
     drop(idle);
+}
+
+/// Issue 46 item 5: a connection the listener closes at once (its address holds its share of
+/// the table with requests in flight) is logged naming the address, once for a burst.
+#[test]
+fn connections_closed_at_once_are_logged_once_for_a_burst() {
+    let server = Server::start(&[], &[]);
+    let from = Some("127.0.0.3".parse().unwrap());
+    let held: Vec<TcpStream> = (0..64).map(|_| withheld_body(&server, from)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..3 {
+        let mut closed = connect_from(&server, from);
+        closed.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut nothing = Vec::new();
+        let _ = closed.read_to_end(&mut nothing);
+        assert!(nothing.is_empty(), "closed without an answer");
+    }
+    assert_eq!(tools_list(&server, Duration::from_secs(10)), 200, "another address is served");
+    let logged = server.stderr();
+    let line = "a connection from 127.0.0.3 was closed at once";
+    assert_eq!(logged.matches(line).count(), 1, "one line for the burst: {logged}");
+    drop(held);
 }
 
 /// The review of issue 23 item 6: a connection whose requests were only refused (no token)

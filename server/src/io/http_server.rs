@@ -62,6 +62,7 @@ impl HttpServe for RealHttp {
                 let admitted = table.borrow_mut().admit(peer.ip());
                 let Some((id, evicted)) = admitted else {
                     drop(stream);
+                    handler.connection_refused(peer.ip());
                     continue;
                 };
                 if let Some(evicted) = evicted {
@@ -285,20 +286,24 @@ async fn answer(
     if let Some(refused) = handler.screen(&inbound) {
         return Ok(respond(refused));
     }
+    // The listener's own refusals are told to the handler, which logs them as its own.
+    let refused_here = |answer: OutboundAnswer| {
+        handler.refused(&inbound, &answer);
+        Ok(respond(answer))
+    };
     let declared = inbound.header("content-length").and_then(|length| length.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limits.body_bytes_max as u64) {
-        return Ok(respond(refusal(
-            413,
-            &format!("the request body is over the limit of {} bytes", limits.body_bytes_max),
-        )));
+        let over = format!("the request body is over the limit of {} bytes", limits.body_bytes_max);
+        return refused_here(refusal(413, &over));
     }
     let mut held = Held { budget: &bodies, peer, bytes: 0, permit: None };
     let read = read_body(body, &mut held, limits);
-    inbound.body = match tokio::time::timeout(Duration::from_millis(limits.body_read_ms), read).await {
+    let body = match tokio::time::timeout(Duration::from_millis(limits.body_read_ms), read).await {
         Ok(Ok(body)) => body,
-        Ok(Err(refused)) => return Ok(respond(refused)),
-        Err(_) => return Ok(respond(refusal(408, "the request body did not arrive in time"))),
+        Ok(Err(refused)) => return refused_here(refused),
+        Err(_) => return refused_here(refusal(408, "the request body did not arrive in time")),
     };
+    inbound.body = body;
     // The body's bytes are held of the budget until the request is answered.
     let mut answered = handler.answer(inbound).await;
     drop(held);

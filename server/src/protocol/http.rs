@@ -139,6 +139,7 @@ pub async fn serve(env: &Env, runs: &Rc<Runs>, auth: Auth, options: &HttpOptions
         exchanges: crate::base::sync::WaitGroup::new(),
         next_stream: Cell::new(0),
         replay: Replay::default(),
+        refused_connections: Cell::new((0, None)),
     });
     let handler: crate::env::InboundHandler = Rc::new(Served(Rc::clone(&front)));
     let limits = ListenLimits {
@@ -275,7 +276,13 @@ struct Front {
     next_stream: Cell<u64>,
     /// Sessions' ended streams, kept for a while for resumptions.
     replay: Replay,
+    /// Connections the listener closed at once (its table full) since the last line that said
+    /// so, and when that line was written: a flood is told once in `REFUSED_CONNECTIONS_LOG_MS`.
+    refused_connections: Cell<(u64, Option<u64>)>,
 }
+
+/// At most one line in this long tells of connections closed at once, a full table.
+const REFUSED_CONNECTIONS_LOG_MS: u64 = 10_000;
 
 /// A 2025-11-25 session: its state, and the exchanges in progress (for a cancellation sent
 /// in another exchange).
@@ -317,6 +324,30 @@ impl crate::env::InboundService for Served {
             front.runs.metrics.http_sessions.set(front.sessions.borrow().len() as i64);
             answer
         })
+    }
+
+    fn refused(&self, head: &InboundRequest, answer: &OutboundAnswer) {
+        self.0.answered(head, answer);
+    }
+
+    fn connection_refused(&self, peer: core::net::IpAddr) {
+        let front = &self.0;
+        let (unlogged, logged_at) = front.refused_connections.get();
+        let now = front.env.clock.monotonic_ms();
+        if logged_at.is_some_and(|at| now.saturating_sub(at) < REFUSED_CONNECTIONS_LOG_MS) {
+            front.refused_connections.set((unlogged + 1, logged_at));
+            return;
+        }
+        let more = match unlogged {
+            0 => String::new(),
+            n => format!(" (and {n} more since the last such line)"),
+        };
+        let line = format!(
+            "a connection from {peer} was closed at once: every place of the connection table is held by a \
+             connection with a request in flight, or this address holds its share{more}"
+        );
+        front.env.log_at(crate::env::Level::Warn, &line, &[]);
+        front.refused_connections.set((0, Some(now)));
     }
 }
 
