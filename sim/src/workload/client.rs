@@ -128,6 +128,9 @@ pub struct Retried {
     pub asked_at: u64,
     /// Its state was altered by the client (a claim changed, the seal kept): never served.
     pub tampered: bool,
+    /// Another instance owned the run when it was sent (the store says so): refused by
+    /// design, however long its answer takes to be read (seed 440829).
+    pub owned_elsewhere_when_sent: bool,
 }
 
 /// What became of the retries of one input round.
@@ -370,7 +373,7 @@ impl Client {
             return;
         }
         if let Some(retried) = self.retries.remove(&id) {
-            let elsewhere = instance.another_owns(&retried.round.0);
+            let elsewhere = retried.owned_elsewhere_when_sent || instance.another_owns(&retried.round.0);
             self.retry_answered(id, (retried, elsewhere), message, report, now);
             return;
         }
@@ -645,7 +648,9 @@ impl Client {
         self.unanswered.insert(id, retry.clone());
         self.rounds.entry(round.clone()).or_default().sent.push(id);
         let asked_at = self.round_asked_no_earlier_than(original, &round.0).unwrap_or(now);
-        self.retries.insert(id, Retried { connection: self.connections, round, asked_at, tampered });
+        let owned_elsewhere_when_sent = instance.another_owns(&round.0);
+        self.retries
+            .insert(id, Retried { connection: self.connections, round, asked_at, tampered, owned_elsewhere_when_sent });
         self.sent_now(id, now);
         let tool = call["params"]["name"].as_str().unwrap_or_default();
         self.pending_events.push((now, format!("call {id}"), format!("sent {tool}")));
