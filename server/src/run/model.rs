@@ -43,16 +43,8 @@ pub async fn perform_model(
     let max_tokens = asked["max_tokens"].as_u64().unwrap_or(0);
     // Each send a crash interrupted may have made every attempt.
     let mut charged = max_tokens.saturating_mul(attempts_per_send(model)).saturating_mul(sends_interrupted);
-    // A call's sends are what the run's tokens were held for (`manifest::worst_tokens`): a run
-    // resumed by the operator after crashes cut them all is not sent again (seed 412582 of the
-    // sweep over new seeds: a third send passed the quota).
-    if sends_interrupted >= crate::manifest::MODEL_SENDS_MAX {
-        let problem = format!(
-            "the model call was sent {sends_interrupted} times and a crash cut each send; the run's tokens were \
-             held for {} sends, so it is not sent again; nothing more was sent",
-            crate::manifest::MODEL_SENDS_MAX
-        );
-        return failed(problem, charged, secrets);
+    if let Some(spent) = sends_spent(sends_interrupted, charged, secrets) {
+        return spent;
     }
     let key = match env.process.var(&model.api_key_env) {
         Some(key) if !key.is_empty() => key,
@@ -105,6 +97,21 @@ pub async fn perform_model(
     }
     let attempts = attempts_per_send(model);
     failed(format!("the model did not answer after {attempts} attempt(s); the last: {last}"), charged, secrets)
+}
+
+/// A call's sends are what the run's tokens were held for (`manifest::worst_tokens`): one
+/// whose every send a crash cut (a run the operator resumed after crashes) is not sent again,
+/// charged what those sends may have cost (seed 412582 of the sweep over new seeds: a third
+/// send passed the quota).
+fn sends_spent(sends_interrupted: u64, charged: u64, secrets: &[String]) -> Option<Performed> {
+    (sends_interrupted >= crate::manifest::MODEL_SENDS_MAX).then(|| {
+        let problem = format!(
+            "the model call was sent {sends_interrupted} times and a crash cut each send; the run's tokens were \
+             held for {} sends, so it is not sent again; nothing more was sent",
+            crate::manifest::MODEL_SENDS_MAX
+        );
+        failed(problem, charged, secrets)
+    })
 }
 
 /// How many attempts one send of a model call makes at most.
