@@ -167,13 +167,15 @@ for seed in 1 2 3 42 500; do "$sim" run --seed "$seed" --check-determinism; done
 "$sim" explore --seeds 0..1000 --canary ignore-idempotency-keys --expect-violation --expect-invariant 2 --out "$scratch/canary"
 "$sim" replay "$root"/scenarios/*.json
 
-step "the timeline page in headless Chromium (installed here when missing)"
+step "the timeline page and the console in headless Chromium (installed here when missing)"
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" -eq 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi
     "${apt_get[@]}" install -y chromium >/dev/null \
         || { "${apt_get[@]}" update >/dev/null && "${apt_get[@]}" install -y chromium >/dev/null; }
 fi
 WARDEN_CHROMIUM="$(command -v chromium)" cargo test -p warden-sim --test timeline --locked -- --ignored
+# The console in the same browser; its screenshot is kept as target/console.png.
+WARDEN_CHROMIUM="$(command -v chromium)" cargo test -p warden --test operator --locked -- --ignored
 
 step "planted bugs: the CI subset of mutants/, each caught by the simulator (the whole set: scripts/mutants.sh)"
 # Every patch must still apply, or the full run (a documented longer command) would stop at it.

@@ -17,65 +17,6 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde_json::json;
-use warden::base::layout::RunFiles;
-use warden::store::journal::{Binding, EndRecord, JournalRecord, RunOutcome};
-use warden::store::ledger::{Event, LEDGER_FILE};
-use warden::store::record;
-
-/// Writes a manifest and a journals folder holding `runs` settled runs of tool `add`.
-fn synthesise(dir: &Path, runs: usize) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("add.star"), common::PROGRAM).unwrap();
-    let manifest = json!({"server": {"name": "bench", "journals": "journals"},
-        "tools": [{"name": "add", "program": "add.star", "limits": {"max_steps": 1000}}]});
-    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
-    let journals = dir.join("journals");
-    std::fs::create_dir_all(&journals).unwrap();
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    let mut ledger = Vec::new();
-    for index in 0..runs {
-        let run = format!("{:032x}", (index as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
-        let at_ms = now_ms - (runs - index) as u64;
-        ledger.extend(record::encode(&Event::Reserve {
-            run: run.clone(),
-            tool: "add".into(),
-            at_ms,
-            calls: 1,
-            money: vec![],
-            once: None,
-            principal: None,
-            tokens: 0,
-        }));
-        ledger.extend(record::encode(&Event::Settle {
-            run: run.clone(),
-            at_ms: at_ms + 1,
-            charged: vec![],
-            outcome: RunOutcome::Done,
-            tokens: 0,
-        }));
-        let files = RunFiles::new(&journals, "add", &run);
-        std::fs::create_dir_all(&files.dir).unwrap();
-        let binding = Binding { program: "synthetic".into(), config: "synthetic".into(), version: "synthetic".into() };
-        let header = JournalRecord::Header {
-            run: run.clone(),
-            tool: "add".into(),
-            binding,
-            inputs: "{}".into(),
-            at_ms,
-            principal: None,
-        };
-        let end = JournalRecord::End(EndRecord {
-            outcome: RunOutcome::Done,
-            result: Some(json!(index)),
-            message: None,
-            usage: json!({}),
-            at_ms: at_ms + 1,
-        });
-        std::fs::write(&files.journal, [record::encode(&header), record::encode(&end)].concat()).unwrap();
-        std::fs::write(&files.log, format!("{{\"at_ms\":{at_ms},\"line\":\"settled (done)\"}}\n")).unwrap();
-    }
-    std::fs::write(journals.join(LEDGER_FILE), ledger).unwrap();
-}
 
 /// Starts the server and returns the seconds until it answered `initialize`.
 fn time_to_initialize(binary: &Path, dir: &Path) -> f64 {
@@ -118,7 +59,7 @@ fn main() {
         let scratch = tempfile::tempdir().unwrap();
         let dir = kept.clone().unwrap_or_else(|| scratch.path().to_path_buf());
         let made = Instant::now();
-        synthesise(&dir, runs);
+        common::synthesise(&dir, runs);
         eprintln!("startup: {runs} settled runs written in {:.1} s", made.elapsed().as_secs_f64());
         let mut times: Vec<f64> = (0..3).map(|_| time_to_initialize(binary, &dir)).collect();
         let first = times[0];

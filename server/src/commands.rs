@@ -522,6 +522,22 @@ async fn kept_run(
     Ok((journals, kept, entry))
 }
 
+/// `warden console <manifest> --listen ADDRESS`: the read-only page over the manifest's runs,
+/// served until a shutdown signal.
+pub async fn console(env: &Env, manifest_path: &Path, address: core::net::SocketAddr) -> Result<(), String> {
+    crate::operator::console::check_listen(address)?;
+    let stop = env.process.shutdown_signal(1);
+    let catalog = load(env, manifest_path).await?;
+    let store = store_of(env, manifest_path, &catalog)?;
+    let console = crate::operator::console::Console {
+        env: env.clone(),
+        catalog,
+        store,
+        manifest_path: manifest_path.to_path_buf(),
+    };
+    crate::operator::console::serve(console, address, stop).await
+}
+
 /// When a request to the admin channel is given up by its asker (the server refuses one
 /// that reaches it later).
 fn admin_deadline(env: &Env) -> u64 {

@@ -139,6 +139,9 @@ pub struct InboundRequest {
     pub method: String,
     /// The path of the request target, without its query.
     pub path: String,
+    /// The request target's query (after `?`), if it has one: bounded by the listener's limit
+    /// on a request's head.
+    pub query: Option<String>,
     /// Header names in lowercase, in the order received.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -231,6 +234,24 @@ pub struct ListenLimits {
     pub bodies_read_at_once: usize,
     /// A streamed answer whose client takes none of its bytes for this long is cut off.
     pub body_write_ms: u64,
+}
+
+impl ListenLimits {
+    /// A loopback listener that only reads (the metrics, the console): GET requests without a
+    /// body, each within 10 s, `connections` open at once.
+    pub fn bodiless(connections: usize) -> ListenLimits {
+        ListenLimits {
+            body_bytes_max: 0,
+            connections_max: connections,
+            connections_per_peer_max: connections,
+            header_read_ms: 10_000,
+            body_read_ms: 10_000,
+            body_chunk_wait_ms: 10_000,
+            head_bytes_max: 16 * 1024,
+            bodies_read_at_once: 1,
+            body_write_ms: 10_000,
+        }
+    }
 }
 
 /// Serving HTTP: sockets and the HTTP/1.1 codec, nothing of MCP.

@@ -96,6 +96,19 @@ enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// A read-only page over the runs: those waiting for a person on top (each action shown
+    /// whole, with the command that decides it), then every run with filters, and each run's
+    /// page.
+    ///
+    /// Served on a loopback address only, without authentication, beside a running server or
+    /// without one; nothing on the page acts. SIGTERM or Ctrl-C stops it.
+    Console {
+        /// The manifest (JSON).
+        manifest: PathBuf,
+        /// Where to serve the page: a loopback address.
+        #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:8470")]
+        listen: core::net::SocketAddr,
+    },
     /// Act on `once` keys: release the key an ended run holds.
     Once {
         #[command(subcommand)]
@@ -217,6 +230,11 @@ enum RunsCommand {
         /// Only runs reserved within this long, such as 90s, 15m, 3h or 2d.
         #[arg(long)]
         since: Option<String>,
+        /// Only runs whose journal, kept arguments or waiting record hold this text, ignoring
+        /// case (an order id, a payment intent, a word of the answer); the newest 2000 runs
+        /// the other filters pass are searched.
+        #[arg(long)]
+        text: Option<String>,
         /// At most this many runs (1 to 10000).
         #[arg(long, default_value_t = warden::operator::runs::LIST_LIMIT_DEFAULT)]
         limit: usize,
@@ -325,6 +343,10 @@ fn main() -> ExitCode {
         }
         Command::Runs { command } => runs(command),
         Command::Once { command } => once(command),
+        Command::Console { manifest, listen } => {
+            let env = warden::io::command_env();
+            report(warden::io::run(warden::commands::console(&env, &manifest, listen)).map(|()| String::new()))
+        }
         Command::Hidden(Hidden::ExecProgram) => match warden::io::sandbox::worker_main() {
             Ok(()) => ExitCode::SUCCESS,
             Err(problem) => {
@@ -462,11 +484,12 @@ fn serve_http(args: ServeHttpArgs) -> ExitCode {
 fn runs(command: RunsCommand) -> ExitCode {
     let env = warden::io::command_env();
     match command {
-        RunsCommand::List { manifest, tool, state, since, limit, json } => {
-            let filter = match runs_filter(tool, state, since, limit) {
-                Ok(filter) => filter,
-                Err(problem) => return report(Err(problem)),
-            };
+        RunsCommand::List { manifest, tool, state, since, text, limit, json } => {
+            let filter =
+                match warden::operator::runs::Filter::parse(tool, state.as_deref(), since.as_deref(), text, limit) {
+                    Ok(filter) => filter,
+                    Err(problem) => return report(Err(problem)),
+                };
             report(warden::io::run(warden::commands::runs_list(&env, &manifest, &filter, json)))
         }
         RunsCommand::Show { manifest, run, json } => {
@@ -495,22 +518,6 @@ fn once(command: OnceCommand) -> ExitCode {
 fn operator_word(note: Option<&str>) -> Result<warden::store::journal::Word, String> {
     let account = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok();
     warden::operator::verdict::word(account.as_deref(), note)
-}
-
-fn runs_filter(
-    tool: Option<String>,
-    state: Option<String>,
-    since: Option<String>,
-    limit: usize,
-) -> Result<warden::operator::runs::Filter, String> {
-    let state = state.map(|state| warden::operator::runs::RunState::from_name(&state)).transpose()?;
-    let since_ms = since
-        .map(|since| {
-            warden::manifest::parse_duration_ms(&since, warden::manifest::DurationUnits::SecondsUp)
-                .map_err(|problem| format!("--since: {problem}"))
-        })
-        .transpose()?;
-    Ok(warden::operator::runs::Filter { tool, state, since_ms, limit })
 }
 
 /// `warden completions <shell>`: the script on stdout.

@@ -279,6 +279,7 @@ async fn answer(
     let mut inbound = InboundRequest {
         method: parts.method.as_str().to_string(),
         path: parts.uri.path().to_string(),
+        query: parts.uri.query().map(str::to_string),
         headers,
         body: vec![],
         peer: Some(peer),

@@ -21,6 +21,14 @@ pub const LIST_LIMIT_DEFAULT: usize = 50;
 pub const LIST_LIMIT_MAX: usize = 10_000;
 /// What `runs show` prints of one result, argument or message in text (`--json` has it whole).
 const SHOWN_CHARS_MAX: usize = 300;
+/// The most runs, newest first, whose records a text search reads (`--text`, the console's
+/// search): a search answers in a bounded time however long the ledger is, and says how many
+/// it read.
+pub const TEXT_SEARCH_RUNS_MAX: usize = 2_000;
+/// The longest text a search looks for.
+pub const SEARCH_TEXT_CHARS_MAX: usize = 200;
+/// The most runs waiting for a person the console shows whole.
+pub const WAITING_SHOWN_MAX: usize = 100;
 
 /// Where a run stands, as an operator asks about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +90,31 @@ pub struct Filter {
     pub state: Option<RunState>,
     /// Only runs reserved at most this long ago.
     pub since_ms: Option<u64>,
+    /// Only runs whose records (journal, kept arguments, waiting record) hold this text,
+    /// ignoring ASCII case, among the newest `TEXT_SEARCH_RUNS_MAX` the other filters pass.
+    pub text: Option<String>,
     pub limit: usize,
+}
+
+impl Filter {
+    /// A filter from what a person typed (`runs list`'s flags, the console's fields): a state
+    /// by its name, `since` as a duration (`90s`, `15m`, `3h`, `2d`), each refused naming it.
+    pub fn parse(
+        tool: Option<String>,
+        state: Option<&str>,
+        since: Option<&str>,
+        text: Option<String>,
+        limit: usize,
+    ) -> Result<Filter, String> {
+        let state = state.map(RunState::from_name).transpose()?;
+        let since_ms = since
+            .map(|since| {
+                crate::manifest::parse_duration_ms(since, crate::manifest::DurationUnits::SecondsUp)
+                    .map_err(|problem| format!("--since: {problem}"))
+            })
+            .transpose()?;
+        Ok(Filter { tool, state, since_ms, text, limit })
+    }
 }
 
 /// What is read once for every run described: the ledger, the journals, whether a server runs.
@@ -107,6 +139,17 @@ impl Seen {
         let now_ms = env.clock.now_ms().max(state.last_at_ms);
         let owners = instances.map(|instances| instances.owners).unwrap_or_default();
         Ok(Seen { records, state, server_running, now_ms, owners })
+    }
+
+    /// Whether `entry`'s records hold `text` (lowercase), ignoring ASCII case.
+    async fn mentions(&self, entry: &RunEntry, text: &str) -> bool {
+        for kind in [RecordKind::Journal, RecordKind::Inputs, RecordKind::Waiting] {
+            let Ok(Some(bytes)) = self.records.read(&entry.tool, &entry.run, kind).await else { continue };
+            if String::from_utf8_lossy(&bytes).to_ascii_lowercase().contains(text) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Where `entry` stands: the ledger says it for a finished run; an unfinished one's
@@ -156,10 +199,65 @@ pub async fn list(
     filter: &Filter,
     as_json: bool,
 ) -> Result<String, String> {
+    let seen = Seen::read(env, catalog, store).await?;
+    let listed = listed(&seen, catalog, filter).await?;
+    Ok(match as_json {
+        true => serde_json::to_string_pretty(&listed).expect("JSON values serialise") + "\n",
+        false => {
+            let rows = listed["runs"].as_array().cloned().unwrap_or_default();
+            table(&rows, listed["more"].as_u64().unwrap_or(0) as usize, listed.get("searched"))
+        }
+    })
+}
+
+/// The runs `filter` selects, newest first: `{"runs": [...], "more": n}`, and with a text
+/// search `"searched"`, how many runs' records it read.
+async fn listed(seen: &Seen, catalog: &Catalog, filter: &Filter) -> Result<Value, String> {
+    check_filter(seen, catalog, filter)?;
+    let mut entries: Vec<&RunEntry> = seen.state.runs.values().collect();
+    entries.sort_by_key(|entry| std::cmp::Reverse(entry.sequence));
+    let since = filter.since_ms.map(|ms| seen.now_ms.saturating_sub(ms));
+    let text = filter.text.as_ref().map(|text| text.to_ascii_lowercase());
+    let (mut rows, mut more, mut searched) = (Vec::new(), 0usize, 0usize);
+    for entry in entries {
+        let wanted_tool = filter.tool.as_ref().is_none_or(|tool| tool == &entry.tool);
+        if !wanted_tool || since.is_some_and(|since| entry.reserved_at_ms < since) {
+            continue;
+        }
+        let state = seen.run_state(entry).await;
+        if filter.state.is_some_and(|wanted| wanted != state) {
+            continue;
+        }
+        if let Some(text) = &text {
+            if searched == TEXT_SEARCH_RUNS_MAX {
+                break;
+            }
+            searched += 1;
+            if !seen.mentions(entry, text).await {
+                continue;
+            }
+        }
+        match rows.len() < filter.limit {
+            true => rows.push(row(entry, state)),
+            false => more += 1,
+        }
+    }
+    let mut listed = json!({"runs": rows, "more": more});
+    if text.is_some() {
+        listed["searched"] = json!(searched);
+    }
+    Ok(listed)
+}
+
+/// A filter's limit in range, its text within its bound, and its tool one the manifest or
+/// the ledger knows.
+fn check_filter(seen: &Seen, catalog: &Catalog, filter: &Filter) -> Result<(), String> {
     if filter.limit == 0 || filter.limit > LIST_LIMIT_MAX {
         return Err(format!("--limit: {} is out of range (1 to {LIST_LIMIT_MAX})", filter.limit));
     }
-    let seen = Seen::read(env, catalog, store).await?;
+    if filter.text.as_ref().is_some_and(|text| text.is_empty() || text.chars().count() > SEARCH_TEXT_CHARS_MAX) {
+        return Err(format!("--text: from 1 to {SEARCH_TEXT_CHARS_MAX} characters"));
+    }
     if let Some(tool) = &filter.tool {
         // A tool no longer in the manifest may still have runs in the ledger.
         if catalog.tool(tool).is_none() && !seen.state.runs.values().any(|entry| &entry.tool == tool) {
@@ -170,31 +268,58 @@ pub async fn list(
             ));
         }
     }
-    let mut entries: Vec<&RunEntry> = seen.state.runs.values().collect();
-    entries.sort_by_key(|entry| std::cmp::Reverse(entry.sequence));
-    let since = filter.since_ms.map(|ms| seen.now_ms.saturating_sub(ms));
-    let mut rows = Vec::new();
-    let mut more = 0usize;
-    for entry in entries {
-        let wanted_tool = filter.tool.as_ref().is_none_or(|tool| tool == &entry.tool);
-        if !wanted_tool || since.is_some_and(|since| entry.reserved_at_ms < since) {
-            continue;
-        }
+    Ok(())
+}
+
+/// What the console shows: the runs waiting for a person first (at most `WAITING_SHOWN_MAX`,
+/// each with its action in doubt shown whole and the command that decides it), then the runs
+/// `filter` selects, and the manifest's tools and the states, for its filters.
+pub async fn console_view(
+    env: &Env,
+    catalog: &Catalog,
+    store: Option<PostgresTarget>,
+    filter: &Filter,
+) -> Result<Value, String> {
+    let seen = Seen::read(env, catalog, store).await?;
+    let mut view = listed(&seen, catalog, filter).await?;
+    let mut open: Vec<&RunEntry> = seen.state.runs.values().filter(|entry| entry.is_open()).collect();
+    open.sort_by_key(|entry| std::cmp::Reverse(entry.sequence));
+    let mut waiting = Vec::new();
+    for entry in open {
         let state = seen.run_state(entry).await;
-        if filter.state.is_some_and(|wanted| wanted != state) {
+        if !matches!(state, RunState::WaitingForOperator | RunState::Halted) || waiting.len() == WAITING_SHOWN_MAX {
             continue;
         }
-        match rows.len() < filter.limit {
-            true => rows.push(row(entry, state)),
-            false => more += 1,
+        let mut shown = row(entry, state);
+        let records = read_records(&seen.records, entry).await.ok().flatten();
+        if let Some(in_doubt) = in_doubt_of(&seen, entry, state, records.as_ref().map(|(records, _)| records)).await {
+            shown["in_doubt"] = in_doubt;
         }
+        waiting.push(shown);
     }
-    Ok(match as_json {
-        true => {
-            serde_json::to_string_pretty(&json!({"runs": rows, "more": more})).expect("JSON values serialise") + "\n"
-        }
-        false => table(&rows, more),
-    })
+    view["waiting"] = json!(waiting);
+    view["server"] = json!(catalog.manifest.server.name);
+    view["tools"] = json!(catalog.tools.iter().map(|tool| tool.config.name.clone()).collect::<Vec<_>>());
+    view["states"] = json!(RunState::ALL.iter().map(|state| state.name()).collect::<Vec<_>>());
+    Ok(view)
+}
+
+/// A waiting run's action in doubt shown whole (`InDoubt::to_json`), with the command that
+/// decides it; none for a run not waiting for a person.
+async fn in_doubt_of(
+    seen: &Seen,
+    entry: &RunEntry,
+    state: RunState,
+    records: Option<&Vec<JournalRecord>>,
+) -> Option<Value> {
+    if !matches!(state, RunState::WaitingForOperator | RunState::Halted) {
+        return None;
+    }
+    let record = crate::run::runs::WaitingRecord::read(&seen.records, &entry.tool, &entry.run).await.ok().flatten()?;
+    let begun_at_ms = records.and_then(|records| crate::operator::in_doubt::begun_at(records, record.op));
+    let mut shown = crate::operator::in_doubt::InDoubt { record: &record, begun_at_ms }.to_json();
+    shown["resolve"] = json!(record.resolve);
+    Some(shown)
 }
 
 /// One run as `runs list --json` gives it.
@@ -216,9 +341,10 @@ fn row(entry: &RunEntry, state: RunState) -> Value {
     })
 }
 
-fn table(rows: &[Value], more: usize) -> String {
+fn table(rows: &[Value], more: usize, searched: Option<&Value>) -> String {
+    let searched = searched.and_then(Value::as_u64).map(|n| format!("(the text searched in the newest {n} run(s))\n"));
     if rows.is_empty() {
-        return "no runs match\n".to_string();
+        return format!("no runs match\n{}", searched.unwrap_or_default());
     }
     let text = |row: &Value, key: &str| row[key].as_str().unwrap_or("-").to_string();
     let lines: Vec<[String; 6]> = rows
@@ -249,6 +375,7 @@ fn table(rows: &[Value], more: usize) -> String {
     if more > 0 {
         out.push_str(&format!("... and {more} more (raise --limit, or narrow with --tool, --state, --since)\n"));
     }
+    out.push_str(&searched.unwrap_or_default());
     out
 }
 

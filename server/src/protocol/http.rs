@@ -315,6 +315,7 @@ impl crate::env::InboundService for Served {
             let head = InboundRequest {
                 method: request.method.clone(),
                 path: request.path.clone(),
+                query: None,
                 headers: Vec::new(),
                 body: Vec::new(),
                 peer: request.peer,
@@ -1021,6 +1022,14 @@ const SINGLE_HEADERS: [&str; 8] = [
 
 /// `localhost`, `127.0.0.1` (any 127/8 address), `[::1]`, each alone or with `:port`, and
 /// nothing else (no userinfo, no trailing text).
+/// Whether a request to a loopback listener served without authentication (the metrics, the
+/// console) names it: its Host a loopback one and a browser's Origin, if any, too; a page
+/// elsewhere that rebinds its name to loopback is refused (DNS rebinding).
+pub fn names_a_loopback_listener(head: &InboundRequest) -> bool {
+    let origin = head.header("origin").map(|origin| origin.split_once("://").map_or("", |(_, rest)| rest));
+    is_loopback_authority(head.header("host").unwrap_or("")) && origin.is_none_or(is_loopback_authority)
+}
+
 pub(super) fn is_loopback_authority(authority: &str) -> bool {
     let (host, port) = match authority.strip_prefix('[') {
         Some(rest) => match rest.split_once(']') {

@@ -37,17 +37,7 @@ pub fn check_listen(address: SocketAddr) -> Result<(), String> {
 /// Serves `/metrics` on `address` in the background until the process exits. A listener that
 /// fails is logged; the server goes on serving its tools.
 pub fn spawn_listener(env: &Env, runs: &Rc<Runs>, address: SocketAddr) {
-    let limits = ListenLimits {
-        body_bytes_max: 0,
-        connections_max: 16,
-        connections_per_peer_max: 16,
-        header_read_ms: 10_000,
-        body_read_ms: 10_000,
-        body_chunk_wait_ms: 10_000,
-        head_bytes_max: 16 * 1024,
-        bodies_read_at_once: 1,
-        body_write_ms: 10_000,
-    };
+    let limits = ListenLimits::bodiless(16);
     let handler: crate::env::InboundHandler = Rc::new(MetricsOnly(Rc::clone(runs)));
     let log = env.clone();
     let ready = Box::new(move |bound: SocketAddr| log.log(&format!("metrics on http://{bound}{METRICS_PATH}")));
@@ -73,10 +63,7 @@ impl crate::env::InboundService for MetricsOnly {
         };
         // DNS rebinding protection, as the MCP endpoint's: the listener is on loopback only, so
         // a request must name a loopback host, and a browser's Origin must be a loopback one.
-        let origin = head.header("origin").map(|origin| origin.split_once("://").map_or("", |(_, rest)| rest));
-        if !super::http::is_loopback_authority(head.header("host").unwrap_or(""))
-            || origin.is_some_and(|origin| !super::http::is_loopback_authority(origin))
-        {
+        if !super::http::names_a_loopback_listener(head) {
             return Some(refused(403, "forbidden: the Host or Origin does not name this loopback listener"));
         }
         match (head.path.as_str(), head.method.as_str()) {

@@ -321,7 +321,7 @@ impl Bridge {
         } else if let Some(session) = self.session.borrow().clone() {
             headers.push(("mcp-session-id".to_string(), session));
         }
-        InboundRequest { method: "POST".to_string(), path: "/mcp".to_string(), headers, body, peer: None }
+        InboundRequest { method: "POST".to_string(), path: "/mcp".to_string(), query: None, headers, body, peer: None }
     }
 
     /// The answer's messages, as lines on the protocol stream: a live stream's as they come,
@@ -423,6 +423,7 @@ impl Bridge {
         let request = InboundRequest {
             method: "GET".to_string(),
             path: "/mcp".to_string(),
+            query: None,
             headers,
             body: Vec::new(),
             peer: None,
