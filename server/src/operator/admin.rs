@@ -167,6 +167,12 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
     if runs.env.clock.now_ms() > request.deadline_at_ms() {
         return Err("the request reached the server after its client gave up waiting: nothing was recorded".into());
     }
+    // Draining, or stopping after a failed durable write (its ledger takes no more writes):
+    // nothing is attempted, not even reading the store, and the word is given again once it
+    // has stopped (seed 460399 of the sweep over new seeds).
+    if runs.is_draining() || runs.fatal_message().is_some() {
+        return Err("the server is stopping: resolve once it has stopped".to_string());
+    }
     if let Request::ReleaseOnce { by, .. } = &request {
         return release_once(runs, &run, request.tool(), by.clone()).await;
     }
@@ -179,9 +185,6 @@ async fn carry_out(runs: &Rc<Runs>, request: Request) -> Result<String, String> 
     }
     if entry.phase != RunPhase::Open {
         return Err(format!("run {run} has ended; there is nothing to resolve"));
-    }
-    if runs.is_draining() {
-        return Err("the server is stopping: resolve once it has stopped".to_string());
     }
     let most = runs.catalog.manifest.server.max_concurrent_runs;
     if runs.runs_executing() as u64 >= most {

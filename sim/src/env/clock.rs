@@ -47,8 +47,15 @@ impl SimClock {
         self.skew.get()
     }
 
-    /// Makes the wall clock run fast or slow against virtual time from now on.
+    /// Makes the wall clock run fast or slow against virtual time from now on: the drift so
+    /// far is kept (folded into the skew), so the wall clock does not jump at the change. (It
+    /// did: a drift set an hour in moved the wall clock minutes at once, which expired a round
+    /// resumed after a restart minutes early: seed 448503 of the sweep over new seeds.)
     pub fn set_drift_ppm(&self, ppm: i64) {
+        let now = self.now.get() as i64;
+        let so_far = now.saturating_mul(self.drift_ppm.get()) / 1_000_000;
+        let restated = now.saturating_mul(ppm) / 1_000_000;
+        self.skew.set(self.skew.get() + so_far - restated);
         self.drift_ppm.set(ppm);
     }
 

@@ -433,6 +433,8 @@ fn client_for(scenario: &Scenario, limits: &BTreeMap<String, ToolLimits>) -> Cli
         Some(file) => file.tools.iter().filter(|t| t.resend).map(|t| t.name.clone()).collect(),
         None => ["echo", "refund", "close"].iter().map(|t| t.to_string()).collect(),
     };
+    client.run_deadlines =
+        limits.iter().filter_map(|(tool, tool_limits)| Some((tool.clone(), tool_limits.deadline_ms?))).collect();
     client.deadlines = (limits.iter())
         .filter(|(tool, tool_limits)| tool_limits.once_keep_ms.is_none() && !client.resend.contains(*tool))
         .filter_map(|(tool, tool_limits)| Some((tool.clone(), tool_limits.deadline_ms?)))

@@ -39,6 +39,9 @@ pub struct Client {
     /// The `deadline` of each tool that has one and no `once` (each of its calls is a fresh
     /// run, so a refusal measures this call's time alone).
     pub deadlines: BTreeMap<String, u64>,
+    /// The `deadline` of every tool that has one: a run waiting for input ends at it, so a
+    /// retry after it is refused whatever its round's own wait (seed 448503).
+    pub run_deadlines: BTreeMap<String, u64>,
     /// Calls answered `input_required`, not retried yet: (the call as sent, its result).
     pub asked: Vec<(Value, Value)>,
     /// Retries sent with a `requestState`, by id: what a refusal of each may be.
@@ -497,7 +500,10 @@ impl Client {
             || text.contains("could not be recorded durably")
             || (text.starts_with("the server is busy") && text.contains("nothing was run"));
         let served = message.get("result").is_some() && !asked_again && !busy;
-        let waited_out = now.saturating_sub(retried.asked_at) > warden::limits::INPUT_WAIT_MS;
+        let deadline = self.tools.get(&id).and_then(|tool| self.run_deadlines.get(tool)).copied();
+        let wait =
+            deadline.map_or(warden::limits::INPUT_WAIT_MS, |deadline| deadline.min(warden::limits::INPUT_WAIT_MS));
+        let waited_out = now.saturating_sub(retried.asked_at) > wait;
         let excused =
             retried.connection != self.connections || refusal.contains("expired") || busy || waited_out || elsewhere;
         match (retried.tampered, served) {
