@@ -294,6 +294,20 @@ impl SimDisk {
         current.iter().zip(durable.iter()).take_while(|(a, b)| a == b).count()
     }
 
+    /// The bytes a crash now would leave at `path`: its durably named file's durable content
+    /// (another file's, while a rename over `path` is not yet durable), empty if none.
+    pub fn surviving_bytes(&self, path: &Path) -> Vec<u8> {
+        if let Some(bytes) = self.overlaid().and_then(|files| files.get(path).cloned()) {
+            return bytes;
+        }
+        let state = self.state.borrow();
+        let dirs = path.ancestors().skip(1).all(|dir| state.durable_dirs.contains(dir));
+        match state.durable_names.get(path) {
+            Some(&inode) if dirs => state.inodes[inode].durable.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Runs `read` over a file's current bytes without copying them.
     pub fn with_bytes<R>(&self, path: &Path, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
         if let Some(files) = self.overlaid() {
