@@ -396,3 +396,31 @@ fn a_keyed_write_unanswered_at_its_deadline_is_no_finding_of_the_manifests() {
     );
     assert!(report.findings.is_empty(), "{:?}", report.findings);
 }
+
+/// Issue 45's done-means: an operator's manifest using `headers` (mirrored in `Mcp-Param-*`
+/// over HTTP), `requires` (a client capability the simulated client does not declare), a
+/// required task and an unkeyed webhook is explored without a violation (its findings and
+/// warnings are the manifest's to hear).
+#[test]
+fn a_manifest_with_headers_requires_tasks_and_an_unkeyed_webhook_keeps_every_invariant() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    std::fs::copy(fixtures.join("own-hooks/post.star"), dir.path().join("post.star")).unwrap();
+    std::fs::copy(fixtures.join("tasks/must_task.star"), dir.path().join("must_task.star")).unwrap();
+    let manifest = serde_json::json!({
+        "server": {"name": "mixed", "journals": "journals"},
+        "tools": [
+            {"name": "post_message", "program": "post.star", "headers": {"message": "Message"},
+             "net": {"timeout_ms": 2000, "connect_timeout_ms": 1000},
+             "grants": {"hook": {"cap": "net.http.post", "only": ["https://hooks.example.com/services/*/*"]}}},
+            {"name": "must_task", "program": "must_task.star", "task": "required"},
+            {"name": "needs_sampling", "program": "must_task.star", "requires": ["sampling"]}
+        ]
+    });
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    let reports = sweep(&dir.path().join("manifest.json"));
+    assert!(reports.iter().any(|report| report.tool_outcomes.get("post_message").is_some_and(|o| o.succeeded > 0)));
+    for report in &reports {
+        assert!(report.violations.is_empty(), "seed {}: {:?}", report.seed, report.violations);
+    }
+}
