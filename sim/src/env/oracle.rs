@@ -54,6 +54,21 @@ fn last_line_holding<'a>(bytes: &'a [u8], needle: &[u8]) -> Option<(usize, &'a [
     Some((end, &bytes[start..end]))
 }
 
+/// Answers that report no outcome of their run, so depend on its reserve alone (the run being
+/// held by the ledger goes on, at the next start if need be), not on its journal's tail: a
+/// `once` repeat told its earlier run is in progress or was interrupted (its server stopping
+/// on a failed write); a round ended by the clock, the run ending with whatever is durable
+/// (seed 49043); a session call whose client never answered, or a stop came first, told its
+/// run waits for its round's end, which may come and settle the run as it is written (seed
+/// 475159 of the sweep over new seeds).
+const NO_OUTCOME: [&str; 5] = [
+    "already in progress as run",
+    "was interrupted and resumes when the server starts again",
+    "request for input has just expired; the run ends without it",
+    "it waits until its round expires",
+    "the run waits for its input until its round expires",
+];
+
 /// The action number of a progress message `action N (...) begun`.
 fn begun_op(text: &str) -> Option<u64> {
     let rest = text.strip_prefix("action ")?;
@@ -260,22 +275,7 @@ impl Oracle {
             self.asked_durable(&run);
             return;
         }
-        // A `once` repeat told its earlier run is still in progress, or was interrupted (its
-        // server stopping on a failed write), reports no outcome: it depends on the run being
-        // held by the ledger (so it goes on, at the next start if need be), not on its
-        // journal's tail.
-        let not_ended = [
-            "already in progress as run",
-            "was interrupted and resumes when the server starts again",
-            // The round's end is the clock's: the run ends so whatever is durable (seed 49043).
-            "request for input has just expired; the run ends without it",
-            // A session call whose client never answered (or a stop came first) tells the run
-            // waits for its round's end, which may come, and settle the run, as it is written
-            // (seed 475159 of the sweep over new seeds).
-            "it waits until its round expires",
-            "the run waits for its input until its round expires",
-        ];
-        if result["isError"] == true && not_ended.iter().any(|said| text.contains(said)) {
+        if result["isError"] == true && NO_OUTCOME.iter().any(|said| text.contains(said)) {
             // Its reserve only: the run may end between the answer's decision and its
             // writing, and its settle is the run's own, not this answer's (seed 29971).
             self.ledger_line_durable(&run, &format!("\"event\":\"reserve\",\"run\":\"{run}\""));
